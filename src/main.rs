@@ -1,0 +1,14 @@
+use clap::Parser;
+use rollgate::cli::{Cli, Command};
+use rollgate::{agent, manager, runtime, telemetry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    telemetry::init(&cli.logging)?;
+    let shutdown = runtime::Shutdown::install();
+    match cli.command {
+        Command::Controller(args) => manager::run(args, shutdown).await,
+        Command::Agent(args) => agent::run(args, shutdown).await,
+    }
+}

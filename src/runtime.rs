@@ -1,0 +1,56 @@
+//! Process plumbing shared by every mode: the cluster client and graceful shutdown.
+use anyhow::Context;
+use tokio::sync::watch;
+
+/// Connects from KUBECONFIG (or ~/.kube/config) when present, else in-cluster config,
+/// and checks the connection once so a wrong config fails at start, not at first use.
+pub async fn connect() -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer()
+        .await
+        .context("no usable cluster config: set KUBECONFIG or run in a pod")?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("building the cluster client")?;
+    let version = client
+        .apiserver_version()
+        .await
+        .with_context(|| format!("cannot reach the API server at {url}"))?;
+    tracing::info!(api_server = %url, version = %version.git_version, "connected to the cluster");
+    Ok(client)
+}
+
+/// A shutdown signal that every task can wait on: flips once on SIGTERM or Ctrl-C.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Installs the signal handlers and returns the shared signal.
+    pub fn install() -> Self {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested, stopping gracefully");
+            let _ = tx.send(true);
+        });
+        Shutdown(rx)
+    }
+
+    /// Resolves once shutdown has been requested.
+    pub async fn requested(mut self) {
+        // An error means the sender is gone, which also means we are shutting down.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,300 @@
+//! Test support for e2e tests against the local control plane (`make cluster-up`).
+//!
+//! Every test makes its own simulated nodes and namespace, so tests run in parallel
+//! without seeing each other's pods.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+/// Label that kwok's node selector watches: the simulated kubelet heartbeats while "on".
+pub const HEARTBEAT_LABEL: &str = "rollgate.test/heartbeat";
+/// Label naming the test that owns a node, so a DaemonSet can select only its own nodes.
+pub const OWNER_LABEL: &str = "rollgate.test/owner";
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The admin kubeconfig written by `make cluster-up`.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("ROLLGATE_TEST_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/cluster/kubeconfig"))
+}
+
+/// A client for the running local control plane, or a clear failure saying how to start it.
+pub async fn client() -> Client {
+    client_from(&kubeconfig_path()).await
+}
+
+pub async fn client_from(path: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read kubeconfig {}: {e}. Start the local control plane first: `make cluster-up`",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is not usable");
+    Client::try_from(config).expect("building client")
+}
+
+/// A name unique to this test run: `<prefix>-<pid>-<counter>`.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        % 100_000;
+    format!("{prefix}-{}-{nanos}-{n}", std::process::id() % 100_000)
+}
+
+/// Logs a line of the test's narrative with the time since the process started, so the
+/// e2e log reads as a timeline (run with `--nocapture` to see it).
+pub fn note(msg: impl AsRef<str>) {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(Instant::now);
+    eprintln!("[{:>7.2}s] {}", start.elapsed().as_secs_f64(), msg.as_ref());
+}
+
+/// Polls `probe` until it returns `Ok(value)`, or fails after `timeout` with `what` and the
+/// last state the probe described in its `Err`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match probe().await {
+            Ok(v) => return v,
+            Err(state) => state,
+        };
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last observed state: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Asserts that `probe` keeps holding for `duration` (it returns `Err(state)` when it doesn't).
+pub async fn holds_for<F, Fut>(what: &str, duration: Duration, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        if let Err(state) = probe().await {
+            panic!("expected {what} to hold for {duration:?}, but it broke: {state}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A namespace of the test's own, deleted by `cleanup`.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let name = unique_name(&format!("t-{prefix}"));
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"rollgate.test/e2e": "true"}}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        // The ServiceAccount controller must have created `default` before pods can be made.
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(30),
+            || async {
+                match sa.get_opt("default").await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err("not created yet".into()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    pub async fn cleanup(self) {
+        let api: Api<Namespace> = Api::all(self.client);
+        let _ = api.delete(&self.name, &DeleteParams::background()).await;
+    }
+}
+
+/// Simulated nodes that belong to one test (label `rollgate.test/owner=<owner>`).
+pub struct TestNodes {
+    pub owner: String,
+    pub names: Vec<String>,
+    client: Client,
+}
+
+impl TestNodes {
+    /// Creates `count` nodes with a heartbeat and waits until they are all Ready.
+    pub async fn create(client: &Client, prefix: &str, count: usize) -> Self {
+        let owner = unique_name(prefix);
+        let api: Api<Node> = Api::all(client.clone());
+        let mut names = Vec::with_capacity(count);
+        for i in 0..count {
+            let name = format!("{owner}-n{i}");
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "type": "kwok",
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        HEARTBEAT_LABEL: "on",
+                        OWNER_LABEL: owner,
+                    }
+                }
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &node)
+                .await
+                .unwrap_or_else(|e| panic!("creating node {name}: {e}"));
+            names.push(name);
+        }
+        let nodes = TestNodes {
+            owner,
+            names,
+            client: client.clone(),
+        };
+        for name in &nodes.names {
+            nodes.wait_ready(name, true, Duration::from_secs(60)).await;
+        }
+        nodes
+    }
+
+    /// The label selector matching exactly these nodes.
+    pub fn selector(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(OWNER_LABEL.to_string(), self.owner.clone())])
+    }
+
+    /// Stops or resumes the simulated kubelet's heartbeat (Lease renewal) of one node.
+    /// Stopping it makes kube-controller-manager mark the node NotReady after its grace
+    /// period, the way a network cut does.
+    pub async fn set_heartbeat(&self, node: &str, on: bool) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let value = if on { "on" } else { "off" };
+        let patch = json!({"metadata": {"labels": {HEARTBEAT_LABEL: value}}});
+        api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("setting heartbeat {value} on {node}: {e}"));
+    }
+
+    pub async fn wait_ready(&self, node: &str, ready: bool, timeout: Duration) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let want = if ready { "Ready" } else { "NotReady" };
+        wait_for(&format!("node {node} to be {want}"), timeout, || async {
+            let n = api.get(node).await.map_err(|e| e.to_string())?;
+            let status = node_ready_status(&n);
+            if (status.as_deref() == Some("True")) == ready {
+                Ok(())
+            } else {
+                Err(format!("Ready condition status {status:?}"))
+            }
+        })
+        .await
+    }
+
+    pub async fn cleanup(self) {
+        let api: Api<Node> = Api::all(self.client);
+        for name in &self.names {
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// The status of a node's Ready condition ("True", "False", "Unknown"), if it has one.
+pub fn node_ready_status(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+/// The status of a pod condition by type, if present.
+pub fn pod_condition(pod: &k8s_openapi::api::core::v1::Pod, type_: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod_condition(pod, "Ready").as_deref() == Some("True")
+}
+
+/// A compact one-line description of pods, for failure messages and the narrative.
+pub fn describe_pods(pods: &[k8s_openapi::api::core::v1::Pod]) -> String {
+    let mut out: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            let ready = pod_condition(p, "Ready").unwrap_or_else(|| "-".into());
+            let rev = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash").cloned())
+                .unwrap_or_default();
+            let term = if p.metadata.deletion_timestamp.is_some() {
+                " terminating"
+            } else {
+                ""
+            };
+            format!("{name}@{node} {phase} ready={ready} rev={rev}{term}")
+        })
+        .collect();
+    out.sort();
+    format!("[{}]", out.join("; "))
+}
+
+pub fn debug_list<T: Debug>(items: &[T]) -> String {
+    format!("{items:?}")
+}
