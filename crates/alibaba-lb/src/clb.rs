@@ -1,0 +1,541 @@
+//! CLB (Classic Load Balancer, SLB API 2014-05-15, RPC style). Backends live in
+//! VServer groups; `BackendServers` is a JSON string parameter; calls are synchronous.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ClientConfig, Product};
+use crate::credentials::CredentialProvider;
+use crate::error::{Error, Result};
+use crate::model::*;
+use crate::transport::{lenient, params, ApiClient, Params};
+use crate::LoadBalancerBackends;
+
+/// Documented limit of backends per Add/Remove/Set call.
+pub const CLB_BATCH_LIMIT: usize = 20;
+
+#[derive(Debug)]
+pub struct ClbClient {
+    api: ApiClient,
+    region: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct BackendServerJson {
+    server_id: String,
+    #[serde(deserialize_with = "lenient::u16")]
+    port: u16,
+    #[serde(deserialize_with = "lenient::u32")]
+    weight: u32,
+    #[serde(rename = "Type")]
+    kind: String,
+    server_ip: String,
+    description: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct BackendServerList {
+    backend_server: Vec<BackendServerJson>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct VServerGroupAttribute {
+    backend_servers: BackendServerList,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct HealthEntry {
+    server_id: String,
+    server_ip: String,
+    #[serde(deserialize_with = "lenient::u16")]
+    port: u16,
+    server_health_status: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct HealthList {
+    backend_server: Vec<HealthEntry>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct HealthStatus {
+    backend_servers: HealthList,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerPortAndProtocol {
+    #[serde(deserialize_with = "lenient::u16")]
+    listener_port: u16,
+    listener_protocol: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerList {
+    listener_port_and_protocol: Vec<ListenerPortAndProtocol>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct LoadBalancerAttribute {
+    load_balancer_id: String,
+    address: String,
+    listener_ports_and_protocol: ListenerList,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct CreatedLoadBalancer {
+    load_balancer_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct VServerGroupSummary {
+    v_server_group_id: String,
+    v_server_group_name: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct VServerGroupList {
+    v_server_group: Vec<VServerGroupSummary>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct VServerGroups {
+    v_server_groups: VServerGroupList,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct CreatedVServerGroup {
+    v_server_group_id: String,
+}
+
+#[derive(Deserialize)]
+struct Empty {}
+
+/// One element of the `BackendServers` JSON parameter.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct BackendServerParam<'a> {
+    server_id: &'a str,
+    port: String,
+    #[serde(rename = "Type")]
+    kind: &'a str,
+    server_ip: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+}
+
+impl<'a> BackendServerParam<'a> {
+    fn full(b: &'a Backend) -> Self {
+        Self {
+            server_id: &b.key.server_id,
+            port: b.key.port.to_string(),
+            kind: b.kind.as_clb_str(),
+            server_ip: &b.key.ip,
+            weight: Some(b.weight.to_string()),
+            description: Some(&b.description),
+        }
+    }
+
+    fn key_only(b: &'a Backend) -> Self {
+        Self {
+            weight: None,
+            description: None,
+            ..Self::full(b)
+        }
+    }
+}
+
+/// The `BackendServers` parameter value for one batch.
+fn backend_servers_json(items: &[BackendServerParam<'_>]) -> String {
+    serde_json::to_string(items).expect("plain strings always serialize")
+}
+
+fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
+}
+
+/// A deterministic idempotency token, so a retried create does not create twice.
+pub(crate) fn client_token(parts: &[&str]) -> String {
+    crate::sign::sha256_hex(parts.join("/").as_bytes())[..32].to_string()
+}
+
+impl ClbClient {
+    pub fn new(config: &ClientConfig, credentials: Arc<dyn CredentialProvider>) -> Result<Self> {
+        Ok(Self {
+            api: ApiClient::new(config, Product::Clb, credentials)?,
+            region: config.region.clone(),
+        })
+    }
+
+    fn with_region(&self, mut query: Params) -> Params {
+        query.push(("RegionId".to_string(), self.region.clone()));
+        query
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        action: &str,
+        query: Params,
+    ) -> Result<(T, String)> {
+        // The official SDK sends every CLB parameter in the query string.
+        let answer = self.api.call(action, &self.with_region(query), &[]).await?;
+        Ok((answer.body, answer.request_id))
+    }
+
+    async fn describe_load_balancer(&self, id: &str) -> Result<LoadBalancerAttribute> {
+        const ACTION: &str = "DescribeLoadBalancerAttribute";
+        match self
+            .call::<LoadBalancerAttribute>(ACTION, params([("LoadBalancerId", id.to_string())]))
+            .await
+        {
+            Ok((attribute, _)) => Ok(attribute),
+            Err(Error::Api {
+                code, request_id, ..
+            }) if code.contains("NotFound") || code.contains("NotExist") => Err(Error::NotFound {
+                action: ACTION.into(),
+                what: format!("load balancer {id}"),
+                request_id,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn describe_vserver_group(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
+        let (attribute, _) = self
+            .call::<VServerGroupAttribute>(
+                "DescribeVServerGroupAttribute",
+                params([("VServerGroupId", group.server_group_id.clone())]),
+            )
+            .await?;
+        Ok(attribute
+            .backend_servers
+            .backend_server
+            .into_iter()
+            .map(|b| Backend {
+                key: BackendKey {
+                    // ECS backends may omit ServerIp; the instance id identifies them.
+                    ip: b.server_ip,
+                    server_id: b.server_id,
+                    port: b.port,
+                },
+                kind: BackendType::parse(&b.kind).unwrap_or(BackendType::Ecs),
+                weight: b.weight,
+                description: b.description,
+            })
+            .collect())
+    }
+
+    async fn ensure_listener(
+        &self,
+        lb_id: &str,
+        existing_listeners: &HashSet<(u16, String)>,
+        groups: &mut Vec<VServerGroupSummary>,
+        listener: &ListenerSpec,
+    ) -> Result<ServerGroupRef> {
+        let group_id = match groups
+            .iter()
+            .find(|g| g.v_server_group_name == listener.server_group_name)
+        {
+            Some(group) => group.v_server_group_id.clone(),
+            None => {
+                let (created, _) = self
+                    .call::<CreatedVServerGroup>(
+                        "CreateVServerGroup",
+                        params([
+                            ("LoadBalancerId", lb_id.to_string()),
+                            ("VServerGroupName", listener.server_group_name.clone()),
+                        ]),
+                    )
+                    .await?;
+                groups.push(VServerGroupSummary {
+                    v_server_group_id: created.v_server_group_id.clone(),
+                    v_server_group_name: listener.server_group_name.clone(),
+                });
+                created.v_server_group_id
+            }
+        };
+        let protocol = listener.protocol.as_api_str();
+        if !existing_listeners.contains(&(listener.port, protocol.to_ascii_lowercase())) {
+            let create_action = match listener.protocol {
+                ListenerProtocol::Tcp => "CreateLoadBalancerTCPListener",
+                ListenerProtocol::Udp => "CreateLoadBalancerUDPListener",
+            };
+            self.call::<Empty>(
+                create_action,
+                params([
+                    ("LoadBalancerId", lb_id.to_string()),
+                    ("ListenerPort", listener.port.to_string()),
+                    // -1: no per-listener bandwidth cap (pay-by-traffic instances).
+                    ("Bandwidth", "-1".to_string()),
+                    ("VServerGroupId", group_id.clone()),
+                ]),
+            )
+            .await?;
+            self.call::<Empty>(
+                "StartLoadBalancerListener",
+                params([
+                    ("LoadBalancerId", lb_id.to_string()),
+                    ("ListenerPort", listener.port.to_string()),
+                    ("ListenerProtocol", protocol.to_ascii_lowercase()),
+                ]),
+            )
+            .await?;
+        }
+        Ok(ServerGroupRef {
+            load_balancer_id: lb_id.to_string(),
+            server_group_id: group_id,
+            listener_port: listener.port,
+            listener_protocol: listener.protocol,
+            listener_id: None,
+        })
+    }
+
+    /// Sends `items` in batches of [`CLB_BATCH_LIMIT`] to `action`.
+    async fn batched(
+        &self,
+        action: &str,
+        group: &ServerGroupRef,
+        items: Vec<BackendServerParam<'_>>,
+    ) -> Result<()> {
+        for batch in batches(&items, CLB_BATCH_LIMIT) {
+            self.call::<Empty>(
+                action,
+                params([
+                    ("VServerGroupId", group.server_group_id.clone()),
+                    ("BackendServers", backend_servers_json(batch)),
+                ]),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl LoadBalancerBackends for ClbClient {
+    fn product(&self) -> Product {
+        Product::Clb
+    }
+
+    async fn ensure_load_balancer(&self, spec: &LoadBalancerSpec) -> Result<LoadBalancer> {
+        let (id, created) = match &spec.existing_id {
+            Some(id) => (id.clone(), false),
+            None => {
+                let mut query = params([
+                    ("LoadBalancerName", spec.name.clone()),
+                    ("AddressType", spec.address_type.as_clb_str().to_string()),
+                    (
+                        "ClientToken",
+                        client_token(&["clb", &self.region, &spec.name]),
+                    ),
+                ]);
+                if spec.address_type == AddressType::Intranet {
+                    if let Some(vpc) = &spec.vpc_id {
+                        query.push(("VpcId".into(), vpc.clone()));
+                    }
+                    if let Some(zone) = spec.zones.first() {
+                        query.push(("VSwitchId".into(), zone.vswitch_id.clone()));
+                    }
+                }
+                let (created, request_id) = self
+                    .call::<CreatedLoadBalancer>("CreateLoadBalancer", query)
+                    .await?;
+                tracing::info!(load_balancer_id = %created.load_balancer_id, request_id, "created CLB");
+                (created.load_balancer_id, true)
+            }
+        };
+        let attribute = self.describe_load_balancer(&id).await?;
+        let existing_listeners: HashSet<(u16, String)> = attribute
+            .listener_ports_and_protocol
+            .listener_port_and_protocol
+            .iter()
+            .map(|l| (l.listener_port, l.listener_protocol.to_ascii_lowercase()))
+            .collect();
+        let (groups, _) = self
+            .call::<VServerGroups>(
+                "DescribeVServerGroups",
+                params([("LoadBalancerId", id.clone())]),
+            )
+            .await?;
+        let mut groups = groups.v_server_groups.v_server_group;
+        let mut listeners = Vec::with_capacity(spec.listeners.len());
+        for listener in &spec.listeners {
+            listeners.push(
+                self.ensure_listener(&id, &existing_listeners, &mut groups, listener)
+                    .await?,
+            );
+        }
+        Ok(LoadBalancer {
+            id: attribute
+                .load_balancer_id
+                .is_empty()
+                .then(|| id.clone())
+                .unwrap_or(attribute.load_balancer_id),
+            address: Some(attribute.address).filter(|a| !a.is_empty()),
+            created,
+            listeners,
+        })
+    }
+
+    async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()> {
+        match self
+            .call::<Empty>(
+                "DeleteLoadBalancer",
+                params([("LoadBalancerId", load_balancer_id.to_string())]),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
+        self.describe_vserver_group(group).await
+    }
+
+    async fn add_backends(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {
+        let present: HashSet<BackendKey> = self
+            .describe_vserver_group(group)
+            .await?
+            .into_iter()
+            .map(|b| b.key)
+            .collect();
+        let missing: Vec<BackendServerParam<'_>> = backends
+            .iter()
+            .filter(|b| !present.contains(&b.key))
+            .map(BackendServerParam::full)
+            .collect();
+        self.batched("AddVServerGroupBackendServers", group, missing)
+            .await
+    }
+
+    async fn remove_backends(&self, group: &ServerGroupRef, backends: &[BackendKey]) -> Result<()> {
+        // The API wants each backend's Type, so take it from the group itself; keys
+        // that are already gone need no call.
+        let wanted: HashSet<&BackendKey> = backends.iter().collect();
+        let present = self.describe_vserver_group(group).await?;
+        let to_remove: Vec<BackendServerParam<'_>> = present
+            .iter()
+            .filter(|b| wanted.contains(&b.key))
+            .map(BackendServerParam::key_only)
+            .collect();
+        self.batched("RemoveVServerGroupBackendServers", group, to_remove)
+            .await
+    }
+
+    async fn set_weights(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {
+        let items = backends.iter().map(BackendServerParam::full).collect();
+        self.batched("SetVServerGroupAttribute", group, items).await
+    }
+
+    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+        let members = self.describe_vserver_group(group).await?;
+        let (health, _) = self
+            .call::<HealthStatus>(
+                "DescribeHealthStatus",
+                params([
+                    ("LoadBalancerId", group.load_balancer_id.clone()),
+                    ("ListenerPort", group.listener_port.to_string()),
+                    (
+                        "ListenerProtocol",
+                        group.listener_protocol.as_api_str().to_ascii_lowercase(),
+                    ),
+                ]),
+            )
+            .await?;
+        Ok(members
+            .into_iter()
+            .map(|member| {
+                let reported = health.backend_servers.backend_server.iter().find(|h| {
+                    h.port == member.key.port
+                        && (h.server_id == member.key.server_id
+                            || (!h.server_ip.is_empty() && h.server_ip == member.key.ip))
+                });
+                let state = match reported.map(|h| h.server_health_status.as_str()) {
+                    // Not in the report yet: registered but not checked so far.
+                    None => HealthState::Pending,
+                    Some("normal") => HealthState::Healthy,
+                    Some("unavailable") => HealthState::NotChecked,
+                    Some(other) => HealthState::Unhealthy {
+                        reason: other.to_string(),
+                    },
+                };
+                BackendHealth {
+                    key: member.key,
+                    state,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(i: u16) -> Backend {
+        Backend {
+            key: BackendKey {
+                server_id: format!("eni-{i}"),
+                ip: format!("10.0.0.{i}"),
+                port: 8080,
+            },
+            kind: BackendType::Eni,
+            weight: 100,
+            description: "k8s/80/web/default/c1".into(),
+        }
+    }
+
+    #[test]
+    fn backend_servers_parameter_is_the_documented_json() {
+        let b = backend(1);
+        let json = backend_servers_json(&[BackendServerParam::full(&b)]);
+        assert_eq!(
+            json,
+            r#"[{"ServerId":"eni-1","Port":"8080","Type":"eni","ServerIp":"10.0.0.1","Weight":"100","Description":"k8s/80/web/default/c1"}]"#
+        );
+        let json = backend_servers_json(&[BackendServerParam::key_only(&b)]);
+        assert_eq!(
+            json,
+            r#"[{"ServerId":"eni-1","Port":"8080","Type":"eni","ServerIp":"10.0.0.1"}]"#
+        );
+    }
+
+    #[test]
+    fn group_attribute_parses_the_sdk_shape() {
+        let body = r#"{"RequestId":"R","VServerGroupId":"rsp-1","BackendServers":{"BackendServer":[
+            {"ServerId":"eni-1","Port":8080,"Weight":100,"Type":"eni","ServerIp":"10.0.0.1","Description":"d"}]}}"#;
+        let parsed: VServerGroupAttribute = serde_json::from_str(body).unwrap();
+        let b = &parsed.backend_servers.backend_server[0];
+        assert_eq!(
+            (b.server_id.as_str(), b.port, b.weight, b.kind.as_str()),
+            ("eni-1", 8080, 100, "eni")
+        );
+    }
+
+    #[test]
+    fn client_token_is_stable_and_distinct() {
+        assert_eq!(client_token(&["a", "b"]), client_token(&["a", "b"]));
+        assert_ne!(client_token(&["a", "b"]), client_token(&["a", "c"]));
+        assert_eq!(client_token(&["a"]).len(), 32);
+    }
+}

@@ -1,0 +1,203 @@
+//! Client configuration: region, endpoints, signer, retry and rate limits.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::retry::{RateLimit, RetryPolicy};
+use crate::sign::SignatureVersion;
+
+pub const CLB_API_VERSION: &str = "2014-05-15";
+pub const NLB_API_VERSION: &str = "2022-04-30";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Product {
+    Clb,
+    Nlb,
+}
+
+impl Product {
+    fn endpoint_prefix(self) -> &'static str {
+        match self {
+            Product::Clb => "slb",
+            Product::Nlb => "nlb",
+        }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Product::Clb => CLB_API_VERSION,
+            Product::Nlb => NLB_API_VERSION,
+        }
+    }
+}
+
+/// Public endpoints work from anywhere; VPC endpoints only from inside the VPC, but
+/// need no internet egress (what a cluster node usually has).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Network {
+    #[default]
+    Public,
+    Vpc,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheme {
+    #[default]
+    Https,
+    /// Only for the emulator and other local tests.
+    Http,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Https => "https",
+            Scheme::Http => "http",
+        }
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "https" => Ok(Scheme::Https),
+            "http" => Ok(Scheme::Http),
+            other => Err(format!("unknown scheme {other:?} (want http or https)")),
+        }
+    }
+}
+
+/// How long to wait for NLB asynchronous jobs.
+#[derive(Clone, Debug)]
+pub struct JobPolicy {
+    pub poll_interval: Duration,
+    /// A job still running after this is reported as [`Error::JobTimedOut`].
+    pub timeout: Duration,
+}
+
+impl Default for JobPolicy {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub region: String,
+    pub network: Network,
+    pub scheme: Scheme,
+    /// `host[:port]` replacing the regional CLB endpoint (env
+    /// `ALIBABA_CLOUD_SLB_ENDPOINT` in the controller).
+    pub clb_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional NLB endpoint (`ALIBABA_CLOUD_NLB_ENDPOINT`).
+    pub nlb_endpoint: Option<String>,
+    pub signature: SignatureVersion,
+    pub retry: RetryPolicy,
+    pub rate_limit: RateLimit,
+    pub jobs: JobPolicy,
+    pub request_timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(region: impl Into<String>) -> Self {
+        Self {
+            region: region.into(),
+            network: Network::default(),
+            scheme: Scheme::default(),
+            clb_endpoint: None,
+            nlb_endpoint: None,
+            signature: SignatureVersion::default(),
+            retry: RetryPolicy::default(),
+            rate_limit: RateLimit::default(),
+            jobs: JobPolicy::default(),
+            request_timeout: Duration::from_secs(15),
+        }
+    }
+
+    /// `host[:port]` for the product: the override if set, else the regional one.
+    pub fn endpoint_host(&self, product: Product) -> Result<String> {
+        let overridden = match product {
+            Product::Clb => &self.clb_endpoint,
+            Product::Nlb => &self.nlb_endpoint,
+        };
+        if let Some(host) = overridden.as_deref().filter(|h| !h.is_empty()) {
+            // Accept a pasted URL as well as a bare host.
+            let host = host
+                .trim_start_matches("https://")
+                .trim_start_matches("http://")
+                .trim_end_matches('/');
+            return Ok(host.to_string());
+        }
+        if self.region.is_empty()
+            || !self
+                .region
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(Error::Config(format!("invalid region {:?}", self.region)));
+        }
+        let network = match self.network {
+            Network::Public => "",
+            Network::Vpc => "-vpc",
+        };
+        Ok(format!(
+            "{}{network}.{}.aliyuncs.com",
+            product.endpoint_prefix(),
+            self.region
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regional_public_and_vpc_endpoints() {
+        let mut config = ClientConfig::new("cn-hangzhou");
+        assert_eq!(
+            config.endpoint_host(Product::Clb).unwrap(),
+            "slb.cn-hangzhou.aliyuncs.com"
+        );
+        assert_eq!(
+            config.endpoint_host(Product::Nlb).unwrap(),
+            "nlb.cn-hangzhou.aliyuncs.com"
+        );
+        config.network = Network::Vpc;
+        assert_eq!(
+            config.endpoint_host(Product::Clb).unwrap(),
+            "slb-vpc.cn-hangzhou.aliyuncs.com"
+        );
+        assert_eq!(
+            config.endpoint_host(Product::Nlb).unwrap(),
+            "nlb-vpc.cn-hangzhou.aliyuncs.com"
+        );
+    }
+
+    #[test]
+    fn override_wins_and_tolerates_a_scheme_prefix() {
+        let mut config = ClientConfig::new("cn-hangzhou");
+        config.nlb_endpoint = Some("http://127.0.0.1:8080/".into());
+        assert_eq!(
+            config.endpoint_host(Product::Nlb).unwrap(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(
+            config.endpoint_host(Product::Clb).unwrap(),
+            "slb.cn-hangzhou.aliyuncs.com"
+        );
+    }
+
+    #[test]
+    fn a_region_that_would_forge_a_host_is_rejected() {
+        let config = ClientConfig::new("evil.example.com/x");
+        assert!(matches!(
+            config.endpoint_host(Product::Clb),
+            Err(Error::Config(_))
+        ));
+    }
+}

@@ -1,0 +1,190 @@
+//! The one error type of this crate. Every variant that comes from a cloud call names
+//! the action, and the RequestId whenever the cloud returned one, so an operator can
+//! hand it to Alibaba Cloud support. No variant ever carries a credential.
+
+use std::time::Duration;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shown where the cloud did not answer (connection refused, timeout) and so no
+/// RequestId exists.
+pub const NO_REQUEST_ID: &str = "none";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cloud answered with an error document (`Code`, `Message`, `RequestId`).
+    #[error("{action} failed: {code} (HTTP {status}): {message} [RequestId {request_id}]")]
+    Api {
+        action: String,
+        status: u16,
+        code: String,
+        message: String,
+        request_id: String,
+    },
+
+    /// No usable HTTP answer: connect error, timeout, broken body.
+    #[error(
+        "{action} failed before the cloud answered: {detail} [RequestId {}]",
+        NO_REQUEST_ID
+    )]
+    Transport { action: String, detail: String },
+
+    /// The cloud answered 2xx but the body was not what the API documents.
+    #[error("{action} returned an unreadable response: {detail} [RequestId {request_id}]")]
+    Decode {
+        action: String,
+        request_id: String,
+        detail: String,
+    },
+
+    /// An NLB asynchronous job ended in a state other than `Succeeded`.
+    #[error("{action} job {job_id} ended with status {status} [RequestId {request_id}]")]
+    JobFailed {
+        action: String,
+        job_id: String,
+        status: String,
+        request_id: String,
+    },
+
+    /// An NLB asynchronous job was still running when our patience ran out. This is
+    /// an error, never a success: the change may or may not land later.
+    #[error("{action} job {job_id} unfinished after {waited:?} [RequestId {request_id}]")]
+    JobTimedOut {
+        action: String,
+        job_id: String,
+        waited: Duration,
+        request_id: String,
+    },
+
+    /// A named resource (load balancer, server group) does not exist.
+    #[error("{action}: {what} not found [RequestId {request_id}]")]
+    NotFound {
+        action: String,
+        what: String,
+        request_id: String,
+    },
+
+    /// No credentials could be obtained, or refreshing them failed.
+    #[error("credentials unavailable: {0}")]
+    Credentials(String),
+
+    /// The client was configured in a way that cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Error codes the cloud uses for rate limiting; all are safe to retry after a pause.
+pub const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "Throttling.User",
+    "Throttling.Api",
+    "ServiceUnavailable",
+];
+
+impl Error {
+    /// Whether the same request may succeed if sent again later: throttling, 5xx and
+    /// transport failures. Signature, permission and parameter errors are final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Api { status, code, .. } => {
+                *status >= 500 || THROTTLING_CODES.contains(&code.as_str())
+            }
+            Error::Transport { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub fn is_throttling(&self) -> bool {
+        matches!(self, Error::Api { code, .. } if code.starts_with("Throttling"))
+    }
+
+    /// The cloud's RequestId, when there was one.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Error::Api { request_id, .. }
+            | Error::Decode { request_id, .. }
+            | Error::JobFailed { request_id, .. }
+            | Error::JobTimedOut { request_id, .. }
+            | Error::NotFound { request_id, .. } => Some(request_id),
+            _ => None,
+        }
+    }
+
+    /// The API action the error came from, when it came from one.
+    pub fn action(&self) -> Option<&str> {
+        match self {
+            Error::Api { action, .. }
+            | Error::Transport { action, .. }
+            | Error::Decode { action, .. }
+            | Error::JobFailed { action, .. }
+            | Error::JobTimedOut { action, .. }
+            | Error::NotFound { action, .. } => Some(action),
+            _ => None,
+        }
+    }
+
+    /// A short, bounded label for metrics (`cloud_api_errors_total{kind=...}`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Api { .. } if self.is_throttling() => "throttled",
+            Error::Api { status, .. } if *status >= 500 => "server_error",
+            Error::Api { .. } => "api_error",
+            Error::Transport { .. } => "transport",
+            Error::Decode { .. } => "decode",
+            Error::JobFailed { .. } => "job_failed",
+            Error::JobTimedOut { .. } => "job_timeout",
+            Error::NotFound { .. } => "not_found",
+            Error::Credentials(_) => "credentials",
+            Error::Config(_) => "config",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: &str) -> Error {
+        Error::Api {
+            action: "AddVServerGroupBackendServers".into(),
+            status,
+            code: code.into(),
+            message: "m".into(),
+            request_id: "RID-1".into(),
+        }
+    }
+
+    #[test]
+    fn throttling_and_server_errors_are_retryable_others_are_not() {
+        assert!(api(400, "Throttling.User").is_retryable());
+        assert!(api(400, "Throttling.Api").is_retryable());
+        assert!(api(400, "Throttling").is_retryable());
+        assert!(api(503, "ServiceUnavailable").is_retryable());
+        assert!(api(500, "InternalError").is_retryable());
+        assert!(!api(400, "SignatureDoesNotMatch").is_retryable());
+        assert!(!api(404, "InvalidAccessKeyId.NotFound").is_retryable());
+    }
+
+    #[test]
+    fn api_error_text_names_action_code_and_request_id() {
+        let text = api(400, "Throttling.User").to_string();
+        assert!(text.contains("AddVServerGroupBackendServers"), "{text}");
+        assert!(text.contains("Throttling.User"), "{text}");
+        assert!(text.contains("RID-1"), "{text}");
+    }
+
+    #[test]
+    fn job_errors_name_the_job_and_request() {
+        let err = Error::JobTimedOut {
+            action: "AddServersToServerGroup".into(),
+            job_id: "job-7".into(),
+            waited: Duration::from_secs(3),
+            request_id: "RID-9".into(),
+        };
+        let text = err.to_string();
+        assert!(text.contains("AddServersToServerGroup") && text.contains("job-7"));
+        assert_eq!(err.request_id(), Some("RID-9"));
+        assert!(!err.is_retryable());
+        assert_eq!(err.metric_label(), "job_timeout");
+    }
+}

@@ -1,0 +1,198 @@
+//! Plain data exchanged with the controller, the same for CLB and NLB.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ListenerProtocol {
+    Tcp,
+    Udp,
+}
+
+impl ListenerProtocol {
+    /// Spelling used by both APIs (`tcp`/`udp` are accepted case-insensitively by CLB).
+    pub fn as_api_str(self) -> &'static str {
+        match self {
+            ListenerProtocol::Tcp => "TCP",
+            ListenerProtocol::Udp => "UDP",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AddressType {
+    #[default]
+    Internet,
+    Intranet,
+}
+
+impl AddressType {
+    pub fn as_clb_str(self) -> &'static str {
+        match self {
+            AddressType::Internet => "internet",
+            AddressType::Intranet => "intranet",
+        }
+    }
+    pub fn as_nlb_str(self) -> &'static str {
+        match self {
+            AddressType::Internet => "Internet",
+            AddressType::Intranet => "Intranet",
+        }
+    }
+}
+
+/// One listener port and the server group behind it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerSpec {
+    pub port: u16,
+    pub protocol: ListenerProtocol,
+    /// Name of the server group to find or create, unique per Service port.
+    pub server_group_name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneVSwitch {
+    pub zone_id: String,
+    pub vswitch_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadBalancerSpec {
+    /// Name for a created load balancer.
+    pub name: String,
+    /// From the `...-loadbalancer-id` annotation: attach instead of create.
+    pub existing_id: Option<String>,
+    pub address_type: AddressType,
+    pub vpc_id: Option<String>,
+    /// NLB needs at least two zones; CLB uses the first for intranet addresses.
+    pub zones: Vec<ZoneVSwitch>,
+    pub listeners: Vec<ListenerSpec>,
+}
+
+/// Everything needed to address one server group in later calls.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ServerGroupRef {
+    pub load_balancer_id: String,
+    pub server_group_id: String,
+    pub listener_port: u16,
+    pub listener_protocol: ListenerProtocol,
+    /// NLB listener id (health is read per listener); `None` for CLB.
+    pub listener_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadBalancer {
+    pub id: String,
+    /// IP or DNS name to publish in `status.loadBalancer.ingress`.
+    pub address: Option<String>,
+    /// We created it in this call (so we own its deletion).
+    pub created: bool,
+    pub listeners: Vec<ServerGroupRef>,
+}
+
+/// ENI (pod IP on a Terway ENI), IP, or a whole ECS instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendType {
+    Eni,
+    Ip,
+    Ecs,
+}
+
+impl BackendType {
+    pub fn as_clb_str(self) -> &'static str {
+        match self {
+            BackendType::Eni => "eni",
+            BackendType::Ip => "ip",
+            BackendType::Ecs => "ecs",
+        }
+    }
+    pub fn as_nlb_str(self) -> &'static str {
+        match self {
+            BackendType::Eni => "Eni",
+            BackendType::Ip => "Ip",
+            BackendType::Ecs => "Ecs",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "eni" => Some(BackendType::Eni),
+            "ip" => Some(BackendType::Ip),
+            "ecs" => Some(BackendType::Ecs),
+            _ => None,
+        }
+    }
+}
+
+/// Identity of a backend within a server group.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendKey {
+    /// ENI id, ECS instance id, or the IP itself for IP backends.
+    pub server_id: String,
+    pub ip: String,
+    pub port: u16,
+}
+
+impl fmt::Display for BackendKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({}:{})", self.server_id, self.ip, self.port)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    pub key: BackendKey,
+    pub kind: BackendType,
+    pub weight: u32,
+    /// Ownership marker (`k8s/<port>/<svc>/<ns>/<cluster-id>`).
+    pub description: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HealthState {
+    Healthy,
+    /// Health checks fail; `reason` as the cloud says it (e.g. `CONNECT_TIMEOUT`).
+    Unhealthy {
+        reason: String,
+    },
+    /// Registered, no verdict yet (NLB `Initial`, or still being added).
+    Pending,
+    /// Weight 0: out of rotation on purpose (NLB `Unused`).
+    Unused,
+    /// Health checking is off for this listener, so no verdict will come.
+    NotChecked,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendHealth {
+    pub key: BackendKey,
+    pub state: HealthState,
+}
+
+/// Splits `items` into API calls of at most `size` each.
+pub fn batches<T>(items: &[T], size: usize) -> impl Iterator<Item = &[T]> {
+    items.chunks(size.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_limit_and_keep_every_item() {
+        let items: Vec<u32> = (0..45).collect();
+        let sizes: Vec<usize> = batches(&items, 20).map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![20, 20, 5]);
+        let sizes: Vec<usize> = batches(&items, 40).map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![40, 5]);
+        assert_eq!(batches(&items[..0], 20).count(), 0);
+        let flattened: Vec<u32> = batches(&items, 20).flatten().copied().collect();
+        assert_eq!(flattened, items);
+    }
+
+    #[test]
+    fn backend_type_round_trips_through_both_spellings() {
+        for t in [BackendType::Eni, BackendType::Ip, BackendType::Ecs] {
+            assert_eq!(BackendType::parse(t.as_clb_str()), Some(t));
+            assert_eq!(BackendType::parse(t.as_nlb_str()), Some(t));
+        }
+    }
+}

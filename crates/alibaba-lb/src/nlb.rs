@@ -1,0 +1,705 @@
+//! NLB (Network Load Balancer, API 2022-04-30). Mutating calls are asynchronous:
+//! they return a JobId that we poll with GetJobStatus until it succeeds; a failed or
+//! timed-out job is an error, never a success. Lists page with NextToken.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use crate::clb::client_token;
+use crate::config::{ClientConfig, JobPolicy, Product};
+use crate::credentials::CredentialProvider;
+use crate::error::{Error, Result};
+use crate::model::*;
+use crate::transport::{lenient, params, ApiClient, Params};
+use crate::LoadBalancerBackends;
+
+/// Documented limit of servers per Add/Remove/Update call.
+pub const NLB_BATCH_LIMIT: usize = 40;
+/// Largest page ListServerGroupServers returns.
+pub const NLB_PAGE_SIZE: usize = 100;
+
+#[derive(Debug)]
+pub struct NlbClient {
+    api: ApiClient,
+    region: String,
+    jobs: JobPolicy,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ServerJson {
+    server_id: String,
+    server_ip: String,
+    #[serde(deserialize_with = "lenient::u16")]
+    port: u16,
+    #[serde(deserialize_with = "lenient::u32")]
+    weight: u32,
+    server_type: String,
+    description: String,
+    status: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ServerPage {
+    servers: Vec<ServerJson>,
+    next_token: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct JobAnswer {
+    job_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct JobStatus {
+    status: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct LoadBalancerAttribute {
+    load_balancer_id: String,
+    load_balancer_status: String,
+    #[serde(rename = "DNSName")]
+    dns_name: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CreatedLoadBalancer {
+    // Spelled with a lower-case "b" by the API.
+    #[serde(rename = "LoadbalancerId")]
+    load_balancer_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ServerGroupSummary {
+    server_group_id: String,
+    server_group_name: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ServerGroupPage {
+    server_groups: Vec<ServerGroupSummary>,
+    next_token: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct CreatedServerGroup {
+    server_group_id: String,
+    job_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerSummary {
+    listener_id: String,
+    #[serde(deserialize_with = "lenient::u16")]
+    listener_port: u16,
+    listener_protocol: String,
+    server_group_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerPage {
+    listeners: Vec<ListenerSummary>,
+    next_token: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct CreatedListener {
+    listener_id: String,
+    job_id: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct NonNormalReason {
+    reason_code: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct NonNormalServer {
+    server_id: String,
+    server_ip: String,
+    #[serde(deserialize_with = "lenient::u16")]
+    port: u16,
+    status: String,
+    reason: NonNormalReason,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ServerGroupHealth {
+    server_group_id: String,
+    // Spelled "Heath" by the API.
+    heath_check_enabled: Option<bool>,
+    non_normal_servers: Vec<NonNormalServer>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerHealth {
+    server_group_infos: Vec<ServerGroupHealth>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerHealthPage {
+    listener_health_status: Vec<ListenerHealth>,
+    next_token: String,
+}
+
+/// Flattens servers as `Servers.<n>.<Field>` (1-based), the RPC list encoding.
+fn flatten_servers(backends: &[&Backend], with_attributes: bool) -> Params {
+    let mut out = Params::new();
+    for (index, backend) in backends.iter().enumerate() {
+        let n = index + 1;
+        let mut push =
+            |field: &str, value: String| out.push((format!("Servers.{n}.{field}"), value));
+        push("ServerId", backend.key.server_id.clone());
+        push("ServerType", backend.kind.as_nlb_str().to_string());
+        push("ServerIp", backend.key.ip.clone());
+        push("Port", backend.key.port.to_string());
+        if with_attributes {
+            push("Weight", backend.weight.to_string());
+            if !backend.description.is_empty() {
+                push("Description", backend.description.clone());
+            }
+        }
+    }
+    out
+}
+
+fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
+}
+
+impl NlbClient {
+    pub fn new(config: &ClientConfig, credentials: Arc<dyn CredentialProvider>) -> Result<Self> {
+        Ok(Self {
+            api: ApiClient::new(config, Product::Nlb, credentials)?,
+            region: config.region.clone(),
+            jobs: config.jobs.clone(),
+        })
+    }
+
+    fn region_param(&self) -> (String, String) {
+        ("RegionId".to_string(), self.region.clone())
+    }
+
+    /// Reads go in the query, as the official SDK sends most of them.
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        action: &str,
+        mut query: Params,
+    ) -> Result<T> {
+        query.push(self.region_param());
+        Ok(self.api.call(action, &query, &[]).await?.body)
+    }
+
+    /// Mutations go in a form body (as the SDK sends them) with an idempotency token
+    /// that stays the same across retries of this call.
+    async fn mutate<T: serde::de::DeserializeOwned>(
+        &self,
+        action: &str,
+        mut form: Params,
+    ) -> Result<(T, String)> {
+        form.push(self.region_param());
+        if !form.iter().any(|(k, _)| k == "ClientToken") {
+            form.push(("ClientToken".into(), crate::transport::new_nonce()));
+        }
+        let answer = self.api.call(action, &[], &form).await?;
+        Ok((answer.body, answer.request_id))
+    }
+
+    /// Polls GetJobStatus until the job leaves `Processing`. Only `Succeeded` is
+    /// success; `Failed` (or anything unknown) and running out of time are errors.
+    async fn wait_for_job(&self, action: &str, job_id: &str, request_id: &str) -> Result<()> {
+        if job_id.is_empty() {
+            return Err(Error::Decode {
+                action: action.into(),
+                request_id: request_id.into(),
+                detail: "no JobId in the answer to an asynchronous call".into(),
+            });
+        }
+        let started = Instant::now();
+        loop {
+            let status: JobStatus = self
+                .read("GetJobStatus", params([("JobId", job_id.to_string())]))
+                .await?;
+            match status.status.as_str() {
+                "Succeeded" => {
+                    tracing::debug!(action, job_id, request_id, "job succeeded");
+                    return Ok(());
+                }
+                "Processing" | "" => {}
+                other => {
+                    return Err(Error::JobFailed {
+                        action: action.into(),
+                        job_id: job_id.into(),
+                        status: other.into(),
+                        request_id: request_id.into(),
+                    })
+                }
+            }
+            if started.elapsed() >= self.jobs.timeout {
+                return Err(Error::JobTimedOut {
+                    action: action.into(),
+                    job_id: job_id.into(),
+                    waited: started.elapsed(),
+                    request_id: request_id.into(),
+                });
+            }
+            tokio::time::sleep(self.jobs.poll_interval).await;
+        }
+    }
+
+    async fn mutate_and_wait(&self, action: &str, form: Params) -> Result<()> {
+        let (answer, request_id) = self.mutate::<JobAnswer>(action, form).await?;
+        self.wait_for_job(action, &answer.job_id, &request_id).await
+    }
+
+    async fn load_balancer_attribute(&self, id: &str) -> Result<LoadBalancerAttribute> {
+        const ACTION: &str = "GetLoadBalancerAttribute";
+        match self
+            .read(ACTION, params([("LoadBalancerId", id.to_string())]))
+            .await
+        {
+            Err(Error::Api {
+                code, request_id, ..
+            }) if code.contains("NotFound") || code.contains("NotExist") => Err(Error::NotFound {
+                action: ACTION.into(),
+                what: format!("load balancer {id}"),
+                request_id,
+            }),
+            other => other,
+        }
+    }
+
+    /// A new load balancer is `Provisioning` for a while; listeners can be added
+    /// only once it is `Active`.
+    async fn wait_until_active(&self, id: &str) -> Result<LoadBalancerAttribute> {
+        let started = Instant::now();
+        loop {
+            let attribute = self.load_balancer_attribute(id).await?;
+            if attribute.load_balancer_status == "Active" {
+                return Ok(attribute);
+            }
+            if started.elapsed() >= self.jobs.timeout {
+                return Err(Error::JobTimedOut {
+                    action: "CreateLoadBalancer".into(),
+                    job_id: id.into(),
+                    waited: started.elapsed(),
+                    request_id: crate::error::NO_REQUEST_ID.into(),
+                });
+            }
+            tokio::time::sleep(self.jobs.poll_interval).await;
+        }
+    }
+
+    /// Every page of a NextToken-paged list.
+    async fn paged<P, I>(
+        &self,
+        action: &str,
+        base: Params,
+        page_size: usize,
+        split: impl Fn(P) -> (Vec<I>, String),
+    ) -> Result<Vec<I>>
+    where
+        P: serde::de::DeserializeOwned,
+    {
+        let mut items = Vec::new();
+        let mut next_token = String::new();
+        loop {
+            let mut query = base.clone();
+            query.push(("MaxResults".into(), page_size.to_string()));
+            if !next_token.is_empty() {
+                query.push(("NextToken".into(), next_token.clone()));
+            }
+            let (page_items, token) = split(self.read::<P>(action, query).await?);
+            items.extend(page_items);
+            if token.is_empty() || token == next_token {
+                return Ok(items);
+            }
+            next_token = token;
+        }
+    }
+
+    async fn servers(&self, group: &ServerGroupRef) -> Result<Vec<(Backend, String)>> {
+        let servers = self
+            .paged(
+                "ListServerGroupServers",
+                params([("ServerGroupId", group.server_group_id.clone())]),
+                NLB_PAGE_SIZE,
+                |p: ServerPage| (p.servers, p.next_token),
+            )
+            .await?;
+        Ok(servers
+            .into_iter()
+            .map(|s| {
+                let backend = Backend {
+                    key: BackendKey {
+                        server_id: s.server_id,
+                        ip: s.server_ip,
+                        port: s.port,
+                    },
+                    kind: BackendType::parse(&s.server_type).unwrap_or(BackendType::Ip),
+                    weight: s.weight,
+                    description: s.description,
+                };
+                (backend, s.status)
+            })
+            .collect())
+    }
+
+    async fn ensure_server_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        listener: &ListenerSpec,
+    ) -> Result<String> {
+        let existing = self
+            .paged(
+                "ListServerGroups",
+                params([("ServerGroupNames.1", listener.server_group_name.clone())]),
+                NLB_PAGE_SIZE,
+                |p: ServerGroupPage| (p.server_groups, p.next_token),
+            )
+            .await?;
+        if let Some(group) = existing
+            .iter()
+            .find(|g| g.server_group_name == listener.server_group_name)
+        {
+            return Ok(group.server_group_id.clone());
+        }
+        let mut form = params([
+            ("ServerGroupName", listener.server_group_name.clone()),
+            // Pod IPs are registered directly (Terway ENI mode).
+            ("ServerGroupType", "Ip".to_string()),
+            ("Protocol", listener.protocol.as_api_str().to_string()),
+            ("AddressIPVersion", "ipv4".to_string()),
+            ("HealthCheckConfig.HealthCheckEnabled", "true".to_string()),
+            (
+                "ClientToken",
+                client_token(&["nlb-sg", &self.region, &listener.server_group_name]),
+            ),
+        ]);
+        if let Some(vpc) = &spec.vpc_id {
+            form.push(("VpcId".into(), vpc.clone()));
+        }
+        let (created, request_id) = self
+            .mutate::<CreatedServerGroup>("CreateServerGroup", form)
+            .await?;
+        self.wait_for_job("CreateServerGroup", &created.job_id, &request_id)
+            .await?;
+        Ok(created.server_group_id)
+    }
+}
+
+#[async_trait::async_trait]
+impl LoadBalancerBackends for NlbClient {
+    fn product(&self) -> Product {
+        Product::Nlb
+    }
+
+    async fn ensure_load_balancer(&self, spec: &LoadBalancerSpec) -> Result<LoadBalancer> {
+        let (id, created) = match &spec.existing_id {
+            Some(id) => (id.clone(), false),
+            None => {
+                let mut form = params([
+                    ("LoadBalancerName", spec.name.clone()),
+                    ("LoadBalancerType", "Network".to_string()),
+                    ("AddressType", spec.address_type.as_nlb_str().to_string()),
+                    ("AddressIpVersion", "ipv4".to_string()),
+                    (
+                        "ClientToken",
+                        client_token(&["nlb", &self.region, &spec.name]),
+                    ),
+                ]);
+                if let Some(vpc) = &spec.vpc_id {
+                    form.push(("VpcId".into(), vpc.clone()));
+                }
+                for (i, zone) in spec.zones.iter().enumerate() {
+                    form.push((
+                        format!("ZoneMappings.{}.ZoneId", i + 1),
+                        zone.zone_id.clone(),
+                    ));
+                    form.push((
+                        format!("ZoneMappings.{}.VSwitchId", i + 1),
+                        zone.vswitch_id.clone(),
+                    ));
+                }
+                let (created, request_id) = self
+                    .mutate::<CreatedLoadBalancer>("CreateLoadBalancer", form)
+                    .await?;
+                tracing::info!(load_balancer_id = %created.load_balancer_id, request_id, "created NLB");
+                (created.load_balancer_id, true)
+            }
+        };
+        let attribute = self.wait_until_active(&id).await?;
+        let mut listeners = self
+            .paged(
+                "ListListeners",
+                params([("LoadBalancerIds.1", id.clone())]),
+                NLB_PAGE_SIZE,
+                |p: ListenerPage| (p.listeners, p.next_token),
+            )
+            .await?;
+        let mut groups = Vec::with_capacity(spec.listeners.len());
+        for listener in &spec.listeners {
+            let group_id = self.ensure_server_group(spec, listener).await?;
+            let protocol = listener.protocol.as_api_str();
+            let listener_id = match listeners.iter().find(|l| {
+                l.listener_port == listener.port
+                    && l.listener_protocol.eq_ignore_ascii_case(protocol)
+            }) {
+                Some(existing) => existing.listener_id.clone(),
+                None => {
+                    let (created, request_id) = self
+                        .mutate::<CreatedListener>(
+                            "CreateListener",
+                            params([
+                                ("LoadBalancerId", id.clone()),
+                                ("ListenerProtocol", protocol.to_string()),
+                                ("ListenerPort", listener.port.to_string()),
+                                ("ServerGroupId", group_id.clone()),
+                                (
+                                    "ClientToken",
+                                    client_token(&[
+                                        "nlb-lsn",
+                                        &id,
+                                        &listener.port.to_string(),
+                                        protocol,
+                                    ]),
+                                ),
+                            ]),
+                        )
+                        .await?;
+                    self.wait_for_job("CreateListener", &created.job_id, &request_id)
+                        .await?;
+                    listeners.push(ListenerSummary {
+                        listener_id: created.listener_id.clone(),
+                        listener_port: listener.port,
+                        listener_protocol: protocol.to_string(),
+                        server_group_id: group_id.clone(),
+                    });
+                    created.listener_id
+                }
+            };
+            groups.push(ServerGroupRef {
+                load_balancer_id: id.clone(),
+                server_group_id: group_id,
+                listener_port: listener.port,
+                listener_protocol: listener.protocol,
+                listener_id: Some(listener_id),
+            });
+        }
+        Ok(LoadBalancer {
+            id: if attribute.load_balancer_id.is_empty() {
+                id
+            } else {
+                attribute.load_balancer_id
+            },
+            address: Some(attribute.dns_name).filter(|a| !a.is_empty()),
+            created,
+            listeners: groups,
+        })
+    }
+
+    async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()> {
+        match self
+            .mutate_and_wait(
+                "DeleteLoadBalancer",
+                params([("LoadBalancerId", load_balancer_id.to_string())]),
+            )
+            .await
+        {
+            Err(e) if is_not_found(&e) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
+        Ok(self
+            .servers(group)
+            .await?
+            .into_iter()
+            .map(|(b, _)| b)
+            .collect())
+    }
+
+    async fn add_backends(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {
+        let present: HashSet<BackendKey> = self
+            .servers(group)
+            .await?
+            .into_iter()
+            .map(|(b, _)| b.key)
+            .collect();
+        let missing: Vec<&Backend> = backends
+            .iter()
+            .filter(|b| !present.contains(&b.key))
+            .collect();
+        for batch in batches(&missing, NLB_BATCH_LIMIT) {
+            let mut form = flatten_servers(batch, true);
+            form.push(("ServerGroupId".into(), group.server_group_id.clone()));
+            // One group accepts one change at a time, so each job must finish first.
+            self.mutate_and_wait("AddServersToServerGroup", form)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_backends(&self, group: &ServerGroupRef, backends: &[BackendKey]) -> Result<()> {
+        let wanted: HashSet<&BackendKey> = backends.iter().collect();
+        let present = self.servers(group).await?;
+        let to_remove: Vec<&Backend> = present
+            .iter()
+            .map(|(b, _)| b)
+            .filter(|b| wanted.contains(&b.key))
+            .collect();
+        for batch in batches(&to_remove, NLB_BATCH_LIMIT) {
+            let mut form = flatten_servers(batch, false);
+            form.push(("ServerGroupId".into(), group.server_group_id.clone()));
+            self.mutate_and_wait("RemoveServersFromServerGroup", form)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn set_weights(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {
+        let all: Vec<&Backend> = backends.iter().collect();
+        for batch in batches(&all, NLB_BATCH_LIMIT) {
+            let mut form = flatten_servers(batch, true);
+            form.push(("ServerGroupId".into(), group.server_group_id.clone()));
+            self.mutate_and_wait("UpdateServerGroupServersAttribute", form)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+        let listener_id = group.listener_id.clone().ok_or_else(|| {
+            Error::Config(format!(
+                "NLB health needs the listener id of server group {}",
+                group.server_group_id
+            ))
+        })?;
+        let servers = self.servers(group).await?;
+        let reports = self
+            .paged(
+                "GetListenerHealthStatus",
+                params([("ListenerId", listener_id)]),
+                NLB_PAGE_SIZE,
+                |p: ListenerHealthPage| (p.listener_health_status, p.next_token),
+            )
+            .await?;
+        let infos: Vec<&ServerGroupHealth> = reports
+            .iter()
+            .flat_map(|l| l.server_group_infos.iter())
+            .filter(|g| g.server_group_id == group.server_group_id)
+            .collect();
+        let checks_disabled =
+            !infos.is_empty() && infos.iter().all(|g| g.heath_check_enabled == Some(false));
+        Ok(servers
+            .into_iter()
+            .map(|(backend, status)| {
+                let abnormal = infos
+                    .iter()
+                    .flat_map(|g| g.non_normal_servers.iter())
+                    .find(|s| {
+                        s.port == backend.key.port
+                            && (s.server_id == backend.key.server_id
+                                || s.server_ip == backend.key.ip)
+                    });
+                let state = match abnormal {
+                    Some(s) => match s.status.as_str() {
+                        "Initial" => HealthState::Pending,
+                        "Unused" => HealthState::Unused,
+                        "Unavailable" => HealthState::NotChecked,
+                        _ => HealthState::Unhealthy {
+                            reason: if s.reason.reason_code.is_empty() {
+                                s.status.clone()
+                            } else {
+                                s.reason.reason_code.clone()
+                            },
+                        },
+                    },
+                    None if checks_disabled => HealthState::NotChecked,
+                    // Still being added (or removed): not in service yet.
+                    None if status != "Available" => HealthState::Pending,
+                    // Only abnormal servers are reported, so silence means healthy.
+                    None => HealthState::Healthy,
+                };
+                BackendHealth {
+                    key: backend.key,
+                    state,
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_are_flattened_one_based() {
+        let b = |i: u16| Backend {
+            key: BackendKey {
+                server_id: format!("10.0.0.{i}"),
+                ip: format!("10.0.0.{i}"),
+                port: 80,
+            },
+            kind: BackendType::Ip,
+            weight: 50,
+            description: "d".into(),
+        };
+        let (b1, b2) = (b(1), b(2));
+        let flat = flatten_servers(&[&b1, &b2], true);
+        let get = |k: &str| {
+            flat.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("Servers.1.ServerId"), Some("10.0.0.1"));
+        assert_eq!(get("Servers.2.ServerIp"), Some("10.0.0.2"));
+        assert_eq!(get("Servers.2.ServerType"), Some("Ip"));
+        assert_eq!(get("Servers.1.Weight"), Some("50"));
+        assert_eq!(get("Servers.3.ServerId"), None);
+        let keys_only = flatten_servers(&[&b1], false);
+        assert!(keys_only.iter().all(|(k, _)| !k.ends_with("Weight")));
+    }
+
+    #[test]
+    fn health_report_parses_the_documented_shape() {
+        let body = r#"{"RequestId":"R","ListenerHealthStatus":[{"ListenerId":"lsn-1","ListenerPort":80,
+            "ServerGroupInfos":[{"HeathCheckEnabled":true,"ServerGroupId":"sgp-1","NonNormalServers":[
+            {"Status":"Unhealthy","Port":80,"Reason":{"ReasonCode":"CONNECT_TIMEOUT"},"ServerId":"i-1","ServerIp":"10.0.0.1"}]}]}],
+            "NextToken":"","MaxResults":20}"#;
+        let page: ListenerHealthPage = serde_json::from_str(body).unwrap();
+        let server = &page.listener_health_status[0].server_group_infos[0].non_normal_servers[0];
+        assert_eq!(server.reason.reason_code, "CONNECT_TIMEOUT");
+        assert_eq!(server.port, 80);
+    }
+
+    #[test]
+    fn created_load_balancer_reads_the_lower_case_b_field() {
+        let created: CreatedLoadBalancer =
+            serde_json::from_str(r#"{"LoadbalancerId":"nlb-1","OrderId":1,"RequestId":"R"}"#)
+                .unwrap();
+        assert_eq!(created.load_balancer_id, "nlb-1");
+    }
+}
