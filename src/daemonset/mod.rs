@@ -1,0 +1,9 @@
+//! The DaemonSet upgrade controller: AdvancedRollingUpdate and OTA.
+// controller wiring lives in controller.rs (lead)
+pub mod controller;
+pub mod ota_plan;
+pub mod policy;
+pub mod revision;
+pub mod rolling_plan;
+#[cfg(test)]
+mod testkit;

@@ -1,0 +1,291 @@
+//! The OTA planner: which pods need their `PodNeedUpgrade` condition written or removed.
+//!
+//! Pure: it returns only the pods whose condition must change, so the controller writes
+//! nothing on a no-op resync. Every pod of the DaemonSet is covered, whatever its node's
+//! state (the node API on a NotReady node still serves its last known pods).
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::revision::{is_controlled_by, CurrentRevision};
+
+/// Pod condition type telling the node operator that the pod is out of date.
+pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
+
+/// The condition message naming the current revision: `controllerrevision: <hash>`.
+pub fn need_upgrade_message(current_hash: &str) -> String {
+    format!("controllerrevision: {current_hash}")
+}
+
+/// A `PodNeedUpgrade` condition to write on one pod (status subresource).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConditionUpdate {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The version the plan was made from, for an optimistic-concurrency write.
+    pub resource_version: Option<String>,
+    /// The full condition to set, replacing any existing `PodNeedUpgrade` condition.
+    pub condition: PodCondition,
+}
+
+/// A pod carrying a `PodNeedUpgrade` condition that must go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaleCondition {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: Option<String>,
+    /// The pod's conditions without `PodNeedUpgrade`, for a write that replaces the list.
+    pub remaining_conditions: Vec<PodCondition>,
+}
+
+/// Plans `PodNeedUpgrade` for every pod the OTA DaemonSet controls: status `"True"` when
+/// out of date, else `"False"`; message `controllerrevision: <current hash>`;
+/// `lastTransitionTime` kept when the status does not change, else `now`.
+///
+/// Returns only pods whose condition is missing or differs in status or message, sorted
+/// by name. Returns nothing while the current hash is unknown (no ControllerRevision
+/// yet), since the message could not name it.
+pub fn plan_need_upgrade_conditions(
+    daemonset: &DaemonSet,
+    revisions: &[ControllerRevision],
+    pods: &[Pod],
+    now: Timestamp,
+) -> Vec<ConditionUpdate> {
+    let Some(current) = CurrentRevision::of(daemonset, revisions) else {
+        return Vec::new();
+    };
+    let Some(hash) = current.hash.as_deref() else {
+        return Vec::new();
+    };
+    let message = need_upgrade_message(hash);
+    let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
+
+    let mut updates: Vec<ConditionUpdate> = pods
+        .iter()
+        .filter(|pod| is_controlled_by(pod, ds_uid))
+        .filter_map(|pod| {
+            let status = if current.is_pod_updated(pod) {
+                "False"
+            } else {
+                "True"
+            };
+            let existing = need_upgrade_condition(pod);
+            let last_transition_time = match existing {
+                Some(existing) if existing.status == status => {
+                    if existing.message.as_deref() == Some(message.as_str()) {
+                        return None;
+                    }
+                    existing.last_transition_time.clone()
+                }
+                _ => Some(Time(now)),
+            };
+            Some(ConditionUpdate {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                resource_version: pod.metadata.resource_version.clone(),
+                condition: PodCondition {
+                    type_: POD_NEED_UPGRADE_CONDITION.into(),
+                    status: status.into(),
+                    message: Some(message.clone()),
+                    last_transition_time,
+                    ..Default::default()
+                },
+            })
+        })
+        .collect();
+    updates.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    updates
+}
+
+/// For a DaemonSet that is not (or no longer) OTA: the pods it controls that still
+/// carry a `PodNeedUpgrade` condition, sorted by name. The caller decides that the
+/// DaemonSet is not OTA; this function does not look at its annotations.
+pub fn plan_stale_condition_removals(daemonset: &DaemonSet, pods: &[Pod]) -> Vec<StaleCondition> {
+    let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
+    let mut stale: Vec<StaleCondition> = pods
+        .iter()
+        .filter(|pod| is_controlled_by(pod, ds_uid))
+        .filter(|pod| need_upgrade_condition(pod).is_some())
+        .map(|pod| StaleCondition {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            resource_version: pod.metadata.resource_version.clone(),
+            remaining_conditions: pod_conditions(pod)
+                .iter()
+                .filter(|c| c.type_ != POD_NEED_UPGRADE_CONDITION)
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    stale.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    stale
+}
+
+fn pod_conditions(pod: &Pod) -> &[PodCondition] {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+fn need_upgrade_condition(pod: &Pod) -> Option<&PodCondition> {
+    pod_conditions(pod)
+        .iter()
+        .find(|c| c.type_ == POD_NEED_UPGRADE_CONDITION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemonset::testkit::{at, revision, DaemonSetBuilder, PodBuilder};
+
+    fn ota() -> DaemonSet {
+        DaemonSetBuilder::new("agent")
+            .strategy("OTA")
+            .on_delete()
+            .build()
+    }
+
+    fn need_upgrade(status: &str, hash: &str, since: i64) -> PodCondition {
+        PodCondition {
+            type_: POD_NEED_UPGRADE_CONDITION.into(),
+            status: status.into(),
+            message: Some(need_upgrade_message(hash)),
+            last_transition_time: Some(Time(at(since))),
+            ..Default::default()
+        }
+    }
+
+    fn statuses(updates: &[ConditionUpdate]) -> Vec<(&str, &str)> {
+        updates
+            .iter()
+            .map(|u| (u.name.as_str(), u.condition.status.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn true_for_old_pods_false_for_current_ones_with_the_hash_in_the_message() {
+        let ds = ota();
+        let revisions = [revision(&ds, "h1", 1), revision(&ds, "h2", 2)];
+        let pods = [
+            PodBuilder::new("old", &ds).hash("h1").on_node("n1").build(),
+            PodBuilder::new("new", &ds)
+                .hash("h2")
+                .on_node("n2")
+                .resource_version("42")
+                .build(),
+            PodBuilder::new("pending-old", &ds)
+                .hash("h1")
+                .pending_for_node("n3")
+                .build(),
+        ];
+        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        assert_eq!(
+            statuses(&updates),
+            [("new", "False"), ("old", "True"), ("pending-old", "True")]
+        );
+        for update in &updates {
+            assert_eq!(update.condition.type_, "PodNeedUpgrade");
+            assert_eq!(
+                update.condition.message.as_deref(),
+                Some("controllerrevision: h2")
+            );
+            assert_eq!(update.condition.last_transition_time, Some(Time(at(500))));
+            assert_eq!(update.namespace, "edge");
+        }
+        assert_eq!(updates[0].uid, "uid-new");
+        assert_eq!(updates[0].resource_version.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn no_op_when_nothing_changes() {
+        let ds = ota();
+        let revisions = [revision(&ds, "h1", 1), revision(&ds, "h2", 2)];
+        let pods = [
+            PodBuilder::new("old", &ds)
+                .hash("h1")
+                .with_condition(need_upgrade("True", "h2", 100))
+                .build(),
+            PodBuilder::new("new", &ds)
+                .hash("h2")
+                .with_condition(need_upgrade("False", "h2", 100))
+                .build(),
+        ];
+        assert!(plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500)).is_empty());
+    }
+
+    #[test]
+    fn message_rewritten_when_hash_changes_keeping_transition_time() {
+        let ds = ota();
+        // The template moved on from h2 to h3; the pod was already out of date at h2.
+        let revisions = [revision(&ds, "h2", 2), revision(&ds, "h3", 3)];
+        let pods = [PodBuilder::new("old", &ds)
+            .hash("h1")
+            .with_condition(need_upgrade("True", "h2", 100))
+            .build()];
+        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].condition, need_upgrade("True", "h3", 100));
+    }
+
+    #[test]
+    fn transition_time_moves_when_status_flips() {
+        let ds = ota();
+        let revisions = [revision(&ds, "h2", 2)];
+        // Recreated by the operator's upgrade: now current, but still marked True.
+        let pods = [PodBuilder::new("upgraded", &ds)
+            .hash("h2")
+            .with_condition(need_upgrade("True", "h2", 100))
+            .build()];
+        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].condition, need_upgrade("False", "h2", 500));
+    }
+
+    #[test]
+    fn pods_of_other_owners_and_unknown_revision_are_left_alone() {
+        let ds = ota();
+        let foreign = [PodBuilder::new("foreign", &ds)
+            .owned_by_uid("other")
+            .hash("h1")
+            .build()];
+        assert!(
+            plan_need_upgrade_conditions(&ds, &[revision(&ds, "h2", 2)], &foreign, at(1))
+                .is_empty()
+        );
+        let mine = [PodBuilder::new("mine", &ds).hash("h1").build()];
+        assert!(plan_need_upgrade_conditions(&ds, &[], &mine, at(1)).is_empty());
+    }
+
+    #[test]
+    fn stale_conditions_are_removed_and_others_kept() {
+        let ds = DaemonSetBuilder::new("agent").on_delete().build();
+        let pods = [
+            PodBuilder::new("marked", &ds)
+                .ready_since(at(10))
+                .with_condition(need_upgrade("True", "h1", 100))
+                .build(),
+            PodBuilder::new("clean", &ds).ready_since(at(10)).build(),
+            PodBuilder::new("foreign", &ds)
+                .owned_by_uid("other")
+                .with_condition(need_upgrade("True", "h1", 100))
+                .build(),
+        ];
+        let stale = plan_stale_condition_removals(&ds, &pods);
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].name, "marked");
+        assert_eq!(stale[0].uid, "uid-marked");
+        let remaining: Vec<&str> = stale[0]
+            .remaining_conditions
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(remaining, ["Ready"]);
+    }
+}

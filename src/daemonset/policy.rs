@@ -1,0 +1,388 @@
+//! Which upgrade model a DaemonSet asks for, read from its annotations.
+//!
+//! Decisions the spec left open, made here:
+//! - `max-unavailable` above `100%` is bad input (it is almost certainly a typo and the
+//!   user should hear about it), not "all at once".
+//! - An integer larger than the number of nodes is valid and means "all at once": the
+//!   budget is clamped to the node count.
+//! - Integers of any size are accepted (they saturate), because they only ever clamp.
+//! - Surrounding whitespace is ignored; signs, decimals and units other than `%` are not.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+
+/// Annotation selecting the upgrade model: `AdvancedRollingUpdate` or `OTA`.
+pub const UPDATE_STRATEGY_ANNOTATION: &str = "apps.openyurt.io/update-strategy";
+/// Annotation bounding AdvancedRollingUpdate: an integer or a percentage.
+pub const MAX_UNAVAILABLE_ANNOTATION: &str = "apps.openyurt.io/max-unavailable";
+/// The only `spec.updateStrategy.type` we act on: the native controller then only
+/// recreates pods we delete, so the two controllers never fight.
+pub const ON_DELETE: &str = "OnDelete";
+
+/// Human description of what `max-unavailable` accepts, reused in every error message.
+pub const MAX_UNAVAILABLE_ACCEPTED_FORMS: &str = "a non-negative integer (e.g. 2) or a whole \
+     percentage from 0% to 100% (e.g. 30%); 0 and 0% mean the default 10%";
+
+/// The upgrade model a DaemonSet selected, with its parsed parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Delete old pods on Ready nodes, bounded by `max_unavailable`.
+    AdvancedRollingUpdate { max_unavailable: MaxUnavailable },
+    /// Only mark pods with `PodNeedUpgrade`; the node operator triggers the upgrade.
+    Ota,
+}
+
+/// Outcome of reading a DaemonSet's upgrade annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyDecision {
+    /// No strategy annotation: not an upgrade-managed DaemonSet; stay silent.
+    Unmanaged,
+    /// Annotated, but `spec.updateStrategy.type` is not `OnDelete`: do nothing at all.
+    /// `reason` is worded for a Warning Event.
+    NotOurs { reason: String },
+    /// Annotated with a value we cannot act on: do nothing until it is fixed, and warn
+    /// with the error's Display.
+    Invalid(PolicyError),
+    /// Act with this policy.
+    Managed(Policy),
+}
+
+impl PolicyDecision {
+    /// Short CamelCase reason for a Warning Event, or `None` when no warning is due.
+    pub fn warning_reason(&self) -> Option<&'static str> {
+        match self {
+            PolicyDecision::NotOurs { .. } => Some("UpdateStrategyNotOnDelete"),
+            PolicyDecision::Invalid(error) => Some(error.event_reason()),
+            PolicyDecision::Unmanaged | PolicyDecision::Managed(_) => None,
+        }
+    }
+}
+
+/// Annotation values we cannot act on. Display names the value and the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(
+        "unknown value {value:?} for annotation {UPDATE_STRATEGY_ANNOTATION}: expected \
+         AdvancedRollingUpdate or OTA (case-insensitive)"
+    )]
+    UnknownStrategy { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {MAX_UNAVAILABLE_ANNOTATION}: expected \
+         {MAX_UNAVAILABLE_ACCEPTED_FORMS}"
+    )]
+    InvalidMaxUnavailable { value: String },
+}
+
+impl PolicyError {
+    /// Short CamelCase reason for a Warning Event.
+    pub fn event_reason(&self) -> &'static str {
+        match self {
+            PolicyError::UnknownStrategy { .. } => "UnknownUpdateStrategy",
+            PolicyError::InvalidMaxUnavailable { .. } => "InvalidMaxUnavailable",
+        }
+    }
+}
+
+/// How many nodes may be unavailable at once during AdvancedRollingUpdate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    /// An absolute number of nodes, at least 1.
+    Count(u32),
+    /// A percentage of the percentage base, from 1 to 100, rounded up.
+    Percent(u8),
+}
+
+impl MaxUnavailable {
+    /// Used when the annotation is absent, `0` or `0%`.
+    pub const DEFAULT: MaxUnavailable = MaxUnavailable::Percent(10);
+
+    /// Parses the annotation value; `None` (annotation absent) gives the default.
+    pub fn parse(raw: Option<&str>) -> Result<MaxUnavailable, PolicyError> {
+        let Some(raw) = raw else {
+            return Ok(Self::DEFAULT);
+        };
+        let invalid = || PolicyError::InvalidMaxUnavailable {
+            value: raw.to_string(),
+        };
+        let trimmed = raw.trim();
+        let (digits, is_percent) = match trimmed.strip_suffix('%') {
+            Some(number) => (number, true),
+            None => (trimmed, false),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid());
+        }
+        // Digits only, so the sole possible parse failure is overflow: saturate.
+        let value = digits.parse::<u64>().unwrap_or(u64::MAX);
+        match (is_percent, value) {
+            (_, 0) => Ok(Self::DEFAULT),
+            (true, 1..=100) => Ok(MaxUnavailable::Percent(value as u8)),
+            (true, _) => Err(invalid()),
+            (false, _) => Ok(MaxUnavailable::Count(
+                u32::try_from(value).unwrap_or(u32::MAX),
+            )),
+        }
+    }
+
+    /// The number of nodes that may be unavailable, given the percentage base (nodes that
+    /// have a pod of the DaemonSet). Percentages round up; counts clamp to the base.
+    pub fn budget(self, base_nodes: usize) -> usize {
+        match self {
+            MaxUnavailable::Count(count) => (count as usize).min(base_nodes),
+            MaxUnavailable::Percent(percent) => (base_nodes * percent as usize).div_ceil(100),
+        }
+    }
+}
+
+impl std::fmt::Display for MaxUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxUnavailable::Count(count) => write!(f, "{count}"),
+            MaxUnavailable::Percent(percent) => write!(f, "{percent}%"),
+        }
+    }
+}
+
+/// Parses the strategy annotation value, case-insensitively.
+pub fn parse_strategy(value: &str) -> Result<StrategyKind, PolicyError> {
+    let trimmed = value.trim();
+    if trimmed.eq_ignore_ascii_case("AdvancedRollingUpdate") {
+        Ok(StrategyKind::AdvancedRollingUpdate)
+    } else if trimmed.eq_ignore_ascii_case("OTA") {
+        Ok(StrategyKind::Ota)
+    } else {
+        Err(PolicyError::UnknownStrategy {
+            value: value.to_string(),
+        })
+    }
+}
+
+/// The strategy named by the annotation, before its parameters are parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyKind {
+    AdvancedRollingUpdate,
+    Ota,
+}
+
+/// Reads the DaemonSet's annotations and update strategy into a decision.
+///
+/// Order: no annotation -> `Unmanaged`; unknown strategy -> `Invalid`; not `OnDelete`
+/// -> `NotOurs`; then `max-unavailable` (AdvancedRollingUpdate only; OTA ignores it).
+pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
+    let annotations = daemonset.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+
+    let Some(strategy_value) = annotation(UPDATE_STRATEGY_ANNOTATION) else {
+        return PolicyDecision::Unmanaged;
+    };
+    let kind = match parse_strategy(strategy_value) {
+        Ok(kind) => kind,
+        Err(error) => return PolicyDecision::Invalid(error),
+    };
+
+    let update_type = daemonset
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|strategy| strategy.type_.as_deref())
+        // The API server defaults an absent type to RollingUpdate.
+        .unwrap_or("RollingUpdate");
+    if update_type != ON_DELETE {
+        return PolicyDecision::NotOurs {
+            reason: format!(
+                "annotation {UPDATE_STRATEGY_ANNOTATION}={strategy_value} is ignored: \
+                 spec.updateStrategy.type is {update_type}, it must be {ON_DELETE} so that \
+                 only the upgrade controller decides which pods to replace"
+            ),
+        };
+    }
+
+    match kind {
+        StrategyKind::Ota => PolicyDecision::Managed(Policy::Ota),
+        StrategyKind::AdvancedRollingUpdate => {
+            match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
+                Ok(max_unavailable) => {
+                    PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable })
+                }
+                Err(error) => PolicyDecision::Invalid(error),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemonset::testkit::DaemonSetBuilder;
+
+    #[test]
+    fn max_unavailable_accepted_forms() {
+        let cases: &[(Option<&str>, MaxUnavailable)] = &[
+            (None, MaxUnavailable::Percent(10)),
+            (Some("0"), MaxUnavailable::Percent(10)),
+            (Some("0%"), MaxUnavailable::Percent(10)),
+            (Some("00"), MaxUnavailable::Percent(10)),
+            (Some("3"), MaxUnavailable::Count(3)),
+            (Some(" 3 "), MaxUnavailable::Count(3)),
+            (Some("30%"), MaxUnavailable::Percent(30)),
+            (Some("100%"), MaxUnavailable::Percent(100)),
+            (Some("1%"), MaxUnavailable::Percent(1)),
+            (Some("5000"), MaxUnavailable::Count(5000)),
+            (
+                Some("99999999999999999999999"),
+                MaxUnavailable::Count(u32::MAX),
+            ),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(MaxUnavailable::parse(*raw), Ok(*expected), "input {raw:?}");
+        }
+    }
+
+    #[test]
+    fn max_unavailable_bad_input_names_value_and_accepted_forms() {
+        for raw in [
+            "abc", "10.5%", "-1", "150%", "101%", "", "%", "+3", "3 %", "30%%", "1e3", "ten%",
+        ] {
+            let error = MaxUnavailable::parse(Some(raw)).expect_err(raw);
+            assert_eq!(
+                error,
+                PolicyError::InvalidMaxUnavailable {
+                    value: raw.to_string()
+                }
+            );
+            let message = error.to_string();
+            assert!(message.contains(&format!("{raw:?}")), "{message}");
+            assert!(message.contains(MAX_UNAVAILABLE_ANNOTATION), "{message}");
+            assert!(
+                message.contains("integer") && message.contains("30%"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn percentage_budget_rounds_up() {
+        let cases = [
+            (MaxUnavailable::Percent(10), 1, 1),
+            (MaxUnavailable::Percent(10), 10, 1),
+            (MaxUnavailable::Percent(10), 11, 2),
+            (MaxUnavailable::Percent(30), 7, 3), // 2.1 -> 3
+            (MaxUnavailable::Percent(50), 3, 2), // 1.5 -> 2
+            (MaxUnavailable::Percent(100), 7, 7),
+            (MaxUnavailable::Percent(10), 0, 0),
+        ];
+        for (max, base, expected) in cases {
+            assert_eq!(max.budget(base), expected, "{max} of {base}");
+        }
+    }
+
+    #[test]
+    fn count_larger_than_node_count_means_all_at_once() {
+        assert_eq!(MaxUnavailable::Count(50).budget(4), 4);
+        assert_eq!(MaxUnavailable::Count(u32::MAX).budget(4), 4);
+        assert_eq!(MaxUnavailable::Count(2).budget(4), 2);
+    }
+
+    #[test]
+    fn strategy_is_case_insensitive() {
+        for (raw, expected) in [
+            ("AdvancedRollingUpdate", StrategyKind::AdvancedRollingUpdate),
+            ("advancedrollingupdate", StrategyKind::AdvancedRollingUpdate),
+            ("ADVANCEDROLLINGUPDATE", StrategyKind::AdvancedRollingUpdate),
+            ("OTA", StrategyKind::Ota),
+            ("otA", StrategyKind::Ota),
+            ("ota", StrategyKind::Ota),
+        ] {
+            assert_eq!(parse_strategy(raw), Ok(expected), "{raw}");
+        }
+    }
+
+    #[test]
+    fn unknown_strategy_names_value_and_accepted_forms() {
+        let error = parse_strategy("RollingUpdate").unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("\"RollingUpdate\""), "{message}");
+        assert!(
+            message.contains("AdvancedRollingUpdate") && message.contains("OTA"),
+            "{message}"
+        );
+        assert_eq!(error.event_reason(), "UnknownUpdateStrategy");
+    }
+
+    #[test]
+    fn policy_for_daemonset() {
+        let on_delete = || DaemonSetBuilder::new("ds").on_delete();
+
+        assert_eq!(policy_for(&on_delete().build()), PolicyDecision::Unmanaged);
+        assert_eq!(
+            policy_for(&on_delete().strategy("otA").build()),
+            PolicyDecision::Managed(Policy::Ota)
+        );
+        assert_eq!(
+            policy_for(
+                &on_delete()
+                    .strategy("OTA")
+                    .max_unavailable("garbage")
+                    .build()
+            ),
+            PolicyDecision::Managed(Policy::Ota),
+            "OTA ignores max-unavailable"
+        );
+        assert_eq!(
+            policy_for(&on_delete().strategy("advancedrollingupdate").build()),
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                max_unavailable: MaxUnavailable::Percent(10)
+            })
+        );
+        assert_eq!(
+            policy_for(
+                &on_delete()
+                    .strategy("AdvancedRollingUpdate")
+                    .max_unavailable("30%")
+                    .build()
+            ),
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                max_unavailable: MaxUnavailable::Percent(30)
+            })
+        );
+
+        let invalid = policy_for(
+            &on_delete()
+                .strategy("AdvancedRollingUpdate")
+                .max_unavailable("150%")
+                .build(),
+        );
+        assert_eq!(
+            invalid,
+            PolicyDecision::Invalid(PolicyError::InvalidMaxUnavailable {
+                value: "150%".into()
+            })
+        );
+        assert_eq!(invalid.warning_reason(), Some("InvalidMaxUnavailable"));
+
+        let unknown = policy_for(&on_delete().strategy("Surge").build());
+        assert!(matches!(
+            unknown,
+            PolicyDecision::Invalid(PolicyError::UnknownStrategy { .. })
+        ));
+    }
+
+    #[test]
+    fn not_on_delete_is_not_ours_with_a_reason() {
+        let rolling = DaemonSetBuilder::new("ds")
+            .strategy("AdvancedRollingUpdate")
+            .update_strategy_type("RollingUpdate")
+            .build();
+        let PolicyDecision::NotOurs { reason } = policy_for(&rolling) else {
+            panic!("expected NotOurs");
+        };
+        assert!(
+            reason.contains("RollingUpdate") && reason.contains("OnDelete"),
+            "{reason}"
+        );
+
+        let defaulted = DaemonSetBuilder::new("ds").strategy("OTA").build();
+        let decision = policy_for(&defaulted);
+        assert!(matches!(decision, PolicyDecision::NotOurs { .. }));
+        assert_eq!(decision.warning_reason(), Some("UpdateStrategyNotOnDelete"));
+    }
+}

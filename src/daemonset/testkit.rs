@@ -1,0 +1,272 @@
+//! Builders for the Kubernetes objects the DaemonSet planners read (tests only).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Node, NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::policy::{MAX_UNAVAILABLE_ANNOTATION, UPDATE_STRATEGY_ANNOTATION};
+use super::revision::{
+    CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_GENERATION_LABEL, TEMPLATE_GENERATION_ANNOTATION,
+};
+
+pub const NAMESPACE: &str = "edge";
+
+/// A timestamp `seconds` after the epoch, to keep test clocks readable.
+pub fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(seconds).expect("valid test timestamp")
+}
+
+fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+pub struct DaemonSetBuilder {
+    daemonset: DaemonSet,
+}
+
+impl DaemonSetBuilder {
+    pub fn new(name: &str) -> Self {
+        let daemonset = DaemonSet {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NAMESPACE.into()),
+                uid: Some(format!("uid-ds-{name}")),
+                ..Default::default()
+            },
+            spec: DaemonSetSpec::default(),
+            status: None,
+        };
+        Self { daemonset }
+    }
+
+    fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.daemonset
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    fn spec(&mut self) -> &mut DaemonSetSpec {
+        &mut self.daemonset.spec
+    }
+
+    pub fn strategy(self, value: &str) -> Self {
+        self.annotate(UPDATE_STRATEGY_ANNOTATION, value)
+    }
+
+    pub fn max_unavailable(self, value: &str) -> Self {
+        self.annotate(MAX_UNAVAILABLE_ANNOTATION, value)
+    }
+
+    pub fn template_generation(self, generation: i64) -> Self {
+        self.annotate(TEMPLATE_GENERATION_ANNOTATION, &generation.to_string())
+    }
+
+    pub fn update_strategy_type(mut self, type_: &str) -> Self {
+        self.spec().update_strategy = Some(DaemonSetUpdateStrategy {
+            type_: Some(type_.into()),
+            rolling_update: None,
+        });
+        self
+    }
+
+    pub fn on_delete(self) -> Self {
+        self.update_strategy_type("OnDelete")
+    }
+
+    pub fn min_ready_seconds(mut self, seconds: i32) -> Self {
+        self.spec().min_ready_seconds = Some(seconds);
+        self
+    }
+
+    pub fn build(self) -> DaemonSet {
+        self.daemonset
+    }
+}
+
+/// A ControllerRevision owned by `daemonset`, carrying `hash` as its hash label.
+pub fn revision(daemonset: &DaemonSet, hash: &str, number: i64) -> ControllerRevision {
+    let ds_name = daemonset.metadata.name.clone().unwrap_or_default();
+    let ds_uid = daemonset.metadata.uid.clone().unwrap_or_default();
+    ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(format!("{ds_name}-{hash}")),
+            namespace: daemonset.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([(
+                CONTROLLER_REVISION_HASH_LABEL.to_string(),
+                hash.to_string(),
+            )])),
+            owner_references: Some(vec![controller_ref("DaemonSet", &ds_name, &ds_uid)]),
+            ..Default::default()
+        },
+        revision: Some(number),
+        data: Default::default(),
+    }
+}
+
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    /// A running pod owned by `daemonset`; not Ready until `ready_since` is called.
+    pub fn new(name: &str, daemonset: &DaemonSet) -> Self {
+        let ds_name = daemonset.metadata.name.clone().unwrap_or_default();
+        let ds_uid = daemonset.metadata.uid.clone().unwrap_or_default();
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NAMESPACE.into()),
+                uid: Some(format!("uid-{name}")),
+                owner_references: Some(vec![controller_ref("DaemonSet", &ds_name, &ds_uid)]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+        };
+        Self { pod }
+    }
+
+    fn label(mut self, key: &str, value: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    fn spec(&mut self) -> &mut PodSpec {
+        self.pod.spec.get_or_insert_with(Default::default)
+    }
+
+    pub fn hash(self, hash: &str) -> Self {
+        self.label(CONTROLLER_REVISION_HASH_LABEL, hash)
+    }
+
+    pub fn generation(self, generation: i64) -> Self {
+        self.label(POD_TEMPLATE_GENERATION_LABEL, &generation.to_string())
+    }
+
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.spec().node_name = Some(node.into());
+        self
+    }
+
+    /// Places the pod the way the DaemonSet controller does before scheduling: a
+    /// required node-affinity `matchFields` term on `metadata.name`, no `nodeName`.
+    pub fn pending_for_node(mut self, node: &str) -> Self {
+        self.spec().node_name = None;
+        self.spec().affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: None,
+                        match_fields: Some(vec![NodeSelectorRequirement {
+                            key: "metadata.name".into(),
+                            operator: "In".into(),
+                            values: Some(vec![node.into()]),
+                        }]),
+                    }],
+                }),
+                preferred_during_scheduling_ignored_during_execution: None,
+            }),
+            ..Default::default()
+        });
+        self.pod.status.get_or_insert_with(Default::default).phase = Some("Pending".into());
+        self
+    }
+
+    pub fn ready_since(mut self, since: Timestamp) -> Self {
+        self.set_ready("True", Some(since));
+        self
+    }
+
+    pub fn not_ready(mut self) -> Self {
+        self.set_ready("False", None);
+        self
+    }
+
+    fn set_ready(&mut self, status: &str, since: Option<Timestamp>) {
+        self.condition(PodCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            last_transition_time: since.map(Time),
+            ..Default::default()
+        });
+    }
+
+    pub fn with_condition(mut self, condition: PodCondition) -> Self {
+        self.condition(condition);
+        self
+    }
+
+    fn condition(&mut self, condition: PodCondition) {
+        let conditions = self
+            .pod
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        conditions.retain(|c| c.type_ != condition.type_);
+        conditions.push(condition);
+    }
+
+    pub fn terminating(mut self, since: Timestamp) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(Time(since));
+        self
+    }
+
+    pub fn owned_by_uid(mut self, uid: &str) -> Self {
+        self.pod.metadata.owner_references = Some(vec![controller_ref("DaemonSet", "other", uid)]);
+        self
+    }
+
+    pub fn resource_version(mut self, version: &str) -> Self {
+        self.pod.metadata.resource_version = Some(version.into());
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+}
+
+/// A Node whose Ready condition is True when `ready`, else Unknown (cut off).
+pub fn node(name: &str, ready: bool) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "Unknown" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
