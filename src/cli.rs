@@ -46,6 +46,10 @@ pub struct ControllerArgs {
     /// Address of the HTTP server for /metrics, /healthz and /readyz.
     #[arg(long, env = "ROLLGATE_METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
+    /// Only manage DaemonSets in this namespace (default: all namespaces). Nodes are
+    /// always watched cluster-wide.
+    #[arg(long, env = "ROLLGATE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
     /// How many DaemonSets are reconciled at the same time.
     #[arg(long, env = "ROLLGATE_DAEMONSET_CONCURRENCY", default_value_t = 4)]
     pub daemonset_concurrency: u16,

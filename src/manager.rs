@@ -41,6 +41,7 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
     let controllers = crate::daemonset::controller::run(
         client,
         metrics,
+        args.watch_namespace.as_deref(),
         args.daemonset_concurrency,
         ready.clone(),
         shutdown.clone(),

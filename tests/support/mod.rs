@@ -298,3 +298,94 @@ pub fn describe_pods(pods: &[k8s_openapi::api::core::v1::Pod]) -> String {
 pub fn debug_list<T: Debug>(items: &[T]) -> String {
     format!("{items:?}")
 }
+
+/// A `rollgate controller` process scoped to one namespace, logging to
+/// `target/e2e-logs/<name>.log`.
+pub struct ControllerProcess {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl ControllerProcess {
+    pub fn start(namespace: &str, tag: &str) -> Self {
+        let dir = repo_root().join("target/e2e-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{namespace}-{tag}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollgate"))
+            .args([
+                "controller",
+                "--watch-namespace",
+                namespace,
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("ROLLGATE_LOG", "info,rollgate=debug")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting rollgate controller");
+        note(format!(
+            "started rollgate controller pid {} ({})",
+            child.id(),
+            log.display()
+        ));
+        ControllerProcess { child, log }
+    }
+
+    /// Simulates a crash: SIGKILL, no chance to clean up.
+    pub fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Graceful stop with SIGTERM; returns the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "controller did not stop within 15 s of SIGTERM; log: {}",
+                    self.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Events recorded for one object, as `(type, reason, message)`.
+pub async fn events_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Vec<(String, String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let list = api.list(&kube::api::ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
