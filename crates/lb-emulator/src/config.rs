@@ -1,0 +1,58 @@
+//! Emulator settings, shared by the binary's flags and tests that embed it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum HealthMode {
+    /// Backends turn healthy `health_delay` after registration.
+    Simulated,
+    /// Backends are healthy while a TCP connect to ip:port succeeds.
+    Tcp,
+}
+
+#[derive(Clone, Debug)]
+pub struct EmulatorConfig {
+    pub listen: SocketAddr,
+    pub region: String,
+    /// (AccessKeyId, AccessKeySecret) pairs accepted for signing.
+    pub access_keys: Vec<(String, String)>,
+    pub registration_delay: Duration,
+    pub health_delay: Duration,
+    pub health_mode: HealthMode,
+    pub probe_interval: Duration,
+    pub job_delay: Duration,
+    pub job_fail_rate: f64,
+    pub job_timeout_rate: f64,
+    pub throttle_rate: f64,
+    pub throttle_code: String,
+    pub server_error_rate: f64,
+    /// Lifetime of credentials handed out by STS and instance metadata.
+    pub sts_duration: Duration,
+    pub tick: Duration,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            region: "cn-hangzhou".into(),
+            access_keys: vec![(
+                "emulator-access-key-id".into(),
+                "emulator-access-key-secret".into(),
+            )],
+            registration_delay: Duration::from_millis(200),
+            health_delay: Duration::from_millis(500),
+            health_mode: HealthMode::Simulated,
+            probe_interval: Duration::from_millis(500),
+            job_delay: Duration::from_millis(200),
+            job_fail_rate: 0.0,
+            job_timeout_rate: 0.0,
+            throttle_rate: 0.0,
+            throttle_code: "Throttling.User".into(),
+            server_error_rate: 0.0,
+            sts_duration: Duration::from_secs(3600),
+            tick: Duration::from_millis(25),
+        }
+    }
+}
