@@ -1507,3 +1507,47 @@ fn clb_backend_json(b: &BackendRec) -> Value {
         "Type": b.kind, "Description": b.description,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn flat_lists_group_by_index_in_numeric_order() {
+        let p = params(&[
+            ("Servers.10.ServerId", "j"),
+            ("Servers.2.ServerId", "b"),
+            ("Servers.2.Port", "80"),
+            ("ServerGroupNames.1", "web"),
+        ]);
+        let servers = flat_list(&p, "Servers");
+        assert_eq!(servers.len(), 2);
+        assert_eq!(servers[0]["ServerId"], "b");
+        assert_eq!(servers[0]["Port"], "80");
+        assert_eq!(servers[1]["ServerId"], "j");
+        assert_eq!(flat_list(&p, "ServerGroupNames")[0][""], "web");
+    }
+
+    #[test]
+    fn pagination_hands_out_tokens_until_the_end() {
+        let items: Vec<u32> = (0..5).collect();
+        let (page, next, _) = paginate(&items, &params(&[("MaxResults", "2")]), 20).unwrap();
+        assert_eq!((page, next.as_str()), (vec![0, 1], "page-2"));
+        let (page, next, _) = paginate(
+            &items,
+            &params(&[("MaxResults", "2"), ("NextToken", "page-4")]),
+            20,
+        )
+        .unwrap();
+        assert_eq!((page, next.as_str()), (vec![4], ""));
+        assert!(paginate(&items, &params(&[("MaxResults", "101")]), 20).is_err());
+        assert!(paginate(&items, &params(&[("NextToken", "bogus")]), 20).is_err());
+    }
+}

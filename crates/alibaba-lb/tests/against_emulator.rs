@@ -1,0 +1,605 @@
+//! The client against the emulator, end to end over HTTP: every action, both
+//! signers, batching, paging, async jobs (failed and timed out), throttling storms,
+//! bad signatures, and the RRSA / ECS credential sources.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alibaba_lb::credentials::{
+    self, CredentialEndpoints, CredentialProvider, EcsRamRoleProvider, RrsaProvider,
+};
+use alibaba_lb::*;
+use lb_emulator::{EmulatorConfig, RunningEmulator};
+use serde_json::{json, Value};
+
+const KEY_ID: &str = "emulator-access-key-id";
+const KEY_SECRET: &str = "emulator-access-key-secret";
+
+fn fast_emulator() -> EmulatorConfig {
+    EmulatorConfig {
+        registration_delay: Duration::from_millis(50),
+        health_delay: Duration::from_millis(100),
+        job_delay: Duration::from_millis(30),
+        tick: Duration::from_millis(10),
+        ..EmulatorConfig::default()
+    }
+}
+
+fn client_config(emu: &RunningEmulator, signature: SignatureVersion) -> ClientConfig {
+    let mut config = ClientConfig::new("cn-hangzhou");
+    config.scheme = Scheme::Http;
+    config.clb_endpoint = Some(emu.endpoint());
+    config.nlb_endpoint = Some(emu.endpoint());
+    config.signature = signature;
+    config.retry = RetryPolicy {
+        max_attempts: 12,
+        base_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(80),
+    };
+    config.rate_limit = RateLimit {
+        per_second: 2000.0,
+        burst: 200,
+    };
+    config.jobs = JobPolicy {
+        poll_interval: Duration::from_millis(15),
+        timeout: Duration::from_secs(5),
+    };
+    config
+}
+
+fn static_credentials(secret: &str) -> Arc<dyn CredentialProvider> {
+    Arc::new(StaticCredentials(Credentials {
+        access_key_id: KEY_ID.into(),
+        access_key_secret: Secret::new(secret),
+        security_token: None,
+    }))
+}
+
+fn client(
+    emu: &RunningEmulator,
+    product: Product,
+    signature: SignatureVersion,
+) -> Arc<dyn LoadBalancerBackends> {
+    new_client(
+        product,
+        &client_config(emu, signature),
+        static_credentials(KEY_SECRET),
+    )
+    .unwrap()
+}
+
+async fn control(emu: &RunningEmulator, path: &str, body: Option<Value>) -> Value {
+    let http = reqwest::Client::new();
+    let url = format!("{}/_emulator/{path}", emu.base_url());
+    let request = match body {
+        Some(body) => http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+        None => http.get(url),
+    };
+    let response = request.send().await.unwrap();
+    assert!(
+        response.status().is_success(),
+        "control {path}: {}",
+        response.status()
+    );
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+fn spec(name: &str) -> LoadBalancerSpec {
+    LoadBalancerSpec {
+        name: name.into(),
+        existing_id: None,
+        address_type: AddressType::Internet,
+        vpc_id: Some("vpc-test".into()),
+        zones: vec![
+            ZoneVSwitch {
+                zone_id: "cn-hangzhou-h".into(),
+                vswitch_id: "vsw-h".into(),
+            },
+            ZoneVSwitch {
+                zone_id: "cn-hangzhou-i".into(),
+                vswitch_id: "vsw-i".into(),
+            },
+        ],
+        listeners: vec![ListenerSpec {
+            port: 80,
+            protocol: ListenerProtocol::Tcp,
+            server_group_name: format!("k8s-80-{name}"),
+        }],
+    }
+}
+
+fn backends(product: Product, count: usize) -> Vec<Backend> {
+    (0..count)
+        .map(|i| {
+            let ip = format!("10.{}.{}.{}", 20, i / 250, i % 250 + 1);
+            Backend {
+                key: BackendKey {
+                    server_id: match product {
+                        Product::Clb => format!("eni-{i}"),
+                        Product::Nlb => ip.clone(),
+                    },
+                    ip,
+                    port: 8080,
+                },
+                kind: match product {
+                    Product::Clb => BackendType::Eni,
+                    Product::Nlb => BackendType::Ip,
+                },
+                weight: 100,
+                description: "k8s/80/web/default/c1".into(),
+            }
+        })
+        .collect()
+}
+
+async fn wait_all(
+    client: &dyn LoadBalancerBackends,
+    group: &ServerGroupRef,
+    want: HealthState,
+) -> Vec<BackendHealth> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = client.backend_health(group).await.unwrap();
+        if !health.is_empty() && health.iter().all(|h| h.state == want) {
+            return health;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never all {want:?}: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn full_lifecycle(product: Product, signature: SignatureVersion, count: usize) {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let client = client(&emu, product, signature);
+    let lb = client.ensure_load_balancer(&spec("web")).await.unwrap();
+    assert!(lb.created);
+    assert!(lb.address.is_some(), "address to publish");
+    assert_eq!(lb.listeners.len(), 1);
+    let group = lb.listeners[0].clone();
+    assert_eq!(group.listener_id.is_some(), product == Product::Nlb);
+
+    // Attaching to the existing load balancer finds the same group and listener.
+    let mut attach = spec("web");
+    attach.existing_id = Some(lb.id.clone());
+    let again = client.ensure_load_balancer(&attach).await.unwrap();
+    assert!(!again.created);
+    assert_eq!(again.listeners, lb.listeners);
+
+    let wanted = backends(product, count);
+    client.add_backends(&group, &wanted).await.unwrap();
+    // Adding again is a no-op, not an AlreadyExist error.
+    client.add_backends(&group, &wanted[..3]).await.unwrap();
+    let listed = client.list_backends(&group).await.unwrap();
+    assert_eq!(listed.len(), count);
+    assert!(listed
+        .iter()
+        .all(|b| b.description == "k8s/80/web/default/c1" && b.weight == 100));
+
+    let healthy = wait_all(client.as_ref(), &group, HealthState::Healthy).await;
+    assert_eq!(healthy.len(), count);
+
+    // Drain three with weight 0.
+    let drained: Vec<Backend> = wanted[..3]
+        .iter()
+        .cloned()
+        .map(|b| Backend { weight: 0, ..b })
+        .collect();
+    client.set_weights(&group, &drained).await.unwrap();
+    let listed = client.list_backends(&group).await.unwrap();
+    assert_eq!(listed.iter().filter(|b| b.weight == 0).count(), 3);
+    let health = client.backend_health(&group).await.unwrap();
+    if product == Product::Nlb {
+        assert_eq!(
+            health
+                .iter()
+                .filter(|h| h.state == HealthState::Unused)
+                .count(),
+            3
+        );
+    }
+
+    // A backend the load balancer sees failing is reported unhealthy.
+    let sick = &wanted[5].key;
+    control(
+        &emu,
+        "health",
+        Some(json!({"ip": sick.ip, "port": sick.port, "healthy": false})),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let health = client.backend_health(&group).await.unwrap();
+    let state = &health.iter().find(|h| &h.key == sick).unwrap().state;
+    assert!(matches!(state, HealthState::Unhealthy { .. }), "{state:?}");
+
+    // Remove all but 20.
+    let to_remove: Vec<BackendKey> = wanted[20..].iter().map(|b| b.key.clone()).collect();
+    client.remove_backends(&group, &to_remove).await.unwrap();
+    assert_eq!(client.list_backends(&group).await.unwrap().len(), 20);
+
+    let timeline = control(&emu, "timeline", None).await;
+    let kinds: Vec<&str> = timeline["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "registered",
+        "healthy",
+        "unhealthy",
+        "weight-changed",
+        "removed",
+    ] {
+        assert!(kinds.contains(&kind), "timeline lacks {kind}");
+    }
+
+    client.delete_load_balancer(&lb.id).await.unwrap();
+    // Deleting twice is fine (finalizers retry).
+    client.delete_load_balancer(&lb.id).await.unwrap();
+    let err = client.ensure_load_balancer(&attach).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert!(err.request_id().is_some_and(|r| r.len() == 36), "{err}");
+    emu.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn clb_lifecycle_with_v3_signing_and_batches_of_20() {
+    // 45 backends: the emulator refuses more than 20 per call, so this needs batching.
+    full_lifecycle(Product::Clb, SignatureVersion::V3, 45).await;
+}
+
+#[tokio::test]
+async fn clb_lifecycle_with_rpc_signing() {
+    full_lifecycle(Product::Clb, SignatureVersion::RpcV1, 22).await;
+}
+
+#[tokio::test]
+async fn nlb_lifecycle_with_batches_of_40_and_paging_past_100() {
+    // 130 servers: four Add jobs of at most 40, and two pages of ListServerGroupServers.
+    full_lifecycle(Product::Nlb, SignatureVersion::V3, 130).await;
+}
+
+#[tokio::test]
+async fn nlb_lifecycle_with_rpc_signing() {
+    full_lifecycle(Product::Nlb, SignatureVersion::RpcV1, 41).await;
+}
+
+async fn nlb_group(emu: &RunningEmulator) -> (Arc<dyn LoadBalancerBackends>, ServerGroupRef) {
+    let client = client(emu, Product::Nlb, SignatureVersion::V3);
+    let lb = client.ensure_load_balancer(&spec("jobs")).await.unwrap();
+    (client, lb.listeners[0].clone())
+}
+
+#[tokio::test]
+async fn a_failed_nlb_job_is_an_error_naming_action_job_and_request() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let (client, group) = nlb_group(&emu).await;
+    control(&emu, "jobs", Some(json!({"force": ["Failed"]}))).await;
+    let err = client
+        .add_backends(&group, &backends(Product::Nlb, 2))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::JobFailed {
+            action,
+            job_id,
+            status,
+            request_id,
+        } => {
+            assert_eq!(action, "AddServersToServerGroup");
+            assert!(job_id.starts_with("job-"));
+            assert_eq!(status, "Failed");
+            assert_eq!(request_id.len(), 36);
+        }
+        other => panic!("expected JobFailed, got {other:?}"),
+    }
+    assert!(err.to_string().contains("AddServersToServerGroup"));
+    assert!(
+        client.list_backends(&group).await.unwrap().is_empty(),
+        "a failed job must not register"
+    );
+}
+
+#[tokio::test]
+async fn a_timed_out_nlb_job_is_an_error_not_a_success() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let mut config = client_config(&emu, SignatureVersion::V3);
+    config.jobs.timeout = Duration::from_millis(300);
+    let client = NlbClient::new(&config, static_credentials(KEY_SECRET)).unwrap();
+    let lb = client.ensure_load_balancer(&spec("slow")).await.unwrap();
+    control(&emu, "jobs", Some(json!({"force": ["Timeout"]}))).await;
+    let err = client
+        .add_backends(&lb.listeners[0], &backends(Product::Nlb, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::JobTimedOut { ref action, .. } if action == "AddServersToServerGroup"),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn throttling_storm_of_30_percent_still_converges() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    control(
+        &emu,
+        "faults",
+        Some(json!({"throttle_rate": 0.3, "throttle_code": "Throttling.User"})),
+    )
+    .await;
+    for product in [Product::Clb, Product::Nlb] {
+        let client = client(&emu, product, SignatureVersion::V3);
+        let lb = client
+            .ensure_load_balancer(&spec(&format!("storm-{product:?}")))
+            .await
+            .unwrap();
+        let group = &lb.listeners[0];
+        client
+            .add_backends(group, &backends(product, 30))
+            .await
+            .unwrap();
+        assert_eq!(client.list_backends(group).await.unwrap().len(), 30);
+        wait_all(client.as_ref(), group, HealthState::Healthy).await;
+    }
+    let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
+    assert!(stats["injected_throttles"] > 5, "{stats:?}");
+}
+
+#[tokio::test]
+async fn service_unavailable_and_500s_are_retried() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    control(&emu, "faults", Some(json!({"throttle_rate": 0.2, "throttle_code": "ServiceUnavailable", "server_error_rate": 0.2}))).await;
+    let client = client(&emu, Product::Clb, SignatureVersion::RpcV1);
+    let lb = client.ensure_load_balancer(&spec("flaky")).await.unwrap();
+    client
+        .add_backends(&lb.listeners[0], &backends(Product::Clb, 25))
+        .await
+        .unwrap();
+    assert_eq!(
+        client.list_backends(&lb.listeners[0]).await.unwrap().len(),
+        25
+    );
+    let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
+    assert!(
+        stats["injected_server_errors"] > 0 && stats["injected_throttles"] > 0,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn retries_stop_after_max_attempts_and_report_the_throttling() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    control(
+        &emu,
+        "faults",
+        Some(json!({"throttle_rate": 1.0, "throttle_code": "Throttling.Api"})),
+    )
+    .await;
+    let mut config = client_config(&emu, SignatureVersion::V3);
+    config.retry.max_attempts = 3;
+    let client = ClbClient::new(&config, static_credentials(KEY_SECRET)).unwrap();
+    let before = lb_emulator::summarize(&control(&emu, "state", None).await)["requests"];
+    let err = client
+        .ensure_load_balancer(&spec("never"))
+        .await
+        .unwrap_err();
+    assert!(err.is_throttling(), "{err}");
+    assert_eq!(err.action(), Some("CreateLoadBalancer"));
+    let after = lb_emulator::summarize(&control(&emu, "state", None).await)["requests"];
+    assert_eq!(after - before, 3, "exactly max_attempts requests");
+}
+
+#[tokio::test]
+async fn a_bad_signature_is_rejected_and_the_error_hides_the_secret() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    for signature in [SignatureVersion::V3, SignatureVersion::RpcV1] {
+        let config = client_config(&emu, signature);
+        let wrong = "wrong-secret-do-not-print";
+        let client = ClbClient::new(&config, static_credentials(wrong)).unwrap();
+        let err = client.ensure_load_balancer(&spec("bad")).await.unwrap_err();
+        match &err {
+            Error::Api {
+                code,
+                status,
+                action,
+                request_id,
+                ..
+            } => {
+                assert_eq!(code, "SignatureDoesNotMatch");
+                assert_eq!(*status, 400);
+                assert_eq!(action, "CreateLoadBalancer");
+                assert_eq!(request_id.len(), 36);
+            }
+            other => panic!("expected Api error, got {other:?}"),
+        }
+        assert!(!err.is_retryable(), "a bad signature must not be retried");
+        for text in [err.to_string(), format!("{err:?}"), format!("{client:?}")] {
+            assert!(!text.contains(wrong), "secret leaked: {text}");
+        }
+    }
+    let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
+    assert_eq!(stats["rejected_signatures"], 2);
+}
+
+#[tokio::test]
+async fn an_unknown_access_key_is_reported_as_such() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let creds: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
+        access_key_id: "nobody".into(),
+        access_key_secret: Secret::new("x"),
+        security_token: None,
+    }));
+    let client = NlbClient::new(&client_config(&emu, SignatureVersion::V3), creds).unwrap();
+    let err = client.ensure_load_balancer(&spec("x")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Api { ref code, .. } if code == "InvalidAccessKeyId.NotFound"),
+        "{err}"
+    );
+}
+
+fn credential_endpoints(emu: &RunningEmulator, margin: Duration) -> CredentialEndpoints {
+    CredentialEndpoints {
+        sts_endpoint: emu.base_url(),
+        metadata_endpoint: emu.base_url(),
+        refresh_margin: margin,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn rrsa_credentials_sign_requests_and_refresh_before_expiry() {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        sts_duration: Duration::from_secs(3),
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("rrsa-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(
+        &token_file,
+        "eyJhbGciOiJSUzI1NiJ9.oidc-token-must-not-leak.sig\n",
+    )
+    .unwrap();
+    let env: HashMap<String, String> = [
+        (credentials::ENV_ROLE_ARN, "acs:ram::123:role/rollgate"),
+        (
+            credentials::ENV_OIDC_PROVIDER_ARN,
+            "acs:ram::123:oidc-provider/ack",
+        ),
+        (
+            credentials::ENV_OIDC_TOKEN_FILE,
+            token_file.to_str().unwrap(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // A 3 s lifetime with a 2.5 s margin: fresh for half a second.
+    let provider = credentials::default_chain(
+        &env,
+        credential_endpoints(&emu, Duration::from_millis(2500)),
+    )
+    .unwrap();
+    let first = provider.credentials().await.unwrap();
+    assert!(first.access_key_id.starts_with("STS."));
+    assert!(first.security_token.is_some());
+    assert_eq!(
+        provider.credentials().await.unwrap().access_key_id,
+        first.access_key_id,
+        "cached"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let second = provider.credentials().await.unwrap();
+    assert_ne!(
+        second.access_key_id, first.access_key_id,
+        "refreshed before expiry"
+    );
+    assert!(!format!("{provider:?}").contains("oidc-token-must-not-leak"));
+
+    // Temporary credentials (with their security token) are accepted for signing.
+    for signature in [SignatureVersion::V3, SignatureVersion::RpcV1] {
+        let client = ClbClient::new(&client_config(&emu, signature), provider.clone()).unwrap();
+        client
+            .ensure_load_balancer(&spec(&format!("rrsa-{signature:?}")))
+            .await
+            .unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn rrsa_with_a_missing_token_file_fails_without_leaking() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let provider = RrsaProvider::new(
+        "acs:ram::1:role/x".into(),
+        "acs:ram::1:oidc-provider/y".into(),
+        "/nonexistent/token".into(),
+        "s".into(),
+        credential_endpoints(&emu, Duration::from_secs(60)),
+    )
+    .unwrap();
+    let err = provider.credentials().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Credentials(ref m) if m.contains("/nonexistent/token")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn ecs_ram_role_credentials_come_from_metadata_v2() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let provider: Arc<dyn CredentialProvider> = Arc::new(
+        EcsRamRoleProvider::new(None, credential_endpoints(&emu, Duration::from_secs(60))).unwrap(),
+    );
+    let creds = provider.credentials().await.unwrap();
+    assert!(creds.access_key_id.starts_with("STS."));
+    let secret = creds.access_key_secret.expose().to_string();
+    assert!(!format!("{creds:?}").contains(&secret));
+    let client = NlbClient::new(&client_config(&emu, SignatureVersion::V3), provider).unwrap();
+    let lb = client
+        .ensure_load_balancer(&spec("ecs-role"))
+        .await
+        .unwrap();
+    assert!(lb.created);
+    // The wrong role name is a credentials error, not a panic.
+    let wrong = EcsRamRoleProvider::new(
+        Some("other-role".into()),
+        credential_endpoints(&emu, Duration::from_secs(60)),
+    )
+    .unwrap();
+    assert!(matches!(
+        wrong.credentials().await,
+        Err(Error::Credentials(_))
+    ));
+}
+
+#[tokio::test]
+async fn tcp_health_mode_follows_a_real_listener() {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        health_mode: lb_emulator::HealthMode::Tcp,
+        probe_interval: Duration::from_millis(30),
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let client = client(&emu, Product::Clb, SignatureVersion::V3);
+    let lb = client.ensure_load_balancer(&spec("tcp")).await.unwrap();
+    let group = &lb.listeners[0];
+    let backend = Backend {
+        key: BackendKey {
+            server_id: "eni-local".into(),
+            ip: "127.0.0.1".into(),
+            port,
+        },
+        kind: BackendType::Eni,
+        weight: 100,
+        description: String::new(),
+    };
+    client
+        .add_backends(group, std::slice::from_ref(&backend))
+        .await
+        .unwrap();
+    wait_all(client.as_ref(), group, HealthState::Healthy).await;
+    drop(listener);
+    let health = wait_all(
+        client.as_ref(),
+        group,
+        HealthState::Unhealthy {
+            reason: "abnormal".into(),
+        },
+    )
+    .await;
+    assert_eq!(health[0].key, backend.key);
+}
