@@ -1,0 +1,636 @@
+//! Whether the node API may act on a pod: a pure function from the pod (as the API
+//! server returned it) to either the go-ahead or the exact HTTP refusal.
+//!
+//! The order of the checks is the reference implementation's, so users migrating from
+//! it see the same answer for the same pod: not found, terminating, other node,
+//! `PodNeedUpgrade` not True, image pre-pull unfinished (upgrade only), no DaemonSet
+//! owner. "API server unreachable" comes before all of them but needs I/O, so the
+//! caller decides it (see `api.rs`).
+
+use axum::http::StatusCode;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+
+use crate::daemonset::ota_plan::{need_upgrade_message, POD_NEED_UPGRADE_CONDITION};
+use crate::daemonset::revision::{is_terminating, pod_node_name};
+
+/// Pod condition tracking the optional image pre-pull of the current revision.
+pub const POD_IMAGE_READY_CONDITION: &str = "PodImageReady";
+/// Reason written by the agent when an operator asks for a pre-pull.
+pub const PULL_IMAGE_REQUESTED_REASON: &str = "PullImageRequested";
+
+/// What the operator asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    ImagePull,
+    Upgrade,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::ImagePull => "pre-pulled",
+            Action::Upgrade => "upgraded",
+        }
+    }
+}
+
+/// The go-ahead: what the write needs to know about the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// For the UID precondition: the pod we checked is the pod we change.
+    pub uid: String,
+    /// The DaemonSet's current revision hash, from the `PodNeedUpgrade` message.
+    pub current_hash: String,
+}
+
+/// A refusal: the status code and a plain-text body naming the failed check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: String) -> Self {
+        Refusal { status, message }
+    }
+}
+
+/// The success bodies: public interface (scripts grep for them), exact strings.
+pub fn success_message(action: Action, namespace: &str, name: &str) -> String {
+    match action {
+        Action::ImagePull => format!("Image pre-pull requested for pod {namespace}/{name}"),
+        Action::Upgrade => format!("Start updating pod {namespace}/{name}"),
+    }
+}
+
+/// Runs every check in the reference order. `pod` is `None` when the API server said
+/// the pod does not exist: we answer 404 (the reference answers 500, which tells a
+/// script "retry" when retrying cannot help).
+pub fn check(
+    action: Action,
+    namespace: &str,
+    name: &str,
+    pod: Option<&Pod>,
+    this_node: &str,
+) -> Result<Approval, Refusal> {
+    let id = format!("{namespace}/{name}");
+    let Some(pod) = pod else {
+        return Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "pod {id} not found (check: pod exists); GET /pods lists the pods of node {this_node}"
+            ),
+        ));
+    };
+
+    if is_terminating(pod) {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: pod {id} is terminating (check: pod not terminating); \
+                 wait for its replacement and use that pod"
+            ),
+        ));
+    }
+
+    match pod_node_name(pod) {
+        Some(node) if node == this_node => {}
+        Some(other) => {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "refused: pod {id} is on node {other}, this agent serves node {this_node} \
+                     (check: pod on this node); ask the agent on node {other}"
+                ),
+            ))
+        }
+        None => {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "refused: pod {id} is not bound to any node, this agent serves node \
+                     {this_node} (check: pod on this node)"
+                ),
+            ))
+        }
+    }
+
+    let need_upgrade = condition(pod, POD_NEED_UPGRADE_CONDITION);
+    let current_hash = match need_upgrade {
+        Some(c) if c.status == "True" => match revision_of(c) {
+            Some(hash) => hash.to_string(),
+            None => {
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "refused: condition {POD_NEED_UPGRADE_CONDITION} of pod {id} does not \
+                         name the current revision (message {:?}, expected \
+                         \"controllerrevision: <hash>\") (check: {POD_NEED_UPGRADE_CONDITION}=True)",
+                        c.message.as_deref().unwrap_or_default()
+                    ),
+                ))
+            }
+        },
+        other => {
+            let seen = other.map_or_else(|| "missing".to_string(), |c| c.status.clone());
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "refused: pod {id} does not need an upgrade: condition \
+                     {POD_NEED_UPGRADE_CONDITION} is {seen} (check: {POD_NEED_UPGRADE_CONDITION}=True); \
+                     only pods whose {POD_NEED_UPGRADE_CONDITION} condition is True can be {}",
+                    action.verb()
+                ),
+            ));
+        }
+    };
+
+    if action == Action::Upgrade {
+        check_pre_pull(pod, &id, &current_hash)?;
+    }
+
+    check_daemonset_owner(pod, &id, action)?;
+
+    Ok(Approval {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        current_hash,
+    })
+}
+
+/// Pre-pull is optional: no `PodImageReady` means go. Once requested, the upgrade waits
+/// for a successful pull of the current revision, so the pod does not restart into a
+/// long image download or a pull that is known to fail.
+fn check_pre_pull(pod: &Pod, id: &str, current_hash: &str) -> Result<(), Refusal> {
+    let Some(ready) = condition(pod, POD_IMAGE_READY_CONDITION) else {
+        return Ok(());
+    };
+    let wanted = need_upgrade_message(current_hash);
+    let accepted = format!(
+        "the upgrade is accepted once {POD_IMAGE_READY_CONDITION} is True with message \
+         \"{wanted}\"; if the pull failed or is for another revision, request imagepull again"
+    );
+    let check = "(check: image pre-pull finished for the current revision)";
+    if ready.status == "True" {
+        if ready.message.as_deref() == Some(wanted.as_str()) {
+            return Ok(());
+        }
+        let pulled = ready
+            .message
+            .as_deref()
+            .and_then(|m| m.strip_prefix("controllerrevision: "))
+            .unwrap_or("an unknown revision");
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: the image pre-pull of pod {id} succeeded for revision {pulled}, \
+                 but the current revision is {current_hash} {check}; {accepted}"
+            ),
+        ));
+    }
+    let reason = ready.reason.as_deref().unwrap_or("no reason");
+    let detail = ready.message.as_deref().unwrap_or_default();
+    Err(Refusal::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "refused: the image pre-pull of pod {id} has not succeeded: \
+             {POD_IMAGE_READY_CONDITION} is {} ({reason}: {detail}) {check}; {accepted}",
+            ready.status
+        ),
+    ))
+}
+
+fn check_daemonset_owner(pod: &Pod, id: &str, action: Action) -> Result<(), Refusal> {
+    let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    let only = format!(
+        "only DaemonSet pods can be {} through this API",
+        action.verb()
+    );
+    let Some(owner) = owners.iter().find(|o| o.controller == Some(true)) else {
+        let what = if owners.is_empty() {
+            "has no owner"
+        } else {
+            "has no controlling owner"
+        };
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("refused: pod {id} {what} (check: owned by a DaemonSet); {only}"),
+        ));
+    };
+    if owner.kind == "DaemonSet" && owner.api_version.starts_with("apps/") {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "refused: pod {id} is owned by {} {}, not by a DaemonSet (check: owned by a \
+             DaemonSet); {only}",
+            owner.kind, owner.name
+        ),
+    ))
+}
+
+fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The hash named by a `controllerrevision: <hash>` condition message.
+fn revision_of(condition: &PodCondition) -> Option<&str> {
+    condition
+        .message
+        .as_deref()?
+        .strip_prefix("controllerrevision: ")
+        .map(str::trim)
+        .filter(|hash| !hash.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    const NODE: &str = "edge-a";
+
+    /// A DaemonSet pod on `edge-a` that needs an upgrade to revision `new`: the happy path.
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some("nginx-daemonset-bwzss".into()),
+                uid: Some("uid-1".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "DaemonSet".into(),
+                    name: "nginx-daemonset".into(),
+                    uid: "ds-uid".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(NODE.into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                conditions: Some(vec![cond(POD_NEED_UPGRADE_CONDITION, "True", "new", None)]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn cond(type_: &str, status: &str, hash: &str, reason: Option<&str>) -> PodCondition {
+        PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            message: Some(need_upgrade_message(hash)),
+            reason: reason.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    fn set_condition(mut pod: Pod, c: PodCondition) -> Pod {
+        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions.retain(|old| old.type_ != c.type_);
+        conditions.push(c);
+        pod
+    }
+
+    fn without_condition(mut pod: Pod, type_: &str) -> Pod {
+        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions.retain(|old| old.type_ != type_);
+        pod
+    }
+
+    fn run(action: Action, pod: Option<&Pod>) -> Result<Approval, Refusal> {
+        check(action, "default", "nginx-daemonset-bwzss", pod, NODE)
+    }
+
+    /// The table: (case, action, pod, expected status or None for approval, text the
+    /// refusal must contain).
+    #[test]
+    fn every_check_in_the_reference_order() {
+        let terminating = {
+            let mut p = pod();
+            p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+            p
+        };
+        let elsewhere = {
+            let mut p = pod();
+            p.spec.as_mut().unwrap().node_name = Some("edge-b".into());
+            p
+        };
+        let unbound = {
+            let mut p = pod();
+            p.spec.as_mut().unwrap().node_name = None;
+            p
+        };
+        let orphan = {
+            let mut p = pod();
+            p.metadata.owner_references = None;
+            p
+        };
+        let replica_set_pod = {
+            let mut p = pod();
+            let owner = &mut p.metadata.owner_references.as_mut().unwrap()[0];
+            owner.kind = "ReplicaSet".into();
+            owner.name = "web-5d4f".into();
+            p
+        };
+        let non_controller_owner = {
+            let mut p = pod();
+            p.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+            p
+        };
+        let up_to_date = set_condition(
+            pod(),
+            cond(POD_NEED_UPGRADE_CONDITION, "False", "new", None),
+        );
+        let no_need_condition = without_condition(pod(), POD_NEED_UPGRADE_CONDITION);
+        let garbled_need = {
+            let mut c = cond(POD_NEED_UPGRADE_CONDITION, "True", "x", None);
+            c.message = Some("revision?".into());
+            set_condition(pod(), c)
+        };
+        let pull_requested = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "False",
+                "new",
+                Some(PULL_IMAGE_REQUESTED_REASON),
+            ),
+        );
+        let pull_failed = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "False",
+                "new",
+                Some("PullImageFail"),
+            ),
+        );
+        let pulled_old = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "True",
+                "old",
+                Some("PullImageSuccess"),
+            ),
+        );
+        let pulled_current = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "True",
+                "new",
+                Some("PullImageSuccess"),
+            ),
+        );
+        // A terminating pod on another node without PodNeedUpgrade and without owner:
+        // the first check in the order (terminating) decides.
+        let everything_wrong = {
+            let mut p = without_condition(terminating.clone(), POD_NEED_UPGRADE_CONDITION);
+            p.spec.as_mut().unwrap().node_name = Some("edge-b".into());
+            p.metadata.owner_references = None;
+            p
+        };
+        // Pre-pull unfinished and no owner: the pre-pull check (403) comes before 400.
+        let pull_pending_orphan = {
+            let mut p = pull_requested.clone();
+            p.metadata.owner_references = None;
+            p
+        };
+
+        let happy = pod();
+        use Action::*;
+        let cases: Vec<(&str, Action, Option<&Pod>, Option<u16>, &str)> = vec![
+            ("happy upgrade", Upgrade, Some(&happy), None, ""),
+            ("happy imagepull", ImagePull, Some(&happy), None, ""),
+            (
+                "not found",
+                Upgrade,
+                None,
+                Some(404),
+                "not found (check: pod exists)",
+            ),
+            (
+                "not found imagepull",
+                ImagePull,
+                None,
+                Some(404),
+                "not found",
+            ),
+            (
+                "terminating",
+                Upgrade,
+                Some(&terminating),
+                Some(403),
+                "is terminating",
+            ),
+            (
+                "terminating imagepull",
+                ImagePull,
+                Some(&terminating),
+                Some(403),
+                "is terminating",
+            ),
+            (
+                "other node",
+                Upgrade,
+                Some(&elsewhere),
+                Some(403),
+                "is on node edge-b, this agent serves node edge-a",
+            ),
+            (
+                "unbound",
+                ImagePull,
+                Some(&unbound),
+                Some(403),
+                "not bound to any node",
+            ),
+            (
+                "up to date",
+                Upgrade,
+                Some(&up_to_date),
+                Some(403),
+                "PodNeedUpgrade is False",
+            ),
+            (
+                "up to date imagepull",
+                ImagePull,
+                Some(&up_to_date),
+                Some(403),
+                "can be pre-pulled",
+            ),
+            (
+                "no PodNeedUpgrade",
+                Upgrade,
+                Some(&no_need_condition),
+                Some(403),
+                "PodNeedUpgrade is missing",
+            ),
+            (
+                "garbled PodNeedUpgrade",
+                Upgrade,
+                Some(&garbled_need),
+                Some(403),
+                "does not name the current revision",
+            ),
+            (
+                "pull requested",
+                Upgrade,
+                Some(&pull_requested),
+                Some(403),
+                "PodImageReady is False (PullImageRequested",
+            ),
+            (
+                "pull failed",
+                Upgrade,
+                Some(&pull_failed),
+                Some(403),
+                "PodImageReady is False (PullImageFail",
+            ),
+            (
+                "pulled older revision",
+                Upgrade,
+                Some(&pulled_old),
+                Some(403),
+                "succeeded for revision old, but the current revision is new",
+            ),
+            (
+                "pulled current revision",
+                Upgrade,
+                Some(&pulled_current),
+                None,
+                "",
+            ),
+            // Requesting a pull again is how a failed or outdated pull is retried.
+            (
+                "imagepull while a pull is pending",
+                ImagePull,
+                Some(&pull_requested),
+                None,
+                "",
+            ),
+            (
+                "imagepull after a failed pull",
+                ImagePull,
+                Some(&pull_failed),
+                None,
+                "",
+            ),
+            (
+                "no owner",
+                Upgrade,
+                Some(&orphan),
+                Some(400),
+                "has no owner (check: owned by a DaemonSet)",
+            ),
+            (
+                "no owner imagepull",
+                ImagePull,
+                Some(&orphan),
+                Some(400),
+                "has no owner",
+            ),
+            (
+                "owned by a ReplicaSet",
+                Upgrade,
+                Some(&replica_set_pod),
+                Some(400),
+                "owned by ReplicaSet web-5d4f, not by a DaemonSet",
+            ),
+            (
+                "owner is not the controller",
+                Upgrade,
+                Some(&non_controller_owner),
+                Some(400),
+                "has no controlling owner",
+            ),
+            (
+                "order: terminating first",
+                Upgrade,
+                Some(&everything_wrong),
+                Some(403),
+                "is terminating",
+            ),
+            (
+                "order: pre-pull before owner",
+                Upgrade,
+                Some(&pull_pending_orphan),
+                Some(403),
+                "pre-pull",
+            ),
+        ];
+        for (case, action, pod, want_status, want_text) in cases {
+            let got = run(action, pod);
+            match (want_status, got) {
+                (None, Ok(approval)) => {
+                    assert_eq!(approval.uid, "uid-1", "{case}");
+                    assert_eq!(approval.current_hash, "new", "{case}");
+                }
+                (Some(status), Err(refusal)) => {
+                    assert_eq!(
+                        refusal.status.as_u16(),
+                        status,
+                        "{case}: {}",
+                        refusal.message
+                    );
+                    assert!(
+                        refusal.message.contains(want_text),
+                        "{case}: {:?} does not contain {want_text:?}",
+                        refusal.message
+                    );
+                    assert!(
+                        refusal.message.contains("default/nginx-daemonset-bwzss"),
+                        "{case}: the refusal names the pod: {}",
+                        refusal.message
+                    );
+                }
+                (want, got) => panic!("{case}: wanted {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_would_be_accepted() {
+        let pending = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "False",
+                "new",
+                Some(PULL_IMAGE_REQUESTED_REASON),
+            ),
+        );
+        let refusal = run(Action::Upgrade, Some(&pending)).unwrap_err();
+        assert!(
+            refusal.message.contains(
+                "accepted once PodImageReady is True with message \"controllerrevision: new\""
+            ),
+            "{}",
+            refusal.message
+        );
+    }
+
+    #[test]
+    fn success_bodies_match_the_product_document() {
+        assert_eq!(
+            success_message(Action::ImagePull, "default", "nginx-daemonset-bwzss"),
+            "Image pre-pull requested for pod default/nginx-daemonset-bwzss"
+        );
+        assert_eq!(
+            success_message(Action::Upgrade, "default", "nginx-daemonset-bwzss"),
+            "Start updating pod default/nginx-daemonset-bwzss"
+        );
+    }
+}
