@@ -383,11 +383,11 @@ impl LoadBalancerBackends for ClbClient {
             );
         }
         Ok(LoadBalancer {
-            id: attribute
-                .load_balancer_id
-                .is_empty()
-                .then(|| id.clone())
-                .unwrap_or(attribute.load_balancer_id),
+            id: if attribute.load_balancer_id.is_empty() {
+                id
+            } else {
+                attribute.load_balancer_id
+            },
             address: Some(attribute.address).filter(|a| !a.is_empty()),
             created,
             listeners,

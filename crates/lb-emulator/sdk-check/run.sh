@@ -10,6 +10,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${here}/../../.." && pwd)"
 python="$(bash "${repo_root}/hack/cloud-sdk-venv.sh")"
 
+# The committed signature vectors must still be what the pinned SDK computes.
+"${python}" "${repo_root}/crates/alibaba-lb/sdk-vectors/generate.py" --check
+
 binary="${LB_EMULATOR_BIN:-}"
 if [[ -z "${binary}" ]]; then
   (cd "${repo_root}" && cargo build --quiet -p lb-emulator)

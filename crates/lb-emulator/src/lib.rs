@@ -429,15 +429,11 @@ struct FaultsUpdate {
     server_error_rate: Option<f64>,
 }
 
-fn rate(value: f64, name: &str) -> Result<f64, Response> {
+fn rate(value: f64, name: &str) -> Result<f64, String> {
     if (0.0..=1.0).contains(&value) {
         Ok(value)
     } else {
-        Err((
-            StatusCode::BAD_REQUEST,
-            format!("{name} must be within 0..=1"),
-        )
-            .into_response())
+        Err(format!("{name} must be within 0..=1"))
     }
 }
 
@@ -450,13 +446,13 @@ async fn control_faults(
     if let Some(r) = update.throttle_rate {
         match rate(r, "throttle_rate") {
             Ok(r) => faults.throttle_rate = r,
-            Err(resp) => return resp,
+            Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
         }
     }
     if let Some(r) = update.server_error_rate {
         match rate(r, "server_error_rate") {
             Ok(r) => faults.server_error_rate = r,
-            Err(resp) => return resp,
+            Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
         }
     }
     if let Some(code) = update.throttle_code {
@@ -500,7 +496,7 @@ async fn control_jobs(State(shared): State<AppState>, Json(update): Json<JobsUpd
         if let Some(v) = value {
             match rate(v, name) {
                 Ok(v) => *slot = v,
-                Err(resp) => return resp,
+                Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
             }
         }
     }
