@@ -171,7 +171,7 @@ start kwok kwok --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \
   --config "$CLUSTER_DIR/kwok-stages.yaml" \
   --manage-nodes-with-label-selector rollgate.test/heartbeat=on \
   --node-lease-duration-seconds "$((NODE_GRACE_SECONDS > 8 ? NODE_GRACE_SECONDS - 4 : 4))" \
-  --cidr 10.63.0.0/16 --node-ip 10.62.0.1
+  --cidr 10.63.0.0/16 --node-ip 10.62.0.1 -v WARN
 
 wait_for "the default ServiceAccount" 60 kubectl -n default get serviceaccount default
 

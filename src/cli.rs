@@ -39,6 +39,20 @@ pub enum Command {
     Controller(ControllerArgs),
     /// Run the node-local agent API (one per node).
     Agent(AgentArgs),
+    /// Show an upgrade's progress (`kubectl rollout status` refuses OnDelete DaemonSets).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// What to show: `daemonset/NAME` (also `ds/NAME`).
+    pub target: String,
+    /// Namespace; defaults to the kubeconfig context's namespace.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Keep watching with a progress bar until the rollout completes.
+    #[arg(short, long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]

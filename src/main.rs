@@ -1,6 +1,6 @@
 use clap::Parser;
 use rollgate::cli::{Cli, Command};
-use rollgate::{agent, manager, runtime, telemetry};
+use rollgate::{agent, daemonset, manager, runtime, telemetry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -10,5 +10,6 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Controller(args) => manager::run(args, shutdown).await,
         Command::Agent(args) => agent::run(args, shutdown).await,
+        Command::Status(args) => daemonset::status::run(args, shutdown).await,
     }
 }

@@ -313,6 +313,8 @@ mod tests {
         check(action, "default", "nginx-daemonset-bwzss", pod, NODE)
     }
 
+    type Case<'a> = (&'a str, Action, Option<&'a Pod>, Option<u16>, &'a str);
+
     /// The table: (case, action, pod, expected status or None for approval, text the
     /// refusal must contain).
     #[test]
@@ -412,7 +414,7 @@ mod tests {
 
         let happy = pod();
         use Action::*;
-        let cases: Vec<(&str, Action, Option<&Pod>, Option<u16>, &str)> = vec![
+        let cases: Vec<Case> = vec![
             ("happy upgrade", Upgrade, Some(&happy), None, ""),
             ("happy imagepull", ImagePull, Some(&happy), None, ""),
             (

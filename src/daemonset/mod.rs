@@ -6,5 +6,6 @@ pub mod ota_plan;
 pub mod policy;
 pub mod revision;
 pub mod rolling_plan;
+pub mod status;
 #[cfg(test)]
 mod testkit;
