@@ -35,6 +35,7 @@ use serde_json::json;
 use super::checks::{
     self, Action, Approval, POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON,
 };
+use super::error_chain;
 use super::state::NodeState;
 use crate::daemonset::ota_plan::need_upgrade_message;
 
@@ -235,9 +236,10 @@ fn api_failure(ns: &str, name: &str, doing: &str, error: kube::Error) -> Respons
         other => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "the API server cannot be reached ({other}) while {doing} for pod {id}: the \
-                 node may be cut off; GET /pods still answers from the last known state; retry \
-                 when the connection is back"
+                "the API server cannot be reached ({}) while {doing} for pod {id}: the node \
+                 may be cut off; GET /pods still answers from the last known state; retry when \
+                 the connection is back",
+                error_chain(other)
             ),
         ),
     };
@@ -371,6 +373,8 @@ mod tests {
             let (status, headers, body) = call(app(NodeState::new("edge-a")), "POST", &path).await;
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{action}: {body}");
             assert!(body.contains("API server cannot be reached"), "{body}");
+            // The cause is spelled out, not just "client error (Connect)".
+            assert!(body.contains("Connection refused"), "{body}");
             assert_eq!(header(&headers, "retry-after"), Some("5"));
         }
     }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::Api;
 
+use super::error_chain;
 use super::state::NodeState;
 
 /// Server-side watch timeout: the watch is renewed this often, which also bounds how long
@@ -31,7 +32,7 @@ pub async fn run(api: Api<Pod>, state: NodeState) {
         let list = match api.list(&ListParams::default().fields(&selector)).await {
             Ok(list) => list,
             Err(e) => {
-                lost(&state, format!("listing pods: {e}"));
+                lost(&state, format!("listing pods: {}", error_chain(&e)));
                 backoff.wait().await;
                 continue;
             }
@@ -49,7 +50,7 @@ pub async fn run(api: Api<Pod>, state: NodeState) {
                 Ok(stream) => stream,
                 Err(kube::Error::Api(status)) if status.code == 410 => continue 'relist,
                 Err(e) => {
-                    lost(&state, format!("watching pods: {e}"));
+                    lost(&state, format!("watching pods: {}", error_chain(&e)));
                     backoff.wait().await;
                     continue;
                 }
@@ -69,7 +70,10 @@ pub async fn run(api: Api<Pod>, state: NodeState) {
                     // The server ended the watch (its timeout): renew it.
                     Ok(None) => break,
                     Ok(Some(Err(e))) => {
-                        lost(&state, format!("pod watch interrupted: {e}"));
+                        lost(
+                            &state,
+                            format!("pod watch interrupted: {}", error_chain(&e)),
+                        );
                         break;
                     }
                     Ok(Some(Ok(event))) => event,
