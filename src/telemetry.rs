@@ -1,4 +1,7 @@
-//! Logging setup: plain text for people, JSON for log pipelines.
+//! Logging setup: plain text for people, JSON for log pipelines. Logs go to stderr so
+//! that command output (`rollgate status`) stays clean on stdout.
+use std::io::IsTerminal;
+
 use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
 use crate::cli::{LogFormat, LoggingArgs};
@@ -7,10 +10,18 @@ pub fn init(args: &LoggingArgs) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|e| anyhow::anyhow!("bad --log-level {:?}: {e}", args.log_level))?;
     let registry = tracing_subscriber::registry().with(filter);
+    let plain = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
-        LogFormat::Plain => registry.with(fmt::layer().with_target(true)).try_init()?,
+        LogFormat::Plain => registry.with(plain).try_init()?,
         LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true))
+            .with(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .json()
+                    .flatten_event(true),
+            )
             .try_init()?,
     }
     Ok(())

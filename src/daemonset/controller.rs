@@ -105,6 +105,10 @@ pub struct Context {
     /// Last Warning / progress message per DaemonSet UID, so each is said once, not on
     /// every resync.
     last_said: Mutex<HashMap<(String, &'static str), String>>,
+    /// Flips to true once every cache holds its first full list. One task waits on the
+    /// stores and everyone else waits on this: a store's `wait_until_ready` wakes only
+    /// one of several concurrent waiters, which stalled reconciles.
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
@@ -211,6 +215,7 @@ pub async fn run(
         .touched_objects()
         .predicate_filter(node_ready_hash, Default::default());
 
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
@@ -224,6 +229,7 @@ pub async fn run(
         metrics: DaemonSetMetrics::register(&metrics),
         expectations: Mutex::default(),
         last_said: Mutex::default(),
+        synced,
     });
 
     // Ready once every cache holds its first full list; reconciles wait for the same.
@@ -238,6 +244,7 @@ pub async fn run(
             )
             .await;
             tracing::info!("DaemonSet controller caches synced");
+            let _ = synced_tx.send(true);
             ready.store(true, Ordering::SeqCst);
         });
     }
@@ -284,9 +291,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
     let started = Instant::now();
     // Planning on half-filled caches could count missing pods as unavailable or miss
     // terminating ones: wait for the first full lists.
-    let _ = ctx.pods.wait_until_ready().await;
-    let _ = ctx.revisions.wait_until_ready().await;
-    let _ = ctx.nodes.wait_until_ready().await;
+    let _ = ctx.synced.clone().wait_for(|synced| *synced).await;
     let result = match policy_for(&ds) {
         PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx).await,
         PolicyDecision::NotOurs { reason } => {
