@@ -289,17 +289,18 @@ async fn rolling_update_skips_not_ready_nodes_stays_in_budget_and_finishes_when_
         Duration::from_secs(120),
     )
     .await;
-    let o = observed.lock().unwrap();
-    note(format!(
-        "all 20 nodes updated; max unavailable caused by deletions {} (budget 6)",
-        o.max_caused_unavailable
-    ));
-    assert!(
-        o.max_caused_unavailable <= 6,
-        "budget exceeded: {} > 6",
-        o.max_caused_unavailable
-    );
-    drop(o);
+    {
+        let o = observed.lock().unwrap();
+        note(format!(
+            "all 20 nodes updated; max unavailable caused by deletions {} (budget 6)",
+            o.max_caused_unavailable
+        ));
+        assert!(
+            o.max_caused_unavailable <= 6,
+            "budget exceeded: {} > 6",
+            o.max_caused_unavailable
+        );
+    }
 
     let status = controller.stop();
     assert!(
@@ -356,21 +357,22 @@ async fn a_controller_crash_mid_rollout_does_not_over_delete() {
         Duration::from_secs(120),
     )
     .await;
-    let o = observed.lock().unwrap();
-    note(format!(
-        "rollout finished; max unavailable caused {} (budget 2), deletions {}",
-        o.max_caused_unavailable, o.deletions
-    ));
-    assert!(
-        o.max_caused_unavailable <= 2,
-        "budget exceeded after restart: {}",
-        o.max_caused_unavailable
-    );
-    assert_eq!(
-        o.deletions, 8,
-        "each of the 8 old pods deleted exactly once"
-    );
-    drop(o);
+    {
+        let o = observed.lock().unwrap();
+        note(format!(
+            "rollout finished; max unavailable caused {} (budget 2), deletions {}",
+            o.max_caused_unavailable, o.deletions
+        ));
+        assert!(
+            o.max_caused_unavailable <= 2,
+            "budget exceeded after restart: {}",
+            o.max_caused_unavailable
+        );
+        assert_eq!(
+            o.deletions, 8,
+            "each of the 8 old pods deleted exactly once"
+        );
+    }
     drop(second);
     ns.cleanup().await;
     nodes.cleanup().await;

@@ -114,6 +114,9 @@ pub struct Progress {
     pub unavailable: usize,
     /// Ready nodes whose only live pod is out of date and available.
     pub candidates: usize,
+    /// Nodes the DaemonSet should run on (`status.desiredNumberScheduled`) that have no
+    /// pod in view: being replaced. Counted in `total_nodes` and `unavailable`.
+    pub vacated_nodes: usize,
     /// `max-unavailable` resolved against `total_nodes`.
     pub budget: usize,
     /// NotReady nodes holding a pod of this DaemonSet, by name: not touched.
@@ -224,7 +227,27 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
             _ => unavailable_nodes.push(node.to_string()),
         }
     }
-    progress.unavailable = unavailable_nodes.len();
+    // A node whose old pod is gone and whose replacement is not created (or not seen)
+    // yet has no pod at all, so the walk above cannot see it. The native controller's
+    // desiredNumberScheduled still counts it: the shortfall is unavailable too. Without
+    // this, a reconcile that runs between a pod's removal and its replacement's
+    // creation spends the same budget twice.
+    let desired = input.daemonset.status.as_ref().map_or(0, |status| {
+        usize::try_from(status.desired_number_scheduled).unwrap_or(0)
+    });
+    // desiredNumberScheduled leaves out nodes tainted unreachable/not-ready (NoSchedule),
+    // so compare it with the Ready nodes that show a pod. A NotReady node not tainted yet
+    // makes this over-count for a moment, which only slows the rollout.
+    let ready_nodes_with_pods = pods_by_node
+        .keys()
+        .filter(|node| node_ready.get(*node) == Some(&true))
+        .count();
+    progress.vacated_nodes = desired.saturating_sub(ready_nodes_with_pods);
+    if progress.vacated_nodes > 0 {
+        progress.total_nodes += progress.vacated_nodes;
+        progress.budget = input.max_unavailable.budget(progress.total_nodes);
+    }
+    progress.unavailable = unavailable_nodes.len() + progress.vacated_nodes;
     progress.candidates = candidates.len();
 
     let allowed = progress.budget.saturating_sub(progress.unavailable);
@@ -239,7 +262,7 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
         Some(Blocker::BudgetExhausted)
     } else if !deletions.is_empty() {
         None
-    } else if !unavailable_nodes.is_empty() {
+    } else if !unavailable_nodes.is_empty() || progress.vacated_nodes > 0 {
         Some(Blocker::WaitingForAvailability {
             nodes: unavailable_nodes,
         })
@@ -465,6 +488,33 @@ mod tests {
         );
         assert_eq!(plan.progress.unavailable, 1);
         assert_eq!(plan.progress.updated, 1);
+    }
+
+    #[test]
+    fn a_node_between_pod_removal_and_replacement_still_uses_the_budget() {
+        // n1's old pod is gone and its replacement not created yet: no pod in view, but
+        // the DaemonSet wants 3 nodes scheduled.
+        let (mut ds, revisions) = upgrading(0);
+        ds.status = Some(k8s_openapi::api::apps::v1::DaemonSetStatus {
+            desired_number_scheduled: 3,
+            ..Default::default()
+        });
+        let pods = vec![
+            old_available(&ds, "old-n2", "n2"),
+            old_available(&ds, "old-n3", "n3"),
+        ];
+        let plan = plan_rolling_update(&input(
+            &ds,
+            &revisions,
+            pods,
+            ready_nodes(&["n1", "n2", "n3"]),
+            MaxUnavailable::Count(1),
+        ));
+        assert!(plan.deletions.is_empty(), "{:?}", plan.deletions);
+        assert_eq!(plan.progress.vacated_nodes, 1);
+        assert_eq!(plan.progress.unavailable, 1);
+        assert_eq!(plan.progress.total_nodes, 3);
+        assert_eq!(plan.progress.blocked, Some(Blocker::BudgetExhausted));
     }
 
     #[test]
