@@ -105,9 +105,7 @@ pub struct Context {
     /// Last Warning / progress message per DaemonSet UID, so each is said once, not on
     /// every resync.
     last_said: Mutex<HashMap<(String, &'static str), String>>,
-    /// Flips to true once every cache holds its first full list. One task waits on the
-    /// stores and everyone else waits on this: a store's `wait_until_ready` wakes only
-    /// one of several concurrent waiters, which stalled reconciles.
+    /// Flips to true once every cache holds its first full list (see `SyncGate`).
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -144,6 +142,45 @@ impl Context {
     }
 }
 
+/// Tells when every watch has delivered its first full list.
+///
+/// `Store::wait_until_ready` is not used for this: it sits on a oneshot channel that
+/// keeps only the last poller's waker, so with the Controller also waiting on the
+/// DaemonSet store, one of the two waiters could sleep forever (seen as a controller
+/// that never reconciled). Watching for each stream's first `InitDone` has no such race.
+struct SyncGate {
+    remaining: Mutex<BTreeSet<&'static str>>,
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl SyncGate {
+    fn new(streams: &[&'static str]) -> (Arc<Self>, tokio::sync::watch::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let gate = SyncGate {
+            remaining: Mutex::new(streams.iter().copied().collect()),
+            tx,
+        };
+        (Arc::new(gate), rx)
+    }
+
+    /// Observes one stream's events; its first `InitDone` marks it synced.
+    fn observe<K>(
+        self: &Arc<Self>,
+        name: &'static str,
+    ) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) {
+        let gate = self.clone();
+        move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                let mut remaining = gate.remaining.lock().unwrap();
+                if remaining.remove(name) && remaining.is_empty() {
+                    tracing::info!("DaemonSet controller caches synced");
+                    let _ = gate.tx.send(true);
+                }
+            }
+        }
+    }
+}
+
 /// Drops fields nothing here reads, to keep the caches small at thousands of pods.
 fn prune<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
@@ -172,6 +209,7 @@ pub async fn run(
             None => Api::all(client.clone()),
         }
     }
+    let (gate, synced) = SyncGate::new(&["daemonsets", "pods", "controllerrevisions", "nodes"]);
     let (ds_reader, ds_writer) = reflector::store::<DaemonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
@@ -181,6 +219,7 @@ pub async fn run(
         .default_backoff()
         .modify(prune)
         .reflect(ds_writer)
+        .inspect(gate.observe("daemonsets"))
         .applied_objects();
     // DaemonSet pods always carry controller-revision-hash: the API server filters the rest.
     let pods = watcher(
@@ -190,6 +229,7 @@ pub async fn run(
     .default_backoff()
     .modify(prune)
     .reflect(pod_writer)
+    .inspect(gate.observe("pods"))
     .touched_objects();
     let revisions = watcher(
         scoped::<ControllerRevision>(&client, namespace),
@@ -202,6 +242,7 @@ pub async fn run(
         r.data = Default::default();
     })
     .reflect(rev_writer)
+    .inspect(gate.observe("controllerrevisions"))
     .touched_objects();
     let nodes = watcher(Api::<Node>::all(client.clone()), wcfg)
         .default_backoff()
@@ -212,10 +253,10 @@ pub async fn run(
             }
         })
         .reflect(node_writer)
+        .inspect(gate.observe("nodes"))
         .touched_objects()
         .predicate_filter(node_ready_hash, Default::default());
 
-    let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
@@ -232,20 +273,13 @@ pub async fn run(
         synced,
     });
 
-    // Ready once every cache holds its first full list; reconciles wait for the same.
+    // /readyz turns true once every cache holds its first full list.
     {
-        let (d, p, r, n) = (ds_reader.clone(), pod_reader, rev_reader, node_reader);
+        let mut synced = ctx.synced.clone();
         tokio::spawn(async move {
-            let _ = futures::future::try_join4(
-                d.wait_until_ready(),
-                p.wait_until_ready(),
-                r.wait_until_ready(),
-                n.wait_until_ready(),
-            )
-            .await;
-            tracing::info!("DaemonSet controller caches synced");
-            let _ = synced_tx.send(true);
-            ready.store(true, Ordering::SeqCst);
+            if synced.wait_for(|s| *s).await.is_ok() {
+                ready.store(true, Ordering::SeqCst);
+            }
         });
     }
 

@@ -320,7 +320,7 @@ impl ControllerProcess {
                 "--metrics-addr",
                 "127.0.0.1:0",
             ])
-            .env("KUBECONFIG", kubeconfig_path())
+            .env("KUBECONFIG", controller_kubeconfig())
             .env("ROLLGATE_LOG", "info,rollgate=debug")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -367,6 +367,57 @@ impl Drop for ControllerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A kubeconfig with the token of the `rollgate-controller` ServiceAccount and exactly the
+/// RBAC of `deploy/controller/rbac.yaml`: every e2e test that runs the controller proves
+/// those permissions are enough. Made once per test binary, with kubectl.
+pub fn controller_kubeconfig() -> PathBuf {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let kubectl = |args: &[&str]| {
+            let out = std::process::Command::new("kubectl")
+                .env("KUBECONFIG", kubeconfig_path())
+                .args(args)
+                .output()
+                .expect("running kubectl");
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let deploy = repo_root().join("deploy");
+        // The agent's file creates the rollgate-system namespace.
+        kubectl(&[
+            "apply",
+            "-f",
+            deploy.join("agent/rbac.yaml").to_str().unwrap(),
+        ]);
+        kubectl(&[
+            "apply",
+            "-f",
+            deploy.join("controller/rbac.yaml").to_str().unwrap(),
+        ]);
+        let token = kubectl(&[
+            "-n",
+            "rollgate-system",
+            "create",
+            "token",
+            "rollgate-controller",
+            "--duration",
+            "4h",
+        ]);
+        let dir = repo_root().join("target/e2e-state");
+        derived_kubeconfig(
+            &dir,
+            &format!("controller-{}.kubeconfig", std::process::id()),
+            None,
+            Some(token.trim()),
+        )
+    })
+    .clone()
 }
 
 /// The Events recorded for one object, as `(type, reason, message)`.
