@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `make demo`: rollgate on a local control plane, narrated.
+#   1. AdvancedRollingUpdate: an edge DaemonSet upgrades on Ready nodes within its
+#      budget while 3 nodes are cut off, then the cut-off nodes upgrade on their own
+#      when they come back.
+#   2. OTA: nothing upgrades by itself; an operator on a node asks the node API
+#      (127.0.0.1:10267) which pods need an upgrade, pre-pulls, and triggers it.
+# The cluster stays up afterwards; `make cluster-down` stops it and everything the demo
+# started (their pid files live next to the cluster's).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
+
+export NODES=${NODES:-10}
+export POD_START_DELAY_MS=${POD_START_DELAY_MS:-2000}
+CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
+export CLUSTER_DIR
+AGENT_PORT=${AGENT_PORT:-10267}
+NS=rollgate-demo
+BIN=$repo/target/release/rollgate
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+say "Starting the local control plane with $NODES simulated edge nodes"
+bash hack/cluster-up.sh
+PATH="$(bash hack/build-control-plane.sh):$PATH"
+export KUBECONFIG=$CLUSTER_DIR/kubeconfig
+kubectl delete namespace "$NS" --ignore-not-found --wait=true >/dev/null
+for n in $(kubectl get nodes -l rollgate.test/bed-node=true -o name); do
+  kubectl label "$n" rollgate.test/heartbeat=on --overwrite >/dev/null
+done
+kubectl wait --for=condition=Ready node -l rollgate.test/bed-node=true --timeout=90s >/dev/null
+kubectl create namespace "$NS" >/dev/null
+
+start_bg() { # name, command...
+  local name=$1; shift
+  local pidfile=$CLUSTER_DIR/pids/demo-$name.pid
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"; sleep 1
+  fi
+  nohup "$@" >"$CLUSTER_DIR/logs/demo-$name.log" 2>&1 &
+  echo $! >"$pidfile"
+}
+
+say "Installing rollgate's RBAC (deploy/) and starting the controller with its ServiceAccount's token"
+kubectl apply -f deploy/agent/rbac.yaml -f deploy/controller/rbac.yaml >/dev/null
+token=$(kubectl -n rollgate-system create token rollgate-controller --duration 8h)
+sed -e '/client-certificate:/d' -e "s|client-key: .*|token: $token|" "$CLUSTER_DIR/admin.kubeconfig" >"$CLUSTER_DIR/demo-controller.kubeconfig"
+start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:18080
+for _ in $(seq 1 50); do curl -sf 127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
+echo "controller ready: $(curl -s 127.0.0.1:18080/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
+
+# ---------------------------------------------------------------- AdvancedRollingUpdate
+say "1. AdvancedRollingUpdate: an edge DaemonSet with max-unavailable 30%"
+cat <<'EOF' | tee /dev/stderr | kubectl -n "$NS" apply -f - >/dev/null
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: edge-agent
+  annotations:
+    apps.openyurt.io/update-strategy: AdvancedRollingUpdate
+    apps.openyurt.io/max-unavailable: 30%
+spec:
+  selector: {matchLabels: {app: edge-agent}}
+  updateStrategy: {type: OnDelete}
+  template:
+    metadata: {labels: {app: edge-agent}}
+    spec:
+      nodeSelector: {rollgate.test/bed-node: "true"}
+      containers: [{name: agent, image: "registry.local/edge-agent:v1"}]
+EOF
+kubectl -n "$NS" rollout status ds/edge-agent --timeout=120s >/dev/null 2>&1 || true
+until [ "$(kubectl -n "$NS" get ds edge-agent -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
+echo "edge-agent:v1 Ready on all $NODES nodes"
+
+cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | head -3)
+say "The network to 3 edge nodes drops (their kubelets stop heartbeating)"
+for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
+echo "waiting for kube-controller-manager to mark them NotReady (grace period)..."
+for n in $cut_nodes; do
+  until [ "$(kubectl get "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != "True" ]; do sleep 1; done
+done
+run kubectl get nodes -l rollgate.test/bed-node=true
+
+say "New image: edge-agent:v2. A native rolling update would stall here; rollgate upgrades the Ready nodes"
+run kubectl -n "$NS" set image ds/edge-agent agent=registry.local/edge-agent:v2
+timeout 120 "$BIN" status daemonset/edge-agent -n "$NS" --watch &
+watch_pid=$!
+until "$BIN" status daemonset/edge-agent -n "$NS" 2>/dev/null | grep -q "come back"; do sleep 1; done
+kill "$watch_pid" 2>/dev/null || true; wait "$watch_pid" 2>/dev/null || true
+echo
+run "$BIN" status daemonset/edge-agent -n "$NS"
+say "Events on the DaemonSet say what happened and what waits"
+kubectl -n "$NS" get events --field-selector involvedObject.name=edge-agent \
+  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | grep -v SuccessfulCreate | cut -c1-220
+
+say "The network comes back: no user action, the 3 nodes are upgraded as soon as they are Ready"
+for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=on --overwrite; done
+timeout 180 "$BIN" status daemonset/edge-agent -n "$NS" --watch
+run kubectl -n "$NS" get pods -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready
+
+# ---------------------------------------------------------------- OTA
+say "2. OTA: nothing upgrades by itself; the node operator decides"
+cat <<'EOF' | tee /dev/stderr | kubectl -n "$NS" apply -f - >/dev/null
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: nginx-daemonset
+  annotations:
+    apps.openyurt.io/update-strategy: OTA
+spec:
+  selector: {matchLabels: {app: nginx}}
+  updateStrategy: {type: OnDelete}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      nodeSelector: {rollgate.test/bed-node: "true"}
+      containers: [{name: nginx, image: "nginx:1.19.1"}]
+EOF
+until [ "$(kubectl -n "$NS" get ds nginx-daemonset -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
+node=$(kubectl get nodes -l rollgate.test/bed-node=true -o jsonpath='{.items[0].metadata.name}')
+say "The node agent of $node listens on 127.0.0.1:$AGENT_PORT (as on every edge node)"
+start_bg agent "$BIN" agent --node-name "$node" --listen "127.0.0.1:$AGENT_PORT" --state-dir "$CLUSTER_DIR/demo-agent-state"
+for _ in $(seq 1 50); do curl -sf "127.0.0.1:$AGENT_PORT/pods" >/dev/null && break; sleep 0.2; done
+
+show_pods() {
+  curl -s "127.0.0.1:$AGENT_PORT/pods" | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if not p["metadata"]["name"].startswith("nginx"): continue
+    conds = {c["type"]: c for c in p["status"].get("conditions", [])}
+    need = conds.get("PodNeedUpgrade", {})
+    img = conds.get("PodImageReady")
+    extra = f"  PodImageReady={img[\"status\"]} ({img.get(\"reason\",\"\")})" if img else ""
+    print(f"  {p[\"metadata\"][\"namespace\"]}/{p[\"metadata\"][\"name\"]}  image={p[\"spec\"][\"containers\"][0][\"image\"]}  PodNeedUpgrade={need.get(\"status\")}  ({need.get(\"message\")}){extra}")'
+}
+run curl -s -o /dev/null -w 'GET /pods -> HTTP %{http_code}\n' "127.0.0.1:$AGENT_PORT/pods"
+show_pods
+
+say "A new version is published: nginx:1.19.2. Nothing restarts; pods are only marked"
+run kubectl -n "$NS" set image ds/nginx-daemonset nginx=nginx:1.19.2
+until curl -s "127.0.0.1:$AGENT_PORT/pods" | grep -q '"PodNeedUpgrade","status":"True"\|"status":"True","type":"PodNeedUpgrade"'; do sleep 0.5; done
+show_pods
+pod=$(curl -s "127.0.0.1:$AGENT_PORT/pods" | python3 -c 'import json,sys; print([p["metadata"]["name"] for p in json.load(sys.stdin)["items"] if p["metadata"]["name"].startswith("nginx")][0])')
+
+say "Optional: pre-pull the new image on this node"
+run curl -s -X POST "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/$pod/imagepull"; echo
+for _ in $(seq 1 60); do
+  show_pods | grep -q "PodImageReady=True" && break
+  sleep 1
+done
+show_pods
+
+say "Trigger the upgrade from the node"
+run curl -s -X POST "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/$pod/upgrade"; echo
+sleep 4
+show_pods
+say "Bad input gets a clear answer"
+run curl -s -X POST "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/no-such-pod/upgrade"; echo
+run curl -s -X GET "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/$pod/upgrade"; echo
+
+say "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG ; 'make cluster-down' stops everything."
