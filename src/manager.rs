@@ -39,17 +39,25 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
     let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().requested());
 
     let controllers = crate::daemonset::controller::run(
-        client,
-        metrics,
+        client.clone(),
+        metrics.clone(),
         args.watch_namespace.as_deref(),
         args.daemonset_concurrency,
         ready.clone(),
         shutdown.clone(),
     );
-    let (http_result, controller_result) = tokio::join!(http, controllers);
+    let image_pull = crate::daemonset::image_pull::run(
+        client,
+        metrics,
+        args.watch_namespace.clone(),
+        shutdown.clone(),
+    );
+    let (http_result, controller_result, image_pull_result) =
+        tokio::join!(http, controllers, image_pull);
     ready.store(false, Ordering::SeqCst);
     http_result?;
     controller_result?;
+    image_pull_result?;
     tracing::info!("controller-manager stopped");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The DaemonSet upgrade controller: AdvancedRollingUpdate and OTA.
 // controller wiring lives in controller.rs (lead)
 pub mod controller;
+pub mod image_pull;
 pub mod metrics;
 pub mod ota_plan;
 pub mod policy;
