@@ -275,6 +275,27 @@ async fn rolling_update_skips_not_ready_nodes_stays_in_budget_and_finishes_when_
             .any(|(_, reason, msg)| reason == "WaitingForNotReadyNodes" && msg.contains(&cut[0])),
         "an Event says which NotReady nodes are waiting: {events:?}"
     );
+    // `rollgate status` tells a person the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rollgate"))
+        .args(["status", "daemonset/edge", "-n", &ns.name])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    note(format!("rollgate status:\n{text}"));
+    assert!(
+        out.status.success(),
+        "rollgate status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("15/20 nodes updated"),
+        "status shows progress: {text}"
+    );
+    assert!(
+        text.contains("NotReady nodes waiting") && text.contains(&cut[0]),
+        "status names the waiting nodes: {text}"
+    );
 
     // The network comes back: no user action, the nodes get upgraded.
     observed.lock().unwrap().frozen.clear();
