@@ -687,9 +687,41 @@ struct Context {
     jobs: Store<Job>,
     recorder: Recorder,
     metrics: ImagePullMetrics,
-    /// True once every cache holds its first list (see the DaemonSet controller: a
-    /// store's `wait_until_ready` wakes one of several concurrent waiters only).
+    /// True once every cache holds its first list (see `SyncGate`).
     synced: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Tells when every watch has delivered its first full list, from each stream's first
+/// `InitDone`. Not `Store::wait_until_ready`: it keeps only the last poller's waker, and
+/// the Controller itself waits on the pod store too, so one waiter could sleep forever
+/// (the DaemonSet controller has the same gate).
+struct SyncGate {
+    remaining: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl SyncGate {
+    fn new(streams: &[&'static str]) -> (Arc<Self>, tokio::sync::watch::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let remaining = std::sync::Mutex::new(streams.iter().copied().collect());
+        (Arc::new(SyncGate { remaining, tx }), rx)
+    }
+
+    fn observe<K>(
+        self: &Arc<Self>,
+        name: &'static str,
+    ) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) {
+        let gate = self.clone();
+        move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                let mut remaining = gate.remaining.lock().unwrap();
+                if remaining.remove(name) && remaining.is_empty() {
+                    tracing::info!("image pull controller caches synced");
+                    let _ = gate.tx.send(true);
+                }
+            }
+        }
+    }
 }
 
 fn prune<K: Resource>(obj: &mut K) {
@@ -723,6 +755,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let namespace = namespace.as_deref();
     let wcfg = watcher::Config::default().page_size(500);
+    let (gate, synced) = SyncGate::new(&["pods", "jobs", "daemonsets", "controllerrevisions"]);
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (ds_reader, ds_writer) = reflector::store::<DaemonSet>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
@@ -736,6 +769,7 @@ pub async fn run(
     .default_backoff()
     .modify(prune)
     .reflect(pod_writer)
+    .inspect(gate.observe("pods"))
     .touched_objects();
     let jobs = watcher(
         scoped::<Job>(&client, namespace),
@@ -746,11 +780,13 @@ pub async fn run(
     .default_backoff()
     .modify(prune)
     .reflect(job_writer)
+    .inspect(gate.observe("jobs"))
     .touched_objects();
     let daemonsets = watcher(scoped::<DaemonSet>(&client, namespace), wcfg.clone())
         .default_backoff()
         .modify(prune)
         .reflect(ds_writer)
+        .inspect(gate.observe("daemonsets"))
         .touched_objects();
     let revisions = watcher(scoped::<ControllerRevision>(&client, namespace), wcfg)
         .default_backoff()
@@ -760,28 +796,8 @@ pub async fn run(
             r.data = Default::default();
         })
         .reflect(rev_writer)
+        .inspect(gate.observe("controllerrevisions"))
         .touched_objects();
-
-    let (synced_tx, synced) = tokio::sync::watch::channel(false);
-    {
-        let (p, d, r, j) = (
-            pod_reader.clone(),
-            ds_reader.clone(),
-            rev_reader.clone(),
-            job_reader.clone(),
-        );
-        tokio::spawn(async move {
-            let _ = futures::future::try_join4(
-                p.wait_until_ready(),
-                d.wait_until_ready(),
-                r.wait_until_ready(),
-                j.wait_until_ready(),
-            )
-            .await;
-            tracing::info!("image pull controller caches synced");
-            let _ = synced_tx.send(true);
-        });
-    }
 
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),

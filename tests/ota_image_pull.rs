@@ -1,0 +1,366 @@
+//! The OTA image pre-pull Job against the local control plane: a `PullImageRequested`
+//! request on one pod makes `rollgate controller` pull the DaemonSet's current images on
+//! that pod's node with a Job, then report `PodImageReady`; a pull that fails is reported
+//! as `PullImageFail` with a Warning Event.
+//!
+//! The test stands in for the node agent's `imagepull` (it writes the request condition
+//! itself). kwok runs the Job's pod: it succeeds ~0.5 s after starting, and fails with
+//! `ErrImagePull` when an image name contains `unpullable` (hack/kwok-stages.yaml).
+//! Needs `make cluster-up`; `cargo test --test ota_image_pull -- --nocapture` narrates.
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+use support::*;
+
+const NEED_UPGRADE: &str = "PodNeedUpgrade";
+const IMAGE_READY: &str = "PodImageReady";
+const POD_UID_LABEL: &str = "rollgate.io/image-pull-pod-uid";
+const REVISION_LABEL: &str = "rollgate.io/image-pull-revision";
+
+fn daemonset(name: &str, nodes: &TestNodes) -> DaemonSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"apps.openyurt.io/update-strategy": "OTA"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": nodes.selector(),
+                    "imagePullSecrets": [{"name": "regcred"}],
+                    "tolerations": [{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}],
+                    "initContainers": [{"name": "setup", "image": "registry.local/setup:v1"}],
+                    "containers": [{"name": "agent", "image": "registry.local/agent:v1"}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+fn hash_of(p: &Pod) -> String {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("controller-revision-hash").cloned())
+        .unwrap_or_default()
+}
+
+/// Sets both images of the template (init container and container).
+async fn set_images(dss: &Api<DaemonSet>, name: &str, setup: &str, agent: &str) {
+    let patch = json!({"spec": {"template": {"spec": {
+        "initContainers": [{"name": "setup", "image": setup}],
+        "containers": [{"name": "agent", "image": agent}]
+    }}}});
+    dss.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits until every pod of the DaemonSet says `PodNeedUpgrade=True` for a revision other
+/// than its own; returns that revision's hash.
+async fn wait_new_revision(pods: &Api<Pod>, app: &str, not: &[&str]) -> String {
+    wait_for(
+        "PodNeedUpgrade=True naming a new revision on every pod",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let hashes: Vec<String> = list
+                .iter()
+                .filter_map(|p| match condition_of(p, NEED_UPGRADE) {
+                    Some((s, _, m)) if s == "True" => {
+                        m.strip_prefix("controllerrevision: ").map(str::to_string)
+                    }
+                    _ => None,
+                })
+                .collect();
+            match hashes.first() {
+                Some(h)
+                    if hashes.len() == list.len()
+                        && hashes.iter().all(|x| x == h)
+                        && !not.contains(&h.as_str()) =>
+                {
+                    Ok(h.clone())
+                }
+                _ => Err(format!("{hashes:?} on {}", describe_pods(&list))),
+            }
+        },
+    )
+    .await
+}
+
+/// What the node agent's `imagepull` writes.
+async fn request_image_pull(pods: &Api<Pod>, pod: &str, hash: &str) {
+    let patch = json!({"status": {"conditions": [{
+        "type": IMAGE_READY, "status": "False", "reason": "PullImageRequested",
+        "message": format!("controllerrevision: {hash}"),
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}});
+    pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("requesting a pre-pull on {pod}: {e}"));
+}
+
+async fn jobs_of(jobs: &Api<Job>, pod: &Pod) -> Vec<Job> {
+    let uid = pod.metadata.uid.clone().unwrap();
+    jobs.list(&ListParams::default().labels(&format!("{POD_UID_LABEL}={uid}")))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn wait_image_ready(pods: &Api<Pod>, pod: &str, status: &str, reason: &str) -> String {
+    wait_for(
+        &format!("{IMAGE_READY}={status} ({reason}) on {pod}"),
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get(pod).await.map_err(|e| e.to_string())?;
+            match condition_of(&p, IMAGE_READY) {
+                Some((s, r, m)) if s == status && r == reason => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn pre_pull_job_reports_success_and_failure() {
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "imgpull", 2).await;
+    let ns = TestNamespace::new(&client, "imgpull").await;
+    let n = ns.name.clone();
+    let controller = ControllerProcess::start(&n, "image-pull");
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &n);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &n);
+
+    dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
+        .await
+        .unwrap();
+    let v1 = wait_for(
+        "one pod per node, marked up to date",
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=edge-agent"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let marked = list
+                .iter()
+                .filter(|p| condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False"))
+                .count();
+            if list.len() == nodes.names.len() && marked == list.len() {
+                Ok(hash_of(&list[0]))
+            } else {
+                Err(describe_pods(&list))
+            }
+        },
+    )
+    .await;
+    note(format!("DaemonSet running at revision {v1} on 2 nodes"));
+
+    // A new revision; nothing is pulled until someone asks.
+    set_images(
+        &dss,
+        "edge-agent",
+        "registry.local/setup:v2",
+        "registry.local/agent:v2",
+    )
+    .await;
+    let v2 = wait_new_revision(&pods, "edge-agent", &[&v1]).await;
+    let list = pods
+        .list(&ListParams::default().labels("app=edge-agent"))
+        .await
+        .unwrap()
+        .items;
+    let (pod_a, pod_b) = (list[0].clone(), list[1].clone());
+    let name_a = pod_a.metadata.name.clone().unwrap();
+    let node_a = node_of(&pod_a);
+    assert!(
+        jobs_of(&jobs, &pod_a).await.is_empty(),
+        "no request, no Job"
+    );
+
+    // The operator on node A asks for a pre-pull of v2.
+    request_image_pull(&pods, &name_a, &v2).await;
+    note(format!("requested pre-pull of {v2} on {name_a} ({node_a})"));
+
+    let job = wait_for("a pull Job for pod A", Duration::from_secs(30), || async {
+        jobs_of(&jobs, &pod_a)
+            .await
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no Job yet".to_string())
+    })
+    .await;
+    note(format!(
+        "Job {} created",
+        job.metadata.name.clone().unwrap()
+    ));
+    let labels = job.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(REVISION_LABEL), Some(&v2));
+    let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), Some(&owner.uid)),
+        ("Pod", pod_a.metadata.uid.as_ref())
+    );
+    let spec = job.spec.as_ref().unwrap();
+    assert!(spec.active_deadline_seconds.is_some_and(|d| d > 0));
+    assert!(spec.ttl_seconds_after_finished.is_some_and(|t| t > 0));
+    assert!(spec.backoff_limit.is_some_and(|b| b <= 2));
+    let pod_spec = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod_spec.node_name.as_deref(), Some(node_a.as_str()));
+    assert_eq!(pod_spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod_spec.automount_service_account_token, Some(false));
+    assert_eq!(
+        pod_spec.image_pull_secrets.as_ref().unwrap()[0].name,
+        "regcred"
+    );
+    assert!(pod_spec
+        .tolerations
+        .iter()
+        .flatten()
+        .any(|t| t.key.as_deref() == Some("edge")));
+    let mut images: Vec<(String, String)> = pod_spec
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                c.image.clone().unwrap_or_default(),
+                c.image_pull_policy.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    images.sort();
+    assert_eq!(
+        images,
+        [
+            ("registry.local/agent:v2".to_string(), "Always".to_string()),
+            ("registry.local/setup:v2".to_string(), "Always".to_string()),
+        ],
+        "the new container and init container images, always pulled"
+    );
+    for c in &pod_spec.containers {
+        let command = c.command.clone().unwrap_or_default();
+        assert!(
+            !command.is_empty()
+                && !command
+                    .iter()
+                    .any(|a| a == "true" || a == "sh" || a.ends_with("/sh")),
+            "no shell or `true` from the pulled image: {command:?}"
+        );
+    }
+
+    let message = wait_image_ready(&pods, &name_a, "True", "PullImageSuccess").await;
+    assert_eq!(message, format!("controllerrevision: {v2}"));
+    note(format!("{IMAGE_READY}=True on {name_a}: {message}"));
+    let events = events_for(&client, &n, &name_a).await;
+    for reason in ["PullImageStarted", "PullImageSuccess"] {
+        assert!(
+            events.iter().any(|(t, r, _)| t == "Normal" && r == reason),
+            "Normal {reason} Event on the pod: {events:?}"
+        );
+    }
+    // Nobody asked on node B: nothing happens there.
+    holds_for(
+        "no Job and no PodImageReady on pod B",
+        Duration::from_secs(2),
+        || async {
+            let p = pods
+                .get(pod_b.metadata.name.as_deref().unwrap())
+                .await
+                .map_err(|e| e.to_string())?;
+            if !jobs_of(&jobs, &pod_b).await.is_empty() || condition_of(&p, IMAGE_READY).is_some() {
+                return Err(format!("{:?}", condition_of(&p, IMAGE_READY)));
+            }
+            Ok(())
+        },
+    )
+    .await;
+
+    // v3 cannot be pulled. Asking again on pod A replaces its v2 Job and reports why.
+    set_images(
+        &dss,
+        "edge-agent",
+        "registry.local/setup:v2",
+        "registry.local/unpullable:v3",
+    )
+    .await;
+    let v3 = wait_new_revision(&pods, "edge-agent", &[&v1, &v2]).await;
+    request_image_pull(&pods, &name_a, &v3).await;
+    note(format!(
+        "requested pre-pull of {v3} (unpullable) on {name_a}"
+    ));
+    let message = wait_image_ready(&pods, &name_a, "False", "PullImageFail").await;
+    note(format!("{IMAGE_READY}=False on {name_a}: {message}"));
+    assert!(
+        message.starts_with(&format!("controllerrevision: {v3}")),
+        "names the revision: {message}"
+    );
+    assert!(message.contains("failed"), "says why: {message}");
+    let remaining = jobs_of(&jobs, &pod_a).await;
+    let revisions: Vec<_> = remaining
+        .iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .filter_map(|j| j.metadata.labels.as_ref()?.get(REVISION_LABEL).cloned())
+        .collect();
+    assert_eq!(
+        revisions,
+        std::slice::from_ref(&v3),
+        "the v2 Job was replaced"
+    );
+    let events = wait_for(
+        "a Warning PullImageFail Event",
+        Duration::from_secs(15),
+        || async {
+            let events = events_for(&client, &n, &name_a).await;
+            events
+                .iter()
+                .find(|(t, r, _)| t == "Warning" && r == "PullImageFail")
+                .cloned()
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    assert!(events.2.contains(&v3), "{events:?}");
+
+    drop(controller);
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
