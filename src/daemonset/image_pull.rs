@@ -1000,16 +1000,12 @@ async fn write_condition(pod: &Pod, condition: &PodCondition, ctx: &Context) -> 
         "metadata": {"uid": pod.uid()},
         "status": {"conditions": [condition]},
     });
-    let params = PatchParams::apply(CONTROLLER_NAME);
+    let params = PatchParams {
+        field_manager: Some(CONTROLLER_NAME.into()),
+        ..PatchParams::default()
+    };
     match api
-        .patch_status(
-            &pod.name_any(),
-            &PatchParams {
-                field_manager: params.field_manager,
-                ..PatchParams::default()
-            },
-            &Patch::Strategic(&patch),
-        )
+        .patch_status(&pod.name_any(), &params, &Patch::Strategic(&patch))
         .await
     {
         Ok(_) => Ok(()),
