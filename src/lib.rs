@@ -8,4 +8,5 @@ pub mod daemonset;
 pub mod manager;
 pub mod metrics;
 pub mod runtime;
+pub mod sync_gate;
 pub mod telemetry;

@@ -26,6 +26,7 @@ use super::revision::{is_controlled_by, CONTROLLER_REVISION_HASH_LABEL};
 use super::rolling_plan::{is_node_ready, plan_rolling_update, Blocker, RollingInput, RollingPlan};
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
+use crate::sync_gate::SyncGate;
 
 /// Field manager / reporting controller name, as users see it in Events and managedFields.
 pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
@@ -142,45 +143,6 @@ impl Context {
     }
 }
 
-/// Tells when every watch has delivered its first full list.
-///
-/// `Store::wait_until_ready` is not used for this: it sits on a oneshot channel that
-/// keeps only the last poller's waker, so with the Controller also waiting on the
-/// DaemonSet store, one of the two waiters could sleep forever (seen as a controller
-/// that never reconciled). Watching for each stream's first `InitDone` has no such race.
-struct SyncGate {
-    remaining: Mutex<BTreeSet<&'static str>>,
-    tx: tokio::sync::watch::Sender<bool>,
-}
-
-impl SyncGate {
-    fn new(streams: &[&'static str]) -> (Arc<Self>, tokio::sync::watch::Receiver<bool>) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let gate = SyncGate {
-            remaining: Mutex::new(streams.iter().copied().collect()),
-            tx,
-        };
-        (Arc::new(gate), rx)
-    }
-
-    /// Observes one stream's events; its first `InitDone` marks it synced.
-    fn observe<K>(
-        self: &Arc<Self>,
-        name: &'static str,
-    ) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) {
-        let gate = self.clone();
-        move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                let mut remaining = gate.remaining.lock().unwrap();
-                if remaining.remove(name) && remaining.is_empty() {
-                    tracing::info!("DaemonSet controller caches synced");
-                    let _ = gate.tx.send(true);
-                }
-            }
-        }
-    }
-}
-
 /// Drops fields nothing here reads, to keep the caches small at thousands of pods.
 fn prune<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
@@ -209,7 +171,10 @@ pub async fn run(
             None => Api::all(client.clone()),
         }
     }
-    let (gate, synced) = SyncGate::new(&["daemonsets", "pods", "controllerrevisions", "nodes"]);
+    let (gate, synced) = SyncGate::new(
+        "daemonset-upgrade",
+        &["daemonsets", "pods", "controllerrevisions", "nodes"],
+    );
     let (ds_reader, ds_writer) = reflector::store::<DaemonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();

@@ -56,6 +56,7 @@ use super::revision::{
 };
 pub use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
 use crate::runtime::Shutdown;
+use crate::sync_gate::SyncGate;
 
 /// Reason of `PodImageReady=True` once the current revision's images are on the node.
 pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
@@ -691,39 +692,6 @@ struct Context {
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
-/// Tells when every watch has delivered its first full list, from each stream's first
-/// `InitDone`. Not `Store::wait_until_ready`: it keeps only the last poller's waker, and
-/// the Controller itself waits on the pod store too, so one waiter could sleep forever
-/// (the DaemonSet controller has the same gate).
-struct SyncGate {
-    remaining: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
-    tx: tokio::sync::watch::Sender<bool>,
-}
-
-impl SyncGate {
-    fn new(streams: &[&'static str]) -> (Arc<Self>, tokio::sync::watch::Receiver<bool>) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let remaining = std::sync::Mutex::new(streams.iter().copied().collect());
-        (Arc::new(SyncGate { remaining, tx }), rx)
-    }
-
-    fn observe<K>(
-        self: &Arc<Self>,
-        name: &'static str,
-    ) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) {
-        let gate = self.clone();
-        move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                let mut remaining = gate.remaining.lock().unwrap();
-                if remaining.remove(name) && remaining.is_empty() {
-                    tracing::info!("image pull controller caches synced");
-                    let _ = gate.tx.send(true);
-                }
-            }
-        }
-    }
-}
-
 fn prune<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
@@ -755,7 +723,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let namespace = namespace.as_deref();
     let wcfg = watcher::Config::default().page_size(500);
-    let (gate, synced) = SyncGate::new(&["pods", "jobs", "daemonsets", "controllerrevisions"]);
+    let (gate, synced) = SyncGate::new(
+        "image-pull",
+        &["pods", "jobs", "daemonsets", "controllerrevisions"],
+    );
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (ds_reader, ds_writer) = reflector::store::<DaemonSet>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
