@@ -1,7 +1,6 @@
 # rollgate: the two commands are `make demo` and `make test`; the rest are parts of them.
 SHELL := /bin/bash
 NODES ?= 3
-export NODES
 
 .PHONY: help build control-plane cluster-up cluster-down demo test lint fmt bench
 
@@ -19,7 +18,7 @@ control-plane:
 	bash hack/build-control-plane.sh
 
 cluster-up:
-	bash hack/cluster-up.sh
+	NODES=$(NODES) bash hack/cluster-up.sh
 
 cluster-down:
 	bash hack/cluster-down.sh

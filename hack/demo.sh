@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-export NODES=${NODES:-10}
+export NODES=${DEMO_NODES:-10}
 export POD_START_DELAY_MS=${POD_START_DELAY_MS:-2000}
 CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
 export CLUSTER_DIR
@@ -126,15 +126,7 @@ start_bg agent "$BIN" agent --node-name "$node" --listen "127.0.0.1:$AGENT_PORT"
 for _ in $(seq 1 50); do curl -sf "127.0.0.1:$AGENT_PORT/pods" >/dev/null && break; sleep 0.2; done
 
 show_pods() {
-  curl -s "127.0.0.1:$AGENT_PORT/pods" | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["items"]:
-    if not p["metadata"]["name"].startswith("nginx"): continue
-    conds = {c["type"]: c for c in p["status"].get("conditions", [])}
-    need = conds.get("PodNeedUpgrade", {})
-    img = conds.get("PodImageReady")
-    extra = f"  PodImageReady={img[\"status\"]} ({img.get(\"reason\",\"\")})" if img else ""
-    print(f"  {p[\"metadata\"][\"namespace\"]}/{p[\"metadata\"][\"name\"]}  image={p[\"spec\"][\"containers\"][0][\"image\"]}  PodNeedUpgrade={need.get(\"status\")}  ({need.get(\"message\")}){extra}")'
+  curl -s "127.0.0.1:$AGENT_PORT/pods" | PREFIX=nginx python3 hack/show-agent-pods.py
 }
 run curl -s -o /dev/null -w 'GET /pods -> HTTP %{http_code}\n' "127.0.0.1:$AGENT_PORT/pods"
 show_pods
