@@ -75,7 +75,7 @@ kubectl -n "$NS" rollout status ds/edge-agent --timeout=120s >/dev/null 2>&1 || 
 until [ "$(kubectl -n "$NS" get ds edge-agent -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
 echo "edge-agent:v1 Ready on all $NODES nodes"
 
-cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | head -3)
+cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 1,3p)
 say "The network to 3 edge nodes drops (their kubelets stop heartbeating)"
 for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
 echo "waiting for kube-controller-manager to mark them NotReady (grace period)..."
