@@ -54,7 +54,7 @@ echo "controller ready: $(curl -s 127.0.0.1:18080/readyz); log: $CLUSTER_DIR/log
 
 # ---------------------------------------------------------------- AdvancedRollingUpdate
 say "1. AdvancedRollingUpdate: an edge DaemonSet with max-unavailable 30%"
-cat <<'EOF' | tee /dev/stderr | kubectl -n "$NS" apply -f - >/dev/null
+cat <<'EOF' | tee >(cat >&2) | kubectl -n "$NS" apply -f - >/dev/null
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -103,7 +103,7 @@ run kubectl -n "$NS" get pods -o custom-columns=POD:.metadata.name,NODE:.spec.no
 
 # ---------------------------------------------------------------- OTA
 say "2. OTA: nothing upgrades by itself; the node operator decides"
-cat <<'EOF' | tee /dev/stderr | kubectl -n "$NS" apply -f - >/dev/null
+cat <<'EOF' | tee >(cat >&2) | kubectl -n "$NS" apply -f - >/dev/null
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
