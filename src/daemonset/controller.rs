@@ -33,6 +33,8 @@ pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
 /// A deletion we issued but have not seen land is forgotten after this long, so a lost
 /// watch event cannot block a rollout forever.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// Deletions of one plan issued at the same time.
+const DELETE_CONCURRENCY: usize = 16;
 /// Most pod names listed in one aggregated Event.
 const EVENT_NAMES_SHOWN: usize = 8;
 
@@ -381,20 +383,38 @@ async fn rolling_update(
     record_progress(ds, ctx, &plan);
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ds.namespace().unwrap_or_default());
+    // Recorded before any call: an event burst replanning while calls are in flight must
+    // already see these pods as gone.
+    {
+        let mut expectations = ctx.expectations.lock().unwrap();
+        for step in &plan.deletions {
+            expectations.expect(&uid, &step.uid);
+        }
+    }
+    // The deletions of one plan are independent: issue them together so the last pod of
+    // a wave does not wait for every call before it.
+    let calls = plan.deletions.iter().cloned().map(|step| {
+        let api = api.clone();
+        async move {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(step.uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let result = api.delete(&step.name, &params).await.map(|_| ());
+            (step, result)
+        }
+    });
+    let results: Vec<_> = futures::stream::iter(calls)
+        .buffer_unordered(DELETE_CONCURRENCY)
+        .collect()
+        .await;
     let mut deleted = Vec::new();
     let mut failure = None;
-    for step in &plan.deletions {
-        // Recorded before the call: an event burst replanning while the call is in flight
-        // must already see this pod as gone.
-        ctx.expectations.lock().unwrap().expect(&uid, &step.uid);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(step.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&step.name, &params).await {
+    for (step, result) in results {
+        match result {
             Ok(_) => {
                 tracing::info!(pod = %step.name, node = %step.node, reason = %step.reason, "deleted pod for upgrade");
                 ctx.metrics
@@ -413,15 +433,15 @@ async fn rolling_update(
             }
             Err(source) => {
                 ctx.expectations.lock().unwrap().forget(&uid, &step.uid);
-                failure = Some(Error::DeletePod {
+                failure.get_or_insert(Error::DeletePod {
                     namespace: step.namespace.clone(),
                     name: step.name.clone(),
                     source,
                 });
-                break;
             }
         }
     }
+    deleted.sort_by(|a, b| a.node.cmp(&b.node));
     if !deleted.is_empty() {
         let names: Vec<String> = deleted
             .iter()
