@@ -14,7 +14,7 @@ pub async fn connect() -> anyhow::Result<kube::Client> {
         .apiserver_version()
         .await
         .with_context(|| format!("cannot reach the API server at {url}"))?;
-    tracing::info!(api_server = %url, version = %version.git_version, "connected to the cluster");
+    tracing::debug!(api_server = %url, version = %version.git_version, "connected to the cluster");
     Ok(client)
 }
 

@@ -113,6 +113,13 @@ pub struct Context {
 }
 
 impl Context {
+    fn has_said(&self, ds_uid: &str, slot: &'static str) -> bool {
+        self.last_said
+            .lock()
+            .unwrap()
+            .contains_key(&(ds_uid.to_string(), slot))
+    }
+
     /// True when `message` differs from the last one said under `slot` for this DaemonSet.
     fn first_time(&self, ds_uid: &str, slot: &'static str, message: &str) -> bool {
         let mut said = self.last_said.lock().unwrap();
@@ -443,6 +450,13 @@ async fn rolling_update(
     }
     deleted.sort_by(|a, b| a.node.cmp(&b.node));
     if !deleted.is_empty() {
+        // A rollout is under way: its completion is worth an Event.
+        ctx.last_said
+            .lock()
+            .unwrap()
+            .insert((uid.clone(), "progress"), "rolling".into());
+    }
+    if !deleted.is_empty() {
         let names: Vec<String> = deleted
             .iter()
             .map(|d| format!("{} on {}", d.name, d.node))
@@ -504,6 +518,9 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         .set((p.not_ready_nodes_skipped.len() + p.missing_nodes_skipped.len()) as i64);
 
     let said = match &p.blocked {
+        // Said only after a rollout step (deletions mark the slot), and never for an
+        // empty DaemonSet, so creating a DaemonSet does not announce a "rollout".
+        Some(Blocker::Complete) if p.total_nodes == 0 || !ctx.has_said(&ds.uid().unwrap_or_default(), "progress") => None,
         Some(Blocker::Complete) => Some((
             "RolloutComplete",
             format!("all {} node(s) run the current revision", p.total_nodes),
