@@ -457,7 +457,7 @@ fn credential_endpoints(emu: &RunningEmulator, margin: Duration) -> CredentialEn
 #[tokio::test]
 async fn rrsa_credentials_sign_requests_and_refresh_before_expiry() {
     let emu = lb_emulator::serve(EmulatorConfig {
-        sts_duration: Duration::from_secs(3),
+        sts_duration: Duration::from_secs(6),
         ..fast_emulator()
     })
     .await
@@ -484,10 +484,11 @@ async fn rrsa_credentials_sign_requests_and_refresh_before_expiry() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    // A 3 s lifetime with a 2.5 s margin: fresh for half a second.
+    // A 6 s lifetime with a 3 s margin: fresh for 2-3 s (the STS expiry has whole
+    // seconds), wide enough for a loaded machine; stale again after 4 s.
     let provider = credentials::default_chain(
         &env,
-        credential_endpoints(&emu, Duration::from_millis(2500)),
+        credential_endpoints(&emu, Duration::from_secs(3)),
     )
     .unwrap();
     let first = provider.credentials().await.unwrap();
@@ -498,7 +499,7 @@ async fn rrsa_credentials_sign_requests_and_refresh_before_expiry() {
         first.access_key_id,
         "cached"
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let second = provider.credentials().await.unwrap();
     assert_ne!(
         second.access_key_id, first.access_key_id,
