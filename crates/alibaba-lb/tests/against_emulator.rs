@@ -486,11 +486,9 @@ async fn rrsa_credentials_sign_requests_and_refresh_before_expiry() {
     .collect();
     // A 6 s lifetime with a 3 s margin: fresh for 2-3 s (the STS expiry has whole
     // seconds), wide enough for a loaded machine; stale again after 4 s.
-    let provider = credentials::default_chain(
-        &env,
-        credential_endpoints(&emu, Duration::from_secs(3)),
-    )
-    .unwrap();
+    let provider =
+        credentials::default_chain(&env, credential_endpoints(&emu, Duration::from_secs(3)))
+            .unwrap();
     let first = provider.credentials().await.unwrap();
     assert!(first.access_key_id.starts_with("STS."));
     assert!(first.security_token.is_some());
