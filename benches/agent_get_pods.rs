@@ -42,19 +42,12 @@ struct Params {
 
 impl Params {
     fn from_env() -> Result<Self, String> {
-        fn var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{name}={v:?} is not valid")),
-                Err(_) => Ok(default),
-            }
-        }
         Ok(Params {
-            pods: var("ROLLGATE_BENCH_PODS", 110usize)?,
-            connections: var("ROLLGATE_BENCH_CONNECTIONS", 8usize)?.clamp(1, 256),
-            duration: Duration::from_secs(var("ROLLGATE_BENCH_SECONDS", 10u64)?.clamp(1, 300)),
+            pods: support::env_or("ROLLGATE_BENCH_PODS", 110usize)?,
+            connections: support::env_or("ROLLGATE_BENCH_CONNECTIONS", 8usize)?.clamp(1, 256),
+            duration: Duration::from_secs(
+                support::env_or("ROLLGATE_BENCH_SECONDS", 10u64)?.clamp(1, 300),
+            ),
         })
     }
 }

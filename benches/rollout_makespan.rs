@@ -47,20 +47,17 @@ struct Params {
 
 impl Params {
     fn from_env() -> Result<Self, String> {
-        fn var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{name}={v:?} is not valid")),
-                Err(_) => Ok(default),
-            }
-        }
         Ok(Params {
-            nodes: var("ROLLGATE_BENCH_NODES", 200usize)?,
-            max_unavailable: var("ROLLGATE_BENCH_MAX_UNAVAILABLE", "10%".to_string())?,
-            pod_delay: Duration::from_millis(var("ROLLGATE_BENCH_POD_DELAY_MS", 3000u64)?),
-            stop_delay: Duration::from_millis(var("ROLLGATE_BENCH_STOP_DELAY_MS", 500u64)?),
+            nodes: support::env_or("ROLLGATE_BENCH_NODES", 200usize)?,
+            max_unavailable: support::env_or("ROLLGATE_BENCH_MAX_UNAVAILABLE", "10%".to_string())?,
+            pod_delay: Duration::from_millis(support::env_or(
+                "ROLLGATE_BENCH_POD_DELAY_MS",
+                3000u64,
+            )?),
+            stop_delay: Duration::from_millis(support::env_or(
+                "ROLLGATE_BENCH_STOP_DELAY_MS",
+                500u64,
+            )?),
         })
     }
 

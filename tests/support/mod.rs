@@ -824,3 +824,15 @@ pub async fn agent_token(client: &Client, pod: Option<&k8s_openapi::api::core::v
         .and_then(|s| s.token)
         .expect("the TokenRequest returned a token")
 }
+
+/// A setting from the environment, or `default` when unset; a value that does not parse
+/// is an error naming the variable and the value.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={v:?} is not valid")),
+        Err(_) => Ok(default),
+    }
+}
