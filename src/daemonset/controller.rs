@@ -421,7 +421,7 @@ pub fn describe(progress: &Progress) -> String {
             shorten(nodes)
         )),
         Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
-            "; waiting on NotReady nodes (upgraded when Ready again): {}",
+            "; NotReady nodes waiting (upgraded when Ready again): {}",
             shorten(nodes)
         )),
     }
