@@ -12,4 +12,4 @@ pub mod rolling_plan;
 pub mod said_once;
 pub mod status;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;

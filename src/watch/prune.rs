@@ -225,4 +225,134 @@ mod tests {
         );
         assert!(status.images.is_none() && status.capacity.is_none());
     }
+
+    /// Adds what a kubelet-run pod carries and no planner reads.
+    fn inflate_pod(mut p: Pod) -> Pod {
+        let mut extra = kubelet_pod();
+        extra.metadata = p.metadata.clone();
+        extra.metadata.annotations = Some([("big".to_string(), "x".repeat(500))].into());
+        let spec = p.spec.get_or_insert_with(Default::default);
+        let extra_spec = extra.spec.take().unwrap();
+        spec.volumes = extra_spec.volumes;
+        spec.tolerations = extra_spec.tolerations;
+        spec.containers = extra_spec.containers;
+        let status = p.status.get_or_insert_with(Default::default);
+        status.container_statuses = extra.status.take().unwrap().container_statuses;
+        p
+    }
+
+    fn inflate_node(mut n: Node) -> Node {
+        let status = n.status.get_or_insert_with(Default::default);
+        status.images = Some(vec![Default::default(); 20]);
+        status.conditions.get_or_insert_with(Vec::new).push(
+            k8s_openapi::api::core::v1::NodeCondition {
+                type_: "MemoryPressure".into(),
+                status: "False".into(),
+                ..Default::default()
+            },
+        );
+        n.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        n
+    }
+
+    #[test]
+    fn every_planner_decides_the_same_on_pruned_objects() {
+        use crate::daemonset::ota_plan::plan_need_upgrade_conditions;
+        use crate::daemonset::policy::MaxUnavailable;
+        use crate::daemonset::revision::CurrentRevision;
+        use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
+        use crate::daemonset::testkit::{
+            at, node as ready_node, revision, tainted, DaemonSetBuilder, PodBuilder,
+        };
+        use std::sync::Arc;
+
+        let ds = DaemonSetBuilder::new("agent").on_delete().build();
+        let revisions = [revision(&ds, "old", 1), revision(&ds, "new", 2)];
+        let full_pods: Vec<Pod> = vec![
+            PodBuilder::new("a", &ds)
+                .hash("old")
+                .on_node("n1")
+                .ready_since(at(10))
+                .build(),
+            PodBuilder::new("b", &ds)
+                .hash("new")
+                .on_node("n2")
+                .not_ready()
+                .build(),
+            PodBuilder::new("c", &ds)
+                .hash("new")
+                .pending_for_node("n3")
+                .build(),
+            PodBuilder::new("d", &ds)
+                .hash("old")
+                .on_node("n4")
+                .ready_since(at(10))
+                .terminating(at(20))
+                .build(),
+            PodBuilder::new("e", &ds)
+                .hash("old")
+                .on_node("cut")
+                .ready_since(at(10))
+                .build(),
+            PodBuilder::new("f", &ds)
+                .hash("old")
+                .on_node("n6")
+                .ready_since(at(10))
+                .build(),
+        ]
+        .into_iter()
+        .map(inflate_pod)
+        .collect();
+        let taint = k8s_openapi::api::core::v1::Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let full_nodes: Vec<Node> = ["n1", "n2", "n3", "n4", "n5", "n6"]
+            .iter()
+            .map(|n| ready_node(n, true))
+            .chain([tainted(ready_node("cut", false), taint)])
+            .map(inflate_node)
+            .collect();
+        let pruned_pods: Vec<Pod> = full_pods
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                pod(&mut p);
+                p
+            })
+            .collect();
+        let pruned_nodes: Vec<Node> = full_nodes
+            .iter()
+            .cloned()
+            .map(|mut n| {
+                super::node(&mut n);
+                n
+            })
+            .collect();
+        assert_ne!(full_pods, pruned_pods, "pruning removed something");
+
+        let current = CurrentRevision::of(&ds, &revisions);
+        let arcs = |v: &[Pod]| v.iter().cloned().map(Arc::new).collect::<Vec<_>>();
+        let node_arcs = |v: &[Node]| v.iter().cloned().map(Arc::new).collect::<Vec<_>>();
+        let rolling = |pods: &[Pod], nodes: &[Node]| {
+            plan_rolling_update(&RollingInput {
+                daemonset: &ds,
+                current: current.as_ref(),
+                pods: &arcs(pods),
+                nodes: &node_arcs(nodes),
+                max_unavailable: MaxUnavailable::Count(6),
+                now: at(1000),
+                expected_deletions: &Default::default(),
+                vacated_by_us: &Default::default(),
+            })
+        };
+        let full = rolling(&full_pods, &full_nodes);
+        assert!(!full.deletions.is_empty() && !full.progress.vacated_nodes.is_empty());
+        assert_eq!(full, rolling(&pruned_pods, &pruned_nodes));
+        let ota =
+            |pods: &[Pod]| plan_need_upgrade_conditions(&ds, current.as_ref(), pods, at(1000));
+        assert!(!ota(&full_pods).is_empty());
+        assert_eq!(ota(&full_pods), ota(&pruned_pods));
+    }
 }
