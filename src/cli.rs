@@ -57,7 +57,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
-    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    /// Address of the HTTP server for /metrics, /livez, /healthz and /readyz.
     #[arg(long, env = "ROLLGATE_METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
     /// Only manage DaemonSets in this namespace (default: all namespaces). Nodes are
@@ -67,6 +67,48 @@ pub struct ControllerArgs {
     /// How many DaemonSets are reconciled at the same time.
     #[arg(long, env = "ROLLGATE_DAEMONSET_CONCURRENCY", default_value_t = 4)]
     pub daemonset_concurrency: u16,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// Leader election: every replica watches, only the Lease holder writes.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// Elect a leader on a Lease before writing. Turn off only for a single replica.
+    #[arg(long, env = "ROLLGATE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the coordination.k8s.io/v1 Lease.
+    #[arg(
+        long,
+        env = "ROLLGATE_LEASE_NAME",
+        default_value = "rollgate-controller"
+    )]
+    pub lease_name: String,
+    /// Namespace of the Lease: the controller's own (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rollgate-system")]
+    pub lease_namespace: String,
+    /// Seconds a leader holds the Lease without renewing it (client-go: 15).
+    #[arg(long, env = "ROLLGATE_LEASE_DURATION", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Seconds between renewals (client-go's renew deadline: 10). Must be below the
+    /// duration; the rest is the margin before the Lease would expire.
+    #[arg(long, env = "ROLLGATE_LEASE_RENEW_EVERY", default_value_t = 10)]
+    pub renew_every: u64,
+    /// This replica's identity in the Lease: the pod name (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl LeaderArgs {
+    /// The pod name, else the host name and process id (runs outside a pod).
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "rollgate".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
 }
 
 #[derive(Debug, Args)]

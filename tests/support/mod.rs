@@ -319,6 +319,9 @@ impl ControllerProcess {
                 namespace,
                 "--metrics-addr",
                 "127.0.0.1:0",
+                // A Lease per test: tests run side by side, each with its own controller.
+                "--lease-name",
+                &format!("rollgate-e2e-{namespace}"),
             ])
             .env("KUBECONFIG", controller_kubeconfig())
             .env("ROLLGATE_LOG", "info,rollgate=debug")
