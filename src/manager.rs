@@ -51,6 +51,9 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         client,
         metrics,
         args.watch_namespace.clone(),
+        crate::daemonset::image_pull::PullJobSettings {
+            helper_image: args.prepull_helper_image.clone(),
+        },
         shutdown.clone(),
     );
     let (http_result, controller_result, image_pull_result) =
