@@ -1,10 +1,10 @@
-//! Wiring: the watches that feed the caches ([`watch`]), then per pod observe (from the
-//! caches) -> [`plan_image_pull`] -> [`apply`] (Job create/delete, one condition write,
-//! Events, metrics).
+//! Wiring: the watches that feed the caches ([`watch_and_cache`]), then per pod observe
+//! (from the caches) -> [`plan_image_pull`] -> `apply` (Job create/delete, one condition
+//! write, Events, metrics).
 //!
-//! The caches are created in exactly one place, [`watch`], and handed to
+//! The caches are created in exactly one place, [`watch_and_cache`], and handed to
 //! [`run_with_stores`]; reconcile only reads them. Shared caches for every controller can
-//! replace `watch` without touching anything else here.
+//! replace `watch_and_cache` without touching anything else here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,7 +88,7 @@ where
 }
 
 /// The only place that creates watches and caches for the pre-pull.
-pub fn watch(client: &Client, namespace: Option<&str>) -> (Stores, Triggers) {
+pub fn watch_and_cache(client: &Client, namespace: Option<&str>) -> (Stores, Triggers) {
     let wcfg = watcher::Config::default().page_size(500);
     let (gate, synced) = SyncGate::new(
         "image-pull",
@@ -321,7 +321,7 @@ struct Context {
     metrics: ImagePullMetrics,
 }
 
-/// Runs the pre-pull controller with its own watches (see [`watch`]).
+/// Runs the pre-pull controller with its own watches (see [`watch_and_cache`]).
 pub async fn run(
     client: Client,
     metrics: crate::metrics::Metrics,
@@ -329,7 +329,7 @@ pub async fn run(
     settings: PullJobSettings,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let (stores, triggers) = watch(&client, namespace.as_deref());
+    let (stores, triggers) = watch_and_cache(&client, namespace.as_deref());
     run_with_stores(client, stores, triggers, metrics, settings, shutdown).await
 }
 

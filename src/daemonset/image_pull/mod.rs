@@ -12,6 +12,6 @@ pub mod job;
 pub mod plan;
 
 pub use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
-pub use controller::{run, run_with_stores, watch, Stores, Triggers, CONTROLLER_NAME};
+pub use controller::{run, run_with_stores, watch_and_cache, Stores, Triggers, CONTROLLER_NAME};
 pub use job::{PullJobSettings, DEFAULT_HELPER_IMAGE};
 pub use plan::{PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON};
