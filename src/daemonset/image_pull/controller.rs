@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -62,10 +62,12 @@ pub struct Stores {
     pub synced: watch::Receiver<bool>,
 }
 
-type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
+/// Objects that changed, as `Arc`s: the item type of a shared store's subscription
+/// (`ReflectHandle`), so shared watches can feed the controller unchanged.
+pub type Trigger<K> = BoxStream<'static, Arc<K>>;
 
-/// The reflected watch streams: polling them keeps [`Stores`] current, and each object
-/// they yield is a reason to look at some pod again.
+/// Change streams: each object they yield is a reason to look at some pod again. The
+/// ones made by [`watch_and_cache`] also keep [`Stores`] current while polled.
 pub struct Triggers {
     pub pods: Trigger<Pod>,
     pub jobs: Trigger<Job>,
@@ -108,8 +110,7 @@ pub fn watch_and_cache(client: &Client, namespace: Option<&str>) -> (Stores, Tri
     .modify(prune)
     .reflect(pod_writer)
     .inspect(gate.observe("pods"))
-    .touched_objects()
-    .boxed();
+    .touched_objects();
     let jobs = watcher(
         scoped::<Job>(client, namespace),
         wcfg.clone().labels(&format!(
@@ -120,15 +121,13 @@ pub fn watch_and_cache(client: &Client, namespace: Option<&str>) -> (Stores, Tri
     .modify(prune)
     .reflect(job_writer)
     .inspect(gate.observe("jobs"))
-    .touched_objects()
-    .boxed();
+    .touched_objects();
     let daemonsets = watcher(scoped::<DaemonSet>(client, namespace), wcfg.clone())
         .default_backoff()
         .modify(prune)
         .reflect(ds_writer)
         .inspect(gate.observe("daemonsets"))
-        .touched_objects()
-        .boxed();
+        .touched_objects();
     let revisions = watcher(scoped::<ControllerRevision>(client, namespace), wcfg)
         .default_backoff()
         .modify(|r: &mut ControllerRevision| {
@@ -138,8 +137,7 @@ pub fn watch_and_cache(client: &Client, namespace: Option<&str>) -> (Stores, Tri
         })
         .reflect(rev_writer)
         .inspect(gate.observe("controllerrevisions"))
-        .touched_objects()
-        .boxed();
+        .touched_objects();
 
     let stores = Stores {
         pods: pod_reader,
@@ -149,12 +147,30 @@ pub fn watch_and_cache(client: &Client, namespace: Option<&str>) -> (Stores, Tri
         synced,
     };
     let triggers = Triggers {
-        pods,
-        jobs,
-        daemonsets,
-        revisions,
+        pods: changes(pods),
+        jobs: changes(jobs),
+        daemonsets: changes(daemonsets),
+        revisions: changes(revisions),
     };
     (stores, triggers)
+}
+
+/// A reflected watch as a change stream. Errors are retried by the watch's backoff; they
+/// are logged here so one bad event never ends the stream.
+fn changes<K: Send + Sync + 'static>(
+    stream: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> Trigger<K> {
+    stream
+        .filter_map(|event| {
+            futures::future::ready(match event {
+                Ok(object) => Some(Arc::new(object)),
+                Err(error) => {
+                    tracing::warn!(%error, "image pull watch error, retrying with backoff");
+                    None
+                }
+            })
+        })
+        .boxed()
 }
 
 /// Pods of `ds_uid` with a request waiting, as reconcile requests.
@@ -333,8 +349,13 @@ pub async fn run(
     run_with_stores(client, stores, triggers, metrics, settings, shutdown).await
 }
 
-/// Runs the pre-pull controller on caches made elsewhere: `triggers` must be the streams
-/// that feed `stores`.
+/// Runs the pre-pull controller on caches made elsewhere: `triggers` are change streams
+/// of the objects in `stores` (from [`watch_and_cache`], or subscriptions to shared
+/// stores). What the caches must keep: of pods, owner references, labels, UID,
+/// `spec.nodeName`, `spec.serviceAccountName`, `spec.imagePullSecrets`,
+/// `spec.tolerations` (copied into the Job) and `status.conditions`; of Jobs, labels,
+/// the request annotation, owner references and `status.conditions`; of DaemonSets, the
+/// pod template and generations.
 pub async fn run_with_stores(
     client: Client,
     stores: Stores,
@@ -357,14 +378,14 @@ pub async fn run_with_stores(
     });
 
     let (pods_for_ds, pods_for_rev) = (stores.pods.clone(), stores.pods.clone());
-    Controller::for_stream(triggers.pods, stores.pods)
+    Controller::for_shared_stream(triggers.pods, stores.pods)
         .with_config(ControllerConfig::default().concurrency(4))
-        .owns_stream(triggers.jobs)
+        .owns_shared_stream(triggers.jobs)
         // A new revision while a request waits: replan (the pull may be stale now).
-        .watches_stream(triggers.daemonsets, move |ds| {
+        .watches_shared_stream(triggers.daemonsets, move |ds| {
             pending_pods_of(&pods_for_ds, &ds.uid().unwrap_or_default())
         })
-        .watches_stream(triggers.revisions, move |rev| {
+        .watches_shared_stream(triggers.revisions, move |rev| {
             rev.owner_references()
                 .iter()
                 .filter(|o| o.controller == Some(true) && o.kind == "DaemonSet")
