@@ -67,6 +67,16 @@ pub struct ControllerArgs {
     /// How many DaemonSets are reconciled at the same time.
     #[arg(long, env = "ROLLGATE_DAEMONSET_CONCURRENCY", default_value_t = 4)]
     pub daemonset_concurrency: u16,
+    /// Image of the pre-pull Job's no-op helper: a static BusyBox with `/bin/busybox`
+    /// and `/bin/cp`. Air-gapped edge nodes cannot reach the public default: mirror it
+    /// and name the mirror here.
+    #[arg(
+        long,
+        env = "ROLLGATE_PREPULL_HELPER_IMAGE",
+        default_value = crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE,
+        value_parser = parse_image_reference,
+    )]
+    pub prepull_helper_image: String,
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -111,6 +121,22 @@ impl LeaderArgs {
     }
 }
 
+/// A container image reference as the kubelet takes it: not empty, no whitespace.
+/// (The registry has the final word on the rest.)
+fn parse_image_reference(value: &str) -> Result<String, String> {
+    let accepted = "expected an image reference such as \
+         registry.example:5000/library/busybox:1.36.1-musl or name@sha256:<digest>";
+    if value.trim().is_empty() {
+        return Err(format!("the image reference is empty; {accepted}"));
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{value:?} contains whitespace or control characters; {accepted}"
+        ));
+    }
+    Ok(value.to_string())
+}
+
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// The node this agent serves; only pods bound to it are visible.
@@ -144,6 +170,34 @@ mod tests {
         match cli.command {
             Command::Agent(a) => assert_eq!(a.listen.to_string(), "127.0.0.1:10267"),
             other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_prepull_helper_image_defaults_to_busybox_and_can_be_a_mirror() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(c.prepull_helper_image),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--prepull-helper-image",
+                "mirror.edge.local/library/busybox:1.36.1-musl"
+            ])
+            .unwrap(),
+            "mirror.edge.local/library/busybox:1.36.1-musl"
+        );
+        for bad in ["", "  ", "busybox latest"] {
+            let error =
+                parse(&["rollgate", "controller", "--prepull-helper-image", bad]).expect_err(bad);
+            assert!(error.contains("expected an image reference"), "{error}");
         }
     }
 

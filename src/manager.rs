@@ -57,6 +57,16 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         client.clone(),
         &metrics,
         args.daemonset_concurrency,
+        leadership.clone(),
+        shutdown.clone(),
+    );
+    let image_pull = crate::daemonset::image_pull::start(
+        &watches,
+        client,
+        &metrics,
+        crate::daemonset::image_pull::PullJobSettings {
+            helper_image: args.prepull_helper_image.clone(),
+        },
         leadership,
         shutdown.clone(),
     );
@@ -76,17 +86,10 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
             ready.store(false, Ordering::SeqCst);
         });
     }
-    let image_pull = crate::daemonset::image_pull::run(
-        client,
-        metrics,
-        args.watch_namespace.clone(),
-        shutdown.clone(),
-    );
     let work = async {
-        let (http_result, (), (), image_pull_result) =
+        let (http_result, (), (), ()) =
             tokio::join!(http, watches.run(shutdown.clone()), daemonsets, image_pull);
-        http_result?;
-        image_pull_result
+        http_result
     };
     let mut work = std::pin::pin!(work);
     let finished = match election.as_mut() {

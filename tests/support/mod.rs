@@ -308,6 +308,11 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     pub fn start(namespace: &str, tag: &str) -> Self {
+        Self::start_with_env(namespace, tag, &[])
+    }
+
+    /// Like `start`, with extra environment variables (every controller flag has one).
+    pub fn start_with_env(namespace: &str, tag: &str, env: &[(&str, &str)]) -> Self {
         let dir = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{tag}.log"));
@@ -325,6 +330,7 @@ impl ControllerProcess {
             ])
             .env("KUBECONFIG", controller_kubeconfig())
             .env("ROLLGATE_LOG", "info,rollgate=debug")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
