@@ -23,7 +23,7 @@ struct Health {
 }
 
 pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = runtime::connect().await?;
+    let client = runtime::connect(&format!("controller; {}", args.leader.identity())).await?;
     tracing::info!(namespace = ?args.watch_namespace, "controller-manager connected to the API server, starting controllers");
     let metrics = Metrics::default();
     let ready = Arc::new(AtomicBool::new(false));
