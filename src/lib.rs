@@ -8,6 +8,7 @@ pub mod daemonset;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod object;
 pub mod runtime;
 pub mod sync_gate;
 pub mod telemetry;

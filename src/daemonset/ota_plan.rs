@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::revision::{is_controlled_by, CurrentRevision};
+use crate::object::{pod_condition, pod_conditions};
 
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
@@ -134,17 +135,8 @@ pub fn plan_stale_condition_removals(
     stale
 }
 
-fn pod_conditions(pod: &Pod) -> &[PodCondition] {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_deref())
-        .unwrap_or_default()
-}
-
 fn need_upgrade_condition(pod: &Pod) -> Option<&PodCondition> {
-    pod_conditions(pod)
-        .iter()
-        .find(|c| c.type_ == POD_NEED_UPGRADE_CONDITION)
+    pod_condition(pod, POD_NEED_UPGRADE_CONDITION)
 }
 
 #[cfg(test)]

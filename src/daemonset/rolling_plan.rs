@@ -37,6 +37,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::{is_controlled_by, is_terminating, pod_node_name, CurrentRevision};
+use crate::object::pod_condition;
 
 #[cfg(test)]
 mod proptests;
@@ -380,13 +381,7 @@ enum Availability {
 }
 
 fn availability(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
-        .filter(|c| c.status == "True")
-    else {
+    let Some(ready) = pod_condition(pod, "Ready").filter(|c| c.status == "True") else {
         return Availability::NotAvailable;
     };
     if min_ready_seconds <= 0 {

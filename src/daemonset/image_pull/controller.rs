@@ -22,11 +22,12 @@ use serde_json::json;
 
 use super::job::{PullJobSettings, POD_UID_LABEL, REVISION_LABEL};
 use super::plan::{
-    classify_name_holder, has_pending_request, label_of, plan_image_pull, ImagePullPlan, JobRef,
-    NameHolder, Step, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON,
+    classify_name_holder, has_pending_request, plan_image_pull, ImagePullPlan, JobRef, NameHolder,
+    Step, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON,
 };
 use crate::daemonset::revision::is_controlled_by;
 use crate::leader::Leadership;
+use crate::object::label;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
 use crate::watch::{Stores, Watches};
@@ -76,7 +77,7 @@ fn observe(pod: &Pod, stores: &Stores) -> Observed {
         .jobs
         .state_filter(|j| {
             j.namespace().as_deref() == Some(ns.as_str())
-                && label_of(&j.metadata, POD_UID_LABEL) == Some(uid.as_str())
+                && label(&j.metadata, POD_UID_LABEL) == Some(uid.as_str())
         })
         .iter()
         .map(|j| (**j).clone())
@@ -378,7 +379,7 @@ async fn create_job(pod: &Pod, jobs: &Api<Job>, job: &Job, ctx: &Context) -> Res
         })
         .unwrap_or_default();
     let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
-    let revision = label_of(&job.metadata, REVISION_LABEL).unwrap_or_default();
+    let revision = label(&job.metadata, REVISION_LABEL).unwrap_or_default();
     tracing::info!(job = %name, %node, revision, ?images, "image pull Job created");
     publish(
         ctx,

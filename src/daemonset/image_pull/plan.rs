@@ -5,7 +5,7 @@
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -19,6 +19,7 @@ use crate::daemonset::revision::{
     is_controlled_by, is_terminating, pod_node_name, CurrentRevision,
     CONTROLLER_REVISION_HASH_LABEL,
 };
+use crate::object::{annotation, label, pod_condition};
 
 /// Reason of `PodImageReady=True` once the current revision's images are on the node.
 pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
@@ -168,9 +169,9 @@ pub fn plan_image_pull(
             wanted_name_going_away |= job.name_any() == wanted_name;
             continue;
         }
-        let same_revision = label_of(&job.metadata, REVISION_LABEL) == Some(hash.as_str());
+        let same_revision = label(&job.metadata, REVISION_LABEL) == Some(hash.as_str());
         let answers_request =
-            annotation_of(&job.metadata, REQUEST_ANNOTATION) == Some(request.requested_at.as_str());
+            annotation(&job.metadata, REQUEST_ANNOTATION) == Some(request.requested_at.as_str());
         // A Job still pulling the current revision serves a repeated request too.
         if same_revision && (answers_request || outcome(job).is_none()) && current.is_none() {
             current = Some(job);
@@ -253,9 +254,9 @@ pub fn classify_name_holder(
     pod: &Pod,
     pod_is_cached: impl Fn(&str) -> bool,
 ) -> NameHolder {
-    let ours = label_of(&holder.metadata, MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
-        && label_of(&holder.metadata, POD_UID_LABEL).is_some()
-        && label_of(&holder.metadata, REVISION_LABEL).is_some();
+    let ours = label(&holder.metadata, MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+        && label(&holder.metadata, POD_UID_LABEL).is_some()
+        && label(&holder.metadata, REVISION_LABEL).is_some();
     let owner = holder
         .owner_references()
         .iter()
@@ -317,13 +318,7 @@ struct Request {
 }
 
 fn pending_request(pod: &Pod) -> Option<Request> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == POD_IMAGE_READY_CONDITION)?;
+    let condition = pod_condition(pod, POD_IMAGE_READY_CONDITION)?;
     if condition.status != "False"
         || condition.reason.as_deref() != Some(PULL_IMAGE_REQUESTED_REASON)
     {
@@ -388,14 +383,6 @@ fn outcome(job: &Job) -> Option<Outcome> {
             None => reason.to_string(),
         })
     })
-}
-
-pub(super) fn label_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-fn annotation_of<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 #[cfg(test)]
