@@ -427,13 +427,14 @@ async fn the_ota_walkthrough_of_the_product_document() {
         upgraded.body,
         format!("Start updating pod {}/{pod_b}", ns.name)
     );
-    // And node B's agent refuses node A's pod.
+    // And node B's agent does not even reveal that node A's pod exists: the answer
+    // is the one for a missing pod.
     let refused = agent_b.post_openyurt(&ns.name, &new_a, "upgrade").await;
-    assert_refused(
-        &refused,
-        403,
-        &[&format!("is on node {node_a}"), "pod on this node"],
-    );
+    let missing = agent_b
+        .post_openyurt(&ns.name, "no-such-pod", "upgrade")
+        .await;
+    assert_refused(&refused, 404, &["pod exists on this node"]);
+    assert_eq!(refused.body, missing.body.replace("no-such-pod", &new_a));
     let after = one_ready_pod_per_node(&pods, "nginx-daemonset", &nodes).await;
     assert!(
         after.iter().all(|p| rev(p) == v2_hash),
@@ -524,16 +525,47 @@ async fn every_refusal_names_the_failed_check() {
         assert_refused(&r, 404, &["not found", &format!("{n}/no-such-pod")]);
     }
 
+    // Malformed names in the path: 400 naming the rule, before any API call (a name
+    // like `..` must never address another resource).
+    for (path, says) in [
+        (
+            "/openyurt.io/v1/namespaces/%2e%2e/pods/x/upgrade",
+            "invalid namespace in the path: \"..\"",
+        ),
+        (
+            "/openyurt.io/v1/namespaces/../pods/x/upgrade",
+            "invalid namespace in the path",
+        ),
+        (
+            &format!("/openyurt.io/v1/namespaces/{n}/pods/..%2F..%2Fnodes%2Fx/imagepull"),
+            "invalid pod name in the path",
+        ),
+        (
+            &format!("/openyurt.io/v1/namespaces/{n}/pods/x%00/upgrade"),
+            "control character",
+        ),
+    ] {
+        let r = agent.call("POST", path).await;
+        assert_refused(&r, 400, &[says, "the accepted form is POST"]);
+        note(format!("POST {path} -> {} {}", r.status, r.body));
+    }
+
     // Terminating: 403.
     pods.delete("held", &DeleteParams::default()).await.unwrap();
     let r = agent.post_openyurt(&n, "held", "upgrade").await;
     assert_refused(&r, 403, &["is terminating", "check: pod not terminating"]);
     note(format!("terminating -> {} {}", r.status, r.body));
 
-    // On another node: 403, naming both nodes.
-    let r = agent.post_openyurt(&n, &ds_b, "upgrade").await;
-    assert_refused(&r, 403, &[&format!("is on node {node_b}"), &node_a]);
-    note(format!("other node -> {} {}", r.status, r.body));
+    // On another node: exactly the answer of a missing pod, so an agent cannot probe
+    // the cluster.
+    for action in ["upgrade", "imagepull"] {
+        let missing = agent.post_openyurt(&n, "no-such-pod", action).await;
+        let r = agent.post_openyurt(&n, &ds_b, action).await;
+        assert_refused(&r, 404, &["pod exists on this node"]);
+        assert_eq!(r.body, missing.body.replace("no-such-pod", &ds_b));
+        assert_eq!(r.headers.len(), missing.headers.len(), "{:?}", r.headers);
+    }
+    note(format!("other node -> 404, as if missing: {node_b}"));
 
     // PodNeedUpgrade missing, then False: 403.
     let r = agent.post_openyurt(&n, &ds_a, "upgrade").await;
@@ -587,7 +619,40 @@ async fn every_refusal_names_the_failed_check() {
     )
     .await;
     let r = agent.post_openyurt(&n, &ds_a, "upgrade").await;
-    assert_refused(&r, 403, &["PullImageFail", "request imagepull again"]);
+    assert_refused(
+        &r,
+        403,
+        &[
+            "failed: PodImageReady is False (PullImageFail",
+            &format!(
+                "retry the pull with POST /openyurt.io/v1/namespaces/{n}/pods/{ds_a}/imagepull"
+            ),
+        ],
+    );
+    note(format!("pre-pull failed -> {} {}", r.status, r.body));
+    // The retry: imagepull again is a fresh request (a later lastTransitionTime, which
+    // the image-pull controller keys its Jobs on).
+    let transition = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == IMAGE_READY))
+            .and_then(|c| c.last_transition_time.clone())
+            .map(|t| t.0)
+    };
+    let failed_at = transition(&pods.get(&ds_a).await.unwrap()).unwrap();
+    let r = agent.post_openyurt(&n, &ds_a, "imagepull").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let retried = pods.get(&ds_a).await.unwrap();
+    assert_eq!(
+        condition_of(&retried, IMAGE_READY),
+        Some((
+            "False".to_string(),
+            "PullImageRequested".to_string(),
+            "controllerrevision: new".to_string()
+        ))
+    );
+    assert!(transition(&retried).unwrap() > failed_at);
     set_condition(
         &pods,
         &ds_a,
@@ -727,6 +792,11 @@ async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_resta
             .ok_or_else(|| "edge-app not saved yet".to_string())
     })
     .await;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&state_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the state file is private");
+    }
 
     proxy.stop().await;
     note("proxy stopped: the agent is cut off from the API server");
@@ -826,9 +896,10 @@ async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_resta
     // The connection comes back: the restarted agent goes live and catches up.
     proxy.resume().await;
     note("proxy resumed");
+    // Up to the watcher's longest backoff (30 s, jittered) plus a list.
     let (back, _) = wait_for(
         "the agent to be live again",
-        Duration::from_secs(30),
+        Duration::from_secs(75),
         || async {
             let (response, list) = pods_of(&restarted).await?;
             let caught_up = served_pod(&list, &n, "born-while-cut-off").is_some();
