@@ -1060,3 +1060,140 @@ async fn the_api_server_confines_the_agent_identity_to_its_own_node() {
     ns.cleanup().await;
     nodes.cleanup().await;
 }
+
+/// `GET /pods` with `Accept-Encoding: gzip`: (headers, raw body).
+async fn get_pods_gzip(addr: std::net::SocketAddr) -> (Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET /pods HTTP/1.1\r\nHost: {addr}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (headers, raw[split + 4..].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brief_cut_heals_without_a_relist_and_pods_come_gzipped() {
+    use std::io::Read;
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "ota-heal", 1).await;
+    let node = nodes.names[0].clone();
+    let ns = TestNamespace::new(&client, "ota-heal").await;
+    let n = ns.name.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("edge-app", &node, json!({})),
+    )
+    .await
+    .unwrap();
+
+    let mut proxy = TcpProxy::start(api_server_addr()).await;
+    let dir = temp_dir("ota-heal");
+    let kubeconfig = derived_kubeconfig(&dir, "via-proxy.kubeconfig", Some(proxy.addr), None);
+    let agent = AgentProcess::start(
+        &node,
+        &kubeconfig,
+        &dir.join("state"),
+        &format!("{n}-agent"),
+    )
+    .await;
+    let (_, plain) = wait_for("edge-app served", Duration::from_secs(30), || async {
+        let (response, list) = pods_of(&agent).await?;
+        served_pod(&list, &n, "edge-app").ok_or("not yet")?;
+        Ok((response, list))
+    })
+    .await;
+
+    // The same list, gzip-compressed, for a client that asks for it.
+    let (headers, body) = get_pods_gzip(agent.addr).await;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("content-encoding"), Some("gzip"));
+    assert_eq!(header("x-rollgate-state-source"), Some("live"));
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut json)
+        .expect("a gzip body");
+    let unzipped: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(unzipped, plain);
+    note(format!(
+        "GET /pods gzip: {} bytes for {} of JSON",
+        body.len(),
+        json.len()
+    ));
+
+    // A short cut: the watch fails, then resumes from where it was. The agent must say
+    // "connected" again by itself, with no pod changing and no new list.
+    proxy.stop().await;
+    wait_for(
+        "the agent to notice the cut",
+        Duration::from_secs(20),
+        || async {
+            let (response, _) = pods_of(&agent).await?;
+            (response.header("x-rollgate-api-server") == Some("unreachable"))
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", response.headers))
+        },
+    )
+    .await;
+    proxy.resume().await;
+    let healed = wait_for(
+        "the agent to be connected again",
+        Duration::from_secs(75),
+        || async {
+            let (response, _) = pods_of(&agent).await?;
+            if response.header("x-rollgate-api-server") == Some("connected") {
+                Ok(response)
+            } else {
+                Err(format!("{:?}", response.headers))
+            }
+        },
+    )
+    .await;
+    assert_eq!(healed.header("x-rollgate-state-age-seconds"), Some("0"));
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert_eq!(
+        log.matches("pods of this node listed").count(),
+        1,
+        "healed by re-opening the watch, not by a new list"
+    );
+    note("brief cut healed without a relist");
+
+    // And the watch really is live: a new pod shows up.
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("after-heal", &node, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_for("after-heal served", Duration::from_secs(20), || async {
+        let (_, list) = pods_of(&agent).await?;
+        served_pod(&list, &n, "after-heal")
+            .map(drop)
+            .ok_or("not yet".to_string())
+    })
+    .await;
+
+    agent.kill();
+    proxy.stop().await;
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
