@@ -1,6 +1,7 @@
 //! All configuration is one clap tree: global logging flags plus one subcommand per mode.
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -152,6 +153,38 @@ pub struct AgentArgs {
         default_value = "/var/lib/rollgate-agent"
     )]
     pub state_dir: PathBuf,
+    /// The shortest time between two writes of the state file (edge nodes often run on
+    /// SD cards): seconds (`10`, `10s`), minutes (`2m`) or milliseconds (`500ms`). The
+    /// file is written only when the state changed, and once more at shutdown.
+    #[arg(
+        long,
+        env = "ROLLGATE_AGENT_STATE_WRITE_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval
+    )]
+    pub state_write_interval: Duration,
+}
+
+/// A duration as `<n>`, `<n>s`, `<n>m` or `<n>ms`, `n` a whole number.
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let (number, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => value.split_at(at),
+        None => (value, "s"),
+    };
+    let accepted = "accepted forms: 10, 10s, 2m, 500ms";
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration; {accepted}"))?;
+    match unit {
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{value:?} is too long; {accepted}")),
+        "ms" => Ok(Duration::from_millis(n)),
+        other => Err(format!("unknown unit {other:?} in {value:?}; {accepted}")),
+    }
 }
 
 #[cfg(test)]
@@ -198,6 +231,28 @@ mod tests {
             let error =
                 parse(&["rollgate", "controller", "--prepull-helper-image", bad]).expect_err(bad);
             assert!(error.contains("expected an image reference"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_state_write_interval_accepts_seconds_minutes_and_milliseconds() {
+        let parse = |v: &str| parse_interval(v);
+        assert_eq!(parse("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        for bad in ["", "s", "-1", "1.5s", "10h", "ten"] {
+            let error = parse(bad).unwrap_err();
+            assert!(
+                error.contains("accepted forms: 10, 10s, 2m, 500ms"),
+                "{bad}: {error}"
+            );
+        }
+        let cli = Cli::parse_from(["rollgate", "agent", "--node-name", "edge-1"]);
+        match cli.command {
+            Command::Agent(a) => assert_eq!(a.state_write_interval, Duration::from_secs(10)),
+            other => panic!("parsed as {other:?}"),
         }
     }
 
