@@ -18,8 +18,11 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::daemonset::ota_plan::{need_upgrade_message, POD_NEED_UPGRADE_CONDITION};
+use crate::daemonset::ota_plan::{
+    need_upgrade_message, revision_in_message, POD_NEED_UPGRADE_CONDITION,
+};
 use crate::daemonset::revision::{is_terminating, pod_node_name};
+use crate::object::pod_condition as condition;
 
 /// Pod condition tracking the optional image pre-pull of the current revision.
 pub const POD_IMAGE_READY_CONDITION: &str = "PodImageReady";
@@ -234,7 +237,7 @@ fn check_pre_pull(
         let pulled = ready
             .message
             .as_deref()
-            .and_then(|m| m.strip_prefix("controllerrevision: "))
+            .and_then(revision_in_message)
             .unwrap_or("an unknown revision");
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
@@ -297,23 +300,9 @@ fn check_daemonset_owner(pod: &Pod, id: &str, action: Action) -> Result<(), Refu
     ))
 }
 
-fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 /// The hash named by a `controllerrevision: <hash>` condition message.
 fn revision_of(condition: &PodCondition) -> Option<&str> {
-    condition
-        .message
-        .as_deref()?
-        .strip_prefix("controllerrevision: ")
-        .map(str::trim)
-        .filter(|hash| !hash.is_empty())
+    revision_in_message(condition.message.as_deref()?)
 }
 
 #[cfg(test)]

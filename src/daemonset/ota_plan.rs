@@ -17,9 +17,19 @@ use crate::object::{pod_condition, pod_conditions};
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 
+/// Condition messages naming a revision (`PodNeedUpgrade`, `PodImageReady`) start so.
+const REVISION_MESSAGE_PREFIX: &str = "controllerrevision: ";
+
 /// The condition message naming the current revision: `controllerrevision: <hash>`.
 pub fn need_upgrade_message(current_hash: &str) -> String {
-    format!("controllerrevision: {current_hash}")
+    format!("{REVISION_MESSAGE_PREFIX}{current_hash}")
+}
+
+/// The hash a `controllerrevision: <hash>[; ...]` condition message names, if any.
+pub fn revision_in_message(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix(REVISION_MESSAGE_PREFIX)?;
+    let hash = rest.split(';').next().unwrap_or_default().trim();
+    (!hash.is_empty()).then_some(hash)
 }
 
 /// A `PodNeedUpgrade` condition to write on one pod (status subresource).

@@ -14,7 +14,7 @@ use super::job::{
     REQUEST_ANNOTATION, REVISION_LABEL,
 };
 use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
-use crate::daemonset::ota_plan::need_upgrade_message;
+use crate::daemonset::ota_plan::{need_upgrade_message, revision_in_message};
 use crate::daemonset::revision::{
     is_controlled_by, is_terminating, pod_node_name, CurrentRevision,
     CONTROLLER_REVISION_HASH_LABEL,
@@ -327,9 +327,7 @@ fn pending_request(pod: &Pod) -> Option<Request> {
     let hash = condition
         .message
         .as_deref()
-        .and_then(|m| m.strip_prefix(&need_upgrade_message("")))
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
+        .and_then(revision_in_message)
         .map(str::to_string);
     Some(Request {
         hash,
