@@ -1034,3 +1034,53 @@ async fn bad_annotations_get_a_warning_and_nothing_is_deleted() {
     ns.cleanup().await;
     nodes.cleanup().await;
 }
+
+// The helpers the checks above rely on, without a cluster.
+
+#[test]
+fn audit_lines_are_read_at_response_complete_only() {
+    let line = |stage: &str| {
+        json!({
+            "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
+            "stage": stage, "verb": "delete",
+            "requestURI": "/api/v1/namespaces/t-x/pods/edge-abc",
+            "user": {"username": CONTROLLER_USER, "groups": ["system:serviceaccounts"]},
+            "objectRef": {"resource": "pods", "namespace": "t-x", "name": "edge-abc", "apiVersion": "v1"},
+            "responseStatus": {"metadata": {}, "code": 409},
+            "requestReceivedTimestamp": "2026-11-30T02:50:00.123456Z",
+        })
+    };
+    assert!(AuditRecord::from_json(&line("ResponseStarted")).is_none());
+    let r = AuditRecord::from_json(&line("ResponseComplete")).unwrap();
+    assert_eq!(
+        (
+            r.verb.as_str(),
+            r.resource.as_str(),
+            r.subresource.as_deref()
+        ),
+        ("delete", "pods", None)
+    );
+    assert_eq!(
+        (r.namespace.as_deref(), r.name.as_deref()),
+        (Some("t-x"), Some("edge-abc"))
+    );
+    assert_eq!((r.user.as_str(), r.code), (CONTROLLER_USER, Some(409)));
+    assert_eq!(
+        r.received,
+        Some("2026-11-30T02:50:00.123456Z".parse().unwrap())
+    );
+}
+
+#[test]
+fn only_plain_pod_paths_trip_the_wire() {
+    let cases = [
+        ("/api/v1/namespaces/ns/pods/edge-1", Some("edge-1")),
+        ("/api/v1/namespaces/ns/pods/edge-1/status", None),
+        ("/api/v1/namespaces/ns/pods", None),
+        ("/api/v1/namespaces/ns/events/e", None),
+        ("/apis/apps/v1/namespaces/ns/daemonsets/edge", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(pod_name_in_path(path).as_deref(), want, "{path}");
+    }
+}

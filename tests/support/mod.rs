@@ -870,7 +870,8 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    fn from_json(v: &serde_json::Value) -> Option<Self> {
+    /// One line of the JSON audit log; `None` for stages other than `ResponseComplete`.
+    pub fn from_json(v: &serde_json::Value) -> Option<Self> {
         if v["stage"] != "ResponseComplete" {
             return None;
         }
@@ -1100,7 +1101,7 @@ impl Drop for DeleteTripwire {
 }
 
 /// `/api/v1/namespaces/<ns>/pods/<name>` -> `<name>` (no subresource).
-fn pod_name_in_path(path: &str) -> Option<String> {
+pub fn pod_name_in_path(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/api/v1/namespaces/")?;
     let mut parts = rest.split('/');
     let (_ns, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
