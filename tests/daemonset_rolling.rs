@@ -524,9 +524,9 @@ async fn budget_of_one_with_one_cut_off_node_upgrades_the_others() {
     rollout_with_not_ready_nodes(Shape::ToleratesNone, one_cut_off_node_case()).await
 }
 
-/// The controller is killed (SIGKILL) right after its first pod DELETEs reached the API
-/// server and before any answer came back: the restarted controller must neither
-/// exceed the budget nor delete a pod a second time.
+/// The controller is killed (SIGKILL) while its first pod DELETEs are on the wire: they
+/// reach the API server after its death and it never hears back. The restarted
+/// controller must neither exceed the budget nor delete a pod a second time.
 async fn controller_crash_between_delete_and_answer(shape: Shape) {
     let client = client().await;
     let prefix = format!("crash-{}", shape.tag());
@@ -554,20 +554,22 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
         &tripwire.kubeconfig,
     );
     set_image(&ds_api, "edge", V2).await;
-    let issued = tripwire.wait_tripped(Duration::from_secs(60)).await;
-    let seen_by_test = observed.lock().unwrap().deletions;
+    let held = tripwire.wait_tripped(Duration::from_secs(60)).await;
     first.crash();
+    let seen_by_test = observed.lock().unwrap().deletions;
+    let landed = tripwire.release().await;
     note(format!(
-        "controller killed with SIGKILL after DELETE of {issued:?} reached the API server \
-         (unanswered; the test's watcher had seen {seen_by_test} deletion(s)); \
-         DELETEs through the proxy by the time it died: {:?}",
-        tripwire.forwarded()
+        "controller killed with SIGKILL while its DELETE of {held:?} was on the wire; \
+         then {landed:?} reached the API server, unanswered"
     ));
-    assert!(
-        issued.iter().all(|p| old_pods.contains(p)),
-        "the first deletions are of old pods: {issued:?}"
+    assert_eq!(
+        seen_by_test, 0,
+        "the controller was killed before any of its deletions took effect"
     );
-
+    assert!(
+        !landed.is_empty() && landed.iter().all(|p| old_pods.contains(p)),
+        "the deletions in flight are of old pods: {landed:?}"
+    );
     let second = ControllerProcess::start(&ns.name, &format!("{prefix}-2"));
     wait_pods_ready_on(&pods, &nodes.names, V2, Duration::from_secs(120)).await;
     {

@@ -1023,30 +1023,37 @@ pub async fn event_records(client: &Client, namespace: &str, name: &str) -> Vec<
 
 // ---------------------------------------------------------------------------------------
 // A tripwire between the controller and the API server, to crash the controller right
-// after it issued deletions and before it (or the test) saw them land.
+// after it issued deletions and before anyone (itself, the test) saw them land.
 // ---------------------------------------------------------------------------------------
 
 /// A plain-HTTP proxy on loopback that forwards every request to the API server as the
-/// controller's ServiceAccount. Pod DELETEs are forwarded but never answered, and the
-/// first one trips the wire: the test learns it at once and can SIGKILL the controller
-/// while the deletions are in flight.
+/// controller's ServiceAccount, except pod DELETEs: those are held, and the first one
+/// trips the wire. The test then kills the controller and `release`s the held DELETEs,
+/// which reach the API server like requests that were on the wire when the process
+/// died; their answers never go back.
 pub struct DeleteTripwire {
     /// A kubeconfig for the controller that goes through the proxy.
     pub kubeconfig: PathBuf,
+    held: tokio::sync::watch::Receiver<Vec<String>>,
     forwarded: tokio::sync::watch::Receiver<Vec<String>>,
+    release: Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 #[derive(Clone)]
 struct TripwireState {
     upstream: Client,
+    held: Arc<tokio::sync::watch::Sender<Vec<String>>>,
     forwarded: Arc<tokio::sync::watch::Sender<Vec<String>>>,
+    release: tokio::sync::watch::Receiver<bool>,
 }
 
 impl DeleteTripwire {
     pub async fn start(tag: &str) -> Self {
         let upstream = client_from(&controller_kubeconfig()).await;
-        let (sender, forwarded) = tokio::sync::watch::channel(Vec::new());
+        let (held_tx, held) = tokio::sync::watch::channel(Vec::new());
+        let (forwarded_tx, forwarded) = tokio::sync::watch::channel(Vec::new());
+        let (release, release_rx) = tokio::sync::watch::channel(false);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding the tripwire proxy");
@@ -1055,7 +1062,9 @@ impl DeleteTripwire {
             .fallback(tripwire_forward)
             .with_state(TripwireState {
                 upstream,
-                forwarded: Arc::new(sender),
+                held: Arc::new(held_tx),
+                forwarded: Arc::new(forwarded_tx),
+                release: release_rx,
             });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -1073,24 +1082,41 @@ impl DeleteTripwire {
         note(format!("tripwire proxy on http://{addr}"));
         DeleteTripwire {
             kubeconfig,
+            held,
             forwarded,
+            release: Arc::new(release),
             task,
         }
     }
 
-    /// Waits for the first pod DELETE to have reached the API server; returns the pods
-    /// whose DELETE went through so far.
+    /// Waits for the first pod DELETE to reach the proxy; returns the pods whose DELETE
+    /// is held so far. None of them has reached the API server.
     pub async fn wait_tripped(&mut self, timeout: Duration) -> Vec<String> {
-        tokio::time::timeout(timeout, self.forwarded.wait_for(|v| !v.is_empty()))
+        tokio::time::timeout(timeout, self.held.wait_for(|v| !v.is_empty()))
             .await
-            .unwrap_or_else(|_| panic!("no pod DELETE went through the proxy within {timeout:?}"))
+            .unwrap_or_else(|_| panic!("no pod DELETE reached the proxy within {timeout:?}"))
             .expect("the tripwire proxy stopped")
             .clone()
     }
 
-    /// The pods whose DELETE went through the proxy.
-    pub fn forwarded(&self) -> Vec<String> {
-        self.forwarded.borrow().clone()
+    /// Lets every held (and later) pod DELETE through to the API server and waits until
+    /// all of them got there; returns their pods. Their callers get no answer.
+    pub async fn release(&self) -> Vec<String> {
+        self.release.send_replace(true);
+        wait_for(
+            "the held DELETEs to reach the API server",
+            Duration::from_secs(30),
+            || async {
+                let (held, forwarded) =
+                    (self.held.borrow().clone(), self.forwarded.borrow().clone());
+                if held.len() == forwarded.len() {
+                    Ok(forwarded)
+                } else {
+                    Err(format!("held {held:?}, forwarded {forwarded:?}"))
+                }
+            },
+        )
+        .await
     }
 }
 
@@ -1109,7 +1135,7 @@ pub fn pod_name_in_path(path: &str) -> Option<String> {
 }
 
 async fn tripwire_forward(
-    axum::extract::State(state): axum::extract::State<TripwireState>,
+    axum::extract::State(mut state): axum::extract::State<TripwireState>,
     request: axum::extract::Request,
 ) -> axum::response::Response {
     use axum::http::{Method, StatusCode};
@@ -1147,15 +1173,22 @@ async fn tripwire_forward(
     let upstream = upstream
         .body(kube::client::Body::from(body.to_vec()))
         .unwrap();
+    if let Some(name) = pod_delete {
+        state.held.send_modify(|names| names.push(name.clone()));
+        // A task of its own: the caller's death (its connection closing) drops this
+        // handler, but a request on the wire still reaches the server.
+        tokio::spawn(async move {
+            let _ = state.release.wait_for(|released| *released).await;
+            let _ = state.upstream.send(upstream).await;
+            state.forwarded.send_modify(|names| names.push(name));
+        });
+        // Its caller never hears back.
+        return std::future::pending().await;
+    }
     let response = match state.upstream.send(upstream).await {
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
-    if let Some(name) = pod_delete {
-        state.forwarded.send_modify(|names| names.push(name));
-        // The deletion happened; its caller never hears of it.
-        std::future::pending::<()>().await;
-    }
     let (mut parts, body) = response.into_parts();
     for name in HOP_BY_HOP {
         parts.headers.remove(name);
