@@ -340,7 +340,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
         case.max_unavailable, case.budget
     ));
 
-    wait_pods_ready_on(&pods, &ready_nodes, V2, Duration::from_secs(150)).await;
+    wait_pods_ready_on(&pods, &ready_nodes, V2, Duration::from_secs(120)).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
