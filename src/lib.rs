@@ -10,3 +10,4 @@ pub mod metrics;
 pub mod runtime;
 pub mod sync_gate;
 pub mod telemetry;
+pub mod watch;

@@ -11,6 +11,7 @@ use axum::Router;
 use crate::cli::ControllerArgs;
 use crate::metrics::Metrics;
 use crate::runtime::{self, Shutdown};
+use crate::watch::Watches;
 
 #[derive(Clone)]
 struct Health {
@@ -39,25 +40,34 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         .with_state(health);
     let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().requested());
 
-    let controllers = crate::daemonset::controller::run(
+    // One set of watches for every controller; each subscribes before they start.
+    let watches = Watches::new(client.clone(), args.watch_namespace.clone());
+    let daemonsets = crate::daemonset::controller::start(
+        &watches,
         client.clone(),
-        metrics.clone(),
-        args.watch_namespace.as_deref(),
+        &metrics,
         args.daemonset_concurrency,
-        ready.clone(),
         shutdown.clone(),
     );
+    {
+        // /readyz turns true once every shared cache holds its first full list.
+        let (mut synced, ready) = (watches.synced(), ready.clone());
+        tokio::spawn(async move {
+            if synced.wait_for(|s| *s).await.is_ok() {
+                ready.store(true, Ordering::SeqCst);
+            }
+        });
+    }
     let image_pull = crate::daemonset::image_pull::run(
         client,
         metrics,
         args.watch_namespace.clone(),
         shutdown.clone(),
     );
-    let (http_result, controller_result, image_pull_result) =
-        tokio::join!(http, controllers, image_pull);
+    let (http_result, (), (), image_pull_result) =
+        tokio::join!(http, watches.run(shutdown.clone()), daemonsets, image_pull);
     ready.store(false, Ordering::SeqCst);
     http_result?;
-    controller_result?;
     image_pull_result?;
     tracing::info!("controller-manager stopped");
     Ok(())

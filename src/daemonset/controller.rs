@@ -1,42 +1,42 @@
-//! Wiring of the DaemonSet upgrade controller: observe (shared reflector stores) ->
+//! Wiring of the DaemonSet upgrade controller: observe (the shared stores) ->
 //! plan (pure, `rolling_plan` / `ota_plan`) -> apply (deletions, condition writes, Events).
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::Controller;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::metrics::{DaemonSetLabels, DaemonSetMetrics, DeletionLabels, ErrorLabels};
+use super::expectations::Expectations;
+use super::metrics::{DaemonSetMetrics, DeletionLabels};
 use super::ota_plan::{
     plan_need_upgrade_conditions, plan_stale_condition_removals, POD_NEED_UPGRADE_CONDITION,
 };
-use super::policy::{policy_for, Policy, PolicyDecision};
-use super::revision::{is_controlled_by, CONTROLLER_REVISION_HASH_LABEL};
-use super::rolling_plan::{is_node_ready, plan_rolling_update, Blocker, RollingInput, RollingPlan};
+use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
+use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
+use super::rolling_plan::{plan_rolling_update, Blocker, Progress, RollingInput, RollingPlan};
+use super::said_once::{SaidOnce, Topic};
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
-use crate::sync_gate::SyncGate;
+use crate::watch::runner::{ReconcileError, Run};
+use crate::watch::{Stores, Watches};
 
 /// Field manager / reporting controller name, as users see it in Events and managedFields.
 pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
-/// A deletion we issued but have not seen land is forgotten after this long, so a lost
-/// watch event cannot block a rollout forever.
-const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(120);
 /// Deletions of one plan issued at the same time.
 const DELETE_CONCURRENCY: usize = 16;
-/// Most pod names listed in one aggregated Event.
+/// Most names listed in one aggregated Event.
 const EVENT_NAMES_SHOWN: usize = 8;
+/// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,8 +54,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    pub fn metric_label(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::DeletePod { .. } => "delete_pod",
             Error::WriteCondition { .. } => "write_condition",
@@ -63,74 +63,16 @@ impl Error {
     }
 }
 
-/// Pod UIDs we deleted, per DaemonSet UID, until the store shows them terminating or gone.
-#[derive(Default)]
-struct Expectations(HashMap<String, HashMap<String, Instant>>);
-
-impl Expectations {
-    /// Drops expectations the store has caught up with (or that timed out) and returns
-    /// the ones still pending for `ds_uid`.
-    fn pending(&mut self, ds_uid: &str, pods: &[Arc<Pod>]) -> BTreeSet<String> {
-        let Some(expected) = self.0.get_mut(ds_uid) else {
-            return BTreeSet::new();
-        };
-        expected.retain(|uid, since| {
-            let seen_live = pods.iter().any(|p| {
-                p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
-            });
-            seen_live && since.elapsed() < EXPECTATION_TIMEOUT
-        });
-        expected.keys().cloned().collect()
-    }
-
-    fn expect(&mut self, ds_uid: &str, pod_uid: &str) {
-        self.0
-            .entry(ds_uid.to_string())
-            .or_default()
-            .insert(pod_uid.to_string(), Instant::now());
-    }
-
-    fn forget(&mut self, ds_uid: &str, pod_uid: &str) {
-        if let Some(e) = self.0.get_mut(ds_uid) {
-            e.remove(pod_uid);
-        }
-    }
-}
-
 pub struct Context {
     client: Client,
-    pods: Store<Pod>,
-    revisions: Store<ControllerRevision>,
-    nodes: Store<Node>,
+    stores: Stores,
     recorder: Recorder,
     metrics: DaemonSetMetrics,
     expectations: Mutex<Expectations>,
-    /// Last Warning / progress message per DaemonSet UID, so each is said once, not on
-    /// every resync.
-    last_said: Mutex<HashMap<(String, &'static str), String>>,
-    /// Flips to true once every cache holds its first full list (see `SyncGate`).
-    synced: tokio::sync::watch::Receiver<bool>,
+    said: SaidOnce,
 }
 
 impl Context {
-    fn has_said(&self, ds_uid: &str, slot: &'static str) -> bool {
-        self.last_said
-            .lock()
-            .unwrap()
-            .contains_key(&(ds_uid.to_string(), slot))
-    }
-
-    /// True when `message` differs from the last one said under `slot` for this DaemonSet.
-    fn first_time(&self, ds_uid: &str, slot: &'static str, message: &str) -> bool {
-        let mut said = self.last_said.lock().unwrap();
-        let key = (ds_uid.to_string(), slot);
-        if said.get(&key).map(String::as_str) == Some(message) {
-            return false;
-        }
-        said.insert(key, message.to_string());
-        true
-    }
-
     async fn publish(
         &self,
         ds: &DaemonSet,
@@ -150,156 +92,102 @@ impl Context {
             tracing::warn!(error = %e, reason, "could not publish Event");
         }
     }
-}
 
-/// Drops fields nothing here reads, to keep the caches small at thousands of pods.
-fn prune<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-}
-
-/// Node Ready status as a predicate hash: only Ready transitions wake DaemonSets up.
-fn node_ready_hash(node: &Node) -> Option<u64> {
-    Some(if is_node_ready(node) { 1 } else { 0 })
-}
-
-pub async fn run(
-    client: Client,
-    metrics: Metrics,
-    namespace: Option<&str>,
-    concurrency: u16,
-    ready: Arc<AtomicBool>,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
-    let wcfg = watcher::Config::default().page_size(500);
-    fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
+    /// Drops everything kept about a DaemonSet that is gone.
+    fn forget(&self, uid: &str, namespace: &str, name: &str) {
+        self.expectations.lock().unwrap().forget_daemonset(uid);
+        self.said.forget_daemonset(uid);
+        self.metrics.forget(namespace, name);
     }
-    let (gate, synced) = SyncGate::new(
-        "daemonset-upgrade",
-        &["daemonsets", "pods", "controllerrevisions", "nodes"],
-    );
-    let (ds_reader, ds_writer) = reflector::store::<DaemonSet>();
-    let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
-    let (node_reader, node_writer) = reflector::store::<Node>();
+}
 
-    let daemonsets = watcher(scoped::<DaemonSet>(&client, namespace), wcfg.clone())
-        .default_backoff()
-        .modify(prune)
-        .reflect(ds_writer)
-        .inspect(gate.observe("daemonsets"))
-        .applied_objects();
-    // DaemonSet pods always carry controller-revision-hash: the API server filters the rest.
-    let pods = watcher(
-        scoped::<Pod>(&client, namespace),
-        wcfg.clone().labels(CONTROLLER_REVISION_HASH_LABEL),
-    )
-    .default_backoff()
-    .modify(prune)
-    .reflect(pod_writer)
-    .inspect(gate.observe("pods"))
-    .touched_objects();
-    let revisions = watcher(
-        scoped::<ControllerRevision>(&client, namespace),
-        wcfg.clone(),
-    )
-    .default_backoff()
-    .modify(|r: &mut ControllerRevision| {
-        prune(r);
-        // The template copy inside a revision is large and never read here.
-        r.data = Default::default();
-    })
-    .reflect(rev_writer)
-    .inspect(gate.observe("controllerrevisions"))
-    .touched_objects();
-    let nodes = watcher(Api::<Node>::all(client.clone()), wcfg)
-        .default_backoff()
-        .modify(|n: &mut Node| {
-            prune(n);
-            if let Some(status) = n.status.as_mut() {
-                status.images = None;
-            }
-        })
-        .reflect(node_writer)
-        .inspect(gate.observe("nodes"))
-        .touched_objects()
-        .predicate_filter(node_ready_hash, Default::default());
-
+/// Subscribes to the shared watches and returns the controller, ready to be driven.
+pub fn start(
+    watches: &Watches,
+    client: Client,
+    metrics: &Metrics,
+    concurrency: u16,
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> {
+    let stores = watches.stores.clone();
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
+    let daemonset_metrics = DaemonSetMetrics::register(metrics);
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods: pod_reader.clone(),
-        revisions: rev_reader.clone(),
-        nodes: node_reader.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        metrics: DaemonSetMetrics::register(&metrics),
+        stores: stores.clone(),
+        recorder: Recorder::new(client, reporter),
+        metrics: daemonset_metrics.clone(),
         expectations: Mutex::default(),
-        last_said: Mutex::default(),
-        synced,
+        said: SaidOnce::default(),
     });
 
-    // /readyz turns true once every cache holds its first full list.
-    {
-        let mut synced = ctx.synced.clone();
-        tokio::spawn(async move {
-            if synced.wait_for(|s| *s).await.is_ok() {
-                ready.store(true, Ordering::SeqCst);
-            }
-        });
+    let ds_for_nodes = stores.daemonsets.clone();
+    let controller =
+        Controller::for_shared_stream(watches.daemonset_changes(), stores.daemonsets.clone())
+            .owns_shared_stream(watches.pod_changes())
+            .owns_shared_stream(watches.revision_changes())
+            // A node coming back (or leaving) re-plans every upgrade-managed DaemonSet at once.
+            .watches_shared_stream(watches.node_ready_transitions(), move |_node| {
+                ds_for_nodes
+                    .state()
+                    .into_iter()
+                    .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
+                    .map(|ds| ObjectRef::from_obj(&*ds))
+                    .collect::<Vec<_>>()
+            });
+    let run = Run {
+        name: "daemonset-upgrade",
+        concurrency,
+        synced: watches.synced(),
+        errors: daemonset_metrics.reconcile_errors.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let forgetting = forget_deleted(watches, ctx.clone(), shutdown);
+    async move {
+        tokio::join!(run.drive(controller, reconcile, ctx), forgetting);
     }
-
-    let ds_for_nodes = ds_reader.clone();
-    Controller::for_stream(daemonsets, ds_reader)
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .owns_stream(pods)
-        .owns_stream(revisions)
-        // A node coming back (or leaving) re-plans every upgrade-managed DaemonSet at once.
-        .watches_stream(nodes, move |_node| {
-            ds_for_nodes
-                .state()
-                .into_iter()
-                .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
-                .map(|ds| ObjectRef::from_obj(&*ds))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(shutdown.requested())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile trigger failed");
-            }
-        })
-        .await;
-    tracing::info!("DaemonSet controller stopped");
-    Ok(())
 }
 
-fn error_policy(ds: Arc<DaemonSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            kind: error.metric_label().into(),
-        })
-        .inc();
-    tracing::warn!(daemonset = %ds.name_any(), namespace = ?ds.namespace(), %error, "reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(5))
+/// Forgets DaemonSets on deletion, and sweeps now and then for those a relist dropped.
+fn forget_deleted(
+    watches: &Watches,
+    ctx: Arc<Context>,
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> {
+    let mut deletions = watches.daemonset_deletions();
+    async move {
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        let mut stop = std::pin::pin!(shutdown.requested());
+        loop {
+            tokio::select! {
+                gone = deletions.recv() => match gone {
+                    Ok(gone) => ctx.forget(&gone.uid, &gone.namespace, &gone.name),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+                _ = sweep.tick() => {
+                    let live: std::collections::HashSet<String> = ctx
+                        .stores
+                        .daemonsets
+                        .state()
+                        .iter()
+                        .filter_map(|ds| ds.uid())
+                        .collect();
+                    ctx.said.retain(|uid| live.contains(uid));
+                    ctx.expectations.lock().unwrap().retain(|uid| live.contains(uid));
+                }
+                _ = &mut stop => return,
+            }
+        }
+    }
 }
 
 #[tracing::instrument(skip_all, fields(daemonset = %ds.name_any(), namespace = %ds.namespace().unwrap_or_default()))]
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    // Planning on half-filled caches could count missing pods as unavailable or miss
-    // terminating ones: wait for the first full lists.
-    let _ = ctx.synced.clone().wait_for(|synced| *synced).await;
     let result = match policy_for(&ds) {
         PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx).await,
         PolicyDecision::NotOurs { reason } => {
@@ -316,14 +204,25 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             .await;
             Ok(Action::await_change())
         }
+        // The native controller has not processed the latest spec: its newest revision
+        // may not be the target yet (a rollback a -> b -> a would then delete or mark
+        // pods already on a). Its status update wakes us.
+        PolicyDecision::Managed(_) if !generation_observed(&ds) => {
+            tracing::debug!(
+                "waiting for the DaemonSet controller to observe the latest generation"
+            );
+            Ok(Action::await_change())
+        }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
-            forget_warning(&ds, &ctx);
+            ctx.said
+                .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
             let action = rolling_update(&ds, &ctx, max_unavailable).await?;
             remove_stale_conditions(&ds, &ctx).await?;
             Ok(action)
         }
         PolicyDecision::Managed(Policy::Ota) => {
-            forget_warning(&ds, &ctx);
+            ctx.said
+                .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
             mark_need_upgrade(&ds, &ctx).await
         }
     };
@@ -335,7 +234,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
 
 async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
     let uid = ds.uid().unwrap_or_default();
-    if ctx.first_time(&uid, "warning", message) {
+    if ctx.said.first_time(&uid, Topic::Warning, message) {
         tracing::warn!(reason, message, "DaemonSet not acted upon");
         ctx.publish(
             ds,
@@ -348,56 +247,58 @@ async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
     }
 }
 
-fn forget_warning(ds: &DaemonSet, ctx: &Context) {
-    let uid = ds.uid().unwrap_or_default();
-    ctx.last_said.lock().unwrap().remove(&(uid, "warning"));
-}
-
-/// This DaemonSet's pods and revisions from the caches.
-fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<Pod>>, Vec<ControllerRevision>) {
+/// This DaemonSet's pods and current revision, borrowed from the shared stores.
+fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<Pod>>, Option<CurrentRevision>) {
     let uid = ds.uid().unwrap_or_default();
     let ns = ds.namespace();
     let pods = ctx
+        .stores
         .pods
-        .state_filter(|p| p.namespace() == ns && is_controlled_by(p, &uid));
-    let revisions = ctx
+        .state_filter(|p| p.metadata.namespace == ns && is_controlled_by(p, &uid));
+    let revisions: Vec<Arc<ControllerRevision>> = ctx
+        .stores
         .revisions
-        .state_filter(|r| r.namespace() == ns)
-        .into_iter()
-        .map(|r| (*r).clone())
-        .collect();
-    (pods, revisions)
+        .state_filter(|r| r.metadata.namespace == ns);
+    let current = CurrentRevision::of(ds, revisions.iter().map(|r| &**r));
+    (pods, current)
 }
 
 async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
-    max_unavailable: super::policy::MaxUnavailable,
+    max_unavailable: MaxUnavailable,
 ) -> Result<Action, Error> {
     let uid = ds.uid().unwrap_or_default();
-    let (pods, revisions) = owned(ds, ctx);
-    let expected = ctx.expectations.lock().unwrap().pending(&uid, &pods);
-    let input = RollingInput {
-        daemonset: ds.clone(),
-        revisions,
-        pods: pods.iter().map(|p| (**p).clone()).collect(),
-        nodes: ctx.nodes.state().iter().map(|n| (**n).clone()).collect(),
+    let (pods, current) = owned(ds, ctx);
+    let nodes = ctx.stores.nodes.state();
+    let pending = ctx
+        .expectations
+        .lock()
+        .unwrap()
+        .pending(&uid, &pods, Instant::now());
+    let plan = plan_rolling_update(&RollingInput {
+        daemonset: ds,
+        current: current.as_ref(),
+        pods: &pods,
+        nodes: &nodes,
         max_unavailable,
         now: Timestamp::now(),
-        expected_deletions: expected.clone(),
-    };
-    let plan = plan_rolling_update(&input);
+        expected_deletions: &pending.deletions,
+        vacated_by_us: &pending.vacated,
+    });
+    // Recorded before any call: an event burst replanning while calls are in flight must
+    // already see these pods as gone and their nodes as vacated.
+    {
+        let mut expectations = ctx.expectations.lock().unwrap();
+        expectations.settle(&uid, &plan.settled);
+        let now = Instant::now();
+        for step in &plan.deletions {
+            expectations.expect_deletion(&uid, &step.node, &step.uid, now);
+        }
+    }
     record_progress(ds, ctx, &plan);
 
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ds.namespace().unwrap_or_default());
-    // Recorded before any call: an event burst replanning while calls are in flight must
-    // already see these pods as gone.
-    {
-        let mut expectations = ctx.expectations.lock().unwrap();
-        for step in &plan.deletions {
-            expectations.expect(&uid, &step.uid);
-        }
-    }
     // The deletions of one plan are independent: issue them together so the last pod of
     // a wave does not wait for every call before it.
     let calls = plan.deletions.iter().cloned().map(|step| {
@@ -434,12 +335,19 @@ async fn rolling_update(
                     .inc();
                 deleted.push(step);
             }
-            // Gone already, or replaced by a pod of the same name: nothing to do.
+            // Gone already, or replaced by a pod of the same name: its node is being
+            // replaced all the same.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
-                ctx.expectations.lock().unwrap().forget(&uid, &step.uid);
+                ctx.expectations
+                    .lock()
+                    .unwrap()
+                    .deletion_moot(&uid, &step.uid);
             }
             Err(source) => {
-                ctx.expectations.lock().unwrap().forget(&uid, &step.uid);
+                ctx.expectations
+                    .lock()
+                    .unwrap()
+                    .deletion_failed(&uid, &step.node, &step.uid);
                 failure.get_or_insert(Error::DeletePod {
                     namespace: step.namespace.clone(),
                     name: step.name.clone(),
@@ -451,23 +359,19 @@ async fn rolling_update(
     deleted.sort_by(|a, b| a.node.cmp(&b.node));
     if !deleted.is_empty() {
         // A rollout is under way: its completion is worth an Event.
-        ctx.last_said
-            .lock()
-            .unwrap()
-            .insert((uid.clone(), "progress"), "rolling".into());
-    }
-    if !deleted.is_empty() {
+        ctx.said.first_time(&uid, Topic::Progress, "rolling");
         let names: Vec<String> = deleted
             .iter()
             .map(|d| format!("{} on {}", d.name, d.node))
             .collect();
+        let p = &plan.progress;
         let note = format!(
-            "deleted {} pod(s) for the upgrade (budget {}, unavailable before {}; {}/{} nodes updated): {}",
+            "deleted {} pod(s) for the upgrade (budget {}, unavailable before {}; Ready nodes done {}/{}): {}",
             deleted.len(),
-            plan.progress.budget,
-            plan.progress.unavailable,
-            plan.progress.updated,
-            plan.progress.total_nodes,
+            p.budget,
+            p.unavailable,
+            p.ready_updated,
+            p.ready_nodes,
             shorten(&names)
         );
         ctx.publish(ds, EventType::Normal, "UpgradingPods", "DeletePods", note)
@@ -479,7 +383,7 @@ async fn rolling_update(
     Ok(match plan.progress.recheck_after {
         // minReadySeconds elapsing fires no watch event: come back when it does.
         Some(after) => Action::requeue(after + Duration::from_millis(100)),
-        None if !expected.is_empty() => Action::requeue(Duration::from_secs(10)),
+        None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
         None => Action::requeue(Duration::from_secs(300)),
     })
 }
@@ -497,55 +401,62 @@ fn shorten(names: &[String]) -> String {
     s
 }
 
+/// One line on where a rollout stands, naming what it waits on. Shared with the CLI.
+pub fn describe(progress: &Progress) -> String {
+    let p = progress;
+    let mut line = format!("Ready nodes done {}/{}", p.ready_updated, p.ready_nodes);
+    match &p.blocked {
+        None => line.push_str("; progressing"),
+        Some(Blocker::Complete) => line.push_str("; rollout complete"),
+        Some(Blocker::CurrentRevisionUnknown) => line.push_str(
+            "; waiting: no ControllerRevision or template generation identifies the current revision yet",
+        ),
+        Some(Blocker::BudgetExhausted { unavailable }) => line.push_str(&format!(
+            "; waiting: the budget of {} is used by unavailable node(s): {}",
+            p.budget,
+            shorten(unavailable)
+        )),
+        Some(Blocker::WaitingForAvailability { nodes }) => line.push_str(&format!(
+            "; waiting for new pods to become available on: {}",
+            shorten(nodes)
+        )),
+        Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
+            "; NotReady nodes waiting (upgraded when Ready again): {}",
+            shorten(nodes)
+        )),
+    }
+    line
+}
+
 /// Updates metrics and, when the rollout's state changes, says so in one Event.
 fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
     let p = &plan.progress;
-    let labels = DaemonSetLabels {
-        namespace: ds.namespace().unwrap_or_default(),
-        daemonset: ds.name_any(),
-    };
-    ctx.metrics
-        .pods_updated
-        .get_or_create(&labels)
-        .set(p.updated as i64);
-    ctx.metrics
-        .pods_pending
-        .get_or_create(&labels)
-        .set(p.total_nodes.saturating_sub(p.updated) as i64);
-    ctx.metrics
-        .nodes_skipped_not_ready
-        .get_or_create(&labels)
-        .set((p.not_ready_nodes_skipped.len() + p.missing_nodes_skipped.len()) as i64);
+    let (namespace, name) = (ds.namespace().unwrap_or_default(), ds.name_any());
+    ctx.metrics.set_progress(&namespace, &name, p);
 
+    let uid = ds.uid().unwrap_or_default();
     let said = match &p.blocked {
-        // Said only after a rollout step (deletions mark the slot), and never for an
+        // Said only after a rollout step (deletions mark the topic), and never for an
         // empty DaemonSet, so creating a DaemonSet does not announce a "rollout".
-        Some(Blocker::Complete) if p.total_nodes == 0 || !ctx.has_said(&ds.uid().unwrap_or_default(), "progress") => None,
+        Some(Blocker::Complete)
+            if p.total_nodes == 0 || !ctx.said.has_said(&uid, Topic::Progress) =>
+        {
+            None
+        }
         Some(Blocker::Complete) => Some((
             "RolloutComplete",
             format!("all {} node(s) run the current revision", p.total_nodes),
         )),
-        Some(Blocker::WaitingForSkippedNodes { nodes }) => Some((
-            "WaitingForNotReadyNodes",
-            format!(
-                "Ready nodes are updated ({}/{}); {} NotReady or missing node(s) are upgraded as soon as they are Ready: {}",
-                p.updated,
-                p.total_nodes,
-                nodes.len(),
-                shorten(nodes)
-            ),
-        )),
-        Some(Blocker::CurrentRevisionUnknown) => Some((
-            "CurrentRevisionUnknown",
-            "no ControllerRevision or template generation identifies the current revision yet".to_string(),
-        )),
+        Some(Blocker::WaitingForSkippedNodes { .. }) => {
+            Some(("WaitingForNotReadyNodes", describe(p)))
+        }
+        Some(Blocker::CurrentRevisionUnknown) => Some(("CurrentRevisionUnknown", describe(p))),
         _ => None,
     };
     if let Some((reason, note)) = said {
-        let uid = ds.uid().unwrap_or_default();
-        if ctx.first_time(&uid, "progress", &note) {
+        if ctx.said.first_time(&uid, Topic::Progress, &note) {
             tracing::info!(reason, %note, "rollout progress");
-            let (ctx_recorder, ds) = (ctx.recorder.clone(), ds.clone());
+            let (recorder, reference) = (ctx.recorder.clone(), ds.object_ref(&()));
             let event = Event {
                 type_: EventType::Normal,
                 reason: reason.into(),
@@ -555,7 +466,7 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
             };
             // Fire and forget: progress Events must not slow the next deletion.
             tokio::spawn(async move {
-                let _ = ctx_recorder.publish(&event, &ds.object_ref(&())).await;
+                let _ = recorder.publish(&event, &reference).await;
             });
         }
     }
@@ -563,32 +474,13 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
 
 /// OTA: write `PodNeedUpgrade` on every pod whose condition is missing or stale.
 async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
-    let (pods, revisions) = owned(ds, ctx);
-    let pods: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
-    let updates = plan_need_upgrade_conditions(ds, &revisions, &pods, Timestamp::now());
+    let (pods, current) = owned(ds, ctx);
+    let updates = plan_need_upgrade_conditions(ds, current.as_ref(), &pods, Timestamp::now());
     for update in &updates {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &update.namespace);
         // Strategic merge on the conditions list (merge key `type`): touches only our
         // condition, so concurrent kubelet writes are not overwritten.
         let patch = json!({"status": {"conditions": [update.condition]}});
-        match api
-            .patch_status(
-                &update.name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(source) => {
-                return Err(Error::WriteCondition {
-                    namespace: update.namespace.clone(),
-                    name: update.name.clone(),
-                    source,
-                })
-            }
-        }
+        write_status(ctx, &update.namespace, &update.name, &patch).await?;
     }
     if !updates.is_empty() {
         let need = updates
@@ -607,28 +499,34 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
 /// A DaemonSet that stopped being OTA must not leave `PodNeedUpgrade` behind.
 async fn remove_stale_conditions(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
     let (pods, _) = owned(ds, ctx);
-    let pods: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
     for stale in plan_stale_condition_removals(ds, &pods) {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &stale.namespace);
         let patch = json!({"status": {"conditions": [{"type": POD_NEED_UPGRADE_CONDITION, "$patch": "delete"}]}});
-        match api
-            .patch_status(
-                &stale.name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => tracing::info!(pod = %stale.name, "removed stale PodNeedUpgrade condition"),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(source) => {
-                return Err(Error::WriteCondition {
-                    namespace: stale.namespace.clone(),
-                    name: stale.name.clone(),
-                    source,
-                })
-            }
+        if write_status(ctx, &stale.namespace, &stale.name, &patch).await? {
+            tracing::info!(pod = %stale.name, "removed stale PodNeedUpgrade condition");
         }
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// A strategic-merge patch of a pod's status. A pod gone or changed meanwhile (404,
+/// 409) is skipped: its next event replans. Returns whether the write landed.
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<bool, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(source) => Err(Error::WriteCondition {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        }),
+    }
 }

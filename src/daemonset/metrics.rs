@@ -5,7 +5,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
+use super::rolling_plan::Progress;
 use crate::metrics::Metrics;
+use crate::watch::runner::ErrorCounter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DaemonSetLabels {
@@ -20,18 +22,13 @@ pub struct DeletionLabels {
     pub reason: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub kind: String,
-}
-
 #[derive(Clone)]
 pub struct DaemonSetMetrics {
     pub pods_updated: Family<DaemonSetLabels, Gauge>,
     pub pods_pending: Family<DaemonSetLabels, Gauge>,
     pub nodes_skipped_not_ready: Family<DaemonSetLabels, Gauge>,
     pub pods_deleted: Family<DeletionLabels, Counter>,
-    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_errors: ErrorCounter,
     pub reconcile_duration: Histogram,
 }
 
@@ -80,5 +77,34 @@ impl DaemonSetMetrics {
             );
         });
         m
+    }
+
+    /// Publishes where a rollout stands. `pods_updated + pods_pending` is the node count
+    /// of the rollout, and `pods_pending` reaches 0 exactly when it is complete.
+    pub fn set_progress(&self, namespace: &str, name: &str, progress: &Progress) {
+        let labels = DaemonSetLabels {
+            namespace: namespace.into(),
+            daemonset: name.into(),
+        };
+        self.pods_updated
+            .get_or_create(&labels)
+            .set(progress.updated as i64);
+        self.pods_pending
+            .get_or_create(&labels)
+            .set(progress.total_nodes.saturating_sub(progress.updated) as i64);
+        self.nodes_skipped_not_ready.get_or_create(&labels).set(
+            (progress.not_ready_nodes_skipped.len() + progress.missing_nodes_skipped.len()) as i64,
+        );
+    }
+
+    /// Drops the series of a deleted DaemonSet.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let labels = DaemonSetLabels {
+            namespace: namespace.into(),
+            daemonset: name.into(),
+        };
+        self.pods_updated.remove(&labels);
+        self.pods_pending.remove(&labels);
+        self.nodes_skipped_not_ready.remove(&labels);
     }
 }

@@ -4,7 +4,9 @@
 //! nothing on a no-op resync. Every pod of the DaemonSet is covered, whatever its node's
 //! state (the node API on a NotReady node still serves its last known pods).
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use std::borrow::Borrow;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -51,11 +53,11 @@ pub struct StaleCondition {
 /// yet), since the message could not name it.
 pub fn plan_need_upgrade_conditions(
     daemonset: &DaemonSet,
-    revisions: &[ControllerRevision],
-    pods: &[Pod],
+    current: Option<&CurrentRevision>,
+    pods: &[impl Borrow<Pod>],
     now: Timestamp,
 ) -> Vec<ConditionUpdate> {
-    let Some(current) = CurrentRevision::of(daemonset, revisions) else {
+    let Some(current) = current else {
         return Vec::new();
     };
     let Some(hash) = current.hash.as_deref() else {
@@ -66,6 +68,7 @@ pub fn plan_need_upgrade_conditions(
 
     let mut updates: Vec<ConditionUpdate> = pods
         .iter()
+        .map(Borrow::borrow)
         .filter(|pod| is_controlled_by(pod, ds_uid))
         .filter_map(|pod| {
             let status = if current.is_pod_updated(pod) {
@@ -105,10 +108,14 @@ pub fn plan_need_upgrade_conditions(
 /// For a DaemonSet that is not (or no longer) OTA: the pods it controls that still
 /// carry a `PodNeedUpgrade` condition, sorted by name. The caller decides that the
 /// DaemonSet is not OTA; this function does not look at its annotations.
-pub fn plan_stale_condition_removals(daemonset: &DaemonSet, pods: &[Pod]) -> Vec<StaleCondition> {
+pub fn plan_stale_condition_removals(
+    daemonset: &DaemonSet,
+    pods: &[impl Borrow<Pod>],
+) -> Vec<StaleCondition> {
     let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
     let mut stale: Vec<StaleCondition> = pods
         .iter()
+        .map(Borrow::borrow)
         .filter(|pod| is_controlled_by(pod, ds_uid))
         .filter(|pod| need_upgrade_condition(pod).is_some())
         .map(|pod| StaleCondition {
@@ -185,7 +192,12 @@ mod tests {
                 .pending_for_node("n3")
                 .build(),
         ];
-        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        let updates = plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &revisions).as_ref(),
+            &pods,
+            at(500),
+        );
         assert_eq!(
             statuses(&updates),
             [("new", "False"), ("old", "True"), ("pending-old", "True")]
@@ -217,7 +229,13 @@ mod tests {
                 .with_condition(need_upgrade("False", "h2", 100))
                 .build(),
         ];
-        assert!(plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500)).is_empty());
+        assert!(plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &revisions).as_ref(),
+            &pods,
+            at(500)
+        )
+        .is_empty());
     }
 
     #[test]
@@ -229,7 +247,12 @@ mod tests {
             .hash("h1")
             .with_condition(need_upgrade("True", "h2", 100))
             .build()];
-        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        let updates = plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &revisions).as_ref(),
+            &pods,
+            at(500),
+        );
         assert_eq!(updates.len(), 1);
         assert_eq!(updates[0].condition, need_upgrade("True", "h3", 100));
     }
@@ -243,7 +266,12 @@ mod tests {
             .hash("h2")
             .with_condition(need_upgrade("True", "h2", 100))
             .build()];
-        let updates = plan_need_upgrade_conditions(&ds, &revisions, &pods, at(500));
+        let updates = plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &revisions).as_ref(),
+            &pods,
+            at(500),
+        );
         assert_eq!(updates.len(), 1);
         assert_eq!(updates[0].condition, need_upgrade("False", "h2", 500));
     }
@@ -255,12 +283,21 @@ mod tests {
             .owned_by_uid("other")
             .hash("h1")
             .build()];
-        assert!(
-            plan_need_upgrade_conditions(&ds, &[revision(&ds, "h2", 2)], &foreign, at(1))
-                .is_empty()
-        );
+        assert!(plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &[revision(&ds, "h2", 2)]).as_ref(),
+            &foreign,
+            at(1)
+        )
+        .is_empty());
         let mine = [PodBuilder::new("mine", &ds).hash("h1").build()];
-        assert!(plan_need_upgrade_conditions(&ds, &[], &mine, at(1)).is_empty());
+        assert!(plan_need_upgrade_conditions(
+            &ds,
+            CurrentRevision::of(&ds, &[]).as_ref(),
+            &mine,
+            at(1)
+        )
+        .is_empty());
     }
 
     #[test]

@@ -28,7 +28,10 @@ impl CurrentRevision {
     /// Reads the current revision; `None` when neither the hash nor the generation is
     /// known (e.g. the native controller has not written a ControllerRevision yet), in
     /// which case no pod can be judged and planners must wait.
-    pub fn of(daemonset: &DaemonSet, revisions: &[ControllerRevision]) -> Option<Self> {
+    pub fn of<'a>(
+        daemonset: &DaemonSet,
+        revisions: impl IntoIterator<Item = &'a ControllerRevision>,
+    ) -> Option<Self> {
         let hash = newest_owned_revision(daemonset, revisions)
             .and_then(|revision| label(&revision.metadata, CONTROLLER_REVISION_HASH_LABEL))
             .filter(|hash| !hash.is_empty())
@@ -68,13 +71,28 @@ impl CurrentRevision {
 /// expected from the API server) go to the greater name, for determinism.
 pub fn newest_owned_revision<'a>(
     daemonset: &DaemonSet,
-    revisions: &'a [ControllerRevision],
+    revisions: impl IntoIterator<Item = &'a ControllerRevision>,
 ) -> Option<&'a ControllerRevision> {
     let ds_uid = daemonset.metadata.uid.as_deref()?;
     revisions
-        .iter()
+        .into_iter()
         .filter(|revision| controller_uid(&revision.metadata) == Some(ds_uid))
         .max_by(|a, b| (a.revision, &a.metadata.name).cmp(&(b.revision, &b.metadata.name)))
+}
+
+/// Whether the native DaemonSet controller has processed the latest spec
+/// (`status.observedGeneration` caught up with `metadata.generation`). Until then its
+/// newest ControllerRevision may not be the target: in a rollback a -> b -> a, the
+/// cache can still name b.
+pub fn generation_observed(daemonset: &DaemonSet) -> bool {
+    let Some(generation) = daemonset.metadata.generation else {
+        return true;
+    };
+    daemonset
+        .status
+        .as_ref()
+        .and_then(|status| status.observed_generation)
+        .is_some_and(|observed| observed >= generation)
 }
 
 /// Whether `pod`'s controller ownerRef is the DaemonSet with UID `daemonset_uid`.
@@ -227,5 +245,21 @@ mod tests {
         assert_eq!(pod_node_name(&bound), Some("edge-1"));
         assert_eq!(pod_node_name(&pending), Some("edge-2"));
         assert_eq!(pod_node_name(&nowhere), None);
+    }
+
+    #[test]
+    fn generation_observed_only_once_status_caught_up() {
+        let built = |generation, observed| {
+            DaemonSetBuilder::new("agent")
+                .generations(generation, observed)
+                .build()
+        };
+        assert!(generation_observed(&built(3, 3)));
+        assert!(generation_observed(&built(3, 4)));
+        assert!(!generation_observed(&built(4, 3)));
+        let mut no_status = built(2, 2);
+        no_status.status = None;
+        assert!(!generation_observed(&no_status));
+        assert!(generation_observed(&DaemonSetBuilder::new("agent").build()));
     }
 }

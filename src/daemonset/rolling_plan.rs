@@ -3,9 +3,9 @@
 //!
 //! Rules (see the spec, `upgrade-models.md`):
 //! - Percentage base: nodes that have a pod of this DaemonSet (terminating pods
-//!   included), NotReady nodes included. Pods bound to a Node object that does not exist
-//!   are not counted in the base: there is no node to keep available, and a smaller base
-//!   only makes the budget more conservative.
+//!   included), NotReady nodes included, plus Ready nodes that are vacated (below).
+//!   Pods bound to a Node object that does not exist are not counted: there is no node
+//!   to keep available, and a smaller base only makes the budget more conservative.
 //! - Only Ready nodes are classified; NotReady and missing nodes are listed as skipped,
 //!   never counted as unavailable and never touched.
 //! - Terminating pods, and pods whose deletion we already issued (`expected_deletions`),
@@ -13,6 +13,13 @@
 //! - Per Ready node: no live pod, an old and a new pod, or duplicates -> unavailable;
 //!   only a new pod -> unavailable unless available; only an old pod that is not
 //!   available -> delete it without using budget; only an old available pod -> candidate.
+//! - A Ready node that shows no pod at all is *vacated* (unavailable, in the base) when
+//!   rollgate itself deleted its pod and no available replacement has been seen yet
+//!   (`vacated_by_us`), or when the DaemonSet should run there (node selector, required
+//!   affinity, tolerations: `placement`). The second rule covers restarts, when the
+//!   first is empty. Neither reads `status.desiredNumberScheduled`: with tolerations
+//!   that match every taint, NotReady nodes stay in it, and counting them as vacated
+//!   stalls the rollout.
 //! - At most `budget - unavailable` candidates are deleted, in ascending node name order
 //!   so that repeated plans agree and operators can predict the next victims.
 //! - Available = Ready condition True for at least `spec.minReadySeconds`, measured from
@@ -20,33 +27,40 @@
 //!   available, as in Kubernetes).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::{is_controlled_by, is_terminating, pod_node_name, CurrentRevision};
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod state_machine;
 
-/// Everything the planner looks at, already fetched.
-#[derive(Debug, Clone)]
-pub struct RollingInput {
-    pub daemonset: DaemonSet,
-    /// ControllerRevisions in the DaemonSet's namespace (others' are filtered out).
-    pub revisions: Vec<ControllerRevision>,
+/// Everything the planner looks at, borrowed from the caches.
+#[derive(Debug, Clone, Copy)]
+pub struct RollingInput<'a> {
+    pub daemonset: &'a DaemonSet,
+    /// The DaemonSet's current revision (`CurrentRevision::of`); `None` blocks the plan.
+    pub current: Option<&'a CurrentRevision>,
     /// Pods in the DaemonSet's namespace (pods it does not control are filtered out).
-    pub pods: Vec<Pod>,
+    pub pods: &'a [Arc<Pod>],
     /// All Nodes of the cluster.
-    pub nodes: Vec<Node>,
+    pub nodes: &'a [Arc<Node>],
     pub max_unavailable: MaxUnavailable,
     pub now: Timestamp,
     /// UIDs of pods whose deletion was issued but not yet observed: treated as gone
     /// (their node is unavailable) and never deleted again.
-    pub expected_deletions: BTreeSet<String>,
+    pub expected_deletions: &'a BTreeSet<String>,
+    /// Nodes whose pod rollgate deleted, with that pod's UID, until an available
+    /// replacement is seen there (see `VacatedNodes`).
+    pub vacated_by_us: &'a BTreeMap<String, String>,
 }
 
 /// The deletions to issue now, and where the rollout stands.
@@ -55,6 +69,9 @@ pub struct RollingPlan {
     /// Pods to delete, each with a UID precondition. Budget-free deletions
     /// (`OldPodNotAvailable`) come first, then candidates in ascending node name order.
     pub deletions: Vec<PlannedDeletion>,
+    /// Entries of `vacated_by_us` that are settled: an available up-to-date pod runs
+    /// there now, the Node is gone, or the DaemonSet no longer places a pod there.
+    pub settled: Vec<String>,
     pub progress: Progress,
 }
 
@@ -101,22 +118,29 @@ impl std::fmt::Display for DeletionReason {
     }
 }
 
-/// Where the rollout stands, for Events, metrics and the CLI.
+/// Where the rollout stands, for Events, metrics and the CLI. The counts add up:
+/// `updated <= total_nodes`, `ready_updated <= ready_nodes`, and a complete rollout has
+/// `updated == total_nodes`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progress {
     /// The percentage base: nodes that have a pod of this DaemonSet, NotReady included,
-    /// missing Node objects excluded.
+    /// missing Node objects excluded, plus vacated Ready nodes.
     pub total_nodes: usize,
-    /// Ready nodes whose only live pod is up to date (available or not yet).
+    /// Nodes of the base that are done: on a Ready node, one live up-to-date pod that
+    /// is available; on a NotReady node, no live out-of-date pod.
     pub updated: usize,
+    /// Ready nodes of the base.
+    pub ready_nodes: usize,
+    /// Ready nodes of the base that are done.
+    pub ready_updated: usize,
     /// Ready nodes counted against the budget before this plan's deletions: no live pod,
     /// old and new pods, duplicate pods, or an up-to-date pod not yet available.
     pub unavailable: usize,
     /// Ready nodes whose only live pod is out of date and available.
     pub candidates: usize,
-    /// Nodes the DaemonSet should run on (`status.desiredNumberScheduled`) that have no
-    /// pod in view: being replaced. Counted in `total_nodes` and `unavailable`.
-    pub vacated_nodes: usize,
+    /// Ready nodes with no pod in view that should have one: being replaced. Counted in
+    /// `total_nodes` and `unavailable`.
+    pub vacated_nodes: Vec<String>,
     /// `max-unavailable` resolved against `total_nodes`.
     pub budget: usize,
     /// NotReady nodes holding a pod of this DaemonSet, by name: not touched.
@@ -130,13 +154,14 @@ pub struct Progress {
     pub recheck_after: Option<Duration>,
 }
 
-/// Why a plan stops where it does.
+/// Why a plan stops where it does. Every wait names the nodes it waits on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocker {
     /// Neither a ControllerRevision hash nor a template generation is known yet.
     CurrentRevisionUnknown,
-    /// Out-of-date available pods remain, but the unavailable nodes use the whole budget.
-    BudgetExhausted,
+    /// Out-of-date available pods remain, but these unavailable Ready nodes use the
+    /// whole budget.
+    BudgetExhausted { unavailable: Vec<String> },
     /// No out-of-date available pod is left on Ready nodes; these Ready nodes are still
     /// unavailable (pod being recreated, starting, or within `minReadySeconds`).
     WaitingForAvailability { nodes: Vec<String> },
@@ -150,17 +175,17 @@ pub enum Blocker {
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
 pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let pods_by_node = pods_by_node(&input.pods, ds_uid);
-    let node_ready: BTreeMap<&str, bool> = input
+    let pods_by_node = pods_by_node(input.pods, ds_uid);
+    let nodes: BTreeMap<&str, &Node> = input
         .nodes
         .iter()
-        .filter_map(|node| Some((node.metadata.name.as_deref()?, is_node_ready(node))))
+        .filter_map(|node| Some((node.metadata.name.as_deref()?, &**node)))
         .collect();
 
     let mut progress = Progress::default();
     let mut ready_nodes = Vec::new();
     for (&node, pods) in &pods_by_node {
-        match node_ready.get(node) {
+        match nodes.get(node).map(|n| is_node_ready(n)) {
             None => progress.missing_nodes_skipped.push(node.to_string()),
             Some(false) => {
                 progress.total_nodes += 1;
@@ -168,16 +193,48 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
             }
             Some(true) => {
                 progress.total_nodes += 1;
+                progress.ready_nodes += 1;
                 ready_nodes.push((node, pods));
             }
         }
     }
+    // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
+    // should run there (its pod is gone and the replacement not created or not seen).
+    let mut settled = Vec::new();
+    for (&name, node) in &nodes {
+        if pods_by_node.contains_key(name) {
+            continue;
+        }
+        let ours = input.vacated_by_us.contains_key(name);
+        let placed = should_run_on(input.daemonset, node);
+        if !is_node_ready(node) {
+            continue;
+        }
+        if placed || ours {
+            progress.vacated_nodes.push(name.to_string());
+        }
+        if ours && !placed {
+            // Relabelled or tainted away while empty: it left the DaemonSet.
+            settled.push(name.to_string());
+        }
+    }
+    progress.total_nodes += progress.vacated_nodes.len();
+    progress.ready_nodes += progress.vacated_nodes.len();
     progress.budget = input.max_unavailable.budget(progress.total_nodes);
+    settled.extend(
+        input
+            .vacated_by_us
+            .keys()
+            .filter(|node| !nodes.contains_key(node.as_str()))
+            .cloned(),
+    );
 
-    let Some(current) = CurrentRevision::of(&input.daemonset, &input.revisions) else {
+    let Some(current) = input.current else {
         progress.blocked = Some(Blocker::CurrentRevisionUnknown);
+        settled.sort();
         return RollingPlan {
             deletions: Vec::new(),
+            settled,
             progress,
         };
     };
@@ -202,18 +259,21 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
             .filter(|pod| is_live(pod))
             .partition(|pod| current.is_pod_updated(pod));
         match (new.as_slice(), old.as_slice()) {
-            ([new_pod], []) => {
-                progress.updated += 1;
-                match availability(new_pod, min_ready, input.now) {
-                    Availability::Available => {}
-                    Availability::AvailableIn(wait) => {
-                        let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
-                        progress.recheck_after = Some(earliest);
-                        unavailable_nodes.push(node.to_string());
+            ([new_pod], []) => match availability(new_pod, min_ready, input.now) {
+                Availability::Available => {
+                    progress.updated += 1;
+                    progress.ready_updated += 1;
+                    if input.vacated_by_us.contains_key(node) {
+                        settled.push(node.to_string());
                     }
-                    Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
                 }
-            }
+                Availability::AvailableIn(wait) => {
+                    let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
+                    progress.recheck_after = Some(earliest);
+                    unavailable_nodes.push(node.to_string());
+                }
+                Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
+            },
             ([], [old_pod]) => match availability(old_pod, min_ready, input.now) {
                 Availability::Available => candidates.push((node, *old_pod)),
                 _ => deletions.push(planned_deletion(
@@ -227,27 +287,26 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
             _ => unavailable_nodes.push(node.to_string()),
         }
     }
-    // A node whose old pod is gone and whose replacement is not created (or not seen)
-    // yet has no pod at all, so the walk above cannot see it. The native controller's
-    // desiredNumberScheduled still counts it: the shortfall is unavailable too. Without
-    // this, a reconcile that runs between a pod's removal and its replacement's
-    // creation spends the same budget twice.
-    let desired = input.daemonset.status.as_ref().map_or(0, |status| {
-        usize::try_from(status.desired_number_scheduled).unwrap_or(0)
-    });
-    // desiredNumberScheduled leaves out nodes tainted unreachable/not-ready (NoSchedule),
-    // so compare it with the Ready nodes that show a pod. A NotReady node not tainted yet
-    // makes this over-count for a moment, which only slows the rollout.
-    let ready_nodes_with_pods = pods_by_node
-        .keys()
-        .filter(|node| node_ready.get(*node) == Some(&true))
-        .count();
-    progress.vacated_nodes = desired.saturating_sub(ready_nodes_with_pods);
-    if progress.vacated_nodes > 0 {
-        progress.total_nodes += progress.vacated_nodes;
-        progress.budget = input.max_unavailable.budget(progress.total_nodes);
-    }
-    progress.unavailable = unavailable_nodes.len() + progress.vacated_nodes;
+    let skipped_with_old_pods: Vec<String> = pods_by_node
+        .iter()
+        .filter(|(node, _)| nodes.get(*node).is_none_or(|n| !is_node_ready(n)))
+        .filter(|(_, pods)| {
+            pods.iter()
+                .any(|pod| is_live(pod) && !current.is_pod_updated(pod))
+        })
+        .map(|(node, _)| node.to_string())
+        .collect();
+    // NotReady nodes are done when no live out-of-date pod is left on them.
+    progress.updated += progress.not_ready_nodes_skipped.len()
+        - progress
+            .not_ready_nodes_skipped
+            .iter()
+            .filter(|node| skipped_with_old_pods.contains(node))
+            .count();
+
+    unavailable_nodes.extend(progress.vacated_nodes.iter().cloned());
+    unavailable_nodes.sort();
+    progress.unavailable = unavailable_nodes.len();
     progress.candidates = candidates.len();
 
     let allowed = progress.budget.saturating_sub(progress.unavailable);
@@ -259,41 +318,35 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
     );
 
     progress.blocked = if chosen < candidates.len() {
-        Some(Blocker::BudgetExhausted)
+        Some(Blocker::BudgetExhausted {
+            unavailable: unavailable_nodes,
+        })
     } else if !deletions.is_empty() {
         None
-    } else if !unavailable_nodes.is_empty() || progress.vacated_nodes > 0 {
+    } else if !unavailable_nodes.is_empty() {
         Some(Blocker::WaitingForAvailability {
             nodes: unavailable_nodes,
         })
+    } else if skipped_with_old_pods.is_empty() {
+        Some(Blocker::Complete)
     } else {
-        let skipped_with_old_pods: Vec<String> = pods_by_node
-            .iter()
-            .filter(|(node, _)| node_ready.get(*node) != Some(&true))
-            .filter(|(_, pods)| {
-                pods.iter()
-                    .any(|pod| is_live(pod) && !current.is_pod_updated(pod))
-            })
-            .map(|(node, _)| node.to_string())
-            .collect();
-        if skipped_with_old_pods.is_empty() {
-            Some(Blocker::Complete)
-        } else {
-            Some(Blocker::WaitingForSkippedNodes {
-                nodes: skipped_with_old_pods,
-            })
-        }
+        Some(Blocker::WaitingForSkippedNodes {
+            nodes: skipped_with_old_pods,
+        })
     };
+    settled.sort();
+    settled.dedup();
 
     RollingPlan {
         deletions,
+        settled,
         progress,
     }
 }
 
 /// Pods the DaemonSet controls, grouped by node in ascending name order (pods with no
 /// known node are left out: there is nothing to count them against).
-fn pods_by_node<'a>(pods: &'a [Pod], ds_uid: &str) -> BTreeMap<&'a str, Vec<&'a Pod>> {
+fn pods_by_node<'a>(pods: &'a [Arc<Pod>], ds_uid: &str) -> BTreeMap<&'a str, Vec<&'a Pod>> {
     let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     for pod in pods.iter().filter(|pod| is_controlled_by(pod, ds_uid)) {
         if let Some(node) = pod_node_name(pod) {
@@ -361,10 +414,41 @@ fn planned_deletion(pod: &Pod, node: &str, reason: DeletionReason) -> PlannedDel
     }
 }
 
+/// An owned planner input, so tests can build one and tweak fields before planning.
+#[cfg(test)]
+pub(crate) struct OwnedInput {
+    pub ds: DaemonSet,
+    pub current: Option<CurrentRevision>,
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub max_unavailable: MaxUnavailable,
+    pub now: Timestamp,
+    pub expected_deletions: BTreeSet<String>,
+    pub vacated_by_us: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+impl OwnedInput {
+    pub fn input(&self) -> RollingInput<'_> {
+        RollingInput {
+            daemonset: &self.ds,
+            current: self.current.as_ref(),
+            pods: &self.pods,
+            nodes: &self.nodes,
+            max_unavailable: self.max_unavailable,
+            now: self.now,
+            expected_deletions: &self.expected_deletions,
+            vacated_by_us: &self.vacated_by_us,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
+    use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use k8s_openapi::api::core::v1::Taint;
 
     const NOW: i64 = 1_000_000;
 
@@ -385,16 +469,21 @@ mod tests {
         pods: Vec<Pod>,
         nodes: Vec<Node>,
         max_unavailable: MaxUnavailable,
-    ) -> RollingInput {
-        RollingInput {
-            daemonset: ds.clone(),
-            revisions: revisions.to_vec(),
-            pods,
-            nodes,
+    ) -> OwnedInput {
+        OwnedInput {
+            ds: ds.clone(),
+            current: CurrentRevision::of(ds, revisions),
+            pods: pods.into_iter().map(Arc::new).collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
             max_unavailable,
             now: at(NOW),
             expected_deletions: BTreeSet::new(),
+            vacated_by_us: BTreeMap::new(),
         }
+    }
+
+    fn plan(case: &OwnedInput) -> RollingPlan {
+        plan_rolling_update(&case.input())
     }
 
     fn old_available(ds: &DaemonSet, name: &str, node: &str) -> Pod {
@@ -433,7 +522,7 @@ mod tests {
             .iter()
             .map(|n| old_available(&ds, &format!("pod-{n}"), n))
             .collect();
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -459,7 +548,12 @@ mod tests {
         assert_eq!(plan.progress.total_nodes, 5);
         assert_eq!(plan.progress.candidates, 5);
         assert_eq!(plan.progress.budget, 2);
-        assert_eq!(plan.progress.blocked, Some(Blocker::BudgetExhausted));
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec![]
+            })
+        );
     }
 
     #[test]
@@ -475,7 +569,7 @@ mod tests {
             old_available(&ds, "old-n2", "n2"),
             old_available(&ds, "old-n3", "n3"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -487,23 +581,19 @@ mod tests {
             [("old-n2", DeletionReason::RollingUpdate)]
         );
         assert_eq!(plan.progress.unavailable, 1);
-        assert_eq!(plan.progress.updated, 1);
+        assert_eq!(plan.progress.updated, 0, "updated means available");
     }
 
     #[test]
     fn a_node_between_pod_removal_and_replacement_still_uses_the_budget() {
         // n1's old pod is gone and its replacement not created yet: no pod in view, but
-        // the DaemonSet wants 3 nodes scheduled.
-        let (mut ds, revisions) = upgrading(0);
-        ds.status = Some(k8s_openapi::api::apps::v1::DaemonSetStatus {
-            desired_number_scheduled: 3,
-            ..Default::default()
-        });
+        // the DaemonSet places a pod on n1. No DaemonSet status is read for this.
+        let (ds, revisions) = upgrading(0);
         let pods = vec![
             old_available(&ds, "old-n2", "n2"),
             old_available(&ds, "old-n3", "n3"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -511,10 +601,15 @@ mod tests {
             MaxUnavailable::Count(1),
         ));
         assert!(plan.deletions.is_empty(), "{:?}", plan.deletions);
-        assert_eq!(plan.progress.vacated_nodes, 1);
+        assert_eq!(plan.progress.vacated_nodes, ["n1"]);
         assert_eq!(plan.progress.unavailable, 1);
         assert_eq!(plan.progress.total_nodes, 3);
-        assert_eq!(plan.progress.blocked, Some(Blocker::BudgetExhausted));
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec!["n1".into()]
+            })
+        );
     }
 
     #[test]
@@ -528,7 +623,7 @@ mod tests {
             old_available(&ds, "old-n3", "n3"),
             old_available(&ds, "old-n4", "n4"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -561,7 +656,7 @@ mod tests {
                 .build(),
             new_available(&ds, "new-n3", "n3"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -571,7 +666,12 @@ mod tests {
         assert!(plan.deletions.is_empty(), "{:?}", plan.deletions);
         assert_eq!(plan.progress.unavailable, 1);
         assert_eq!(plan.progress.updated, 1);
-        assert_eq!(plan.progress.blocked, Some(Blocker::BudgetExhausted));
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec!["n1".into()]
+            })
+        );
     }
 
     #[test]
@@ -586,7 +686,7 @@ mod tests {
             old_available(&ds, "old-n2", "n2"),
             old_available(&ds, "old-n3", "n3"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -614,7 +714,7 @@ mod tests {
                 .build(),
             old_available(&ds, "old-n2", "n2"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -638,7 +738,7 @@ mod tests {
                 .build()
         };
         let plan_with = |new_pod: Pod| {
-            plan_rolling_update(&input(
+            plan(&input(
                 &ds,
                 &revisions,
                 vec![new_pod, old_available(&ds, "old-n2", "n2")],
@@ -654,7 +754,12 @@ mod tests {
             waiting.progress.recheck_after,
             Some(Duration::from_secs(20))
         );
-        assert_eq!(waiting.progress.blocked, Some(Blocker::BudgetExhausted));
+        assert_eq!(
+            waiting.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec!["n1".into()]
+            })
+        );
 
         let exactly = plan_with(young_new(30));
         assert_eq!(
@@ -672,7 +777,7 @@ mod tests {
             .on_node("n1")
             .ready_since(at(NOW - 5))
             .build()];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -702,7 +807,7 @@ mod tests {
                 .ready_since(at(0))
                 .build(),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -730,7 +835,7 @@ mod tests {
             old_available(&ds, "old-n1", "n1"),
         ];
         let nodes = vec![node("cut", false), node("cut2", false), node("n1", true)];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -763,7 +868,7 @@ mod tests {
             nodes.push(node(&name, false));
             pods.push(old_available(&ds, &format!("old-{name}"), &name));
         }
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -796,10 +901,15 @@ mod tests {
         );
         planned.expected_deletions =
             BTreeSet::from(["uid-old-n1".into(), "uid-crashing-n3".into()]);
-        let plan = plan_rolling_update(&planned);
+        let plan = plan(&planned);
         assert!(plan.deletions.is_empty(), "{:?}", plan.deletions);
         assert_eq!(plan.progress.unavailable, 2);
-        assert_eq!(plan.progress.blocked, Some(Blocker::BudgetExhausted));
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec!["n1".into(), "n3".into()]
+            })
+        );
     }
 
     #[test]
@@ -809,7 +919,7 @@ mod tests {
             old_available(&ds, "old-n1", "n1"),
             old_available(&ds, "old-n2", "n2"),
         ];
-        let plan = plan_rolling_update(&input(
+        let plan = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -830,11 +940,17 @@ mod tests {
             .on_node("n1")
             .ready_since(at(0))
             .build();
-        let plan = plan_rolling_update(&input(
+        // n1 carries a taint this DaemonSet does not tolerate: it should not run there.
+        let dedicated = Taint {
+            key: "dedicated".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let plan = plan(&input(
             &ds,
             &revisions,
             vec![foreign],
-            ready_nodes(&["n1"]),
+            vec![tainted(node("n1", true), dedicated)],
             MaxUnavailable::Count(1),
         ));
         assert!(plan.deletions.is_empty());
@@ -849,7 +965,7 @@ mod tests {
             .map(|i| old_available(&ds, &format!("p{i}"), &format!("n{i}")))
             .collect();
         let mut nodes: Vec<Node> = (0..8).map(|i| node(&format!("n{i}"), true)).collect();
-        let forward = plan_rolling_update(&input(
+        let forward = plan(&input(
             &ds,
             &revisions,
             pods.clone(),
@@ -858,7 +974,7 @@ mod tests {
         ));
         pods.reverse();
         nodes.rotate_left(3);
-        let shuffled = plan_rolling_update(&input(
+        let shuffled = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -872,7 +988,7 @@ mod tests {
     fn rollout_states_reported() {
         let (ds, revisions) = upgrading(0);
 
-        let done = plan_rolling_update(&input(
+        let done = plan(&input(
             &ds,
             &revisions,
             vec![new_available(&ds, "new-n1", "n1")],
@@ -882,7 +998,7 @@ mod tests {
         assert!(done.is_complete());
         assert_eq!(done.progress.updated, 1);
 
-        let waiting_for_cut_node = plan_rolling_update(&input(
+        let waiting_for_cut_node = plan(&input(
             &ds,
             &revisions,
             vec![
@@ -900,7 +1016,7 @@ mod tests {
             })
         );
 
-        let waiting_for_pod = plan_rolling_update(&input(
+        let waiting_for_pod = plan(&input(
             &ds,
             &revisions,
             vec![PodBuilder::new("new-n1", &ds)
@@ -918,7 +1034,7 @@ mod tests {
             })
         );
 
-        let no_revision = plan_rolling_update(&input(
+        let no_revision = plan(&input(
             &ds,
             &[],
             vec![old_available(&ds, "old-n1", "n1")],
@@ -939,7 +1055,7 @@ mod tests {
             new_available(&ds, "new-n1", "n1"),
             old_available(&ds, "old-n2", "n2"),
         ];
-        let cut = plan_rolling_update(&input(
+        let cut = plan(&input(
             &ds,
             &revisions,
             pods.clone(),
@@ -947,7 +1063,7 @@ mod tests {
             MaxUnavailable::Count(1),
         ));
         assert!(cut.deletions.is_empty());
-        let back = plan_rolling_update(&input(
+        let back = plan(&input(
             &ds,
             &revisions,
             pods,
@@ -958,5 +1074,257 @@ mod tests {
             deleted_names(&back),
             [("old-n2", DeletionReason::RollingUpdate)]
         );
+    }
+
+    /// A node cut off from the control plane, as the node-lifecycle controller leaves it:
+    /// Ready Unknown and tainted unreachable.
+    fn cut_off(name: &str) -> Node {
+        let unreachable = |effect: &str| Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: effect.into(),
+            ..Default::default()
+        };
+        tainted(
+            tainted(node(name, false), unreachable("NoSchedule")),
+            unreachable("NoExecute"),
+        )
+    }
+
+    /// `ready` Ready nodes and `cut` cut-off nodes, each with an old available pod.
+    fn fleet(ds: &DaemonSet, ready: usize, cut: usize) -> (Vec<Pod>, Vec<Node>) {
+        let mut pods = Vec::new();
+        let mut nodes = Vec::new();
+        for i in 0..ready + cut {
+            let name = format!("n{i:02}");
+            pods.push(old_available(ds, &format!("old-{name}"), &name));
+            nodes.push(if i < ready {
+                node(&name, true)
+            } else {
+                cut_off(&name)
+            });
+        }
+        (pods, nodes)
+    }
+
+    fn both_toleration_shapes() -> [(&'static str, DaemonSet); 2] {
+        let build = |b: DaemonSetBuilder| b.strategy("AdvancedRollingUpdate").on_delete().build();
+        [
+            ("tolerates nothing", build(DaemonSetBuilder::new("agent"))),
+            (
+                "tolerates every taint",
+                build(DaemonSetBuilder::new("agent").tolerate_everything()),
+            ),
+        ]
+    }
+
+    #[test]
+    fn cut_off_nodes_do_not_stall_the_default_budget() {
+        // The stall case: 20 nodes, 5 NotReady, default 10%. NotReady nodes are in the
+        // base (20 -> budget 2) and never count as unavailable, whatever the tolerations.
+        for (shape, ds) in both_toleration_shapes() {
+            let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+            let (pods, nodes) = fleet(&ds, 15, 5);
+            let plan = plan(&input(
+                &ds,
+                &revisions,
+                pods,
+                nodes,
+                MaxUnavailable::DEFAULT,
+            ));
+            assert_eq!(plan.progress.total_nodes, 20, "{shape}");
+            assert_eq!(plan.progress.budget, 2, "{shape}");
+            assert_eq!(plan.progress.unavailable, 0, "{shape}");
+            assert!(plan.progress.vacated_nodes.is_empty(), "{shape}");
+            assert_eq!(
+                deleted_names(&plan),
+                [
+                    ("old-n00", DeletionReason::RollingUpdate),
+                    ("old-n01", DeletionReason::RollingUpdate)
+                ],
+                "{shape}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_cut_off_node_does_not_stall_a_budget_of_one() {
+        for (shape, ds) in both_toleration_shapes() {
+            let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+            let (pods, nodes) = fleet(&ds, 3, 1);
+            let plan = plan(&input(
+                &ds,
+                &revisions,
+                pods,
+                nodes,
+                MaxUnavailable::Count(1),
+            ));
+            assert_eq!(
+                deleted_names(&plan),
+                [("old-n00", DeletionReason::RollingUpdate)],
+                "{shape}"
+            );
+            assert_eq!(plan.progress.not_ready_nodes_skipped, ["n03"], "{shape}");
+        }
+    }
+
+    #[test]
+    fn a_cut_off_node_whose_pod_is_gone_is_neither_vacated_nor_counted() {
+        // Tolerating everything, the native controller keeps a cut-off node scheduled
+        // even after its pod disappeared; it is NotReady, so it does not block.
+        for (shape, ds) in both_toleration_shapes() {
+            let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+            let (mut pods, nodes) = fleet(&ds, 2, 1);
+            pods.retain(|p| p.metadata.name.as_deref() != Some("old-n02"));
+            let plan = plan(&input(
+                &ds,
+                &revisions,
+                pods,
+                nodes,
+                MaxUnavailable::Count(1),
+            ));
+            assert!(plan.progress.vacated_nodes.is_empty(), "{shape}");
+            assert_eq!(plan.progress.total_nodes, 2, "{shape}");
+            assert_eq!(deleted_names(&plan).len(), 1, "{shape}");
+        }
+    }
+
+    #[test]
+    fn a_node_rollgate_emptied_counts_until_its_replacement_is_available() {
+        let (ds, revisions) = upgrading(0);
+        let node_with = |pods: Vec<Pod>| {
+            let mut all = pods;
+            all.push(old_available(&ds, "old-n2", "n2"));
+            let mut case = input(
+                &ds,
+                &revisions,
+                all,
+                ready_nodes(&["n1", "n2"]),
+                MaxUnavailable::Count(1),
+            );
+            case.vacated_by_us = BTreeMap::from([("n1".into(), "uid-old-n1".into())]);
+            plan(&case)
+        };
+        // Old pod gone, nothing yet: vacated, the budget is in use.
+        let empty = node_with(vec![]);
+        assert_eq!(empty.progress.vacated_nodes, ["n1"]);
+        assert!(empty.deletions.is_empty());
+        assert!(empty.settled.is_empty());
+        // Replacement starting: unavailable as a node with a pod, still remembered.
+        let starting = node_with(vec![PodBuilder::new("new-n1", &ds)
+            .hash("new")
+            .on_node("n1")
+            .not_ready()
+            .build()]);
+        assert!(starting.deletions.is_empty());
+        assert!(starting.settled.is_empty());
+        // Replacement available: settled, and the budget moves on.
+        let done = node_with(vec![new_available(&ds, "new-n1", "n1")]);
+        assert_eq!(done.settled, ["n1"]);
+        assert_eq!(
+            deleted_names(&done),
+            [("old-n2", DeletionReason::RollingUpdate)]
+        );
+    }
+
+    #[test]
+    fn a_remembered_node_that_left_the_daemonset_is_settled() {
+        // After our deletion the node got a taint the DaemonSet does not tolerate. If
+        // it is Ready and empty, it left the DaemonSet: settled, not counted.
+        let (ds, revisions) = upgrading(0);
+        let dedicated = Taint {
+            key: "dedicated".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let mut case = input(
+            &ds,
+            &revisions,
+            vec![old_available(&ds, "old-n2", "n2")],
+            vec![tainted(node("n1", true), dedicated), node("n2", true)],
+            MaxUnavailable::Count(1),
+        );
+        case.vacated_by_us = BTreeMap::from([
+            ("n1".into(), "uid-old-n1".into()),
+            ("gone".into(), "uid-old-gone".into()),
+        ]);
+        let plan = plan(&case);
+        assert_eq!(plan.settled, ["gone", "n1"]);
+        assert_eq!(plan.progress.vacated_nodes, ["n1"]);
+        assert!(
+            plan.deletions.is_empty(),
+            "counted until the record is pruned"
+        );
+    }
+
+    #[test]
+    fn after_a_restart_placement_finds_the_vacated_nodes() {
+        // No memory of our deletions: n1 and n3 are Ready, should run the pod and show
+        // none. Both count against the budget; a node the DaemonSet does not target
+        // does not.
+        for (shape, ds) in both_toleration_shapes() {
+            let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+            let pods = vec![
+                old_available(&ds, "old-n2", "n2"),
+                old_available(&ds, "old-n4", "n4"),
+            ];
+            let nodes = ready_nodes(&["n1", "n2", "n3", "n4"]);
+            let plan = plan(&input(
+                &ds,
+                &revisions,
+                pods,
+                nodes,
+                MaxUnavailable::Count(2),
+            ));
+            assert_eq!(plan.progress.vacated_nodes, ["n1", "n3"], "{shape}");
+            assert_eq!(plan.progress.total_nodes, 4, "{shape}");
+            assert!(plan.deletions.is_empty(), "{shape}");
+            assert_eq!(
+                plan.progress.blocked,
+                Some(Blocker::BudgetExhausted {
+                    unavailable: vec!["n1".into(), "n3".into()]
+                }),
+                "{shape}"
+            );
+        }
+    }
+
+    #[test]
+    fn progress_adds_up_to_complete_with_not_ready_nodes() {
+        let (ds, revisions) = upgrading(0);
+        let pods = vec![
+            new_available(&ds, "new-n1", "n1"),
+            // A cut-off node that got its new pod before the cut: done.
+            new_available(&ds, "new-cut1", "cut1"),
+            old_available(&ds, "old-cut2", "cut2"),
+        ];
+        let nodes = vec![node("n1", true), cut_off("cut1"), cut_off("cut2")];
+        let waiting = plan(&input(
+            &ds,
+            &revisions,
+            pods.clone(),
+            nodes,
+            MaxUnavailable::Count(1),
+        ));
+        let p = &waiting.progress;
+        assert_eq!((p.ready_updated, p.ready_nodes), (1, 1));
+        assert_eq!((p.updated, p.total_nodes), (2, 3));
+        assert_eq!(
+            p.blocked,
+            Some(Blocker::WaitingForSkippedNodes {
+                nodes: vec!["cut2".into()]
+            })
+        );
+        let mut pods = pods;
+        pods[2] = new_available(&ds, "new-cut2", "cut2");
+        let nodes = vec![node("n1", true), cut_off("cut1"), cut_off("cut2")];
+        let done = plan(&input(
+            &ds,
+            &revisions,
+            pods,
+            nodes,
+            MaxUnavailable::Count(1),
+        ));
+        assert!(done.is_complete());
+        assert_eq!((done.progress.updated, done.progress.total_nodes), (3, 3));
     }
 }

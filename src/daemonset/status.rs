@@ -2,20 +2,22 @@
 //!
 //! It runs the same pure planner as the controller on freshly listed objects, so what it
 //! prints is exactly what the controller would decide now.
-use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use indicatif::{ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use super::controller::describe;
 use super::ota_plan::POD_NEED_UPGRADE_CONDITION;
 use super::policy::{policy_for, Policy, PolicyDecision};
-use super::revision::{is_controlled_by, CurrentRevision};
-use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput};
+use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
+use super::rolling_plan::{plan_rolling_update, RollingInput};
 use crate::cli::StatusArgs;
 use crate::runtime::{self, Shutdown};
 
@@ -38,11 +40,12 @@ pub struct Summary {
 
 pub fn summarize(
     ds: &DaemonSet,
-    revisions: Vec<ControllerRevision>,
-    pods: Vec<Pod>,
-    nodes: Vec<Node>,
+    revisions: &[ControllerRevision],
+    pods: &[Arc<Pod>],
+    nodes: &[Arc<Node>],
 ) -> Summary {
     let name = ds.name_any();
+    let current = CurrentRevision::of(ds, revisions);
     match policy_for(ds) {
         PolicyDecision::Unmanaged => Summary {
             lines: vec![format!("daemonset/{name} has no apps.openyurt.io/update-strategy annotation: not managed by rollgate")],
@@ -52,10 +55,15 @@ pub fn summarize(
         },
         PolicyDecision::NotOurs { reason } => Summary { lines: vec![reason], updated: 0, total: 0, complete: true },
         PolicyDecision::Invalid(e) => Summary { lines: vec![format!("blocked: {e}")], updated: 0, total: 0, complete: false },
+        PolicyDecision::Managed(_) if !generation_observed(ds) => Summary {
+            lines: vec![format!("daemonset/{name}: waiting for the DaemonSet controller to observe the latest spec")],
+            updated: 0,
+            total: 0,
+            complete: false,
+        },
         PolicyDecision::Managed(Policy::Ota) => {
             let uid = ds.uid().unwrap_or_default();
-            let current = CurrentRevision::of(ds, &revisions);
-            let mine: Vec<&Pod> = pods.iter().filter(|p| is_controlled_by(p, &uid)).collect();
+            let mine: Vec<&Pod> = pods.iter().map(|p| &**p).filter(|p| is_controlled_by(p, &uid)).collect();
             let updated = mine.iter().filter(|p| current.as_ref().is_some_and(|c| c.is_pod_updated(p))).count();
             let need: Vec<String> = mine
                 .iter()
@@ -74,57 +82,27 @@ pub fn summarize(
         }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
             let plan = plan_rolling_update(&RollingInput {
-                daemonset: ds.clone(),
-                revisions,
+                daemonset: ds,
+                current: current.as_ref(),
                 pods,
                 nodes,
                 max_unavailable,
                 now: Timestamp::now(),
-                expected_deletions: Default::default(),
+                expected_deletions: &Default::default(),
+                vacated_by_us: &Default::default(),
             });
             let p = &plan.progress;
             let mut lines = vec![format!(
-                "daemonset/{name} (AdvancedRollingUpdate, max-unavailable {max_unavailable} = {} node(s)): {}/{} nodes updated, {} unavailable, {} waiting",
+                "daemonset/{name} (AdvancedRollingUpdate, max-unavailable {max_unavailable} = {} node(s)): {}/{} nodes updated, {} unavailable, {} candidate(s) left",
                 p.budget, p.updated, p.total_nodes, p.unavailable, p.candidates
             )];
-            if !p.not_ready_nodes_skipped.is_empty() {
-                lines.push(format!(
-                    "NotReady nodes waiting (upgraded when Ready again): {}",
-                    p.not_ready_nodes_skipped.join(", ")
-                ));
-            }
             if !p.missing_nodes_skipped.is_empty() {
                 lines.push(format!("pods on missing Node objects (skipped): {}", p.missing_nodes_skipped.join(", ")));
             }
-            lines.push(match &p.blocked {
-                None => "progressing".to_string(),
-                Some(Blocker::Complete) => "rollout complete".to_string(),
-                Some(Blocker::BudgetExhausted) => "waiting: the max-unavailable budget is in use".to_string(),
-                Some(Blocker::WaitingForAvailability { nodes }) => {
-                    format!("waiting for new pods to become available on: {}", nodes.join(", "))
-                }
-                Some(Blocker::WaitingForSkippedNodes { nodes }) => {
-                    format!("Ready nodes done; waiting for {} node(s) to come back", nodes.len())
-                }
-                Some(Blocker::CurrentRevisionUnknown) => "waiting: current revision unknown (no ControllerRevision yet)".into(),
-            });
+            lines.push(describe(p));
             Summary { lines, updated: p.updated, total: p.total_nodes, complete: plan.is_complete() }
         }
     }
-}
-
-/// A text progress bar, e.g. `[#######-------------]  7/20`.
-pub fn progress_bar(done: usize, total: usize, width: usize) -> String {
-    let filled = if total == 0 {
-        width
-    } else {
-        (done * width).div_ceil(total).min(width)
-    };
-    format!(
-        "[{}{}] {done:>3}/{total}",
-        "#".repeat(filled),
-        "-".repeat(width - filled)
-    )
 }
 
 pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -138,38 +116,55 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let node_api: Api<Node> = Api::all(client.clone());
     let mut stop = std::pin::pin!(shutdown.requested());
+    let bar = args.watch.then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("[{bar:30}] {pos:>3}/{len} {wide_msg}")
+                .expect("a valid template")
+                .progress_chars("#>-"),
+        );
+        bar
+    });
     loop {
         let ds = ds_api
             .get_opt(&name)
             .await?
             .with_context(|| format!("daemonset/{name} not found in namespace {namespace}"))?;
         let revisions = rev_api.list(&ListParams::default()).await?.items;
-        let pods = pod_api.list(&ListParams::default()).await?.items;
-        let nodes = node_api.list(&ListParams::default()).await?.items;
-        let summary = summarize(&ds, revisions, pods, nodes);
-        if args.watch {
-            print!(
-                "\x1b[2K\r{}  {}",
-                progress_bar(summary.updated, summary.total, 30),
-                summary.lines.last().unwrap()
-            );
-            std::io::stdout().flush()?;
-            if summary.complete {
-                println!();
-                for line in &summary.lines {
-                    println!("{line}");
-                }
-                return Ok(());
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = &mut stop => { println!(); return Ok(()); }
-            }
-        } else {
+        let pods: Vec<Arc<Pod>> = pod_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let nodes: Vec<Arc<Node>> = node_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let summary = summarize(&ds, &revisions, &pods, &nodes);
+        let Some(bar) = &bar else {
             for line in &summary.lines {
                 println!("{line}");
             }
             return Ok(());
+        };
+        bar.set_length(summary.total as u64);
+        bar.set_position(summary.updated as u64);
+        bar.set_message(summary.lines.last().cloned().unwrap_or_default());
+        if summary.complete {
+            bar.finish();
+            for line in &summary.lines {
+                println!("{line}");
+            }
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = &mut stop => { bar.abandon(); return Ok(()); }
         }
     }
 }
@@ -185,13 +180,5 @@ mod tests {
         let err = parse_target("deployment/web").unwrap_err().to_string();
         assert!(err.contains("daemonset/NAME"), "{err}");
         assert!(parse_target("ds/").is_err());
-    }
-
-    #[test]
-    fn the_progress_bar_fills_proportionally() {
-        assert_eq!(progress_bar(0, 10, 10), "[----------]   0/10");
-        assert_eq!(progress_bar(5, 10, 10), "[#####-----]   5/10");
-        assert_eq!(progress_bar(10, 10, 10), "[##########]  10/10");
-        assert_eq!(progress_bar(0, 0, 4), "[####]   0/0");
     }
 }

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
-    ControllerRevision, DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy,
+    ControllerRevision, DaemonSet, DaemonSetSpec, DaemonSetStatus, DaemonSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+    NodeSelectorTerm, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -93,6 +93,29 @@ impl DaemonSetBuilder {
 
     pub fn min_ready_seconds(mut self, seconds: i32) -> Self {
         self.spec().min_ready_seconds = Some(seconds);
+        self
+    }
+
+    /// `tolerations: [{operator: Exists}]`, as edge DaemonSets (CNI, proxies, agents) carry.
+    pub fn tolerate_everything(mut self) -> Self {
+        self.spec()
+            .template
+            .spec
+            .get_or_insert_with(Default::default)
+            .tolerations = Some(vec![Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }]);
+        self
+    }
+
+    /// Sets `metadata.generation`, and `status.observedGeneration` to `observed`.
+    pub fn generations(mut self, generation: i64, observed: i64) -> Self {
+        self.daemonset.metadata.generation = Some(generation);
+        self.daemonset.status = Some(DaemonSetStatus {
+            observed_generation: Some(observed),
+            ..Default::default()
+        });
         self
     }
 
@@ -250,6 +273,16 @@ impl PodBuilder {
     pub fn build(self) -> Pod {
         self.pod
     }
+}
+
+/// `node` with one more taint.
+pub fn tainted(mut node: Node, taint: Taint) -> Node {
+    node.spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(taint);
+    node
 }
 
 /// A Node whose Ready condition is True when `ready`, else Unknown (cut off).

@@ -1,6 +1,10 @@
 //! Property tests: for any generated cluster state, the plan respects the budget and
 //! only ever deletes live, out-of-date pods of this DaemonSet on Ready nodes.
 //!
+//! Both shapes users deploy are generated: DaemonSets that tolerate every taint (edge
+//! agents, CNI) and ones that tolerate none. NotReady nodes carry the unreachable taints
+//! the node-lifecycle controller sets; some Ready nodes carry a `dedicated` taint.
+//!
 //! States are generated as a small model, turned into Kubernetes objects with the test
 //! builders, and the expected counts are recomputed from the model (an oracle that does
 //! not share code with the planner).
@@ -10,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
-use crate::daemonset::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
+use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
+use k8s_openapi::api::core::v1::Taint;
 
 const NOW: i64 = 1_000_000;
 
@@ -35,6 +40,8 @@ struct ModelPod {
 #[derive(Debug, Clone)]
 struct ModelNode {
     state: NodeState,
+    /// A `dedicated=edge:NoSchedule` taint (only a tolerate-everything DaemonSet runs here).
+    dedicated: bool,
     pods: Vec<ModelPod>,
 }
 
@@ -44,6 +51,7 @@ struct Model {
     max_unavailable: MaxUnavailable,
     min_ready_seconds: i32,
     rotate_pods_by: usize,
+    tolerate_everything: bool,
 }
 
 fn model_pod() -> impl Strategy<Value = ModelPod> {
@@ -89,7 +97,11 @@ fn model_node() -> impl Strategy<Value = ModelNode> {
         2 => 2usize..=3,
     ]
     .prop_flat_map(|count| prop::collection::vec(model_pod(), count));
-    (state, pods).prop_map(|(state, pods)| ModelNode { state, pods })
+    (state, prop::bool::weighted(0.2), pods).prop_map(|(state, dedicated, pods)| ModelNode {
+        state,
+        dedicated,
+        pods,
+    })
 }
 
 fn model() -> impl Strategy<Value = Model> {
@@ -102,13 +114,17 @@ fn model() -> impl Strategy<Value = Model> {
         max_unavailable,
         prop_oneof![Just(0), Just(30)],
         0usize..16,
+        any::<bool>(),
     )
         .prop_map(
-            |(nodes, max_unavailable, min_ready_seconds, rotate_pods_by)| Model {
-                nodes,
-                max_unavailable,
-                min_ready_seconds,
-                rotate_pods_by,
+            |(nodes, max_unavailable, min_ready_seconds, rotate_pods_by, tolerate_everything)| {
+                Model {
+                    nodes,
+                    max_unavailable,
+                    min_ready_seconds,
+                    rotate_pods_by,
+                    tolerate_everything,
+                }
             },
         )
 }
@@ -121,22 +137,44 @@ fn pod_uid(node_index: usize, pod_index: usize) -> String {
     format!("uid-n{node_index}-p{pod_index}")
 }
 
-fn to_input(model: &Model) -> RollingInput {
-    let ds = DaemonSetBuilder::new("agent")
+fn taint(key: &str, effect: &str) -> Taint {
+    Taint {
+        key: key.into(),
+        value: Some("edge".into()),
+        effect: effect.into(),
+        ..Default::default()
+    }
+}
+
+fn to_input(model: &Model) -> OwnedInput {
+    let mut builder = DaemonSetBuilder::new("agent")
         .on_delete()
-        .min_ready_seconds(model.min_ready_seconds)
-        .build();
+        .min_ready_seconds(model.min_ready_seconds);
+    if model.tolerate_everything {
+        builder = builder.tolerate_everything();
+    }
+    let ds = builder.build();
     let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
     let mut pods = Vec::new();
     let mut nodes = Vec::new();
     let mut expected_deletions = BTreeSet::new();
     for (node_index, model_node) in model.nodes.iter().enumerate() {
         let name = node_name(node_index);
-        match model_node.state {
-            NodeState::Ready => nodes.push(node(&name, true)),
-            NodeState::NotReady => nodes.push(node(&name, false)),
-            NodeState::Missing => {}
+        let mut made = match model_node.state {
+            NodeState::Ready => Some(node(&name, true)),
+            NodeState::NotReady => Some(tainted(
+                tainted(
+                    node(&name, false),
+                    taint("node.kubernetes.io/unreachable", "NoSchedule"),
+                ),
+                taint("node.kubernetes.io/unreachable", "NoExecute"),
+            )),
+            NodeState::Missing => None,
+        };
+        if model_node.dedicated {
+            made = made.map(|n| tainted(n, taint("dedicated", "NoSchedule")));
         }
+        nodes.extend(made.map(Arc::new));
         for (pod_index, p) in model_node.pods.iter().enumerate() {
             let mut builder = PodBuilder::new(&format!("n{node_index}-p{pod_index}"), &ds)
                 .hash(if p.updated { "new" } else { "old" });
@@ -163,21 +201,22 @@ fn to_input(model: &Model) -> RollingInput {
             if p.deletion_expected {
                 expected_deletions.insert(pod_uid(node_index, pod_index));
             }
-            pods.push(builder.build());
+            pods.push(Arc::new(builder.build()));
         }
     }
     if !pods.is_empty() {
         let by = model.rotate_pods_by % pods.len();
         pods.rotate_left(by);
     }
-    RollingInput {
-        daemonset: ds,
-        revisions,
+    OwnedInput {
+        current: CurrentRevision::of(&ds, &revisions),
+        now: at(NOW),
+        ds,
         pods,
         nodes,
         max_unavailable: model.max_unavailable,
-        now: at(NOW),
         expected_deletions,
+        vacated_by_us: BTreeMap::new(),
     }
 }
 
@@ -210,6 +249,12 @@ fn oracle(model: &Model) -> Oracle {
             .filter(|(_, p)| !p.owned_by_other_daemonset)
             .collect();
         if ours.is_empty() {
+            // No pod in view on a Ready node the DaemonSet targets: vacated.
+            let targeted = model.tolerate_everything || !model_node.dedicated;
+            if model_node.state == NodeState::Ready && targeted {
+                base += 1;
+                unavailable += 1;
+            }
             continue;
         }
         // The base counts NotReady nodes, not nodes without a Node object.
@@ -269,10 +314,21 @@ proptest! {
 
     #[test]
     fn plan_respects_budget_and_only_deletes_live_old_pods_on_ready_nodes(model in model()) {
-        let input = to_input(&model);
+        let owned = to_input(&model);
+        let input = owned.input();
         let plan = plan_rolling_update(&input);
         let expected = oracle(&model);
 
+        prop_assert!(plan.progress.updated <= plan.progress.total_nodes);
+        prop_assert!(plan.progress.ready_updated <= plan.progress.ready_nodes);
+        if plan.is_complete() {
+            prop_assert_eq!(plan.progress.updated, plan.progress.total_nodes);
+        }
+        if plan.progress.updated == plan.progress.total_nodes
+            && plan.progress.missing_nodes_skipped.is_empty()
+        {
+            prop_assert!(plan.is_complete(), "{:?}", plan.progress);
+        }
         prop_assert_eq!(plan.progress.budget, expected.budget);
         prop_assert_eq!(plan.progress.unavailable, expected.unavailable);
 
@@ -333,21 +389,24 @@ fn oracle_agrees_on_a_hand_made_state() {
         nodes: vec![
             ModelNode {
                 state: NodeState::Ready,
+                dedicated: false,
                 pods: vec![old_available.clone()],
             },
             ModelNode {
                 state: NodeState::NotReady,
+                dedicated: false,
                 pods: vec![old_available],
             },
         ],
         max_unavailable: MaxUnavailable::Percent(50),
         min_ready_seconds: 0,
         rotate_pods_by: 0,
+        tolerate_everything: true,
     };
     let expected = oracle(&model);
     assert_eq!(expected.budget, 1);
     assert_eq!(expected.candidates, ["uid-n0-p0"]);
-    let plan = plan_rolling_update(&to_input(&model));
+    let plan = plan_rolling_update(&to_input(&model).input());
     let deleted: BTreeMap<_, _> = plan
         .deletions
         .iter()

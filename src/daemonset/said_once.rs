@@ -1,0 +1,85 @@
+//! Saying each thing once: the last message per DaemonSet and topic, so a Warning or a
+//! progress Event is published when it changes, not on every resync.
+//!
+//! kube's recorder also merges identical Events into one object with a count; that
+//! still counts one occurrence per resync. Users read that count, so repeats are not
+//! sent at all.
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// What an Event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// Bad input: the DaemonSet is not acted upon.
+    Warning,
+    /// Rollout progress (also marks "a rollout is under way").
+    Progress,
+}
+
+#[derive(Default)]
+pub struct SaidOnce(Mutex<HashMap<(String, Topic), String>>);
+
+impl SaidOnce {
+    /// True when `message` differs from the last one said on `topic` for this
+    /// DaemonSet, and records it.
+    pub fn first_time(&self, ds_uid: &str, topic: Topic, message: &str) -> bool {
+        let mut said = self.0.lock().unwrap();
+        let key = (ds_uid.to_string(), topic);
+        if said.get(&key).map(String::as_str) == Some(message) {
+            return false;
+        }
+        said.insert(key, message.to_string());
+        true
+    }
+
+    pub fn has_said(&self, ds_uid: &str, topic: Topic) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .contains_key(&(ds_uid.to_string(), topic))
+    }
+
+    pub fn forget(&self, ds_uid: &str, topic: Topic) {
+        self.0.lock().unwrap().remove(&(ds_uid.to_string(), topic));
+    }
+
+    /// The DaemonSet is gone.
+    pub fn forget_daemonset(&self, ds_uid: &str) {
+        self.0.lock().unwrap().retain(|(uid, _), _| uid != ds_uid);
+    }
+
+    /// Keeps only the DaemonSets `live` says still exist.
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.0.lock().unwrap().retain(|(uid, _), _| live(uid));
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn says_each_message_once_per_daemonset_and_topic() {
+        let said = SaidOnce::default();
+        assert!(said.first_time("a", Topic::Warning, "bad"));
+        assert!(!said.first_time("a", Topic::Warning, "bad"));
+        assert!(said.first_time("a", Topic::Progress, "bad"));
+        assert!(said.first_time("b", Topic::Warning, "bad"));
+        assert!(said.first_time("a", Topic::Warning, "worse"));
+        said.forget("a", Topic::Warning);
+        assert!(said.first_time("a", Topic::Warning, "worse"));
+        said.forget_daemonset("a");
+        assert!(!said.has_said("a", Topic::Progress));
+        assert_eq!(said.len(), 1);
+        said.retain(|uid| uid != "b");
+        assert!(said.is_empty());
+    }
+}

@@ -1,0 +1,239 @@
+//! One set of watches for every controller in the process.
+//!
+//! Each kind is listed and watched once, pruned (`prune`), and kept in one shared
+//! reflector store. Controllers read the stores and subscribe to change streams
+//! (`reflector::store_shared`); none keeps a cache of its own. At 10,000 pods this is
+//! the difference between one copy of every pod and one per controller.
+//!
+//! Order of use: `Watches::new`, then every controller subscribes, then `run` drives the
+//! watches until shutdown. A subscription must be consumed: the shared stream waits for
+//! its slowest subscriber.
+pub mod prune;
+pub mod runner;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{self, store::Writer, ReflectHandle, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::{broadcast, watch};
+
+use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
+use crate::runtime::Shutdown;
+use crate::sync_gate::SyncGate;
+
+/// Objects a subscriber may lag behind before the watch waits for it.
+const SUBSCRIBER_BUFFER: usize = 1024;
+/// List pages stay small: the first sync never holds more than a page of raw objects.
+const PAGE_SIZE: u32 = 250;
+
+/// Labels every pre-pull Job carries; the Job watch selects on them.
+pub const PULL_JOB_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=rollgate,rollgate.io/image-pull-revision";
+
+/// A deleted object, as controllers need it to forget what they kept about it.
+#[derive(Debug, Clone)]
+pub struct Gone {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The shared stores, readable by every controller.
+#[derive(Clone)]
+pub struct Stores {
+    pub daemonsets: Store<DaemonSet>,
+    /// Pods carrying `controller-revision-hash` (DaemonSet pods); the API server filters.
+    pub pods: Store<Pod>,
+    pub revisions: Store<ControllerRevision>,
+    pub nodes: Store<Node>,
+    /// rollgate's own pre-pull Jobs.
+    pub jobs: Store<Job>,
+}
+
+pub struct Watches {
+    client: Client,
+    namespace: Option<String>,
+    pub stores: Stores,
+    daemonsets: Writer<DaemonSet>,
+    pods: Writer<Pod>,
+    revisions: Writer<ControllerRevision>,
+    nodes: Writer<Node>,
+    jobs: Writer<Job>,
+    gate: Arc<SyncGate>,
+    synced: watch::Receiver<bool>,
+    daemonset_deleted: broadcast::Sender<Gone>,
+}
+
+impl Watches {
+    pub fn new(client: Client, namespace: Option<String>) -> Self {
+        let (ds_store, daemonsets) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (pod_store, pods) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (rev_store, revisions) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (node_store, nodes) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (job_store, jobs) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (gate, synced) = SyncGate::new(
+            "shared watches",
+            &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
+        );
+        let (daemonset_deleted, _) = broadcast::channel(256);
+        Watches {
+            client,
+            namespace,
+            stores: Stores {
+                daemonsets: ds_store,
+                pods: pod_store,
+                revisions: rev_store,
+                nodes: node_store,
+                jobs: job_store,
+            },
+            daemonsets,
+            pods,
+            revisions,
+            nodes,
+            jobs,
+            gate,
+            synced,
+            daemonset_deleted,
+        }
+    }
+
+    /// Flips to true once every watch delivered its first full list.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.clone()
+    }
+
+    pub fn daemonset_changes(&self) -> ReflectHandle<DaemonSet> {
+        subscribe(&self.daemonsets)
+    }
+
+    pub fn pod_changes(&self) -> ReflectHandle<Pod> {
+        subscribe(&self.pods)
+    }
+
+    pub fn revision_changes(&self) -> ReflectHandle<ControllerRevision> {
+        subscribe(&self.revisions)
+    }
+
+    pub fn job_changes(&self) -> ReflectHandle<Job> {
+        subscribe(&self.jobs)
+    }
+
+    /// UIDs of deleted DaemonSets, so controllers can drop what they remember of them.
+    /// A relist that misses a deletion sends nothing: pair with a periodic sweep.
+    pub fn daemonset_deletions(&self) -> broadcast::Receiver<Gone> {
+        self.daemonset_deleted.subscribe()
+    }
+
+    /// Nodes whose Ready status changed (and every node once after each full list):
+    /// a node coming back must start its upgrade at once.
+    pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<Node>> + Send + 'static {
+        let mut last: HashMap<String, bool> = HashMap::new();
+        subscribe(&self.nodes).filter_map(move |node| {
+            let ready = crate::daemonset::rolling_plan::is_node_ready(&node);
+            let changed = last.insert(node.name_any(), ready) != Some(ready);
+            futures::future::ready(changed.then_some(node))
+        })
+    }
+
+    /// Drives every watch until shutdown. The stores fill, subscribers get changes.
+    pub async fn run(self, shutdown: Shutdown) {
+        let cfg = watcher::Config::default().page_size(PAGE_SIZE);
+        let ns = self.namespace.as_deref();
+        let gate = &self.gate;
+        let deleted = self.daemonset_deleted.clone();
+        let daemonsets = watcher(scoped::<DaemonSet>(&self.client, ns), cfg.clone())
+            .default_backoff()
+            .modify(prune::daemonset)
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Delete(ds)) = event {
+                    let _ = deleted.send(Gone {
+                        uid: ds.uid().unwrap_or_default(),
+                        namespace: ds.namespace().unwrap_or_default(),
+                        name: ds.name_any(),
+                    });
+                }
+            })
+            .reflect_shared(self.daemonsets)
+            .inspect(gate.observe("daemonsets"));
+        // DaemonSet pods always carry controller-revision-hash: the API server filters.
+        let pods = watcher(
+            scoped::<Pod>(&self.client, ns),
+            cfg.clone().labels(CONTROLLER_REVISION_HASH_LABEL),
+        )
+        .default_backoff()
+        .modify(prune::pod)
+        .reflect_shared(self.pods)
+        .inspect(gate.observe("pods"));
+        let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())
+            .default_backoff()
+            .modify(prune::revision)
+            .reflect_shared(self.revisions)
+            .inspect(gate.observe("controllerrevisions"));
+        let nodes = watcher(Api::<Node>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .modify(prune::node)
+            .reflect_shared(self.nodes)
+            .inspect(gate.observe("nodes"));
+        let jobs = watcher(
+            scoped::<Job>(&self.client, ns),
+            cfg.labels(PULL_JOB_SELECTOR),
+        )
+        .default_backoff()
+        .modify(prune::job)
+        .reflect_shared(self.jobs)
+        .inspect(gate.observe("jobs"));
+
+        let all = futures::stream::select_all([
+            drain(daemonsets),
+            drain(pods),
+            drain(revisions),
+            drain(nodes),
+            drain(jobs),
+        ]);
+        tokio::select! {
+            _ = all.for_each(|()| futures::future::ready(())) => {}
+            _ = shutdown.requested() => {}
+        }
+        tracing::info!("shared watches stopped");
+    }
+}
+
+fn subscribe<K>(writer: &Writer<K>) -> ReflectHandle<K>
+where
+    K: reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    writer
+        .subscribe()
+        .expect("shared stores are created with store_shared")
+}
+
+/// A watch stream reduced to "something happened"; errors are retried by the backoff
+/// and logged here, so one bad event never ends the watch.
+fn drain<K: 'static, S>(stream: S) -> std::pin::Pin<Box<dyn Stream<Item = ()> + Send>>
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    Box::pin(stream.map(|event| {
+        if let Err(error) = event {
+            tracing::warn!(%error, "watch error, retrying with backoff");
+        }
+    }))
+}
+
+/// An Api over one namespace, or all of them.
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
