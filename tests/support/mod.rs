@@ -309,11 +309,25 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     pub fn start(namespace: &str, tag: &str) -> Self {
-        Self::start_with_kubeconfig(namespace, tag, &controller_kubeconfig())
+        Self::start_with(namespace, tag, &controller_kubeconfig(), &[])
+    }
+
+    /// Like `start`, with extra environment variables (every controller flag has one).
+    pub fn start_with_env(namespace: &str, tag: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with(namespace, tag, &controller_kubeconfig(), env)
     }
 
     /// Like `start`, with another kubeconfig (e.g. one that goes through a test proxy).
     pub fn start_with_kubeconfig(namespace: &str, tag: &str, kubeconfig: &std::path::Path) -> Self {
+        Self::start_with(namespace, tag, kubeconfig, &[])
+    }
+
+    fn start_with(
+        namespace: &str,
+        tag: &str,
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{tag}.log"));
@@ -325,9 +339,13 @@ impl ControllerProcess {
                 namespace,
                 "--metrics-addr",
                 "127.0.0.1:0",
+                // A Lease per test: tests run side by side, each with its own controller.
+                "--lease-name",
+                &format!("rollgate-e2e-{namespace}"),
             ])
             .env("KUBECONFIG", kubeconfig)
             .env("ROLLGATE_LOG", "info,rollgate=debug")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
