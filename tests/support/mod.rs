@@ -879,6 +879,9 @@ pub struct AuditRecord {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub user: String,
+    /// The client's User-Agent (rollgate's names its mode and identity, so replicas
+    /// sharing one ServiceAccount can be told apart).
+    pub user_agent: String,
     /// HTTP status code of the answer.
     pub code: Option<u16>,
     /// When the API server received the request.
@@ -902,6 +905,7 @@ impl AuditRecord {
             namespace: text(&object["namespace"]),
             name: text(&object["name"]),
             user: text(&v["user"]["username"]).unwrap_or_default(),
+            user_agent: text(&v["userAgent"]).unwrap_or_default(),
             code: v["responseStatus"]["code"]
                 .as_u64()
                 .and_then(|c| u16::try_from(c).ok()),
