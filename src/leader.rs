@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::Stream;
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,6 +19,11 @@ use tokio::sync::watch;
 
 use crate::cli::LeaderArgs;
 use crate::metrics::Metrics;
+
+/// How often a standby looks whether the leader released the Lease.
+const STANDBY_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// A standby that cannot read or take the Lease this many times in a row gives up.
+const STANDBY_MAX_FAILURES: u32 = 30;
 
 /// Whether this process may write now.
 #[derive(Clone)]
@@ -68,7 +74,7 @@ impl Election {
     ) -> anyhow::Result<Self> {
         let identity = args.identity();
         let grace = args.lease_duration.saturating_sub(args.renew_every).max(1);
-        let manager = LeaseManagerBuilder::new(client, &args.lease_name)
+        let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
             .with_namespace(&args.lease_namespace)
             .with_identity(&identity)
             .with_duration(args.lease_duration)
@@ -82,45 +88,69 @@ impl Election {
                 )
             })?;
         let (leader, transitions) = register(metrics);
-        let (mut state, lease_task) = manager.watch().await;
-        let (tx, rx) = watch::channel(*state.borrow());
+        let leases: Api<Lease> = Api::namespaced(client, &args.lease_namespace);
+        let lease_name = args.lease_name.clone();
+        let (tx, rx) = watch::channel(false);
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         tracing::info!(lease = %args.lease_name, namespace = %args.lease_namespace, %identity, "campaigning for leadership");
         let task = tokio::spawn(async move {
-            let mut lease_task = lease_task;
             let mut was_leader = false;
+            let mut failures = 0u32;
+            let mut look = tokio::time::interval(STANDBY_LOOK_EVERY);
             loop {
-                let now_leader = *state.borrow_and_update();
-                if now_leader != was_leader {
-                    leader.set(i64::from(now_leader));
-                    transitions.inc();
-                    if now_leader {
+                // A standby's `changed()` sleeps until the holder's lease would expire.
+                // A holder that released it (SIGTERM) is seen by looking at the Lease
+                // now and then; dropping `changed()` and calling it again takes over
+                // at once instead of up to a lease duration later.
+                let changed = manager.changed();
+                tokio::pin!(changed);
+                let outcome = loop {
+                    tokio::select! {
+                        outcome = &mut changed => break Some(outcome),
+                        _ = look.tick(), if !was_leader => {
+                            if lease_is_free(&leases, &lease_name).await {
+                                break None;
+                            }
+                        }
+                        _ = &mut stopped => {
+                            match tokio::time::timeout(Duration::from_secs(5), manager.release()).await {
+                                Ok(Ok(())) => tracing::info!("lease released"),
+                                other => tracing::warn!(result = ?other, "could not release the lease cleanly"),
+                            }
+                            leader.set(0);
+                            return Ok(());
+                        }
+                    }
+                };
+                match outcome {
+                    None => continue,
+                    Some(Ok(now_leader)) => {
+                        failures = 0;
+                        if now_leader == was_leader {
+                            continue;
+                        }
+                        leader.set(i64::from(now_leader));
+                        transitions.inc();
+                        if !now_leader {
+                            let _ = tx.send(false);
+                            anyhow::bail!("lost the lease: stopping at once so that no write races the new leader");
+                        }
                         tracing::info!(%identity, "became the leader: reconciling everything");
-                    } else {
+                        was_leader = true;
+                        let _ = tx.send(true);
+                    }
+                    Some(Err(error)) if was_leader => {
                         let _ = tx.send(false);
-                        anyhow::bail!("lost the lease: stopping at once so that no write races the new leader");
+                        anyhow::bail!("lease renewal failed, stepping down: {error}");
                     }
-                    was_leader = now_leader;
-                    let _ = tx.send(now_leader);
-                }
-                tokio::select! {
-                    changed = state.changed() => {
-                        if changed.is_err() {
-                            anyhow::bail!("the lease task stopped");
+                    Some(Err(error)) => {
+                        // A standby retries: the API server may be briefly away.
+                        failures += 1;
+                        tracing::warn!(%error, failures, "lease check failed, retrying");
+                        if failures >= STANDBY_MAX_FAILURES {
+                            anyhow::bail!("the lease cannot be read or taken: {error}");
                         }
-                    }
-                    ended = &mut lease_task => {
-                        anyhow::bail!("the lease task ended: {:?}", ended.map(|r| r.map(|_| ())));
-                    }
-                    _ = &mut stopped => {
-                        // Dropping the receiver makes the lease task release the lease.
-                        drop(state);
-                        match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-                            Ok(Ok(Ok(_))) => tracing::info!("lease released"),
-                            other => tracing::warn!(result = ?other.map(|r| r.map(|r| r.map(|_| ()))), "could not release the lease cleanly"),
-                        }
-                        leader.set(0);
-                        return Ok(());
+                        tokio::time::sleep(Duration::from_secs(2)).await;
                     }
                 }
             }
@@ -145,6 +175,18 @@ impl Election {
     pub async fn release(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
         self.task.await.context("the election task panicked")?
+    }
+}
+
+/// Whether the Lease has no holder now (released, or never taken).
+async fn lease_is_free(leases: &Api<Lease>, name: &str) -> bool {
+    match leases.get_opt(name).await {
+        Ok(Some(lease)) => lease
+            .spec
+            .and_then(|s| s.holder_identity)
+            .is_none_or(|h| h.is_empty()),
+        Ok(None) => true,
+        Err(_) => false,
     }
 }
 

@@ -1109,3 +1109,187 @@ fn only_plain_pod_paths_trip_the_wire() {
         assert_eq!(pod_name_in_path(path).as_deref(), want, "{path}");
     }
 }
+
+/// Who holds the test's Lease now (see `ControllerProcess`: one Lease per namespace).
+async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "rollgate-system");
+    leases
+        .get_opt(&format!("rollgate-e2e-{ns}"))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+async fn wait_lease_holder(client: &Client, ns: &str, who: &str, timeout: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    wait_for(&format!("{who} holds the lease"), timeout, || async {
+        match lease_holder(client, ns).await {
+            Some(holder) if holder == who => Ok(()),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    started.elapsed()
+}
+
+/// Writes the audit log shows from one replica (its User-Agent names its identity).
+fn writes_by(ns: &str, identity: &str) -> Vec<AuditRecord> {
+    audit_records()
+        .into_iter()
+        .filter(|r| {
+            r.user == CONTROLLER_USER
+                && r.user_agent.contains(&format!("; {identity})"))
+                && r.namespace.as_deref() == Some(ns)
+                && matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete")
+        })
+        .collect()
+}
+
+/// Two replicas: the standby keeps its caches warm and writes nothing; the leader is
+/// killed (SIGKILL) mid-rollout; the standby takes over within the lease duration and
+/// finishes the rollout inside the budget, each old pod deleted once.
+#[tokio::test]
+async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
+    let client = client().await;
+    let shape = Shape::ToleratesAll;
+    let prefix = "ha-kill";
+    let nodes = TestNodes::create(&client, prefix, 8).await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "2"});
+    ds_api
+        .create(
+            &PostParams::default(),
+            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape),
+        )
+        .await
+        .unwrap();
+    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    let old_pods: BTreeSet<String> = list_pods(&pods).await.iter().map(name_of).collect();
+
+    let leader = ControllerProcess::start_with_env(&ns.name, "ha-a", &[("POD_NAME", "ha-a")]);
+    wait_lease_holder(&client, &ns.name, "ha-a", Duration::from_secs(30)).await;
+    let standby = ControllerProcess::start_with_env(&ns.name, "ha-b", &[("POD_NAME", "ha-b")]);
+    wait_for(
+        "the standby's caches synced",
+        Duration::from_secs(30),
+        || async {
+            let log = std::fs::read_to_string(&standby.log).unwrap_or_default();
+            log.contains("caches synced")
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+
+    let observed = watch_pods(&client, &ns.name, Arc::new(Mutex::new(V2.to_string())));
+    set_image(&ds_api, "edge", V2).await;
+    wait_for(
+        "the leader's first deletions",
+        Duration::from_secs(60),
+        || async {
+            (observed.lock().unwrap().deletions > 0)
+                .then_some(())
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        writes_by(&ns.name, "ha-b").is_empty(),
+        "the standby wrote while the leader led: {:?}",
+        writes_by(&ns.name, "ha-b")
+    );
+    let killed_at = Timestamp::now();
+    leader.crash();
+    let takeover = wait_lease_holder(&client, &ns.name, "ha-b", Duration::from_secs(40)).await;
+    note(format!(
+        "leader SIGKILLed mid-rollout; the standby took the lease {:.1} s later (lease duration 15 s)",
+        takeover.as_secs_f64()
+    ));
+    assert!(
+        takeover <= Duration::from_secs(15 + 8),
+        "takeover within the lease duration plus a few seconds: {takeover:?}"
+    );
+    wait_pods_ready_on(&pods, &nodes.names, V2, Duration::from_secs(120)).await;
+    {
+        let o = observed.lock().unwrap();
+        note(format!(
+            "rollout finished under the new leader; max unavailable caused {} (budget 2)",
+            o.max_caused_unavailable
+        ));
+        assert!(
+            o.max_caused_unavailable <= 2,
+            "budget exceeded: {}",
+            o.max_caused_unavailable
+        );
+    }
+    let counts = assert_controller_deletes(&ns.name, &BTreeSet::new());
+    assert_eq!(
+        counts.keys().cloned().collect::<BTreeSet<_>>(),
+        old_pods,
+        "each old pod got exactly one DELETE: {counts:?}"
+    );
+    let early: Vec<_> = writes_by(&ns.name, "ha-b")
+        .into_iter()
+        .filter(|r| r.received.is_some_and(|t| t < killed_at))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "the standby wrote before the leader died: {early:?}"
+    );
+    assert!(
+        !writes_by(&ns.name, "ha-b").is_empty(),
+        "the new leader finished the rollout itself"
+    );
+    drop(standby);
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
+/// SIGTERM: the leader finishes in-flight work, releases the lease and exits 0; the
+/// standby takes over in under 3 s instead of waiting for the lease to expire.
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() {
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "ha-term").await;
+    let leader = ControllerProcess::start_with_env(&ns.name, "ha-a", &[("POD_NAME", "ha-a")]);
+    wait_lease_holder(&client, &ns.name, "ha-a", Duration::from_secs(30)).await;
+    let standby = ControllerProcess::start_with_env(&ns.name, "ha-b", &[("POD_NAME", "ha-b")]);
+    wait_for(
+        "the standby's caches synced",
+        Duration::from_secs(30),
+        || async {
+            let log = std::fs::read_to_string(&standby.log).unwrap_or_default();
+            log.contains("caches synced")
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    // Let the standby settle into waiting for the holder's lease to expire.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = std::time::Instant::now();
+    let status = leader.stop();
+    assert!(
+        status.success(),
+        "the leader exits 0 on SIGTERM: {status:?}"
+    );
+    let exited = started.elapsed();
+    let takeover = wait_lease_holder(&client, &ns.name, "ha-b", Duration::from_secs(20)).await;
+    let total = started.elapsed();
+    note(format!(
+        "SIGTERM: the leader exited after {:.2} s; the standby held the lease {:.2} s after the signal",
+        exited.as_secs_f64(),
+        total.as_secs_f64()
+    ));
+    assert!(
+        total < Duration::from_secs(3),
+        "standby took over {total:?} after SIGTERM (target < 3 s; waited {takeover:?} after the exit)"
+    );
+    drop(standby);
+    ns.cleanup().await;
+}

@@ -13,6 +13,9 @@ use super::job::{
     build_job, job_name, PullJobSettings, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_UID_LABEL,
     REQUEST_ANNOTATION, REVISION_LABEL,
 };
+// The condition's vocabulary is shared with the agent, which writes the requests and
+// reads the failures.
+pub use crate::agent::checks::PULL_IMAGE_FAIL_REASON;
 use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
 use crate::daemonset::ota_plan::{need_upgrade_message, revision_in_message};
 use crate::daemonset::revision::{
@@ -23,8 +26,6 @@ use crate::object::{annotation, label, pod_condition};
 
 /// Reason of `PodImageReady=True` once the current revision's images are on the node.
 pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
-/// Reason of `PodImageReady=False` when the pull Job failed.
-pub const PULL_IMAGE_FAIL_REASON: &str = "PullImageFail";
 
 /// A Job to delete: the UID goes into the delete's precondition, so a newer Job that
 /// took the same name in the meantime is never the one deleted.
