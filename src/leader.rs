@@ -74,14 +74,24 @@ impl Election {
     ) -> anyhow::Result<Self> {
         let identity = args.identity();
         let grace = args.lease_duration.saturating_sub(args.renew_every).max(1);
-        let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&args.lease_namespace)
-            .with_identity(&identity)
-            .with_duration(args.lease_duration)
-            .with_grace(grace)
-            .build()
-            .await
-            .with_context(|| {
+        let build = {
+            let (client, name, namespace, identity) = (
+                client.clone(),
+                args.lease_name.clone(),
+                args.lease_namespace.clone(),
+                identity.clone(),
+            );
+            let duration = args.lease_duration;
+            move || {
+                LeaseManagerBuilder::new(client.clone(), &name)
+                    .with_namespace(&namespace)
+                    .with_identity(&identity)
+                    .with_duration(duration)
+                    .with_grace(grace)
+                    .build()
+            }
+        };
+        let mut manager = build().await.with_context(|| {
                 format!(
                     "cannot use Lease {}/{} for leader election (does the namespace exist, and may this ServiceAccount get/create/patch leases there?)",
                     args.lease_namespace, args.lease_name
@@ -102,28 +112,37 @@ impl Election {
                 // A holder that released it (SIGTERM) is seen by looking at the Lease
                 // now and then; dropping `changed()` and calling it again takes over
                 // at once instead of up to a lease duration later.
-                let changed = manager.changed();
-                tokio::pin!(changed);
-                let outcome = loop {
-                    tokio::select! {
-                        outcome = &mut changed => break Some(outcome),
-                        _ = look.tick(), if !was_leader => {
-                            if lease_is_free(&leases, &lease_name).await {
-                                break None;
+                let outcome = {
+                    let changed = manager.changed();
+                    tokio::pin!(changed);
+                    loop {
+                        tokio::select! {
+                            outcome = &mut changed => break Some(outcome),
+                            _ = look.tick(), if !was_leader => {
+                                if lease_is_free(&leases, &lease_name).await {
+                                    break None;
+                                }
                             }
-                        }
-                        _ = &mut stopped => {
-                            match tokio::time::timeout(Duration::from_secs(5), manager.release()).await {
-                                Ok(Ok(())) => tracing::info!("lease released"),
-                                other => tracing::warn!(result = ?other, "could not release the lease cleanly"),
+                            _ = &mut stopped => {
+                                match tokio::time::timeout(Duration::from_secs(5), manager.release()).await {
+                                    Ok(Ok(())) => tracing::info!("lease released"),
+                                    other => tracing::warn!(result = ?other, "could not release the lease cleanly"),
+                                }
+                                leader.set(0);
+                                return Ok(());
                             }
-                            leader.set(0);
-                            return Ok(());
                         }
                     }
                 };
                 match outcome {
-                    None => continue,
+                    // The manager caches the holder until the lease would expire: a
+                    // fresh one reads the released Lease and takes it.
+                    None => match build().await {
+                        Ok(fresh) => manager = fresh,
+                        Err(error) => {
+                            tracing::warn!(%error, "could not re-read the released lease")
+                        }
+                    },
                     Some(Ok(now_leader)) => {
                         failures = 0;
                         if now_leader == was_leader {
