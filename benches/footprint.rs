@@ -16,7 +16,8 @@
 //!
 //! Environment: `ROLLGATE_BENCH_FOOTPRINT_NODES` (1000), `..._SMALL_NODES` (500),
 //! `..._DAEMONSETS` (10), `..._SETTLE_S` (20), `..._PARALLEL` (32 creations in flight),
-//! `..._STREAMING` (1: also measure streaming lists; 0: skip), `ROLLGATE_TEST_KUBECONFIG`.
+//! `..._STREAMING` (1: also measure streaming lists; 0: skip), `..._WAIT_READY` (1: measure
+//! once every pod is Ready; 0: once every pod exists), `ROLLGATE_TEST_KUBECONFIG`.
 //!
 //! A MISS is a result, not an error: the process fails only when the measurement itself
 //! could not be made. Results also go to `target/bench/results.json` (`footprint.*`).
@@ -44,6 +45,8 @@ struct Params {
     settle: Duration,
     parallel: usize,
     streaming: bool,
+    /// Measure only once every pod is Ready (Running), not just created.
+    wait_ready: bool,
 }
 
 impl Params {
@@ -55,6 +58,7 @@ impl Params {
             settle: Duration::from_secs(env_or("ROLLGATE_BENCH_FOOTPRINT_SETTLE_S", 20u64)?),
             parallel: env_or("ROLLGATE_BENCH_FOOTPRINT_PARALLEL", 32usize)?.clamp(1, 256),
             streaming: env_or("ROLLGATE_BENCH_FOOTPRINT_STREAMING", 1u8)? != 0,
+            wait_ready: env_or("ROLLGATE_BENCH_FOOTPRINT_WAIT_READY", 1u8)? != 0,
         };
         if p.small_nodes == 0 || p.small_nodes >= p.nodes || p.daemonsets == 0 {
             return Err(format!(
@@ -114,7 +118,7 @@ struct Row {
 async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     let mut rows: Vec<Row> = Vec::new();
     let settle = params.settle;
-    let mut run_at = |bed: &Bed, name: &str, setup_s: f64, streaming: bool| {
+    let run_at = |bed: &Bed, name: &str, setup_s: f64, streaming: bool| {
         let (ns, nodes, pods) = (bed.namespace().to_string(), bed.nodes, bed.pods());
         let name = name.to_string();
         async move {
@@ -150,7 +154,8 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         .await?;
     bed.wait_pods(false, Duration::from_secs(900)).await?;
     let created_s = t.elapsed().as_secs_f64();
-    bed.wait_pods(true, Duration::from_secs(900)).await?;
+    bed.wait_pods(params.wait_ready, Duration::from_secs(900))
+        .await?;
     let small_s = t.elapsed().as_secs_f64();
     note(format!(
         "{} pods created in {created_s:.1} s, Ready in {small_s:.1} s",
@@ -162,7 +167,8 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     bed.grow_nodes(params.nodes, params.parallel).await?;
     bed.wait_pods(false, Duration::from_secs(900)).await?;
     let created_s = t.elapsed().as_secs_f64();
-    bed.wait_pods(true, Duration::from_secs(900)).await?;
+    bed.wait_pods(params.wait_ready, Duration::from_secs(900))
+        .await?;
     let big_s = t.elapsed().as_secs_f64();
     note(format!(
         "grew to {} nodes: {} pods created in {created_s:.1} s, Ready in {big_s:.1} s",
@@ -173,6 +179,8 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     if params.streaming {
         rows.push(run_at(bed, "big, streaming lists", 0.0, true).await?);
     }
+
+    let sizes = pod_json_sizes(bed).await?;
 
     let small = &rows[2];
     let big = &rows[3];
@@ -276,6 +284,12 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
             verdict(s.fp.peak_rss_kib as f64)
         ));
     }
+    out.push_str(&format!(
+        "one pod as JSON, mean of {} (a proxy for what each store keeps; in memory a \
+         Rust object takes more):\n  from the API {:.0} B; without managedFields \
+         (the image-pull controller's own store) {:.0} B; pruned (the shared store) {:.0} B\n",
+        sizes.sampled, sizes.full, sizes.without_managed_fields, sizes.pruned
+    ));
     out.push_str("controller logs:\n");
     for r in &rows {
         out.push_str(&format!("  {}: {}\n", r.name, r.fp.log.display()));
@@ -318,6 +332,41 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     let path = merge_bench_results(&entries)?;
     out.push_str(&format!("results merged into {}\n", path.display()));
     Ok(out)
+}
+
+/// Mean serialized size of the bed's pods as the API sends them, as the image-pull
+/// controller keeps them (managedFields dropped) and as the shared store keeps them.
+struct PodSizes {
+    sampled: usize,
+    full: f64,
+    without_managed_fields: f64,
+    pruned: f64,
+}
+
+async fn pod_json_sizes(bed: &Bed) -> Result<PodSizes, String> {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: kube::Api<Pod> = kube::Api::namespaced(client().await, bed.namespace());
+    let list = api
+        .list(&kube::api::ListParams::default().limit(500))
+        .await
+        .map_err(|e| format!("listing pods: {e}"))?;
+    let (mut full, mut slim, mut pruned) = (0usize, 0usize, 0usize);
+    let len = |p: &Pod| serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0);
+    for pod in &list.items {
+        full += len(pod);
+        let mut p = pod.clone();
+        p.metadata.managed_fields = None;
+        slim += len(&p);
+        rollgate::watch::prune::pod(&mut p);
+        pruned += len(&p);
+    }
+    let n = list.items.len().max(1) as f64;
+    Ok(PodSizes {
+        sampled: list.items.len(),
+        full: full as f64 / n,
+        without_managed_fields: slim as f64 / n,
+        pruned: pruned as f64 / n,
+    })
 }
 
 fn round1(x: f64) -> f64 {
