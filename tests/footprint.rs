@@ -53,7 +53,9 @@ async fn controller_memory_per_pod_stays_under_the_ceiling() {
 /// The controller's steady memory without pods and with them; bytes per pod.
 async fn guard(bed: &mut Bed, daemonsets: usize) -> Result<f64, String> {
     let ns = bed.namespace().to_string();
-    let without = measure_controller(&ns, "footprint-nopods", false, SETTLE, READY_TIMEOUT).await?;
+    let streaming = env_or("ROLLGATE_FOOTPRINT_QUICK_STREAMING", 0u8)? != 0;
+    let without =
+        measure_controller(&ns, "footprint-nopods", streaming, SETTLE, READY_TIMEOUT).await?;
     bed.grow_daemonsets(daemonsets, 8).await?;
     // Two minutes on an idle machine; a loaded one (parallel builds) is far slower.
     bed.wait_pods(false, Duration::from_secs(300)).await?;
