@@ -2,7 +2,8 @@
 # Starts a real local control plane on loopback: etcd, kube-apiserver (RBAC on),
 # kube-controller-manager, kube-scheduler, and kwok simulating the kubelets of
 # NODES nodes. Idempotent: running it again keeps what is running and only adds
-# missing nodes. Admin kubeconfig: target/cluster/kubeconfig.
+# missing nodes. Admin kubeconfig: target/cluster/kubeconfig. The API server writes an
+# audit log of pod deletions (and rollgate's pod status writes) to logs/audit.log.
 #
 # Environment (all optional):
 #   NODES               simulated nodes to have (default 3)
@@ -121,6 +122,34 @@ start etcd etcd --name rollgate-test --data-dir "$CLUSTER_DIR/etcd" \
   --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
 wait_for etcd 30 curl -sf "http://127.0.0.1:$((ETCD_PORT + 2))/health"
 
+# Audit log: only what the e2e tests read (who deleted which pod, which PodNeedUpgrade
+# condition the controller wrote), so it stays small. Tests find it at
+# $CLUSTER_DIR/logs/audit.log (next to the kubeconfig). The policy is rewritten on every
+# run, but an already-running kube-apiserver keeps the flags it was started with: a
+# cluster started before auditing existed needs cluster-down.sh + cluster-up.sh.
+cat >"$CLUSTER_DIR/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+# Every pod deletion, from anyone (rollgate, kube-controller-manager, tests).
+- level: Metadata
+  verbs: [delete, deletecollection]
+  resources: [{group: "", resources: [pods]}]
+# Status writes of rollgate's ServiceAccounts, with their body (the PodNeedUpgrade
+# condition written); the simulated kubelets' own status writes are left out.
+- level: Request
+  verbs: [patch, update]
+  userGroups: ["system:serviceaccounts:rollgate-system"]
+  resources: [{group: "", resources: [pods/status]}]
+# Events rollgate writes.
+- level: Metadata
+  verbs: [create, patch, update]
+  userGroups: ["system:serviceaccounts:rollgate-system"]
+  resources: [{group: "", resources: [events]}, {group: events.k8s.io, resources: [events]}]
+- level: None
+EOF
+
 start kube-apiserver kube-apiserver \
   --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -132,7 +161,10 @@ start kube-apiserver kube-apiserver \
   --authorization-mode Node,RBAC \
   --allow-privileged \
   --max-requests-inflight 1000 --max-mutating-requests-inflight 500 \
-  --profiling=false
+  --profiling=false \
+  --audit-policy-file "$CLUSTER_DIR/audit-policy.yaml" \
+  --audit-log-path "$CLUSTER_DIR/logs/audit.log" --audit-log-format json \
+  --audit-log-mode blocking --audit-log-maxsize 200 --audit-log-maxbackup 2
 wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz
 
 start kube-controller-manager kube-controller-manager \

@@ -1,6 +1,7 @@
 //! All configuration is one clap tree: global logging flags plus one subcommand per mode.
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -57,7 +58,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
-    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    /// Address of the HTTP server for /metrics, /livez, /healthz and /readyz.
     #[arg(long, env = "ROLLGATE_METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: SocketAddr,
     /// Only manage DaemonSets in this namespace (default: all namespaces). Nodes are
@@ -67,6 +68,74 @@ pub struct ControllerArgs {
     /// How many DaemonSets are reconciled at the same time.
     #[arg(long, env = "ROLLGATE_DAEMONSET_CONCURRENCY", default_value_t = 4)]
     pub daemonset_concurrency: u16,
+    /// Image of the pre-pull Job's no-op helper: a static BusyBox with `/bin/busybox`
+    /// and `/bin/cp`. Air-gapped edge nodes cannot reach the public default: mirror it
+    /// and name the mirror here.
+    #[arg(
+        long,
+        env = "ROLLGATE_PREPULL_HELPER_IMAGE",
+        default_value = crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE,
+        value_parser = parse_image_reference,
+    )]
+    pub prepull_helper_image: String,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// Leader election: every replica watches, only the Lease holder writes.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// Elect a leader on a Lease before writing. Turn off only for a single replica.
+    #[arg(long, env = "ROLLGATE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the coordination.k8s.io/v1 Lease.
+    #[arg(
+        long,
+        env = "ROLLGATE_LEASE_NAME",
+        default_value = "rollgate-controller"
+    )]
+    pub lease_name: String,
+    /// Namespace of the Lease: the controller's own (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rollgate-system")]
+    pub lease_namespace: String,
+    /// Seconds a leader holds the Lease without renewing it (client-go: 15).
+    #[arg(long, env = "ROLLGATE_LEASE_DURATION", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Seconds between renewals (client-go's renew deadline: 10). Must be below the
+    /// duration; the rest is the margin before the Lease would expire.
+    #[arg(long, env = "ROLLGATE_LEASE_RENEW_EVERY", default_value_t = 10)]
+    pub renew_every: u64,
+    /// This replica's identity in the Lease: the pod name (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl LeaderArgs {
+    /// The pod name, else the host name and process id (runs outside a pod).
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "rollgate".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
+/// A container image reference as the kubelet takes it: not empty, no whitespace.
+/// (The registry has the final word on the rest.)
+fn parse_image_reference(value: &str) -> Result<String, String> {
+    let accepted = "expected an image reference such as \
+         registry.example:5000/library/busybox:1.36.1-musl or name@sha256:<digest>";
+    if value.trim().is_empty() {
+        return Err(format!("the image reference is empty; {accepted}"));
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{value:?} contains whitespace or control characters; {accepted}"
+        ));
+    }
+    Ok(value.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +153,38 @@ pub struct AgentArgs {
         default_value = "/var/lib/rollgate-agent"
     )]
     pub state_dir: PathBuf,
+    /// The shortest time between two writes of the state file (edge nodes often run on
+    /// SD cards): seconds (`10`, `10s`), minutes (`2m`) or milliseconds (`500ms`). The
+    /// file is written only when the state changed, and once more at shutdown.
+    #[arg(
+        long,
+        env = "ROLLGATE_AGENT_STATE_WRITE_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval
+    )]
+    pub state_write_interval: Duration,
+}
+
+/// A duration as `<n>`, `<n>s`, `<n>m` or `<n>ms`, `n` a whole number.
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let (number, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => value.split_at(at),
+        None => (value, "s"),
+    };
+    let accepted = "accepted forms: 10, 10s, 2m, 500ms";
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration; {accepted}"))?;
+    match unit {
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{value:?} is too long; {accepted}")),
+        "ms" => Ok(Duration::from_millis(n)),
+        other => Err(format!("unknown unit {other:?} in {value:?}; {accepted}")),
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +202,56 @@ mod tests {
         let cli = Cli::parse_from(["rollgate", "agent", "--node-name", "edge-1"]);
         match cli.command {
             Command::Agent(a) => assert_eq!(a.listen.to_string(), "127.0.0.1:10267"),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_prepull_helper_image_defaults_to_busybox_and_can_be_a_mirror() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(c.prepull_helper_image),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--prepull-helper-image",
+                "mirror.edge.local/library/busybox:1.36.1-musl"
+            ])
+            .unwrap(),
+            "mirror.edge.local/library/busybox:1.36.1-musl"
+        );
+        for bad in ["", "  ", "busybox latest"] {
+            let error =
+                parse(&["rollgate", "controller", "--prepull-helper-image", bad]).expect_err(bad);
+            assert!(error.contains("expected an image reference"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_state_write_interval_accepts_seconds_minutes_and_milliseconds() {
+        let parse = |v: &str| parse_interval(v);
+        assert_eq!(parse("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        for bad in ["", "s", "-1", "1.5s", "10h", "ten"] {
+            let error = parse(bad).unwrap_err();
+            assert!(
+                error.contains("accepted forms: 10, 10s, 2m, 500ms"),
+                "{bad}: {error}"
+            );
+        }
+        let cli = Cli::parse_from(["rollgate", "agent", "--node-name", "edge-1"]);
+        match cli.command {
+            Command::Agent(a) => assert_eq!(a.state_write_interval, Duration::from_secs(10)),
             other => panic!("parsed as {other:?}"),
         }
     }

@@ -5,8 +5,10 @@
 pub mod agent;
 pub mod cli;
 pub mod daemonset;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod object;
 pub mod runtime;
 pub mod sync_gate;
 pub mod telemetry;

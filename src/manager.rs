@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::cli::ControllerArgs;
+use crate::leader::{Election, Leadership};
 use crate::metrics::Metrics;
 use crate::runtime::{self, Shutdown};
 use crate::watch::Watches;
@@ -22,7 +23,7 @@ struct Health {
 }
 
 pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()> {
-    let client = runtime::connect().await?;
+    let client = runtime::connect(&format!("controller; {}", args.leader.identity())).await?;
     tracing::info!(namespace = ?args.watch_namespace, "controller-manager connected to the API server, starting controllers");
     let metrics = Metrics::default();
     let ready = Arc::new(AtomicBool::new(false));
@@ -32,13 +33,22 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
     };
 
     let listener = tokio::net::TcpListener::bind(args.metrics_addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /livez, /healthz and /readyz");
     let app = Router::new()
         .route("/metrics", get(serve_metrics))
+        .route("/livez", get(|| async { "ok" }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(serve_ready))
         .with_state(health);
     let http = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().requested());
+
+    let mut election = match args.leader.leader_elect {
+        true => Some(Election::start(client.clone(), &args.leader, &metrics).await?),
+        false => None,
+    };
+    let leadership = election
+        .as_ref()
+        .map_or_else(Leadership::always, |e| e.leadership.clone());
 
     // One set of watches for every controller; each subscribes before they start.
     let watches = Watches::new(client.clone(), args.watch_namespace.clone());
@@ -47,28 +57,54 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         client.clone(),
         &metrics,
         args.daemonset_concurrency,
+        leadership.clone(),
+        shutdown.clone(),
+    );
+    let image_pull = crate::daemonset::image_pull::start(
+        &watches,
+        client,
+        &metrics,
+        crate::daemonset::image_pull::PullJobSettings {
+            helper_image: args.prepull_helper_image.clone(),
+        },
+        leadership,
         shutdown.clone(),
     );
     {
-        // /readyz turns true once every shared cache holds its first full list.
-        let (mut synced, ready) = (watches.synced(), ready.clone());
+        // /readyz: true once every shared cache holds its first full list (a standby
+        // is ready: it can take over), false again as soon as shutdown starts.
+        let (mut synced, ready, stop) = (watches.synced(), ready.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if synced.wait_for(|s| *s).await.is_ok() {
+            let synced = tokio::select! {
+                synced = synced.wait_for(|s| *s) => synced.is_ok(),
+                _ = stop.clone().requested() => false,
+            };
+            if synced {
                 ready.store(true, Ordering::SeqCst);
+                stop.requested().await;
             }
+            ready.store(false, Ordering::SeqCst);
         });
     }
-    let image_pull = crate::daemonset::image_pull::run(
-        client,
-        metrics,
-        args.watch_namespace.clone(),
-        shutdown.clone(),
-    );
-    let (http_result, (), (), image_pull_result) =
-        tokio::join!(http, watches.run(shutdown.clone()), daemonsets, image_pull);
+    let work = async {
+        let (http_result, (), (), ()) =
+            tokio::join!(http, watches.run(shutdown.clone()), daemonsets, image_pull);
+        http_result
+    };
+    let mut work = std::pin::pin!(work);
+    let finished = match election.as_mut() {
+        // Losing the lease drops every controller mid-flight: no write races the new leader.
+        Some(election) => tokio::select! {
+            finished = &mut work => finished,
+            lost = election.failed() => return Err(lost),
+        },
+        None => work.await,
+    };
     ready.store(false, Ordering::SeqCst);
-    http_result?;
-    image_pull_result?;
+    if let Some(election) = election {
+        election.release().await?;
+    }
+    finished?;
     tracing::info!("controller-manager stopped");
     Ok(())
 }

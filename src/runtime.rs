@@ -4,10 +4,15 @@ use tokio::sync::watch;
 
 /// Connects from KUBECONFIG (or ~/.kube/config) when present, else in-cluster config,
 /// and checks the connection once so a wrong config fails at start, not at first use.
-pub async fn connect() -> anyhow::Result<kube::Client> {
-    let config = kube::Config::infer()
+/// `who` names this process in the User-Agent (`rollgate/<version> (<who>)`), so the API
+/// server's audit log tells replicas apart.
+pub async fn connect(who: &str) -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
         .await
         .context("no usable cluster config: set KUBECONFIG or run in a pod")?;
+    if let Ok(agent) = axum::http::HeaderValue::from_str(&user_agent(who)) {
+        config.headers.push((axum::http::header::USER_AGENT, agent));
+    }
     let url = config.cluster_url.clone();
     let client = kube::Client::try_from(config).context("building the cluster client")?;
     let version = client
@@ -16,6 +21,11 @@ pub async fn connect() -> anyhow::Result<kube::Client> {
         .with_context(|| format!("cannot reach the API server at {url}"))?;
     tracing::debug!(api_server = %url, version = %version.git_version, "connected to the cluster");
     Ok(client)
+}
+
+/// `rollgate/<version> (<who>)`.
+pub fn user_agent(who: &str) -> String {
+    format!("rollgate/{} ({who})", env!("CARGO_PKG_VERSION"))
 }
 
 /// A shutdown signal that every task can wait on: flips once on SIGTERM or Ctrl-C.

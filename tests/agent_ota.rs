@@ -427,13 +427,14 @@ async fn the_ota_walkthrough_of_the_product_document() {
         upgraded.body,
         format!("Start updating pod {}/{pod_b}", ns.name)
     );
-    // And node B's agent refuses node A's pod.
+    // And node B's agent does not even reveal that node A's pod exists: the answer
+    // is the one for a missing pod.
     let refused = agent_b.post_openyurt(&ns.name, &new_a, "upgrade").await;
-    assert_refused(
-        &refused,
-        403,
-        &[&format!("is on node {node_a}"), "pod on this node"],
-    );
+    let missing = agent_b
+        .post_openyurt(&ns.name, "no-such-pod", "upgrade")
+        .await;
+    assert_refused(&refused, 404, &["pod exists on this node"]);
+    assert_eq!(refused.body, missing.body.replace("no-such-pod", &new_a));
     let after = one_ready_pod_per_node(&pods, "nginx-daemonset", &nodes).await;
     assert!(
         after.iter().all(|p| rev(p) == v2_hash),
@@ -524,16 +525,47 @@ async fn every_refusal_names_the_failed_check() {
         assert_refused(&r, 404, &["not found", &format!("{n}/no-such-pod")]);
     }
 
+    // Malformed names in the path: 400 naming the rule, before any API call (a name
+    // like `..` must never address another resource).
+    for (path, says) in [
+        (
+            "/openyurt.io/v1/namespaces/%2e%2e/pods/x/upgrade",
+            "invalid namespace in the path: \"..\"",
+        ),
+        (
+            "/openyurt.io/v1/namespaces/../pods/x/upgrade",
+            "invalid namespace in the path",
+        ),
+        (
+            &format!("/openyurt.io/v1/namespaces/{n}/pods/..%2F..%2Fnodes%2Fx/imagepull"),
+            "invalid pod name in the path",
+        ),
+        (
+            &format!("/openyurt.io/v1/namespaces/{n}/pods/x%00/upgrade"),
+            "control character",
+        ),
+    ] {
+        let r = agent.call("POST", path).await;
+        assert_refused(&r, 400, &[says, "the accepted form is POST"]);
+        note(format!("POST {path} -> {} {}", r.status, r.body));
+    }
+
     // Terminating: 403.
     pods.delete("held", &DeleteParams::default()).await.unwrap();
     let r = agent.post_openyurt(&n, "held", "upgrade").await;
     assert_refused(&r, 403, &["is terminating", "check: pod not terminating"]);
     note(format!("terminating -> {} {}", r.status, r.body));
 
-    // On another node: 403, naming both nodes.
-    let r = agent.post_openyurt(&n, &ds_b, "upgrade").await;
-    assert_refused(&r, 403, &[&format!("is on node {node_b}"), &node_a]);
-    note(format!("other node -> {} {}", r.status, r.body));
+    // On another node: exactly the answer of a missing pod, so an agent cannot probe
+    // the cluster.
+    for action in ["upgrade", "imagepull"] {
+        let missing = agent.post_openyurt(&n, "no-such-pod", action).await;
+        let r = agent.post_openyurt(&n, &ds_b, action).await;
+        assert_refused(&r, 404, &["pod exists on this node"]);
+        assert_eq!(r.body, missing.body.replace("no-such-pod", &ds_b));
+        assert_eq!(r.headers.len(), missing.headers.len(), "{:?}", r.headers);
+    }
+    note(format!("other node -> 404, as if missing: {node_b}"));
 
     // PodNeedUpgrade missing, then False: 403.
     let r = agent.post_openyurt(&n, &ds_a, "upgrade").await;
@@ -587,7 +619,40 @@ async fn every_refusal_names_the_failed_check() {
     )
     .await;
     let r = agent.post_openyurt(&n, &ds_a, "upgrade").await;
-    assert_refused(&r, 403, &["PullImageFail", "request imagepull again"]);
+    assert_refused(
+        &r,
+        403,
+        &[
+            "failed: PodImageReady is False (PullImageFail",
+            &format!(
+                "retry the pull with POST /openyurt.io/v1/namespaces/{n}/pods/{ds_a}/imagepull"
+            ),
+        ],
+    );
+    note(format!("pre-pull failed -> {} {}", r.status, r.body));
+    // The retry: imagepull again is a fresh request (a later lastTransitionTime, which
+    // the image-pull controller keys its Jobs on).
+    let transition = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == IMAGE_READY))
+            .and_then(|c| c.last_transition_time.clone())
+            .map(|t| t.0)
+    };
+    let failed_at = transition(&pods.get(&ds_a).await.unwrap()).unwrap();
+    let r = agent.post_openyurt(&n, &ds_a, "imagepull").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let retried = pods.get(&ds_a).await.unwrap();
+    assert_eq!(
+        condition_of(&retried, IMAGE_READY),
+        Some((
+            "False".to_string(),
+            "PullImageRequested".to_string(),
+            "controllerrevision: new".to_string()
+        ))
+    );
+    assert!(transition(&retried).unwrap() > failed_at);
     set_condition(
         &pods,
         &ds_a,
@@ -727,6 +792,11 @@ async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_resta
             .ok_or_else(|| "edge-app not saved yet".to_string())
     })
     .await;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&state_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the state file is private");
+    }
 
     proxy.stop().await;
     note("proxy stopped: the agent is cut off from the API server");
@@ -826,9 +896,10 @@ async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_resta
     // The connection comes back: the restarted agent goes live and catches up.
     proxy.resume().await;
     note("proxy resumed");
+    // Up to the watcher's longest backoff (30 s, jittered) plus a list.
     let (back, _) = wait_for(
         "the agent to be live again",
-        Duration::from_secs(30),
+        Duration::from_secs(75),
         || async {
             let (response, list) = pods_of(&restarted).await?;
             let caught_up = served_pod(&list, &n, "born-while-cut-off").is_some();
@@ -986,6 +1057,143 @@ async fn the_api_server_confines_the_agent_identity_to_its_own_node() {
             &DeleteParams::default(),
         )
         .await;
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
+/// `GET /pods` with `Accept-Encoding: gzip`: (headers, raw body).
+async fn get_pods_gzip(addr: std::net::SocketAddr) -> (Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET /pods HTTP/1.1\r\nHost: {addr}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (headers, raw[split + 4..].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brief_cut_heals_without_a_relist_and_pods_come_gzipped() {
+    use std::io::Read;
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "ota-heal", 1).await;
+    let node = nodes.names[0].clone();
+    let ns = TestNamespace::new(&client, "ota-heal").await;
+    let n = ns.name.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("edge-app", &node, json!({})),
+    )
+    .await
+    .unwrap();
+
+    let mut proxy = TcpProxy::start(api_server_addr()).await;
+    let dir = temp_dir("ota-heal");
+    let kubeconfig = derived_kubeconfig(&dir, "via-proxy.kubeconfig", Some(proxy.addr), None);
+    let agent = AgentProcess::start(
+        &node,
+        &kubeconfig,
+        &dir.join("state"),
+        &format!("{n}-agent"),
+    )
+    .await;
+    let (_, plain) = wait_for("edge-app served", Duration::from_secs(30), || async {
+        let (response, list) = pods_of(&agent).await?;
+        served_pod(&list, &n, "edge-app").ok_or("not yet")?;
+        Ok((response, list))
+    })
+    .await;
+
+    // The same list, gzip-compressed, for a client that asks for it.
+    let (headers, body) = get_pods_gzip(agent.addr).await;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("content-encoding"), Some("gzip"));
+    assert_eq!(header("x-rollgate-state-source"), Some("live"));
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut json)
+        .expect("a gzip body");
+    let unzipped: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(unzipped, plain);
+    note(format!(
+        "GET /pods gzip: {} bytes for {} of JSON",
+        body.len(),
+        json.len()
+    ));
+
+    // A short cut: the watch fails, then resumes from where it was. The agent must say
+    // "connected" again by itself, with no pod changing and no new list.
+    proxy.stop().await;
+    wait_for(
+        "the agent to notice the cut",
+        Duration::from_secs(20),
+        || async {
+            let (response, _) = pods_of(&agent).await?;
+            (response.header("x-rollgate-api-server") == Some("unreachable"))
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", response.headers))
+        },
+    )
+    .await;
+    proxy.resume().await;
+    let healed = wait_for(
+        "the agent to be connected again",
+        Duration::from_secs(75),
+        || async {
+            let (response, _) = pods_of(&agent).await?;
+            if response.header("x-rollgate-api-server") == Some("connected") {
+                Ok(response)
+            } else {
+                Err(format!("{:?}", response.headers))
+            }
+        },
+    )
+    .await;
+    assert_eq!(healed.header("x-rollgate-state-age-seconds"), Some("0"));
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert_eq!(
+        log.matches("pods of this node listed").count(),
+        1,
+        "healed by re-opening the watch, not by a new list"
+    );
+    note("brief cut healed without a relist");
+
+    // And the watch really is live: a new pod shows up.
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("after-heal", &node, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_for("after-heal served", Duration::from_secs(20), || async {
+        let (_, list) = pods_of(&agent).await?;
+        served_pod(&list, &n, "after-heal")
+            .map(drop)
+            .ok_or("not yet".to_string())
+    })
+    .await;
+
+    agent.kill();
+    proxy.stop().await;
     ns.cleanup().await;
     nodes.cleanup().await;
 }

@@ -1,7 +1,8 @@
 //! The OTA image pre-pull Job against the local control plane: a `PullImageRequested`
 //! request on one pod makes `rollgate controller` pull the DaemonSet's current images on
 //! that pod's node with a Job, then report `PodImageReady`; a pull that fails is reported
-//! as `PullImageFail` with a Warning Event.
+//! as `PullImageFail` with a Warning Event, and asking again after a failure starts a
+//! new pull Job that reports again.
 //!
 //! The test stands in for the node agent's `imagepull` (it writes the request condition
 //! itself). kwok runs the Job's pod: it succeeds ~0.5 s after starting, and fails with
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -23,6 +24,11 @@ const NEED_UPGRADE: &str = "PodNeedUpgrade";
 const IMAGE_READY: &str = "PodImageReady";
 const POD_UID_LABEL: &str = "rollgate.io/image-pull-pod-uid";
 const REVISION_LABEL: &str = "rollgate.io/image-pull-revision";
+/// The registry mirror an air-gapped site would configure for the no-op helper.
+const MIRRORED_HELPER: &str = "registry.local/mirror/busybox:1.36.1-musl";
+/// The pods' ServiceAccount; its pull secret reaches the pods through admission only.
+const SERVICE_ACCOUNT: &str = "edge-agent";
+const ACCOUNT_PULL_SECRET: &str = "edge-agent-registry";
 
 fn daemonset(name: &str, nodes: &TestNodes) -> DaemonSet {
     serde_json::from_value(json!({
@@ -34,7 +40,9 @@ fn daemonset(name: &str, nodes: &TestNodes) -> DaemonSet {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": nodes.selector(),
-                    "imagePullSecrets": [{"name": "regcred"}],
+                    // No imagePullSecrets in the template: the ServiceAccount's are added
+                    // to each pod by admission, so only the pod knows them.
+                    "serviceAccountName": SERVICE_ACCOUNT,
                     "tolerations": [{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}],
                     "initContainers": [{"name": "setup", "image": "registry.local/setup:v1"}],
                     "containers": [{"name": "agent", "image": "registry.local/agent:v1"}]
@@ -135,6 +143,32 @@ async fn request_image_pull(pods: &Api<Pod>, pod: &str, hash: &str) {
         .unwrap_or_else(|e| panic!("requesting a pre-pull on {pod}: {e}"));
 }
 
+/// A pull Job of `pod` other than `not` (by UID) that is not being deleted.
+async fn new_job_of(jobs: &Api<Job>, pod: &Pod, not: &[&str]) -> Job {
+    wait_for(
+        &format!("a new pull Job (not {not:?})"),
+        Duration::from_secs(30),
+        || async {
+            let all = jobs_of(jobs, pod).await;
+            all.iter()
+                .find(|j| {
+                    j.metadata.deletion_timestamp.is_none()
+                        && !not.contains(&j.metadata.uid.as_deref().unwrap_or_default())
+                })
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "{:?}",
+                        all.iter()
+                            .map(|j| j.metadata.name.clone())
+                            .collect::<Vec<_>>()
+                    )
+                })
+        },
+    )
+    .await
+}
+
 async fn jobs_of(jobs: &Api<Job>, pod: &Pod) -> Vec<Job> {
     let uid = pod.metadata.uid.clone().unwrap();
     jobs.list(&ListParams::default().labels(&format!("{POD_UID_LABEL}={uid}")))
@@ -164,11 +198,25 @@ async fn pre_pull_job_reports_success_and_failure() {
     let nodes = TestNodes::create(&client, "imgpull", 2).await;
     let ns = TestNamespace::new(&client, "imgpull").await;
     let n = ns.name.clone();
-    let controller = ControllerProcess::start(&n, "image-pull");
+    let controller = ControllerProcess::start_with_env(
+        &n,
+        "image-pull",
+        &[("ROLLGATE_PREPULL_HELPER_IMAGE", MIRRORED_HELPER)],
+    );
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &n);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &n);
 
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &n);
+    let account: ServiceAccount = serde_json::from_value(json!({
+        "metadata": {"name": SERVICE_ACCOUNT},
+        "imagePullSecrets": [{"name": ACCOUNT_PULL_SECRET}],
+    }))
+    .unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
     dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
         .await
         .unwrap();
@@ -212,6 +260,17 @@ async fn pre_pull_job_reports_success_and_failure() {
     let (pod_a, pod_b) = (list[0].clone(), list[1].clone());
     let name_a = pod_a.metadata.name.clone().unwrap();
     let node_a = node_of(&pod_a);
+    let pod_secrets: Vec<String> = pod_a
+        .spec
+        .iter()
+        .flat_map(|s| s.image_pull_secrets.iter().flatten())
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(
+        pod_secrets,
+        [ACCOUNT_PULL_SECRET],
+        "premise: admission gave the pod its ServiceAccount's pull secret"
+    );
     assert!(
         jobs_of(&jobs, &pod_a).await.is_empty(),
         "no request, no Job"
@@ -221,14 +280,7 @@ async fn pre_pull_job_reports_success_and_failure() {
     request_image_pull(&pods, &name_a, &v2).await;
     note(format!("requested pre-pull of {v2} on {name_a} ({node_a})"));
 
-    let job = wait_for("a pull Job for pod A", Duration::from_secs(30), || async {
-        jobs_of(&jobs, &pod_a)
-            .await
-            .into_iter()
-            .next()
-            .ok_or_else(|| "no Job yet".to_string())
-    })
-    .await;
+    let job = new_job_of(&jobs, &pod_a, &[]).await;
     note(format!(
         "Job {} created",
         job.metadata.name.clone().unwrap()
@@ -248,10 +300,26 @@ async fn pre_pull_job_reports_success_and_failure() {
     assert_eq!(pod_spec.node_name.as_deref(), Some(node_a.as_str()));
     assert_eq!(pod_spec.restart_policy.as_deref(), Some("Never"));
     assert_eq!(pod_spec.automount_service_account_token, Some(false));
+    // Pulls as the pod would: its ServiceAccount and the pull secret admission gave it.
     assert_eq!(
-        pod_spec.image_pull_secrets.as_ref().unwrap()[0].name,
-        "regcred"
+        pod_spec.service_account_name.as_deref(),
+        Some(SERVICE_ACCOUNT)
     );
+    let secrets: Vec<&str> = pod_spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(secrets, [ACCOUNT_PULL_SECRET]);
+    // The helper comes from the configured mirror (ROLLGATE_PREPULL_HELPER_IMAGE).
+    let helpers: Vec<&str> = pod_spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(|c| c.image.as_deref())
+        .collect();
+    assert_eq!(helpers, [MIRRORED_HELPER]);
     assert!(pod_spec
         .tolerations
         .iter()
@@ -359,6 +427,72 @@ async fn pre_pull_job_reports_success_and_failure() {
     )
     .await;
     assert!(events.2.contains(&v3), "{events:?}");
+
+    // A failure is not a dead end: the operator asks again (the agent writes
+    // PullImageRequested once more), and a new Job pulls again and reports again.
+    let failed_job = remaining
+        .iter()
+        .find(|j| j.metadata.deletion_timestamp.is_none())
+        .cloned()
+        .expect("the failed v3 Job");
+    let failed_job_name = failed_job.metadata.name.clone().unwrap();
+    let failed_uid = failed_job.metadata.uid.clone().unwrap();
+    assert!(
+        message.contains(&failed_job_name),
+        "the failure names its Job: {message}"
+    );
+    request_image_pull(&pods, &name_a, &v3).await;
+    note(format!(
+        "asked again for {v3} on {name_a} after the failure"
+    ));
+    let retry = new_job_of(&jobs, &pod_a, &[&failed_uid]).await;
+    let retry_name = retry.metadata.name.clone().unwrap();
+    note(format!("new pull Job {retry_name} created"));
+    assert_ne!(retry_name, failed_job_name, "a new Job per request");
+    assert_eq!(
+        retry
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(REVISION_LABEL)),
+        Some(&v3)
+    );
+    let message = wait_for(
+        "PullImageFail naming the new Job",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get(&name_a).await.map_err(|e| e.to_string())?;
+            match condition_of(&p, IMAGE_READY) {
+                Some((s, r, m))
+                    if s == "False" && r == "PullImageFail" && m.contains(&retry_name) =>
+                {
+                    Ok(m)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    note(format!("{IMAGE_READY}=False again on {name_a}: {message}"));
+    wait_for(
+        "the failed Job of the earlier request deleted",
+        Duration::from_secs(30),
+        || async {
+            let left: Vec<_> = jobs_of(&jobs, &pod_a)
+                .await
+                .into_iter()
+                .filter(|j| j.metadata.uid.as_deref() == Some(failed_uid.as_str()))
+                .filter(|j| j.metadata.deletion_timestamp.is_none())
+                .map(|j| j.metadata.name)
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    )
+    .await;
 
     drop(controller);
     ns.cleanup().await;

@@ -1,22 +1,35 @@
 //! Whether the node API may act on a pod: a pure function from the pod (as the API
 //! server returned it) to either the go-ahead or the exact HTTP refusal.
 //!
-//! The order of the checks is the reference implementation's, so users migrating from
-//! it see the same answer for the same pod: not found, terminating, other node,
-//! `PodNeedUpgrade` not True, image pre-pull unfinished (upgrade only), no DaemonSet
-//! owner. "API server unreachable" comes before all of them but needs I/O, so the
-//! caller decides it (see `api.rs`).
+//! The order of the checks:
+//! 1. the path names a valid namespace and pod name (`target.rs`, before any I/O);
+//! 2. the API server can be reached (needs I/O, so `api.rs` decides it: 503);
+//! 3. the pod exists *on this node*: a pod of another node gets exactly the answer of a
+//!    missing pod (404), so an agent cannot be used to probe the rest of the cluster;
+//! 4. not terminating, `PodNeedUpgrade` True, image pre-pull finished (upgrade only): 403;
+//! 5. owned by a DaemonSet: 400.
+//!
+//! Apart from 3 (the reference answers 500 for a missing pod and 403 for another node's
+//! pod), this is the reference implementation's order, so users migrating from it see
+//! the same answer for the same pod.
 
 use axum::http::StatusCode;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
-use crate::daemonset::ota_plan::{need_upgrade_message, POD_NEED_UPGRADE_CONDITION};
+use crate::daemonset::ota_plan::{
+    need_upgrade_message, revision_in_message, POD_NEED_UPGRADE_CONDITION,
+};
 use crate::daemonset::revision::{is_terminating, pod_node_name};
+use crate::object::pod_condition as condition;
 
 /// Pod condition tracking the optional image pre-pull of the current revision.
 pub const POD_IMAGE_READY_CONDITION: &str = "PodImageReady";
 /// Reason written by the agent when an operator asks for a pre-pull.
 pub const PULL_IMAGE_REQUESTED_REASON: &str = "PullImageRequested";
+/// Reason written by the image-pull controller when the pull Job failed.
+pub const PULL_IMAGE_FAIL_REASON: &str = "PullImageFail";
 
 /// What the operator asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +45,22 @@ impl Action {
             Action::Upgrade => "upgraded",
         }
     }
+
+    /// The last path segment of the action's endpoint.
+    pub fn path_segment(self) -> &'static str {
+        match self {
+            Action::ImagePull => "imagepull",
+            Action::Upgrade => "upgrade",
+        }
+    }
+}
+
+/// The endpoint of `action` on one pod, as an operator would type it.
+pub fn action_path(action: Action, namespace: &str, name: &str) -> String {
+    format!(
+        "/openyurt.io/v1/namespaces/{namespace}/pods/{name}/{}",
+        action.path_segment()
+    )
 }
 
 /// The go-ahead: what the write needs to know about the pod.
@@ -41,6 +70,9 @@ pub struct Approval {
     pub uid: String,
     /// The DaemonSet's current revision hash, from the `PodNeedUpgrade` message.
     pub current_hash: String,
+    /// `lastTransitionTime` of the pod's `PodImageReady` condition, if it has one: a new
+    /// pre-pull request must carry a later time (see [`pull_request_condition`]).
+    pub image_ready_since: Option<Timestamp>,
 }
 
 /// A refusal: the status code and a plain-text body naming the failed check.
@@ -51,7 +83,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(status: StatusCode, message: String) -> Self {
+    pub(crate) fn new(status: StatusCode, message: String) -> Self {
         Refusal { status, message }
     }
 }
@@ -64,9 +96,21 @@ pub fn success_message(action: Action, namespace: &str, name: &str) -> String {
     }
 }
 
-/// Runs every check in the reference order. `pod` is `None` when the API server said
-/// the pod does not exist: we answer 404 (the reference answers 500, which tells a
-/// script "retry" when retrying cannot help).
+/// The answer for a pod that does not exist *or is not on this node*: one text for both,
+/// so the answer does not tell them apart.
+pub fn not_on_this_node(namespace: &str, name: &str, this_node: &str) -> Refusal {
+    Refusal::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "pod {namespace}/{name} not found on node {this_node} (check: pod exists on this \
+             node); GET /pods lists the pods of node {this_node}"
+        ),
+    )
+}
+
+/// Runs every check in order. `pod` is `None` when the API server said the pod does not
+/// exist: we answer 404 (the reference answers 500, which tells a script "retry" when
+/// retrying cannot help).
 pub fn check(
     action: Action,
     namespace: &str,
@@ -75,13 +119,10 @@ pub fn check(
     this_node: &str,
 ) -> Result<Approval, Refusal> {
     let id = format!("{namespace}/{name}");
-    let Some(pod) = pod else {
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            format!(
-                "pod {id} not found (check: pod exists); GET /pods lists the pods of node {this_node}"
-            ),
-        ));
+    // Existence and node in one step, before anything that could tell another node's
+    // pod (terminating, its conditions, its owner) from a missing one.
+    let Some(pod) = pod.filter(|pod| pod_node_name(pod) == Some(this_node)) else {
+        return Err(not_on_this_node(namespace, name, this_node));
     };
 
     if is_terminating(pod) {
@@ -92,28 +133,6 @@ pub fn check(
                  wait for its replacement and use that pod"
             ),
         ));
-    }
-
-    match pod_node_name(pod) {
-        Some(node) if node == this_node => {}
-        Some(other) => {
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "refused: pod {id} is on node {other}, this agent serves node {this_node} \
-                     (check: pod on this node); ask the agent on node {other}"
-                ),
-            ))
-        }
-        None => {
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "refused: pod {id} is not bound to any node, this agent serves node \
-                     {this_node} (check: pod on this node)"
-                ),
-            ))
-        }
     }
 
     let need_upgrade = condition(pod, POD_NEED_UPGRADE_CONDITION);
@@ -147,7 +166,7 @@ pub fn check(
     };
 
     if action == Action::Upgrade {
-        check_pre_pull(pod, &id, &current_hash)?;
+        check_pre_pull(pod, namespace, name, &current_hash)?;
     }
 
     check_daemonset_owner(pod, &id, action)?;
@@ -155,20 +174,60 @@ pub fn check(
     Ok(Approval {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         current_hash,
+        image_ready_since: condition(pod, POD_IMAGE_READY_CONDITION)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
     })
+}
+
+/// The condition an approved `imagepull` writes: `PodImageReady=False`,
+/// `PullImageRequested`, `controllerrevision: <hash>`.
+///
+/// The image-pull controller tells one request from the next by this
+/// `lastTransitionTime` (a finished Job answers only the request it was created for), so
+/// a retry after a failed pull must carry a time that differs from the previous
+/// request's. The API server keeps whole seconds, and the agent's clock may lag the
+/// controller's: the time is `now` in whole seconds, or one second after the pod's
+/// current `PodImageReady` time (which is at or after the previous request), whichever
+/// is later.
+pub fn pull_request_condition(approval: &Approval, now: Timestamp) -> PodCondition {
+    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let requested_at = match approval.image_ready_since {
+        Some(previous) if previous.as_second() >= now.as_second() => {
+            Timestamp::from_second(previous.as_second() + 1).unwrap_or(now)
+        }
+        _ => now,
+    };
+    PodCondition {
+        type_: POD_IMAGE_READY_CONDITION.into(),
+        status: "False".into(),
+        reason: Some(PULL_IMAGE_REQUESTED_REASON.into()),
+        message: Some(need_upgrade_message(&approval.current_hash)),
+        last_transition_time: Some(Time(requested_at)),
+        ..Default::default()
+    }
 }
 
 /// Pre-pull is optional: no `PodImageReady` means go. Once requested, the upgrade waits
 /// for a successful pull of the current revision, so the pod does not restart into a
-/// long image download or a pull that is known to fail.
-fn check_pre_pull(pod: &Pod, id: &str, current_hash: &str) -> Result<(), Refusal> {
+/// long image download or a pull that is known to fail. A failed pull is not a dead
+/// end: `imagepull` again requests a fresh pull.
+fn check_pre_pull(
+    pod: &Pod,
+    namespace: &str,
+    name: &str,
+    current_hash: &str,
+) -> Result<(), Refusal> {
     let Some(ready) = condition(pod, POD_IMAGE_READY_CONDITION) else {
         return Ok(());
     };
+    let id = format!("{namespace}/{name}");
     let wanted = need_upgrade_message(current_hash);
+    let retry_path = action_path(Action::ImagePull, namespace, name);
     let accepted = format!(
         "the upgrade is accepted once {POD_IMAGE_READY_CONDITION} is True with message \
-         \"{wanted}\"; if the pull failed or is for another revision, request imagepull again"
+         \"{wanted}\"; if the pull failed or is for another revision, request imagepull again \
+         (POST {retry_path})"
     );
     let check = "(check: image pre-pull finished for the current revision)";
     if ready.status == "True" {
@@ -178,7 +237,7 @@ fn check_pre_pull(pod: &Pod, id: &str, current_hash: &str) -> Result<(), Refusal
         let pulled = ready
             .message
             .as_deref()
-            .and_then(|m| m.strip_prefix("controllerrevision: "))
+            .and_then(revision_in_message)
             .unwrap_or("an unknown revision");
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
@@ -190,6 +249,17 @@ fn check_pre_pull(pod: &Pod, id: &str, current_hash: &str) -> Result<(), Refusal
     }
     let reason = ready.reason.as_deref().unwrap_or("no reason");
     let detail = ready.message.as_deref().unwrap_or_default();
+    if reason == PULL_IMAGE_FAIL_REASON {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: the image pre-pull of pod {id} failed: {POD_IMAGE_READY_CONDITION} is \
+                 {} ({reason}: {detail}) {check}; retry the pull with POST {retry_path}, then \
+                 upgrade once {POD_IMAGE_READY_CONDITION} is True with message \"{wanted}\"",
+                ready.status
+            ),
+        ));
+    }
     Err(Refusal::new(
         StatusCode::FORBIDDEN,
         format!(
@@ -230,23 +300,9 @@ fn check_daemonset_owner(pod: &Pod, id: &str, action: Action) -> Result<(), Refu
     ))
 }
 
-fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 /// The hash named by a `controllerrevision: <hash>` condition message.
 fn revision_of(condition: &PodCondition) -> Option<&str> {
-    condition
-        .message
-        .as_deref()?
-        .strip_prefix("controllerrevision: ")
-        .map(str::trim)
-        .filter(|hash| !hash.is_empty())
+    revision_in_message(condition.message.as_deref()?)
 }
 
 #[cfg(test)]
@@ -286,12 +342,16 @@ mod tests {
         }
     }
 
+    /// When the test conditions last changed.
+    const SINCE: i64 = 1_780_000_000;
+
     fn cond(type_: &str, status: &str, hash: &str, reason: Option<&str>) -> PodCondition {
         PodCondition {
             type_: type_.into(),
             status: status.into(),
             message: Some(need_upgrade_message(hash)),
             reason: reason.map(Into::into),
+            last_transition_time: Some(Time(Timestamp::from_second(SINCE).unwrap())),
             ..Default::default()
         }
     }
@@ -398,10 +458,16 @@ mod tests {
             ),
         );
         // A terminating pod on another node without PodNeedUpgrade and without owner:
-        // the first check in the order (terminating) decides.
+        // the node decides first, as if the pod did not exist.
         let everything_wrong = {
             let mut p = without_condition(terminating.clone(), POD_NEED_UPGRADE_CONDITION);
             p.spec.as_mut().unwrap().node_name = Some("edge-b".into());
+            p.metadata.owner_references = None;
+            p
+        };
+        // The same on this node: terminating comes next.
+        let terminating_orphan_up_to_date = {
+            let mut p = without_condition(terminating.clone(), POD_NEED_UPGRADE_CONDITION);
             p.metadata.owner_references = None;
             p
         };
@@ -422,7 +488,7 @@ mod tests {
                 Upgrade,
                 None,
                 Some(404),
-                "not found (check: pod exists)",
+                "not found on node edge-a (check: pod exists on this node)",
             ),
             (
                 "not found imagepull",
@@ -446,18 +512,18 @@ mod tests {
                 "is terminating",
             ),
             (
-                "other node",
+                "other node: as if missing",
                 Upgrade,
                 Some(&elsewhere),
-                Some(403),
-                "is on node edge-b, this agent serves node edge-a",
+                Some(404),
+                "not found on node edge-a (check: pod exists on this node)",
             ),
             (
-                "unbound",
+                "unbound: as if missing",
                 ImagePull,
                 Some(&unbound),
-                Some(403),
-                "not bound to any node",
+                Some(404),
+                "not found on node edge-a",
             ),
             (
                 "up to date",
@@ -499,7 +565,16 @@ mod tests {
                 Upgrade,
                 Some(&pull_failed),
                 Some(403),
-                "PodImageReady is False (PullImageFail",
+                "pre-pull of pod default/nginx-daemonset-bwzss failed: PodImageReady is False \
+                 (PullImageFail: controllerrevision: new)",
+            ),
+            (
+                "pull failed: names the retry",
+                Upgrade,
+                Some(&pull_failed),
+                Some(403),
+                "retry the pull with POST \
+                 /openyurt.io/v1/namespaces/default/pods/nginx-daemonset-bwzss/imagepull",
             ),
             (
                 "pulled older revision",
@@ -559,9 +634,16 @@ mod tests {
                 "has no controlling owner",
             ),
             (
-                "order: terminating first",
+                "order: node first",
                 Upgrade,
                 Some(&everything_wrong),
+                Some(404),
+                "not found on node edge-a",
+            ),
+            (
+                "order: terminating second",
+                Upgrade,
+                Some(&terminating_orphan_up_to_date),
                 Some(403),
                 "is terminating",
             ),
@@ -579,6 +661,14 @@ mod tests {
                 (None, Ok(approval)) => {
                     assert_eq!(approval.uid, "uid-1", "{case}");
                     assert_eq!(approval.current_hash, "new", "{case}");
+                    let image_ready = pod.and_then(|p| condition(p, POD_IMAGE_READY_CONDITION));
+                    assert_eq!(
+                        approval.image_ready_since,
+                        image_ready
+                            .and_then(|c| c.last_transition_time.clone())
+                            .map(|t| t.0),
+                        "{case}"
+                    );
                 }
                 (Some(status), Err(refusal)) => {
                     assert_eq!(
@@ -622,6 +712,135 @@ mod tests {
             "{}",
             refusal.message
         );
+    }
+
+    /// An agent must not be a way to learn about other nodes' pods: whatever the state
+    /// of a pod elsewhere, the answer is byte for byte the one for a missing pod.
+    #[test]
+    fn another_nodes_pod_gets_exactly_the_answer_of_a_missing_pod() {
+        let elsewhere = |mut p: Pod, node: Option<&str>| {
+            p.spec.as_mut().unwrap().node_name = node.map(Into::into);
+            p
+        };
+        let terminating = {
+            let mut p = pod();
+            p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+            p
+        };
+        let orphan = {
+            let mut p = pod();
+            p.metadata.owner_references = None;
+            p
+        };
+        let variants = [
+            pod(),
+            terminating,
+            orphan,
+            without_condition(pod(), POD_NEED_UPGRADE_CONDITION),
+            set_condition(
+                pod(),
+                cond(
+                    POD_IMAGE_READY_CONDITION,
+                    "False",
+                    "new",
+                    Some("PullImageFail"),
+                ),
+            ),
+        ];
+        for action in [Action::ImagePull, Action::Upgrade] {
+            let missing = run(action, None).unwrap_err();
+            assert_eq!(missing.status, StatusCode::NOT_FOUND);
+            for variant in &variants {
+                for node in [Some("edge-b"), None, Some(""), Some("edge-a2")] {
+                    let other = elsewhere(variant.clone(), node);
+                    assert_eq!(
+                        run(action, Some(&other)),
+                        Err(missing.clone()),
+                        "{action:?} on a pod of node {node:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_pull_request_always_carries_a_time_after_the_previous_one() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let approval = |since: Option<i64>| Approval {
+            uid: "uid-1".into(),
+            current_hash: "new".into(),
+            image_ready_since: since.map(at),
+        };
+        let now = at(SINCE) + std::time::Duration::from_millis(700);
+        // (case, PodImageReady lastTransitionTime, now, written time)
+        let cases = [
+            ("first request: now, whole seconds", None, now, at(SINCE)),
+            ("previous well before now", Some(SINCE - 60), now, at(SINCE)),
+            (
+                "previous in the same second (a fast failure)",
+                Some(SINCE),
+                now,
+                at(SINCE + 1),
+            ),
+            (
+                "agent clock behind the controller's",
+                Some(SINCE + 30),
+                now,
+                at(SINCE + 31),
+            ),
+        ];
+        for (case, since, now, want) in cases {
+            let written = pull_request_condition(&approval(since), now);
+            assert_eq!(written.last_transition_time, Some(Time(want)), "{case}");
+            assert_eq!(written.type_, POD_IMAGE_READY_CONDITION, "{case}");
+            assert_eq!(written.status, "False", "{case}");
+            assert_eq!(
+                written.reason.as_deref(),
+                Some(PULL_IMAGE_REQUESTED_REASON),
+                "{case}"
+            );
+            assert_eq!(
+                written.message.as_deref(),
+                Some("controllerrevision: new"),
+                "{case}"
+            );
+        }
+    }
+
+    /// A failed pull is retried by asking again: the retry is approved and writes a fresh
+    /// `PullImageRequested` for the current revision, later than the failure.
+    #[test]
+    fn imagepull_after_a_failed_pull_requests_a_fresh_pull() {
+        let failed = set_condition(
+            pod(),
+            cond(
+                POD_IMAGE_READY_CONDITION,
+                "False",
+                "new",
+                Some("PullImageFail"),
+            ),
+        );
+        let approval = run(Action::ImagePull, Some(&failed)).expect("a retry is allowed");
+        let written = pull_request_condition(&approval, Timestamp::from_second(SINCE).unwrap());
+        assert_eq!(written.status, "False");
+        assert_eq!(written.reason.as_deref(), Some(PULL_IMAGE_REQUESTED_REASON));
+        assert_eq!(written.message.as_deref(), Some("controllerrevision: new"));
+        let failed_at = condition(&failed, POD_IMAGE_READY_CONDITION)
+            .unwrap()
+            .last_transition_time
+            .clone()
+            .unwrap();
+        assert!(written.last_transition_time.unwrap().0 > failed_at.0);
+
+        // Meanwhile an upgrade says why not, and how to retry.
+        let refusal = run(Action::Upgrade, Some(&failed)).unwrap_err();
+        assert_eq!(refusal.status, StatusCode::FORBIDDEN);
+        assert!(refusal
+            .message
+            .contains("pre-pull of pod default/nginx-daemonset-bwzss failed"));
+        assert!(refusal.message.contains(
+            "POST /openyurt.io/v1/namespaces/default/pods/nginx-daemonset-bwzss/imagepull"
+        ));
     }
 
     #[test]

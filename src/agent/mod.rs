@@ -1,7 +1,9 @@
 //! The node-local agent: the OpenYurt-compatible OTA REST API on 127.0.0.1:10267.
 //!
 //! - `watch`: lists and watches the pods bound to this node into `state`;
-//! - `state`: the pods, pre-serialized for `GET /pods`, saved to `--state-dir`;
+//! - `state`: the pods, pre-serialized for `GET /pods`;
+//! - `persist`: the state file in `--state-dir` (atomic, rate-limited writes);
+//! - `target`: the namespace and pod name of a POST path, validated before any I/O;
 //! - `checks`: the pure decision whether a POST may act on a pod;
 //! - `api`: the HTTP routes.
 //!
@@ -9,7 +11,9 @@
 //! cut off still answers `GET /pods` from its saved state.
 pub mod api;
 pub mod checks;
+pub mod persist;
 pub mod state;
+pub mod target;
 pub mod watch;
 
 use std::time::Duration;
@@ -21,24 +25,15 @@ use kube::Api;
 use crate::cli::AgentArgs;
 use crate::runtime::Shutdown;
 
-/// How long a burst of pod changes may go unsaved.
-const SAVE_DEBOUNCE: Duration = Duration::from_millis(500);
-/// While connected, the saved timestamp is refreshed this often.
-const SAVE_REFRESH: Duration = Duration::from_secs(30);
-
 pub async fn run(args: AgentArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     // No connection check here (unlike the controller): the API server may be out of
     // reach for hours, and serving the saved state is the point.
     let config = kube::Config::infer()
         .await
         .context("no usable cluster config: set KUBECONFIG or run in a pod")?;
-    let watch_client = kube::Client::try_from(watch_config(config.clone()))
-        .context("building the watch client")?;
-    let write_client =
-        kube::Client::try_from(write_config(config)).context("building the write client")?;
 
     let state = state::NodeState::new(&args.node_name);
-    if let Some(saved) = state::load(&args.state_dir) {
+    if let Some(saved) = persist::load(&args.state_dir) {
         let as_of = saved.current_as_of;
         let pods = saved.pod_list.items.len();
         if state.load_from_disk(saved) {
@@ -47,19 +42,25 @@ pub async fn run(args: AgentArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         }
     }
 
+    let watch_client = kube::client::ClientBuilder::try_from(watch_config(config.clone()))
+        .context("building the watch client")?
+        .with_layer(&watch::WatchAnswered::new(state.clone()))
+        .build();
+    let write_client =
+        kube::Client::try_from(write_config(config)).context("building the write client")?;
+
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding the node API to {}", args.listen))?;
     let bound = listener.local_addr()?;
     tracing::info!(node = %args.node_name, listen = %bound, "node API listening");
 
-    let watcher = tokio::spawn(watch::run(Api::<Pod>::all(watch_client), state.clone()));
-    let persister = tokio::spawn(state::persist(
+    let writer = persist::StateWriter::spawn(
         state.clone(),
         args.state_dir.clone(),
-        SAVE_DEBOUNCE,
-        SAVE_REFRESH,
-    ));
+        args.state_write_interval,
+    );
+    let watcher = tokio::spawn(watch::run(Api::<Pod>::all(watch_client), state.clone()));
     let app = api::router(api::AppState {
         state: state.clone(),
         client: write_client,
@@ -69,18 +70,15 @@ pub async fn run(args: AgentArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown.requested())
         .await;
     watcher.abort();
-    persister.abort();
-    // A last save so a restart starts from the newest state with an honest age.
-    if let Some(bytes) = state.to_save() {
-        if let Err(e) = state::save(&args.state_dir, &bytes) {
-            tracing::warn!(error = %e, "cannot save the pod state at shutdown");
-        }
-    }
+    // The last write, by the one writer, so a restart starts from the newest state with
+    // an honest age.
+    writer.finish().await;
     served.context("serving the node API")
 }
 
-/// The watch: no overall read timeout (a watch is long-lived; `watch.rs` has an idle
-/// guard), but a bounded connect so a cut is noticed quickly.
+/// The watch: a bounded connect so a cut is noticed quickly, and a read timeout above
+/// the watch's own renewal (`watch.rs`) so a quiet watch is not cut, but a connection
+/// that went silent (no RST) is.
 fn watch_config(mut config: kube::Config) -> kube::Config {
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(120));

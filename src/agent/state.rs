@@ -1,20 +1,22 @@
 //! The agent's view of its node: the pods bound to it, kept current by the watch, served
-//! by `GET /pods`, and saved to disk so a restarted agent can answer while cut off.
+//! by `GET /pods`, and saved to disk (`persist.rs`) so a restarted agent can answer
+//! while cut off.
 //!
 //! `GET /pods` must be cheap (a benchmark hits it), so every change re-serializes the
-//! `PodList` once and the handler only clones the shared bytes.
+//! `PodList` once and the handler only clones the shared bytes; the gzip form is
+//! compressed at most once per change, on the first request that asks for it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::io::Write;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use k8s_openapi::jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+
+pub use super::persist::SavedState;
 
 /// Where the served pods came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +36,43 @@ impl Source {
     }
 }
 
+/// The serialized `PodList` and, once asked for, its gzip form.
+#[derive(Debug, Clone)]
+pub struct ServedList {
+    /// The `v1` `PodList` JSON.
+    pub json: Bytes,
+    gzip: Arc<OnceLock<Bytes>>,
+}
+
+impl ServedList {
+    fn new(json: Bytes) -> Self {
+        ServedList {
+            json,
+            gzip: Arc::default(),
+        }
+    }
+
+    /// The JSON gzip-compressed; computed once per change and shared by every request.
+    pub fn gzip(&self) -> Bytes {
+        self.gzip.get_or_init(|| gzip(&self.json)).clone()
+    }
+}
+
+fn gzip(json: &[u8]) -> Bytes {
+    use flate2::write::GzEncoder;
+    use flate2::Compression;
+    let mut encoder = GzEncoder::new(Vec::with_capacity(json.len() / 4), Compression::fast());
+    // Writing to a Vec cannot fail.
+    encoder
+        .write_all(json)
+        .expect("gzip into memory never fails");
+    Bytes::from(encoder.finish().expect("gzip into memory never fails"))
+}
+
 /// What `GET /pods` serves.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    /// The `v1` `PodList` JSON.
-    pub body: Bytes,
+    pub body: ServedList,
     pub source: Source,
     /// Whether the watch is connected, i.e. the state is current now.
     pub connected: bool,
@@ -60,17 +94,31 @@ impl Snapshot {
     }
 }
 
+/// The state as it would be written to disk now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaveCandidate {
+    /// Which version of the state this is (see [`NodeState::generation`]).
+    pub generation: u64,
+    /// The file content (`persist::SavedState` as JSON).
+    pub bytes: Vec<u8>,
+    /// Whether the watch was connected: the saved "current as of" is then `now`, so
+    /// the file ages even when nothing else changed.
+    pub connected: bool,
+}
+
 type Key = (String, String);
 
 struct Inner {
     pods: BTreeMap<Key, Pod>,
-    resource_version: Option<String>,
     /// `None` until the first list (or a disk load): `GET /pods` then answers 503.
-    body: Option<Bytes>,
+    body: Option<ServedList>,
     source: Source,
     connected: bool,
     current_as_of: SystemTime,
     last_error: Option<String>,
+    /// Bumped on every change of what is saved (the pods, the source, the connection),
+    /// and only then: the writer compares it to skip writes of an unchanged state.
+    generation: u64,
 }
 
 /// The shared state; cheap to clone.
@@ -78,7 +126,7 @@ struct Inner {
 pub struct NodeState {
     node: Arc<str>,
     inner: Arc<RwLock<Inner>>,
-    /// Bumped on every change worth saving; the persister waits on it.
+    /// Carries the generation; the writer waits on it.
     changes: watch::Sender<u64>,
 }
 
@@ -89,12 +137,12 @@ impl NodeState {
             node: node.into(),
             inner: Arc::new(RwLock::new(Inner {
                 pods: BTreeMap::new(),
-                resource_version: None,
                 body: None,
                 source: Source::Live,
                 connected: false,
                 current_as_of: SystemTime::UNIX_EPOCH,
                 last_error: None,
+                generation: 0,
             })),
             changes,
         }
@@ -129,39 +177,49 @@ impl NodeState {
             .flatten()
     }
 
-    /// A fresh list from the API server replaces everything (including a disk state).
-    pub fn replace_all(&self, pods: Vec<Pod>, resource_version: Option<String>) {
+    /// The version of what would be saved; changes exactly when the saved content would.
+    pub fn generation(&self) -> u64 {
+        self.inner.read().expect("state lock poisoned").generation
+    }
+
+    /// A complete list from the API server replaces everything (including a disk
+    /// state), and means the state is current.
+    pub fn replace_all(&self, pods: Vec<Pod>) {
         self.update(|inner| {
             inner.pods = pods.into_iter().map(|p| (key(&p), prune(p))).collect();
-            inner.resource_version = resource_version;
+            let moved = inner.source != Source::Live || !inner.connected;
             inner.source = Source::Live;
             inner.connected = true;
             inner.last_error = None;
+            moved
         });
     }
 
     pub fn apply(&self, pod: Pod) {
         self.update(|inner| {
-            inner.resource_version = pod.metadata.resource_version.clone();
             inner.pods.insert(key(&pod), prune(pod));
+            false
         });
     }
 
     pub fn delete(&self, pod: &Pod) {
         self.update(|inner| {
-            inner.resource_version = pod.metadata.resource_version.clone();
             inner.pods.remove(&key(pod));
+            false
         });
     }
 
-    /// The watch is open again: the state is current.
+    /// The API server answered a watch: the state is current again (unless it was never
+    /// listed in this process; then only the list makes it current).
     pub fn set_connected(&self) {
         let mut inner = self.inner.write().expect("state lock poisoned");
         if !inner.connected && inner.source == Source::Live && inner.body.is_some() {
             inner.connected = true;
             inner.last_error = None;
+            inner.generation += 1;
+            let generation = inner.generation;
             drop(inner);
-            self.changes.send_modify(|v| *v += 1);
+            self.changes.send_replace(generation);
         }
     }
 
@@ -169,15 +227,15 @@ impl NodeState {
     pub fn set_disconnected(&self, reason: String) {
         let mut inner = self.inner.write().expect("state lock poisoned");
         let was_connected = inner.connected;
+        inner.last_error = Some(reason);
         if was_connected {
             inner.connected = false;
             inner.current_as_of = SystemTime::now();
-        }
-        inner.last_error = Some(reason);
-        drop(inner);
-        // Save once at the moment of the cut, so a restart knows the true age.
-        if was_connected {
-            self.changes.send_modify(|v| *v += 1);
+            // Saved once at the moment of the cut, so a restart knows the true age.
+            inner.generation += 1;
+            let generation = inner.generation;
+            drop(inner);
+            self.changes.send_replace(generation);
         }
     }
 
@@ -198,22 +256,21 @@ impl NodeState {
             .into_iter()
             .map(|p| (key(&p), prune(p)))
             .collect();
-        inner.resource_version = saved.pod_list.metadata.resource_version;
         inner.source = Source::Disk;
         inner.connected = false;
         inner.current_as_of = SystemTime::from(saved.current_as_of);
-        inner.body = Some(serialize(&inner.pods, &inner.resource_version));
+        inner.body = Some(ServedList::new(serialize(&inner.pods)));
         true
     }
 
-    /// The state to write to disk, or `None` when there is nothing new to save (never
-    /// synced, or only what was loaded from disk).
-    pub fn to_save(&self) -> Option<Vec<u8>> {
+    /// The state to write to disk, or `None` when there is nothing of this process to
+    /// save (never synced, or only what was loaded from disk).
+    pub fn to_save(&self) -> Option<SaveCandidate> {
         let inner = self.inner.read().expect("state lock poisoned");
         if inner.source == Source::Disk {
             return None;
         }
-        let body = inner.body.as_ref()?;
+        let body = &inner.body.as_ref()?.json;
         let as_of = if inner.connected {
             SystemTime::now()
         } else {
@@ -229,97 +286,35 @@ impl NodeState {
         out.extend_from_slice(b",\"podList\":");
         out.extend_from_slice(body);
         out.push(b'}');
-        Some(out)
+        Some(SaveCandidate {
+            generation: inner.generation,
+            bytes: out,
+            connected: inner.connected,
+        })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 
-    fn update(&self, change: impl FnOnce(&mut Inner)) {
+    /// Applies `change` (which says whether it changed more than the pods) and
+    /// re-serializes; the generation moves only if the served list or the connection
+    /// did, so a relist that finds the same pods writes nothing.
+    fn update(&self, change: impl FnOnce(&mut Inner) -> bool) {
         let mut inner = self.inner.write().expect("state lock poisoned");
-        change(&mut inner);
-        inner.body = Some(serialize(&inner.pods, &inner.resource_version));
+        let moved = change(&mut inner);
+        let json = serialize(&inner.pods);
+        let same_pods = inner.body.as_ref().is_some_and(|old| old.json == json);
+        if same_pods && !moved {
+            return;
+        }
+        if !same_pods {
+            inner.body = Some(ServedList::new(json));
+        }
+        inner.generation += 1;
+        let generation = inner.generation;
         drop(inner);
-        self.changes.send_modify(|v| *v += 1);
-    }
-}
-
-/// The file format of `--state-dir/pods.json`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SavedState {
-    pub node_name: String,
-    /// The last moment the saved pods were known to be current.
-    pub current_as_of: Timestamp,
-    pub pod_list: k8s_openapi::List<Pod>,
-}
-
-pub fn state_file(dir: &Path) -> PathBuf {
-    dir.join("pods.json")
-}
-
-/// Reads the saved state; a missing or unreadable file is "no state" (logged).
-pub fn load(dir: &Path) -> Option<SavedState> {
-    let path = state_file(dir);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "cannot read the saved state");
-            return None;
-        }
-    };
-    match serde_json::from_slice(&bytes) {
-        Ok(saved) => Some(saved),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "ignoring a corrupt saved state");
-            None
-        }
-    }
-}
-
-/// Atomic write: a reader (or a crash) sees the old file or the new one, never half.
-pub fn save(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(".pods.json.tmp");
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&tmp, state_file(dir))
-}
-
-/// Saves after every burst of changes (debounced), and refreshes the saved timestamp
-/// while connected so a restart computes an honest age. Runs until dropped.
-pub async fn persist(state: NodeState, dir: PathBuf, debounce: Duration, refresh: Duration) {
-    let mut changes = state.subscribe();
-    loop {
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                tokio::time::sleep(debounce).await;
-                changes.borrow_and_update();
-            }
-            _ = tokio::time::sleep(refresh) => {
-                if !state.snapshot().is_some_and(|s| s.connected) {
-                    continue;
-                }
-            }
-        }
-        let Some(bytes) = state.to_save() else {
-            continue;
-        };
-        let dir = dir.clone();
-        match tokio::task::spawn_blocking(move || save(&dir, &bytes)).await {
-            Ok(Ok(())) => tracing::debug!("pod state saved"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot save the pod state"),
-            Err(e) => tracing::warn!(error = %e, "saving the pod state panicked"),
-        }
+        self.changes.send_replace(generation);
     }
 }
 
@@ -336,13 +331,12 @@ fn prune(mut pod: Pod) -> Pod {
     pod
 }
 
-fn serialize(pods: &BTreeMap<Key, Pod>, resource_version: &Option<String>) -> Bytes {
+/// The served list carries no `resourceVersion`: it is assembled from a cache, not a
+/// point of the API server's history a client could resume a watch from.
+fn serialize(pods: &BTreeMap<Key, Pod>) -> Bytes {
     let list = k8s_openapi::List {
         items: pods.values().cloned().collect(),
-        metadata: ListMeta {
-            resource_version: resource_version.clone(),
-            ..Default::default()
-        },
+        metadata: Default::default(),
     };
     Bytes::from(serde_json::to_vec(&list).expect("a PodList always serializes"))
 }
@@ -352,7 +346,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 
-    fn pod(ns: &str, name: &str) -> Pod {
+    pub(crate) fn pod(ns: &str, name: &str) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 namespace: Some(ns.into()),
@@ -366,7 +360,7 @@ mod tests {
     }
 
     fn served(state: &NodeState) -> serde_json::Value {
-        serde_json::from_slice(&state.snapshot().unwrap().body).unwrap()
+        serde_json::from_slice(&state.snapshot().unwrap().body.json).unwrap()
     }
 
     #[test]
@@ -379,7 +373,7 @@ mod tests {
     #[test]
     fn serves_a_v1_pod_list_sorted_without_managed_fields() {
         let state = NodeState::new("edge-a");
-        state.replace_all(vec![pod("b", "x"), pod("a", "y")], Some("5".into()));
+        state.replace_all(vec![pod("b", "x"), pod("a", "y")]);
         state.apply(pod("a", "z"));
         let list = served(&state);
         assert_eq!(list["apiVersion"], "v1");
@@ -398,9 +392,59 @@ mod tests {
     }
 
     #[test]
+    fn the_gzip_form_decompresses_to_the_json_and_is_shared() {
+        use std::io::Read;
+        let state = NodeState::new("edge-a");
+        state.replace_all((0..50).map(|i| pod("a", &format!("p{i}"))).collect());
+        let snapshot = state.snapshot().unwrap();
+        let gz = snapshot.body.gzip();
+        assert!(gz.len() < snapshot.body.json.len(), "compresses");
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut json)
+            .unwrap();
+        assert_eq!(json, snapshot.body.json);
+        // Compressed once: a second request gets the same buffer.
+        let again = state.snapshot().unwrap().body.gzip();
+        assert_eq!(again.as_ptr(), gz.as_ptr());
+        // A change makes a new one.
+        state.delete(&pod("a", "p0"));
+        assert_ne!(state.snapshot().unwrap().body.gzip(), gz);
+    }
+
+    #[test]
+    fn the_generation_moves_only_when_the_saved_content_does() {
+        let state = NodeState::new("edge-a");
+        state.replace_all(vec![pod("a", "x")]);
+        let listed = state.generation();
+
+        // A relist (after an outage, a 410) that finds the same pods: nothing to save.
+        state.replace_all(vec![pod("a", "x")]);
+        assert_eq!(state.generation(), listed, "same pods relisted");
+        state.apply(pod("a", "x"));
+        assert_eq!(state.generation(), listed, "same pod re-applied");
+        state.delete(&pod("a", "never-there"));
+        assert_eq!(state.generation(), listed, "unknown pod deleted");
+        state.set_connected();
+        assert_eq!(state.generation(), listed, "already connected");
+
+        state.apply(pod("a", "y"));
+        let changed = state.generation();
+        assert!(changed > listed, "a new pod");
+        state.set_disconnected("cut".into());
+        let cut = state.generation();
+        assert!(cut > changed, "the cut is saved");
+        state.set_disconnected("still cut".into());
+        assert_eq!(state.generation(), cut, "still cut: nothing new to save");
+        state.set_connected();
+        assert!(state.generation() > cut, "back");
+        assert_eq!(state.to_save().unwrap().generation, state.generation());
+    }
+
+    #[test]
     fn age_is_zero_while_connected_and_grows_once_cut_off() {
         let state = NodeState::new("edge-a");
-        state.replace_all(vec![pod("a", "x")], None);
+        state.replace_all(vec![pod("a", "x")]);
         let snapshot = state.snapshot().unwrap();
         assert!(snapshot.connected);
         assert_eq!(
@@ -418,52 +462,5 @@ mod tests {
         state.set_connected();
         assert!(state.snapshot().unwrap().connected);
         assert_eq!(state.last_error(), None);
-    }
-
-    #[test]
-    fn a_saved_state_round_trips_and_is_served_as_disk() {
-        let dir = std::env::temp_dir().join(format!("rollgate-agent-state-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let live = NodeState::new("edge-a");
-        live.replace_all(vec![pod("a", "x")], Some("9".into()));
-        live.set_disconnected("gone".into());
-        let cut_at = live.snapshot().unwrap().current_as_of;
-        save(&dir, &live.to_save().unwrap()).unwrap();
-
-        let restarted = NodeState::new("edge-a");
-        assert!(restarted.load_from_disk(load(&dir).unwrap()));
-        let snapshot = restarted.snapshot().unwrap();
-        assert_eq!(snapshot.source, Source::Disk);
-        assert!(!snapshot.connected);
-        // The saved timestamp has second precision or better: the age survives restarts.
-        let drift = cut_at
-            .duration_since(snapshot.current_as_of)
-            .unwrap_or_else(|e| e.duration());
-        assert!(drift < Duration::from_secs(1), "drift {drift:?}");
-        assert_eq!(served(&restarted)["items"][0]["metadata"]["name"], "x");
-        assert!(
-            restarted.to_save().is_none(),
-            "a disk state is not saved back"
-        );
-
-        // A later list replaces the disk state.
-        restarted.replace_all(vec![], None);
-        assert_eq!(restarted.snapshot().unwrap().source, Source::Live);
-        assert!(served(&restarted)["items"].as_array().unwrap().is_empty());
-
-        let other_node = NodeState::new("edge-b");
-        assert!(!other_node.load_from_disk(load(&dir).unwrap()));
-        assert!(other_node.snapshot().is_none());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_corrupt_state_file_is_ignored() {
-        let dir =
-            std::env::temp_dir().join(format!("rollgate-agent-corrupt-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(state_file(&dir), b"{not json").unwrap();
-        assert!(load(&dir).is_none());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

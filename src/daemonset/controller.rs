@@ -24,6 +24,7 @@ use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
 use super::rolling_plan::{plan_rolling_update, Blocker, Progress, RollingInput, RollingPlan};
 use super::said_once::{SaidOnce, Topic};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
@@ -107,6 +108,7 @@ pub fn start(
     client: Client,
     metrics: &Metrics,
     concurrency: u16,
+    leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
     let stores = watches.stores.clone();
@@ -143,6 +145,7 @@ pub fn start(
         concurrency,
         synced: watches.synced(),
         errors: daemonset_metrics.reconcile_errors.clone(),
+        leadership,
         shutdown: shutdown.clone(),
     };
     let forgetting = forget_deleted(watches, ctx.clone(), shutdown);

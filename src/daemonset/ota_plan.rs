@@ -12,13 +12,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::revision::{is_controlled_by, CurrentRevision};
+use crate::object::{pod_condition, pod_conditions};
 
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 
+/// Condition messages naming a revision (`PodNeedUpgrade`, `PodImageReady`) start so.
+const REVISION_MESSAGE_PREFIX: &str = "controllerrevision: ";
+
 /// The condition message naming the current revision: `controllerrevision: <hash>`.
 pub fn need_upgrade_message(current_hash: &str) -> String {
-    format!("controllerrevision: {current_hash}")
+    format!("{REVISION_MESSAGE_PREFIX}{current_hash}")
+}
+
+/// The hash a `controllerrevision: <hash>[; ...]` condition message names, if any.
+pub fn revision_in_message(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix(REVISION_MESSAGE_PREFIX)?;
+    let hash = rest.split(';').next().unwrap_or_default().trim();
+    (!hash.is_empty()).then_some(hash)
 }
 
 /// A `PodNeedUpgrade` condition to write on one pod (status subresource).
@@ -134,17 +145,8 @@ pub fn plan_stale_condition_removals(
     stale
 }
 
-fn pod_conditions(pod: &Pod) -> &[PodCondition] {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_deref())
-        .unwrap_or_default()
-}
-
 fn need_upgrade_condition(pod: &Pod) -> Option<&PodCondition> {
-    pod_conditions(pod)
-        .iter()
-        .find(|c| c.type_ == POD_NEED_UPGRADE_CONDITION)
+    pod_condition(pod, POD_NEED_UPGRADE_CONDITION)
 }
 
 #[cfg(test)]

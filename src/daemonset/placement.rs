@@ -29,6 +29,20 @@ const DAEMONSET_DEFAULT_TOLERATIONS: [(&str, &str); 6] = [
 const HOST_NETWORK_TOLERATION: (&str, &str) =
     ("node.kubernetes.io/network-unavailable", "NoSchedule");
 
+/// The tolerations the native DaemonSet controller adds to every pod it creates.
+pub fn daemonset_default_tolerations(host_network: bool) -> Vec<Toleration> {
+    DAEMONSET_DEFAULT_TOLERATIONS
+        .iter()
+        .chain(host_network.then_some(&HOST_NETWORK_TOLERATION))
+        .map(|(key, effect)| Toleration {
+            key: Some(key.to_string()),
+            operator: Some("Exists".into()),
+            effect: Some(effect.to_string()),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// Whether the DaemonSet's pod template places a pod on `node`.
 pub fn should_run_on(daemonset: &DaemonSet, node: &Node) -> bool {
     // A template without a spec places like an empty one (real templates always have one).

@@ -8,6 +8,8 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::object::label;
+
 /// Label on ControllerRevisions and pods naming the template revision's hash.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
 /// Label on pods of older DaemonSets naming the template generation they were built from.
@@ -141,10 +143,6 @@ fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {
         .flatten()
         .find(|owner| owner.controller == Some(true))
         .map(|owner| owner.uid.as_str())
-}
-
-fn label<'a>(metadata: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::{is_controlled_by, is_terminating, pod_node_name, CurrentRevision};
+use crate::object::pod_condition;
 
 #[cfg(test)]
 mod proptests;
@@ -380,13 +381,7 @@ enum Availability {
 }
 
 fn availability(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
-        .filter(|c| c.status == "True")
-    else {
+    let Some(ready) = pod_condition(pod, "Ready").filter(|c| c.status == "True") else {
         return Availability::NotAvailable;
     };
     if min_ready_seconds <= 0 {
@@ -414,6 +409,35 @@ fn planned_deletion(pod: &Pod, node: &str, reason: DeletionReason) -> PlannedDel
     }
 }
 
+/// An owned planner input, so tests can build one and tweak fields before planning.
+#[cfg(test)]
+pub(crate) struct OwnedInput {
+    pub ds: DaemonSet,
+    pub current: Option<CurrentRevision>,
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub max_unavailable: MaxUnavailable,
+    pub now: Timestamp,
+    pub expected_deletions: BTreeSet<String>,
+    pub vacated_by_us: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+impl OwnedInput {
+    pub fn input(&self) -> RollingInput<'_> {
+        RollingInput {
+            daemonset: &self.ds,
+            current: self.current.as_ref(),
+            pods: &self.pods,
+            nodes: &self.nodes,
+            max_unavailable: self.max_unavailable,
+            now: self.now,
+            expected_deletions: &self.expected_deletions,
+            vacated_by_us: &self.vacated_by_us,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,46 +458,27 @@ mod tests {
         (ds, revisions)
     }
 
-    /// An owned planner input, so tests can tweak fields before planning.
-    struct Case {
-        ds: DaemonSet,
-        current: Option<CurrentRevision>,
-        pods: Vec<Arc<Pod>>,
-        nodes: Vec<Arc<Node>>,
-        max_unavailable: MaxUnavailable,
-        expected_deletions: BTreeSet<String>,
-        vacated_by_us: BTreeMap<String, String>,
-    }
-
     fn input(
         ds: &DaemonSet,
         revisions: &[ControllerRevision],
         pods: Vec<Pod>,
         nodes: Vec<Node>,
         max_unavailable: MaxUnavailable,
-    ) -> Case {
-        Case {
+    ) -> OwnedInput {
+        OwnedInput {
             ds: ds.clone(),
             current: CurrentRevision::of(ds, revisions),
             pods: pods.into_iter().map(Arc::new).collect(),
             nodes: nodes.into_iter().map(Arc::new).collect(),
             max_unavailable,
+            now: at(NOW),
             expected_deletions: BTreeSet::new(),
             vacated_by_us: BTreeMap::new(),
         }
     }
 
-    fn plan(case: &Case) -> RollingPlan {
-        plan_rolling_update(&RollingInput {
-            daemonset: &case.ds,
-            current: case.current.as_ref(),
-            pods: &case.pods,
-            nodes: &case.nodes,
-            max_unavailable: case.max_unavailable,
-            now: at(NOW),
-            expected_deletions: &case.expected_deletions,
-            vacated_by_us: &case.vacated_by_us,
-        })
+    fn plan(case: &OwnedInput) -> RollingPlan {
+        plan_rolling_update(&case.input())
     }
 
     fn old_available(ds: &DaemonSet, name: &str, node: &str) -> Pod {

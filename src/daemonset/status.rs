@@ -107,7 +107,7 @@ pub fn summarize(
 
 pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let name = parse_target(&args.target)?.to_string();
-    let client = runtime::connect().await?;
+    let client = runtime::connect("status").await?;
     let namespace = args
         .namespace
         .unwrap_or_else(|| client.default_namespace().to_string());

@@ -23,6 +23,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
+use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL};
 use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
@@ -31,10 +32,6 @@ use crate::sync_gate::SyncGate;
 const SUBSCRIBER_BUFFER: usize = 1024;
 /// List pages stay small: the first sync never holds more than a page of raw objects.
 const PAGE_SIZE: u32 = 250;
-
-/// Labels every pre-pull Job carries; the Job watch selects on them.
-pub const PULL_JOB_SELECTOR: &str =
-    "app.kubernetes.io/managed-by=rollgate,rollgate.io/image-pull-revision";
 
 /// A deleted object, as controllers need it to forget what they kept about it.
 #[derive(Debug, Clone)]
@@ -182,7 +179,10 @@ impl Watches {
             .inspect(gate.observe("nodes"));
         let jobs = watcher(
             scoped::<Job>(&self.client, ns),
-            cfg.labels(PULL_JOB_SELECTOR),
+            // Only rollgate's own pre-pull Jobs.
+            cfg.labels(&format!(
+                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REVISION_LABEL}"
+            )),
         )
         .default_backoff()
         .modify(prune::job)

@@ -1,5 +1,6 @@
-//! The one way a controller runs here: wait for the shared caches, reconcile with a
-//! bounded concurrency, count and log failures by kind, retry them after a pause, and
+//! The one way a controller runs here: wait for the shared caches, reconcile only while
+//! this replica leads (and everything when it becomes the leader), with a bounded
+//! concurrency, count and log failures by kind, retry them after a pause, and
 //! stop gracefully (in-flight reconciles finish) when shutdown is requested.
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -16,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::leader::Leadership;
 use crate::runtime::Shutdown;
 
 /// A failed reconcile is retried after this long.
@@ -42,6 +44,8 @@ pub struct Run {
     /// planning on half-filled caches could count missing pods as unavailable.
     pub synced: watch::Receiver<bool>,
     pub errors: ErrorCounter,
+    /// Only the leader reconciles; a standby returns at once and writes nothing.
+    pub leadership: Leadership,
     pub shutdown: Shutdown,
 }
 
@@ -65,13 +69,20 @@ impl Run {
             concurrency,
             synced,
             errors,
+            leadership,
             shutdown,
         } = self;
+        let gained = leadership.gained();
         let gated = move |obj: Arc<K>, ctx: Arc<Ctx>| {
             let mut synced = synced.clone();
+            let leadership = leadership.clone();
             let work = reconcile(obj, ctx).into_future();
             async move {
                 let _ = synced.wait_for(|s| *s).await;
+                if !leadership.is_leader() {
+                    // Becoming the leader reconciles everything again (below).
+                    return Ok(Action::await_change());
+                }
                 work.await
             }
         };
@@ -86,6 +97,7 @@ impl Run {
         };
         controller
             .with_config(ControllerConfig::default().concurrency(concurrency))
+            .reconcile_all_on(gained)
             .graceful_shutdown_on(shutdown.requested())
             .run(gated, error_policy, ctx)
             .for_each(|result| async move {

@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -308,6 +309,25 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     pub fn start(namespace: &str, tag: &str) -> Self {
+        Self::start_with(namespace, tag, &controller_kubeconfig(), &[])
+    }
+
+    /// Like `start`, with extra environment variables (every controller flag has one).
+    pub fn start_with_env(namespace: &str, tag: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with(namespace, tag, &controller_kubeconfig(), env)
+    }
+
+    /// Like `start`, with another kubeconfig (e.g. one that goes through a test proxy).
+    pub fn start_with_kubeconfig(namespace: &str, tag: &str, kubeconfig: &std::path::Path) -> Self {
+        Self::start_with(namespace, tag, kubeconfig, &[])
+    }
+
+    fn start_with(
+        namespace: &str,
+        tag: &str,
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{tag}.log"));
@@ -319,9 +339,13 @@ impl ControllerProcess {
                 namespace,
                 "--metrics-addr",
                 "127.0.0.1:0",
+                // A Lease per test: tests run side by side, each with its own controller.
+                "--lease-name",
+                &format!("rollgate-e2e-{namespace}"),
             ])
-            .env("KUBECONFIG", controller_kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("ROLLGATE_LOG", "info,rollgate=debug")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
@@ -869,4 +893,361 @@ pub fn merge_bench_results(entries: &[(&str, serde_json::Value)]) -> Result<Path
         serde_json::to_string_pretty(&serde_json::Value::Object(all)).map_err(|e| e.to_string())?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(path)
+}
+
+// ---------------------------------------------------------------------------------------
+// What the API server saw: its audit log (written by hack/cluster-up.sh) and how many
+// times each Event was reported. Counting calls, not effects: a second DELETE of a pod
+// that is already terminating changes nothing a watcher can see.
+// ---------------------------------------------------------------------------------------
+
+/// The user the e2e controller runs as (the ServiceAccount token of `controller_kubeconfig`).
+pub const CONTROLLER_USER: &str = "system:serviceaccount:rollgate-system:rollgate-controller";
+
+/// One completed request (stage `ResponseComplete`) from the API server's audit log.
+#[derive(Debug, Clone)]
+pub struct AuditRecord {
+    pub verb: String,
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub user: String,
+    /// The client's User-Agent (rollgate's names its mode and identity, so replicas
+    /// sharing one ServiceAccount can be told apart).
+    pub user_agent: String,
+    /// HTTP status code of the answer.
+    pub code: Option<u16>,
+    /// When the API server received the request.
+    pub received: Option<k8s_openapi::jiff::Timestamp>,
+    /// The request body, for the policy rules that log at `Request` level.
+    pub request_object: Option<serde_json::Value>,
+}
+
+impl AuditRecord {
+    /// One line of the JSON audit log; `None` for stages other than `ResponseComplete`.
+    pub fn from_json(v: &serde_json::Value) -> Option<Self> {
+        if v["stage"] != "ResponseComplete" {
+            return None;
+        }
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        let object = &v["objectRef"];
+        Some(AuditRecord {
+            verb: text(&v["verb"])?,
+            resource: text(&object["resource"]).unwrap_or_default(),
+            subresource: text(&object["subresource"]),
+            namespace: text(&object["namespace"]),
+            name: text(&object["name"]),
+            user: text(&v["user"]["username"]).unwrap_or_default(),
+            user_agent: text(&v["userAgent"]).unwrap_or_default(),
+            code: v["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok()),
+            received: v["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok()),
+            request_object: v.get("requestObject").cloned(),
+        })
+    }
+}
+
+/// The test cluster's audit log: `logs/audit.log` in the cluster folder, which holds the
+/// test kubeconfig (`ROLLGATE_TEST_KUBECONFIG`).
+pub fn audit_log_path() -> PathBuf {
+    let kubeconfig = kubeconfig_path();
+    let dir = kubeconfig
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    dir.join("logs/audit.log")
+}
+
+/// Every completed request in the audit log, rotated files first, oldest first.
+pub fn audit_records() -> Vec<AuditRecord> {
+    let current = audit_log_path();
+    assert!(
+        current.exists(),
+        "no audit log at {}: the test cluster's kube-apiserver runs without auditing \
+         (started before hack/cluster-up.sh enabled it?); restart it with \
+         hack/cluster-down.sh then hack/cluster-up.sh",
+        current.display()
+    );
+    let dir = current.parent().unwrap();
+    // Rotated files are `audit-<timestamp>.log`: their names sort in time order.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+        })
+        .collect();
+    files.sort();
+    files.push(current);
+    let mut records = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        // A line being written right now may be cut short: skip what does not parse.
+        records.extend(
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter_map(|v| AuditRecord::from_json(&v)),
+        );
+    }
+    records
+}
+
+/// The DELETE calls on pods of `namespace` the API server answered (any status code),
+/// only those of `user` when given.
+pub fn pod_deletes(namespace: &str, user: Option<&str>) -> Vec<AuditRecord> {
+    audit_records()
+        .into_iter()
+        .filter(|r| {
+            r.verb == "delete"
+                && r.resource == "pods"
+                && r.subresource.is_none()
+                && r.namespace.as_deref() == Some(namespace)
+                && user.is_none_or(|u| r.user == u)
+        })
+        .collect()
+}
+
+/// How many DELETE calls each pod of `namespace` got from `user`, by pod name.
+pub fn pod_delete_counts(namespace: &str, user: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for record in pod_deletes(namespace, Some(user)) {
+        *counts.entry(record.name.unwrap_or_default()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The pods of `namespace` that got more than one DELETE call from `user`, with the
+/// calls' status codes, for a failure message.
+pub fn pods_deleted_more_than_once(namespace: &str, user: &str) -> BTreeMap<String, Vec<u16>> {
+    let mut calls: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for record in pod_deletes(namespace, Some(user)) {
+        calls
+            .entry(record.name.unwrap_or_default())
+            .or_default()
+            .push(record.code.unwrap_or(0));
+    }
+    calls.retain(|_, codes| codes.len() > 1);
+    calls
+}
+
+/// One Event object about an object, with how many times it was reported.
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    pub type_: String,
+    pub reason: String,
+    pub note: String,
+    pub reporting_controller: String,
+    /// Occurrences: a recorder merges repeats of an Event into one object and counts
+    /// them in `series.count` (events.k8s.io/v1) or `count` (core/v1, `deprecatedCount`
+    /// here), so counting objects misses repeats.
+    pub occurrences: u32,
+}
+
+/// The Events recorded for one object, each with its number of occurrences.
+pub async fn event_records(client: &Client, namespace: &str, name: &str) -> Vec<EventRecord> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let list = api.list(&kube::api::ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            let occurrences = match &e.series {
+                // A series exists only once an Event repeated.
+                Some(series) => u32::try_from(series.count).unwrap_or(0).max(2),
+                None => u32::try_from(e.deprecated_count.unwrap_or(1))
+                    .unwrap_or(0)
+                    .max(1),
+            };
+            EventRecord {
+                type_: e.type_.unwrap_or_default(),
+                reason: e.reason.unwrap_or_default(),
+                note: e.note.unwrap_or_default(),
+                reporting_controller: e.reporting_controller.unwrap_or_default(),
+                occurrences,
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// A tripwire between the controller and the API server, to crash the controller right
+// after it issued deletions and before anyone (itself, the test) saw them land.
+// ---------------------------------------------------------------------------------------
+
+/// A plain-HTTP proxy on loopback that forwards every request to the API server as the
+/// controller's ServiceAccount, except pod DELETEs: those are held, and the first one
+/// trips the wire. The test then kills the controller and `release`s the held DELETEs,
+/// which reach the API server like requests that were on the wire when the process
+/// died; their answers never go back.
+pub struct DeleteTripwire {
+    /// A kubeconfig for the controller that goes through the proxy.
+    pub kubeconfig: PathBuf,
+    held: tokio::sync::watch::Receiver<Vec<String>>,
+    forwarded: tokio::sync::watch::Receiver<Vec<String>>,
+    release: Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct TripwireState {
+    upstream: Client,
+    held: Arc<tokio::sync::watch::Sender<Vec<String>>>,
+    forwarded: Arc<tokio::sync::watch::Sender<Vec<String>>>,
+    release: tokio::sync::watch::Receiver<bool>,
+}
+
+impl DeleteTripwire {
+    pub async fn start(tag: &str) -> Self {
+        let upstream = client_from(&controller_kubeconfig()).await;
+        let (held_tx, held) = tokio::sync::watch::channel(Vec::new());
+        let (forwarded_tx, forwarded) = tokio::sync::watch::channel(Vec::new());
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the tripwire proxy");
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .fallback(tripwire_forward)
+            .with_state(TripwireState {
+                upstream,
+                held: Arc::new(held_tx),
+                forwarded: Arc::new(forwarded_tx),
+                release: release_rx,
+            });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        // The controller speaks plain HTTP to the proxy, with its own token.
+        let source = Kubeconfig::read_from(controller_kubeconfig()).unwrap();
+        let mut value = serde_json::to_value(&source).unwrap();
+        for cluster in value["clusters"].as_array_mut().unwrap() {
+            cluster["cluster"] = json!({ "server": format!("http://{addr}") });
+        }
+        let dir = repo_root().join("target/e2e-state");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join(format!("{}.kubeconfig", unique_name(tag)));
+        std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+        note(format!("tripwire proxy on http://{addr}"));
+        DeleteTripwire {
+            kubeconfig,
+            held,
+            forwarded,
+            release: Arc::new(release),
+            task,
+        }
+    }
+
+    /// Waits for the first pod DELETE to reach the proxy; returns the pods whose DELETE
+    /// is held so far. None of them has reached the API server.
+    pub async fn wait_tripped(&mut self, timeout: Duration) -> Vec<String> {
+        tokio::time::timeout(timeout, self.held.wait_for(|v| !v.is_empty()))
+            .await
+            .unwrap_or_else(|_| panic!("no pod DELETE reached the proxy within {timeout:?}"))
+            .expect("the tripwire proxy stopped")
+            .clone()
+    }
+
+    /// Lets every held (and later) pod DELETE through to the API server and waits until
+    /// all of them got there; returns their pods. Their callers get no answer.
+    pub async fn release(&self) -> Vec<String> {
+        self.release.send_replace(true);
+        wait_for(
+            "the held DELETEs to reach the API server",
+            Duration::from_secs(30),
+            || async {
+                let (held, forwarded) =
+                    (self.held.borrow().clone(), self.forwarded.borrow().clone());
+                if held.len() == forwarded.len() {
+                    Ok(forwarded)
+                } else {
+                    Err(format!("held {held:?}, forwarded {forwarded:?}"))
+                }
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for DeleteTripwire {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `/api/v1/namespaces/<ns>/pods/<name>` -> `<name>` (no subresource).
+pub fn pod_name_in_path(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let mut parts = rest.split('/');
+    let (_ns, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+    (kind == "pods" && parts.next().is_none() && !name.is_empty()).then(|| name.to_string())
+}
+
+async fn tripwire_forward(
+    axum::extract::State(mut state): axum::extract::State<TripwireState>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::{Method, StatusCode};
+    use axum::response::IntoResponse;
+    const HOP_BY_HOP: [&str; 5] = [
+        "host",
+        "authorization",
+        "connection",
+        "content-length",
+        "transfer-encoding",
+    ];
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, 64 << 20).await {
+        Ok(b) => b,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let pod_delete = if parts.method == Method::DELETE {
+        pod_name_in_path(parts.uri.path())
+    } else {
+        None
+    };
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut upstream = axum::http::Request::builder()
+        .method(parts.method.clone())
+        .uri(target);
+    for (name, value) in &parts.headers {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            upstream = upstream.header(name, value);
+        }
+    }
+    let upstream = upstream
+        .body(kube::client::Body::from(body.to_vec()))
+        .unwrap();
+    if let Some(name) = pod_delete {
+        state.held.send_modify(|names| names.push(name.clone()));
+        // A task of its own: the caller's death (its connection closing) drops this
+        // handler, but a request on the wire still reaches the server.
+        tokio::spawn(async move {
+            let _ = state.release.wait_for(|released| *released).await;
+            let _ = state.upstream.send(upstream).await;
+            state.forwarded.send_modify(|names| names.push(name));
+        });
+        // Its caller never hears back.
+        return std::future::pending().await;
+    }
+    let response = match state.upstream.send(upstream).await {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let (mut parts, body) = response.into_parts();
+    for name in HOP_BY_HOP {
+        parts.headers.remove(name);
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::new(body))
 }

@@ -137,32 +137,6 @@ fn pod_uid(node_index: usize, pod_index: usize) -> String {
     format!("uid-n{node_index}-p{pod_index}")
 }
 
-/// The planner's input for a model, owned.
-struct Owned {
-    ds: DaemonSet,
-    current: Option<CurrentRevision>,
-    pods: Vec<Arc<Pod>>,
-    nodes: Vec<Arc<Node>>,
-    max_unavailable: MaxUnavailable,
-    expected_deletions: BTreeSet<String>,
-    vacated_by_us: BTreeMap<String, String>,
-}
-
-impl Owned {
-    fn input(&self) -> RollingInput<'_> {
-        RollingInput {
-            daemonset: &self.ds,
-            current: self.current.as_ref(),
-            pods: &self.pods,
-            nodes: &self.nodes,
-            max_unavailable: self.max_unavailable,
-            now: at(NOW),
-            expected_deletions: &self.expected_deletions,
-            vacated_by_us: &self.vacated_by_us,
-        }
-    }
-}
-
 fn taint(key: &str, effect: &str) -> Taint {
     Taint {
         key: key.into(),
@@ -172,7 +146,7 @@ fn taint(key: &str, effect: &str) -> Taint {
     }
 }
 
-fn to_input(model: &Model) -> Owned {
+fn to_input(model: &Model) -> OwnedInput {
     let mut builder = DaemonSetBuilder::new("agent")
         .on_delete()
         .min_ready_seconds(model.min_ready_seconds);
@@ -234,8 +208,9 @@ fn to_input(model: &Model) -> Owned {
         let by = model.rotate_pods_by % pods.len();
         pods.rotate_left(by);
     }
-    Owned {
+    OwnedInput {
         current: CurrentRevision::of(&ds, &revisions),
+        now: at(NOW),
         ds,
         pods,
         nodes,

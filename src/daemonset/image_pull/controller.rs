@@ -1,0 +1,787 @@
+//! Wiring: per pod, observe (the shared stores, `crate::watch`) -> [`plan_image_pull`]
+//! -> `apply` (Job create/delete, one condition write, Events, metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::Future;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::Controller;
+use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde_json::json;
+
+use super::job::{PullJobSettings, POD_UID_LABEL, REVISION_LABEL};
+use super::plan::{
+    classify_name_holder, has_pending_request, plan_image_pull, ImagePullPlan, JobRef, NameHolder,
+    Step, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON,
+};
+use crate::daemonset::revision::is_controlled_by;
+use crate::leader::Leadership;
+use crate::object::label;
+use crate::runtime::Shutdown;
+use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
+use crate::watch::{Stores, Watches};
+
+/// Reporting controller name in Events and the field manager of condition writes.
+pub const CONTROLLER_NAME: &str = "rollgate-image-pull";
+/// Event reason when a Job name is held by a Job we must not touch.
+pub const NAME_CONFLICT_REASON: &str = "PullImageJobNameConflict";
+/// How long to wait before trying again after a name conflict: a person has to act.
+const NAME_CONFLICT_BACKOFF: Duration = Duration::from_secs(300);
+
+// ---------------------------------------------------------------------------------------
+// Observe: the caches and what triggers a reconcile
+// ---------------------------------------------------------------------------------------
+
+/// Pods of `ds_uid` with a request waiting, as reconcile requests.
+fn pending_pods_of(pods: &Store<Pod>, ds_uid: &str) -> Vec<ObjectRef<Pod>> {
+    pods.state()
+        .into_iter()
+        .filter(|p| is_controlled_by(p, ds_uid) && has_pending_request(p))
+        .map(|p| ObjectRef::from_obj(&*p))
+        .collect()
+}
+
+/// What one reconcile reads from the caches for `pod`.
+struct Observed {
+    daemonset: Option<Arc<DaemonSet>>,
+    revisions: Vec<ControllerRevision>,
+    jobs: Vec<Job>,
+}
+
+fn observe(pod: &Pod, stores: &Stores) -> Observed {
+    let ns = pod.namespace().unwrap_or_default();
+    let daemonset = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+        .and_then(|o| stores.daemonsets.get(&ObjectRef::new(&o.name).within(&ns)));
+    let revisions = stores
+        .revisions
+        .state_filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    let uid = pod.uid().unwrap_or_default();
+    let jobs = stores
+        .jobs
+        .state_filter(|j| {
+            j.namespace().as_deref() == Some(ns.as_str())
+                && label(&j.metadata, POD_UID_LABEL) == Some(uid.as_str())
+        })
+        .iter()
+        .map(|j| (**j).clone())
+        .collect();
+    Observed {
+        daemonset,
+        revisions,
+        jobs,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors and metrics
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("creating image pull Job {namespace}/{name}: {source}")]
+    CreateJob {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("reading image pull Job {namespace}/{name} that holds the name: {source}")]
+    ReadJob {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("deleting image pull Job {namespace}/{name}: {source}")]
+    DeleteJob {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("writing PodImageReady on pod {namespace}/{name}: {source}")]
+    WriteCondition {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::CreateJob { .. } => "create_job",
+            Error::ReadJob { .. } => "read_job",
+            Error::DeleteJob { .. } => "delete_job",
+            Error::WriteCondition { .. } => "write_condition",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone)]
+struct ImagePullMetrics {
+    /// Only creates the API server answered with 2xx: a 409 created nothing.
+    jobs_created: Counter,
+    /// Only outcomes that were written: a write refused with 404/409 reported nothing.
+    results: Family<ResultLabels, Counter>,
+    name_conflicts: Counter,
+    reconcile_errors: ErrorCounter,
+}
+
+impl ImagePullMetrics {
+    fn register(metrics: &crate::metrics::Metrics) -> Self {
+        let m = Self {
+            jobs_created: Counter::default(),
+            results: Family::default(),
+            name_conflicts: Counter::default(),
+            reconcile_errors: Family::default(),
+        };
+        metrics.with_registry(|r| {
+            let r = r.sub_registry_with_prefix("rollgate_image_pull");
+            r.register(
+                "jobs_created",
+                "Image pre-pull Jobs created",
+                m.jobs_created.clone(),
+            );
+            r.register(
+                "results",
+                "Pre-pull outcomes written to PodImageReady",
+                m.results.clone(),
+            );
+            r.register(
+                "job_name_conflicts",
+                "Pre-pulls held up because another object has the pull Job's name",
+                m.name_conflicts.clone(),
+            );
+            r.register(
+                "reconcile_errors",
+                "Failed reconciles by kind",
+                m.reconcile_errors.clone(),
+            );
+        });
+        m
+    }
+
+    fn count_result(&self, result: &str) {
+        self.results
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The controller
+// ---------------------------------------------------------------------------------------
+
+struct Context {
+    client: Client,
+    stores: Stores,
+    settings: PullJobSettings,
+    recorder: Recorder,
+    metrics: ImagePullMetrics,
+}
+
+/// Subscribes to the shared watches and returns the controller, ready to be driven.
+/// What the shared caches must keep for it (see `crate::watch::prune`): of pods, owner
+/// references, labels, UID, `spec.nodeName`, `spec.serviceAccountName`,
+/// `spec.imagePullSecrets` and `status.conditions`; of Jobs, labels, the request
+/// annotation, owner references and `status.conditions`; of DaemonSets, the pod template
+/// and generations.
+pub fn start(
+    watches: &Watches,
+    client: Client,
+    metrics: &crate::metrics::Metrics,
+    settings: PullJobSettings,
+    leadership: Leadership,
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> {
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    tracing::info!(helper_image = %settings.helper_image, "image pull controller starting");
+    let stores = watches.stores.clone();
+    let image_pull_metrics = ImagePullMetrics::register(metrics);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        stores: stores.clone(),
+        settings,
+        recorder: Recorder::new(client, reporter),
+        metrics: image_pull_metrics.clone(),
+    });
+
+    let (pods_for_ds, pods_for_rev) = (stores.pods.clone(), stores.pods.clone());
+    let controller = Controller::for_shared_stream(watches.pod_changes(), stores.pods)
+        .owns_shared_stream(watches.job_changes())
+        // A new revision while a request waits: replan (the pull may be stale now).
+        .watches_shared_stream(watches.daemonset_changes(), move |ds| {
+            pending_pods_of(&pods_for_ds, &ds.uid().unwrap_or_default())
+        })
+        .watches_shared_stream(watches.revision_changes(), move |rev| {
+            rev.owner_references()
+                .iter()
+                .filter(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+                .flat_map(|o| pending_pods_of(&pods_for_rev, &o.uid))
+                .collect::<Vec<_>>()
+        });
+    let run = Run {
+        name: "image-pull",
+        concurrency: 4,
+        synced: watches.synced(),
+        errors: image_pull_metrics.reconcile_errors,
+        leadership,
+        shutdown,
+    };
+    run.drive(controller, reconcile, ctx)
+}
+
+#[tracing::instrument(skip_all, fields(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default()))]
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Cheap exit for the many DaemonSet pods nobody asked to pre-pull.
+    if !has_pending_request(&pod) {
+        return Ok(Action::await_change());
+    }
+    let started = Instant::now();
+    let observed = observe(&pod, &ctx.stores);
+    let plan = plan_image_pull(
+        &pod,
+        observed.daemonset.as_deref(),
+        &observed.revisions,
+        &observed.jobs,
+        Timestamp::now(),
+        &ctx.settings,
+    );
+    let action = apply(&pod, plan, &ctx).await;
+    tracing::debug!(elapsed = ?started.elapsed(), "image pull reconciled");
+    action
+}
+
+// ---------------------------------------------------------------------------------------
+// Apply
+// ---------------------------------------------------------------------------------------
+
+async fn apply(pod: &Pod, plan: ImagePullPlan, ctx: &Context) -> Result<Action, Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    for job in &plan.delete_jobs {
+        delete_job(&jobs, job, "it answers an earlier request or revision").await?;
+    }
+    match plan.step {
+        Step::Nothing => Ok(Action::await_change()),
+        Step::Wait { why } => {
+            tracing::debug!(%why, "image pull waits");
+            Ok(Action::requeue(Duration::from_secs(2)))
+        }
+        Step::WaitForJob { .. } => Ok(Action::requeue(Duration::from_secs(60))),
+        Step::CreateJob { job } => create_job(pod, &jobs, &job, ctx).await,
+        Step::MarkSucceeded { job, condition } => {
+            if !write_condition(pod, &condition, ctx).await? {
+                return Ok(Action::await_change());
+            }
+            ctx.metrics.count_result("success");
+            let note = format!(
+                "images of {} pulled on the node by Job {job}",
+                condition.message.as_deref().unwrap_or_default()
+            );
+            tracing::info!(%job, "image pre-pull succeeded");
+            publish(ctx, pod, EventType::Normal, PULL_IMAGE_SUCCESS_REASON, note).await;
+            Ok(Action::await_change())
+        }
+        Step::MarkFailed { job, condition } => {
+            if !write_condition(pod, &condition, ctx).await? {
+                return Ok(Action::await_change());
+            }
+            ctx.metrics.count_result("failure");
+            let note = condition.message.clone().unwrap_or_default();
+            tracing::warn!(job = ?job, %note, "image pre-pull failed");
+            publish(ctx, pod, EventType::Warning, PULL_IMAGE_FAIL_REASON, note).await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Background propagation (the Job's pod goes too, without waiting for it) and a UID
+/// precondition (a newer Job that took the name is never hit). Gone or replaced already
+/// is fine: the next look at the caches decides again.
+async fn delete_job(jobs: &Api<Job>, job: &JobRef, why: &str) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: job.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match jobs.delete(&job.name, &params).await {
+        Ok(_) => {
+            tracing::info!(job = %job.name, why, "deleted image pull Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(source) => Err(Error::DeleteJob {
+            namespace: jobs_namespace(jobs),
+            name: job.name.clone(),
+            source,
+        }),
+    }
+}
+
+fn jobs_namespace(jobs: &Api<Job>) -> String {
+    jobs.namespace().unwrap_or_default().to_string()
+}
+
+/// Creates the pull Job. Only a create the API server accepted (2xx) is counted and
+/// announced; a 409 created nothing, so it is looked into instead (see
+/// [`classify_name_holder`]).
+async fn create_job(pod: &Pod, jobs: &Api<Job>, job: &Job, ctx: &Context) -> Result<Action, Error> {
+    let name = job.name_any();
+    match jobs.create(&PostParams::default(), job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return resolve_name_conflict(pod, jobs, &name, ctx).await;
+        }
+        Err(source) => {
+            return Err(Error::CreateJob {
+                namespace: jobs_namespace(jobs),
+                name,
+                source,
+            })
+        }
+    }
+    ctx.metrics.jobs_created.inc();
+    let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    let images: Vec<String> = spec
+        .map(|s| {
+            s.containers
+                .iter()
+                .filter_map(|c| c.image.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let revision = label(&job.metadata, REVISION_LABEL).unwrap_or_default();
+    tracing::info!(job = %name, %node, revision, ?images, "image pull Job created");
+    publish(
+        ctx,
+        pod,
+        EventType::Normal,
+        "PullImageStarted",
+        format!(
+            "pulling {} image(s) of revision {revision} on node {node} with Job {name}: {}",
+            images.len(),
+            images.join(", ")
+        ),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// The create answered 409: find out who holds the name, and act on that once.
+async fn resolve_name_conflict(
+    pod: &Pod,
+    jobs: &Api<Job>,
+    name: &str,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let holder = match jobs.get_opt(name).await {
+        Ok(Some(holder)) => holder,
+        // Gone between the create and the read: try again right away.
+        Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
+        Err(source) => {
+            return Err(Error::ReadJob {
+                namespace: jobs_namespace(jobs),
+                name: name.into(),
+                source,
+            })
+        }
+    };
+    let pods = &ctx.stores.pods;
+    let pod_is_cached = |uid: &str| pods.state().iter().any(|p| p.uid().as_deref() == Some(uid));
+    match classify_name_holder(&holder, pod, pod_is_cached) {
+        NameHolder::ThisPod => {
+            tracing::debug!(job = %name, "pull Job exists, the cache has not delivered it yet");
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        NameHolder::StalePull(stale) => {
+            delete_job(jobs, &stale, "its pod is gone and this pod needs the name").await?;
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        NameHolder::Conflict { why } => {
+            ctx.metrics.name_conflicts.inc();
+            tracing::warn!(job = %name, %why, "image pull Job name taken");
+            publish(ctx, pod, EventType::Warning, NAME_CONFLICT_REASON, why).await;
+            Ok(Action::requeue(NAME_CONFLICT_BACKOFF))
+        }
+    }
+}
+
+/// Strategic merge on the conditions list (merge key `type`) touches only
+/// `PodImageReady`; the pod's UID makes the write fail on a replaced pod of the same name.
+/// Returns whether the condition was written: a pod that is gone (404) or was replaced
+/// (409) was told nothing, so nothing is counted or announced.
+async fn write_condition(
+    pod: &Pod,
+    condition: &PodCondition,
+    ctx: &Context,
+) -> Result<bool, Error> {
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [condition]},
+    });
+    let params = PatchParams {
+        field_manager: Some(CONTROLLER_NAME.into()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(&pod.name_any(), &params, &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+            tracing::debug!(
+                code = s.code,
+                "pod gone or replaced, PodImageReady not written"
+            );
+            Ok(false)
+        }
+        Err(source) => Err(Error::WriteCondition {
+            namespace: ns,
+            name: pod.name_any(),
+            source,
+        }),
+    }
+}
+
+async fn publish(ctx: &Context, pod: &Pod, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "PullImage".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "could not publish Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `apply` against a fake API server: what is counted and announced depends on what
+    //! the API server answered, not on what was attempted.
+    use std::sync::Mutex;
+
+    use axum::http::{Request, Response};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::client::Body;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::daemonset::image_pull::job::build_job;
+    use crate::daemonset::image_pull::job::tests::daemonset;
+    use crate::daemonset::testkit::PodBuilder;
+
+    /// `METHOD /path` and the request body of every call the fake API server got.
+    type Calls = Arc<Mutex<Vec<(String, Value)>>>;
+
+    /// A client whose API server answers `answer(method, path)` as `(status, body)`.
+    fn fake_client(
+        answer: impl Fn(&str, &str) -> (u16, Value) + Send + Sync + 'static,
+    ) -> (Client, Calls) {
+        let calls: Calls = Arc::default();
+        let answer = Arc::new(answer);
+        let recorded = calls.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (answer, recorded) = (answer.clone(), recorded.clone());
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let call = format!("{} {}", parts.method, parts.uri.path());
+                let (status, reply) = answer(parts.method.as_str(), parts.uri.path());
+                recorded.lock().unwrap().push((call, sent));
+                Ok::<_, std::convert::Infallible>(
+                    Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                        .unwrap(),
+                )
+            }
+        });
+        (Client::new(service, "default"), calls)
+    }
+
+    fn status(code: u16, reason: &str) -> (u16, Value) {
+        (
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": format!("simulated {reason}"), "reason": reason, "code": code}),
+        )
+    }
+
+    fn context(client: Client, cached_pods: &[Pod]) -> Context {
+        use kube::runtime::{reflector, watcher};
+        let (pods, mut writer) = reflector::store::<Pod>();
+        for pod in cached_pods {
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        }
+        let stores = Stores {
+            pods,
+            daemonsets: reflector::store().0,
+            revisions: reflector::store().0,
+            nodes: reflector::store().0,
+            jobs: reflector::store().0,
+        };
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: None,
+        };
+        Context {
+            client: client.clone(),
+            stores,
+            settings: PullJobSettings::default(),
+            recorder: Recorder::new(client, reporter),
+            metrics: ImagePullMetrics::register(&crate::metrics::Metrics::default()),
+        }
+    }
+
+    fn pod() -> Pod {
+        PodBuilder::new("agent-x1", &daemonset())
+            .on_node("edge-1")
+            .build()
+    }
+
+    fn pull_job(pod: &Pod) -> Job {
+        let mut job = build_job(
+            pod,
+            &daemonset(),
+            "new",
+            "edge-1",
+            "2024-01-01T00:00:00Z",
+            &PullJobSettings::default(),
+        );
+        job.metadata.uid = Some("uid-job".into());
+        job
+    }
+
+    fn create_plan(job: &Job) -> ImagePullPlan {
+        ImagePullPlan {
+            delete_jobs: vec![],
+            step: Step::CreateJob {
+                job: Box::new(job.clone()),
+            },
+        }
+    }
+
+    fn events(calls: &Calls) -> Vec<String> {
+        calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(call, _)| call.contains("/events"))
+            .map(|(_, body)| format!("{} {}", body["type"], body["reason"]).replace('"', ""))
+            .collect()
+    }
+
+    fn calls_to(calls: &Calls, prefix: &str) -> Vec<(String, Value)> {
+        calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(call, _)| call.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    const JOBS: &str = "/apis/batch/v1/namespaces/edge/jobs";
+
+    #[tokio::test]
+    async fn a_created_job_is_counted_and_announced() {
+        let pod = pod();
+        let job = pull_job(&pod);
+        let reply = serde_json::to_value(&job).unwrap();
+        let (client, calls) = fake_client(move |method, path| match (method, path) {
+            ("POST", JOBS) => (201, reply.clone()),
+            _ => (201, json!({})),
+        });
+        let ctx = context(client, &[]);
+        let action = apply(&pod, create_plan(&job), &ctx).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+        assert_eq!(ctx.metrics.jobs_created.get(), 1);
+        assert_eq!(events(&calls), ["Normal PullImageStarted"]);
+    }
+
+    #[tokio::test]
+    async fn a_409_on_create_is_neither_counted_nor_announced() {
+        let pod = pod();
+        let ours = pull_job(&pod);
+        let gone_pods = {
+            let mut job = ours.clone();
+            job.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: "agent-x1".into(),
+                uid: "uid-agent-x1-before".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(false),
+            }]);
+            job.metadata.uid = Some("uid-stale-job".into());
+            job
+        };
+        let foreign = {
+            let mut job = ours.clone();
+            job.metadata.labels = None;
+            job.metadata.owner_references = None;
+            job
+        };
+        let name = ours.name_any();
+        struct Case {
+            what: &'static str,
+            holder: Job,
+            action: Action,
+            events: &'static [&'static str],
+            conflicts: u64,
+            deletes: usize,
+        }
+        let cases = [
+            Case {
+                what: "the cache lags behind our own Job: look again in a second",
+                holder: ours.clone(),
+                action: Action::requeue(Duration::from_secs(1)),
+                events: &[],
+                conflicts: 0,
+                deletes: 0,
+            },
+            Case {
+                what: "a pull Job of the replaced pod: deleted by UID, then look again",
+                holder: gone_pods,
+                action: Action::requeue(Duration::from_secs(1)),
+                events: &[],
+                conflicts: 0,
+                deletes: 1,
+            },
+            Case {
+                what: "someone else's Job: a Warning, and a long back-off instead of a hot loop",
+                holder: foreign,
+                action: Action::requeue(NAME_CONFLICT_BACKOFF),
+                events: &["Warning PullImageJobNameConflict"],
+                conflicts: 1,
+                deletes: 0,
+            },
+        ];
+        for case in cases {
+            let (what, holder) = (case.what, case.holder);
+            let holder = serde_json::to_value(&holder).unwrap();
+            let item = format!("{JOBS}/{name}");
+            let (client, calls) = fake_client(move |method, path| match (method, path) {
+                ("POST", JOBS) => status(409, "AlreadyExists"),
+                ("GET", p) if p == item => (200, holder.clone()),
+                ("DELETE", p) if p == item => (200, holder.clone()),
+                _ => (201, json!({})),
+            });
+            let ctx = context(client, std::slice::from_ref(&pod));
+            let action = apply(&pod, create_plan(&ours), &ctx).await.unwrap();
+            assert_eq!(action, case.action, "{what}");
+            assert_eq!(ctx.metrics.jobs_created.get(), 0, "{what}");
+            assert_eq!(events(&calls), case.events, "{what}");
+            assert_eq!(ctx.metrics.name_conflicts.get(), case.conflicts, "{what}");
+            let deletes = calls_to(&calls, "DELETE");
+            assert_eq!(deletes.len(), case.deletes, "{what}");
+            if let Some((_, body)) = deletes.first() {
+                assert_eq!(body["preconditions"]["uid"], "uid-stale-job", "{what}");
+                assert_eq!(body["propagationPolicy"], "Background", "{what}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outcome_is_counted_and_announced_only_once_written() {
+        let pod = pod();
+        let condition = PodCondition {
+            type_: "PodImageReady".into(),
+            status: "True".into(),
+            reason: Some(PULL_IMAGE_SUCCESS_REASON.into()),
+            message: Some("controllerrevision: new".into()),
+            ..Default::default()
+        };
+        let plan = ImagePullPlan {
+            delete_jobs: vec![],
+            step: Step::MarkSucceeded {
+                job: "imagepull-agent-x1-new-1".into(),
+                condition,
+            },
+        };
+        for (what, answer, want_count, want_events) in [
+            (
+                "written",
+                (200, json!({})),
+                1,
+                vec!["Normal PullImageSuccess"],
+            ),
+            ("pod replaced (409)", status(409, "Conflict"), 0, vec![]),
+            ("pod gone (404)", status(404, "NotFound"), 0, vec![]),
+        ] {
+            let (client, calls) = fake_client(move |method, path| match (method, path) {
+                ("PATCH", "/api/v1/namespaces/edge/pods/agent-x1/status") => answer.clone(),
+                _ => (201, json!({})),
+            });
+            let ctx = context(client, &[]);
+            apply(&pod, plan.clone(), &ctx).await.unwrap();
+            let counted = ctx
+                .metrics
+                .results
+                .get_or_create(&ResultLabels {
+                    result: "success".into(),
+                })
+                .get();
+            assert_eq!(counted, want_count, "{what}");
+            assert_eq!(events(&calls), want_events, "{what}");
+        }
+    }
+
+    #[tokio::test]
+    async fn stale_jobs_are_deleted_in_the_background_by_uid() {
+        let pod = pod();
+        let (client, calls) = fake_client(|_, _| status(404, "NotFound"));
+        let ctx = context(client, &[]);
+        let plan = ImagePullPlan {
+            delete_jobs: vec![JobRef {
+                name: "imagepull-agent-x1-old-1".into(),
+                uid: Some("uid-old".into()),
+            }],
+            step: Step::Nothing,
+        };
+        // Already gone (404) is fine.
+        apply(&pod, plan, &ctx).await.unwrap();
+        let deletes = calls_to(&calls, "DELETE");
+        assert_eq!(
+            deletes[0].0,
+            format!("DELETE {JOBS}/imagepull-agent-x1-old-1")
+        );
+        assert_eq!(deletes[0].1["preconditions"]["uid"], "uid-old");
+        assert_eq!(deletes[0].1["propagationPolicy"], "Background");
+    }
+}
