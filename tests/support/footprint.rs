@@ -246,6 +246,8 @@ pub async fn measure_controller(
     let child = std::process::Command::new(binary)
         .args(["controller", "--watch-namespace", namespace])
         .args(["--metrics-addr", &metrics.to_string()])
+        // One replica, active at once: no Lease to wait for (every replica watches anyway).
+        .arg("--leader-elect=false")
         .env("KUBECONFIG", kubeconfig_path())
         .env("ROLLGATE_LOG", "info")
         .env(
