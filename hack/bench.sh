@@ -4,15 +4,16 @@
 #
 #   rollout_makespan  AdvancedRollingUpdate of 200 nodes at max-unavailable 10% (issue 3)
 #   agent_get_pods    the node agent's GET /pods with 110 pods under load (issue 4)
+#   footprint         the controller's memory and CPU at 1,000 nodes x 10 DaemonSets (issue 10)
 #
-# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods"), and the
+# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint"), and the
 # knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-BENCHES=${BENCHES:-"rollout_makespan agent_get_pods"}
+BENCHES=${BENCHES:-"rollout_makespan agent_get_pods footprint"}
 export CLUSTER_DIR=$repo/target/bench-cluster
 export APISERVER_PORT=36643 ETCD_PORT=32579
 export POD_START_DELAY_MS=3000 POD_STOP_DELAY_MS=500

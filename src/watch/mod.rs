@@ -140,7 +140,7 @@ impl Watches {
 
     /// Drives every watch until shutdown. The stores fill, subscribers get changes.
     pub async fn run(self, shutdown: Shutdown) {
-        let cfg = watcher::Config::default().page_size(PAGE_SIZE);
+        let cfg = list_config(std::env::var(STREAMING_LISTS_ENV).ok().as_deref());
         let ns = self.namespace.as_deref();
         let gate = &self.gate;
         let deleted = self.daemonset_deleted.clone();
@@ -204,6 +204,18 @@ impl Watches {
     }
 }
 
+/// `ROLLGATE_STREAMING_LISTS=1` makes the first sync a streaming list (WatchList, API
+/// server 1.32+) instead of paged lists; an experiment knob for the footprint bench.
+pub const STREAMING_LISTS_ENV: &str = "ROLLGATE_STREAMING_LISTS";
+
+/// Paged lists unless streaming lists are asked for with `1` or `true`.
+fn list_config(streaming: Option<&str>) -> watcher::Config {
+    match streaming.map(str::trim) {
+        Some("1") | Some("true") => watcher::Config::default().streaming_lists(),
+        _ => watcher::Config::default().page_size(PAGE_SIZE),
+    }
+}
+
 fn subscribe<K>(writer: &Writer<K>) -> ReflectHandle<K>
 where
     K: reflector::Lookup + Clone + 'static,
@@ -235,5 +247,36 @@ where
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::InitialListStrategy;
+
+    #[test]
+    fn streaming_lists_only_when_asked_for() {
+        for (value, streaming) in [
+            (None, false),
+            (Some("0"), false),
+            (Some(""), false),
+            (Some("yes"), false),
+            (Some("1"), true),
+            (Some(" true "), true),
+        ] {
+            let cfg = list_config(value);
+            assert_eq!(
+                matches!(
+                    cfg.initial_list_strategy,
+                    InitialListStrategy::StreamingList
+                ),
+                streaming,
+                "{value:?}"
+            );
+            if !streaming {
+                assert_eq!(cfg.page_size, Some(PAGE_SIZE), "{value:?}");
+            }
+        }
     }
 }

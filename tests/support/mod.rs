@@ -861,6 +861,40 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String>
     }
 }
 
+/// The benches' machine-readable results: `target/bench/results.json`, one flat object
+/// keyed `<bench>.<figure>`.
+pub fn bench_results_path() -> PathBuf {
+    repo_root().join("target/bench/results.json")
+}
+
+/// Merges `entries` into the results file (creating it), keeping other benches' keys.
+pub fn merge_bench_results(entries: &[(&str, serde_json::Value)]) -> Result<PathBuf, String> {
+    let path = bench_results_path();
+    let mut all = match std::fs::read_to_string(&path) {
+        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(map)) => map,
+            Ok(_) | Err(_) => {
+                return Err(format!(
+                    "{} is not a JSON object; move it away or fix it",
+                    path.display()
+                ))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    for (key, value) in entries {
+        all.insert((*key).to_string(), value.clone());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let text =
+        serde_json::to_string_pretty(&serde_json::Value::Object(all)).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
+}
+
 // ---------------------------------------------------------------------------------------
 // What the API server saw: its audit log (written by hack/cluster-up.sh) and how many
 // times each Event was reported. Counting calls, not effects: a second DELETE of a pod
