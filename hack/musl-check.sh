@@ -22,6 +22,21 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "${target}"; then
   fi
 fi
 
+# ring compiles C for the target and needs musl's gcc wrapper (Debian: musl-tools), as
+# in the Dockerfile's builder stage.
+if ! command -v musl-gcc >/dev/null 2>&1; then
+  if [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "musl-check: installing musl-tools (musl-gcc) with apt-get" >&2
+    apt-get install -y --no-install-recommends musl-tools >&2 \
+      || { apt-get update >&2 && apt-get install -y --no-install-recommends musl-tools >&2; }
+  fi
+  if ! command -v musl-gcc >/dev/null 2>&1; then
+    echo "musl-check: musl-gcc not found; install musl-tools (Debian/Ubuntu) or musl-gcc" >&2
+    exit 1
+  fi
+fi
+export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}"
+
 started=$(date +%s)
 (cd "${repo_root}" && cargo build --quiet --release --locked --target "${target}" --bin rollgate)
 echo "musl-check: cargo build --release --target ${target} took $(($(date +%s) - started))s" >&2
