@@ -16,9 +16,18 @@ log "control plane binaries (cached outside the clone; a cold build takes a whil
 bash hack/build-control-plane.sh >/dev/null &
 build_pid=$!
 
+log "static musl release build of the image's binary, in the background (cache outside the clone)"
+musl_log=$repo/target/musl-check.log
+mkdir -p "$repo/target"
+bash hack/musl-check.sh >"$musl_log" 2>&1 &
+musl_pid=$!
+
 log "lint: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "lint: hadolint of the Dockerfile (venv cached outside the clone)"
+bash hack/hadolint.sh
 
 log "unit tests (planners, checks, CLI) and the cloud client against its emulator"
 cargo test -p rollgate --locked --lib --bins
@@ -37,3 +46,11 @@ NODES=0 bash hack/cluster-up.sh
 
 log "e2e tests"
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked --test '*' -- --nocapture
+
+log "waiting for the static musl build (hack/musl-check.sh)"
+if ! wait "$musl_pid"; then
+  cat "$musl_log" >&2
+  echo "[test] hack/musl-check.sh failed (log above)" >&2
+  exit 1
+fi
+cat "$musl_log" >&2
