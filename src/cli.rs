@@ -261,4 +261,36 @@ mod tests {
         let cli = Cli::parse_from(["rollgate", "controller", "--log-format", "json"]);
         assert_eq!(cli.logging.log_format, LogFormat::Json);
     }
+
+    #[test]
+    fn the_readme_documents_every_flag() {
+        use clap::CommandFactory;
+        let readme = include_str!("../README.md");
+        let flags = &readme[readme.find("### Flags").expect("a Flags section")..];
+        let flags = &flags[..flags[3..].find("\n### ").map_or(flags.len(), |i| i + 3)];
+        let mut missing = Vec::new();
+        let root = Cli::command();
+        let commands = std::iter::once(&root).chain(root.get_subcommands());
+        for command in commands {
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if matches!(long, "help" | "version") {
+                    continue;
+                }
+                if !flags.contains(&format!("`--{long}`")) {
+                    missing.push(format!("{} --{long}", command.get_name()));
+                }
+                if let Some(env) = arg.get_env() {
+                    let env = env.to_string_lossy();
+                    if !flags.contains(&format!("`{env}`")) {
+                        missing.push(format!("{} --{long} env {env}", command.get_name()));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "README.md's Flags table lacks: {missing:?}"
+        );
+    }
 }
