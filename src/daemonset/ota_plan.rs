@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::revision::{is_controlled_by, CurrentRevision};
-use crate::object::{pod_condition, pod_conditions};
+use crate::object::pod_condition;
 
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
@@ -37,9 +37,6 @@ pub fn revision_in_message(message: &str) -> Option<&str> {
 pub struct ConditionUpdate {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
-    /// The version the plan was made from, for an optimistic-concurrency write.
-    pub resource_version: Option<String>,
     /// The full condition to set, replacing any existing `PodNeedUpgrade` condition.
     pub condition: PodCondition,
 }
@@ -49,10 +46,6 @@ pub struct ConditionUpdate {
 pub struct StaleCondition {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
-    pub resource_version: Option<String>,
-    /// The pod's conditions without `PodNeedUpgrade`, for a write that replaces the list.
-    pub remaining_conditions: Vec<PodCondition>,
 }
 
 /// Plans `PodNeedUpgrade` for every pod the OTA DaemonSet controls: status `"True"` when
@@ -100,8 +93,6 @@ pub fn plan_need_upgrade_conditions(
             Some(ConditionUpdate {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod.metadata.uid.clone().unwrap_or_default(),
-                resource_version: pod.metadata.resource_version.clone(),
                 condition: PodCondition {
                     type_: POD_NEED_UPGRADE_CONDITION.into(),
                     status: status.into(),
@@ -132,13 +123,6 @@ pub fn plan_stale_condition_removals(
         .map(|pod| StaleCondition {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            resource_version: pod.metadata.resource_version.clone(),
-            remaining_conditions: pod_conditions(pod)
-                .iter()
-                .filter(|c| c.type_ != POD_NEED_UPGRADE_CONDITION)
-                .cloned()
-                .collect(),
         })
         .collect();
     stale.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -184,11 +168,7 @@ mod tests {
         let revisions = [revision(&ds, "h1", 1), revision(&ds, "h2", 2)];
         let pods = [
             PodBuilder::new("old", &ds).hash("h1").on_node("n1").build(),
-            PodBuilder::new("new", &ds)
-                .hash("h2")
-                .on_node("n2")
-                .resource_version("42")
-                .build(),
+            PodBuilder::new("new", &ds).hash("h2").on_node("n2").build(),
             PodBuilder::new("pending-old", &ds)
                 .hash("h1")
                 .pending_for_node("n3")
@@ -213,8 +193,6 @@ mod tests {
             assert_eq!(update.condition.last_transition_time, Some(Time(at(500))));
             assert_eq!(update.namespace, "edge");
         }
-        assert_eq!(updates[0].uid, "uid-new");
-        assert_eq!(updates[0].resource_version.as_deref(), Some("42"));
     }
 
     #[test]
@@ -319,12 +297,5 @@ mod tests {
         let stale = plan_stale_condition_removals(&ds, &pods);
         assert_eq!(stale.len(), 1);
         assert_eq!(stale[0].name, "marked");
-        assert_eq!(stale[0].uid, "uid-marked");
-        let remaining: Vec<&str> = stale[0]
-            .remaining_conditions
-            .iter()
-            .map(|c| c.type_.as_str())
-            .collect();
-        assert_eq!(remaining, ["Ready"]);
     }
 }

@@ -265,11 +265,6 @@ impl PodBuilder {
         self
     }
 
-    pub fn resource_version(mut self, version: &str) -> Self {
-        self.pod.metadata.resource_version = Some(version.into());
-        self
-    }
-
     pub fn build(self) -> Pod {
         self.pod
     }
