@@ -53,28 +53,7 @@ impl Params {
 }
 
 fn main() -> ExitCode {
-    let params = match Params::from_env() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("agent_get_pods: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match runtime.block_on(run(params)) {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("agent_get_pods: ERROR: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench_main("agent_get_pods", Params::from_env(), run)
 }
 
 async fn run(params: Params) -> Result<String, String> {

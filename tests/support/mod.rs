@@ -18,6 +18,40 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::json;
 
+/// The shell of every bench binary: parameters from the environment, a two-thread
+/// runtime, the report on stdout, an error on stderr with a failing exit code.
+pub fn bench_main<P, Fut>(
+    name: &str,
+    params: Result<P, String>,
+    run: impl FnOnce(P) -> Fut,
+) -> std::process::ExitCode
+where
+    Fut: Future<Output = Result<String, String>>,
+{
+    let params = match params {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(params)) {
+        Ok(report) => {
+            println!("{report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: ERROR: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Label that kwok's node selector watches: the simulated kubelet heartbeats while "on".
 pub const HEARTBEAT_LABEL: &str = "rollgate.test/heartbeat";
 /// Label naming the test that owns a node, so a DaemonSet can select only its own nodes.
