@@ -88,7 +88,9 @@ say "New image: edge-agent:v2. A native rolling update would stall here; rollgat
 run kubectl -n "$NS" set image ds/edge-agent agent=registry.local/edge-agent:v2
 timeout 120 "$BIN" status daemonset/edge-agent -n "$NS" --watch &
 watch_pid=$!
-until "$BIN" status daemonset/edge-agent -n "$NS" 2>/dev/null | grep -q "come back"; do sleep 1; done
+# The planner's own line names the NotReady nodes once the Ready ones are done.
+timeout 180 bash -c "until '$BIN' status daemonset/edge-agent -n '$NS' 2>/dev/null | grep -q 'NotReady nodes waiting'; do sleep 1; done" ||
+  { echo "the Ready nodes were not upgraded within 180 s; see $CLUSTER_DIR/logs/demo-controller.log" >&2; exit 1; }
 kill "$watch_pid" 2>/dev/null || true; wait "$watch_pid" 2>/dev/null || true
 echo
 run "$BIN" status daemonset/edge-agent -n "$NS"
