@@ -232,6 +232,8 @@ EOF
     done
   } | kubectl apply -f - >/dev/null
 fi
+# A demo stopped half-way can leave bed nodes cut off: every run starts with them back.
+kubectl label nodes -l rollgate.test/bed-node=true rollgate.test/heartbeat=on --overwrite >/dev/null
 log "waiting for $NODES nodes to be Ready"
 wait_for "$NODES Ready nodes" 120 bash -c \
   "[ \$(kubectl get nodes -l rollgate.test/bed-node=true --no-headers 2>/dev/null | awk '\$2==\"Ready\"' | wc -l) -ge $NODES ]"
