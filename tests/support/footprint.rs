@@ -18,8 +18,8 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::support::{
-    free_local_port, http_request, kubeconfig_path, note, repo_root, unique_name, TestNamespace,
-    HEARTBEAT_LABEL, OWNER_LABEL,
+    free_local_port, http_request, kubeconfig_path, kwok_node, note, repo_root, unique_name,
+    TestNamespace, OWNER_LABEL,
 };
 
 /// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
@@ -68,19 +68,7 @@ impl Bed {
                 let (api, owner) = (api.clone(), owner.clone());
                 async move {
                     let name = format!("{owner}-n{i}");
-                    let node: Node = serde_json::from_value(json!({
-                        "metadata": {
-                            "name": name,
-                            "labels": {
-                                "type": "kwok",
-                                "kubernetes.io/hostname": name,
-                                "kubernetes.io/os": "linux",
-                                HEARTBEAT_LABEL: "on",
-                                OWNER_LABEL: owner,
-                            }
-                        }
-                    }))
-                    .map_err(|e| e.to_string())?;
+                    let node = kwok_node(&name, &owner);
                     api.create(&PostParams::default(), &node)
                         .await
                         .map(|_| ())

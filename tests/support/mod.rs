@@ -52,6 +52,24 @@ where
     }
 }
 
+/// A simulated node named `name`, heartbeating, labelled as owned by `owner` (its
+/// test's workloads select on that label).
+pub fn kwok_node(name: &str, owner: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                HEARTBEAT_LABEL: "on",
+                OWNER_LABEL: owner,
+            }
+        }
+    }))
+    .expect("a valid Node")
+}
+
 /// Label that kwok's node selector watches: the simulated kubelet heartbeats while "on".
 pub const HEARTBEAT_LABEL: &str = "rollgate.test/heartbeat";
 /// Label naming the test that owns a node, so a DaemonSet can select only its own nodes.
@@ -200,19 +218,7 @@ impl TestNodes {
         let mut names = Vec::with_capacity(count);
         for i in 0..count {
             let name = format!("{owner}-n{i}");
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {
-                    "name": name,
-                    "labels": {
-                        "type": "kwok",
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        HEARTBEAT_LABEL: "on",
-                        OWNER_LABEL: owner,
-                    }
-                }
-            }))
-            .unwrap();
+            let node = kwok_node(&name, &owner);
             api.create(&PostParams::default(), &node)
                 .await
                 .unwrap_or_else(|e| panic!("creating node {name}: {e}"));
