@@ -37,54 +37,8 @@ use footprint::{bytes_per_pod, measure_controller, measure_controller_with, mib,
 use serde_json::json;
 use support::*;
 
-/// Live heap bytes allocated by the current thread: weighs what one cached object holds
-/// (the profile of issue 10). Other threads' allocations are not counted, so the runtime
-/// working beside a measurement does not blur it.
-mod heap {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    pub struct Counting;
-
-    thread_local! {
-        static LIVE: Cell<isize> = const { Cell::new(0) };
-    }
-
-    fn add(delta: isize) {
-        // `try_with`: no count while the thread is being torn down.
-        let _ = LIVE.try_with(|live| live.set(live.get() + delta));
-    }
-
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            add(layout.size() as isize);
-            System.alloc(layout)
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            add(-(layout.size() as isize));
-            System.dealloc(ptr, layout)
-        }
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            add(layout.size() as isize);
-            System.alloc_zeroed(layout)
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            add(new_size as isize - layout.size() as isize);
-            System.realloc(ptr, layout, new_size)
-        }
-    }
-
-    /// Heap bytes `make` leaves allocated on this thread, with what it made.
-    pub fn kept_by<T>(make: impl FnOnce() -> T) -> (T, usize) {
-        let before = LIVE.with(Cell::get);
-        let made = make();
-        let after = LIVE.with(Cell::get);
-        (made, (after - before).max(0) as usize)
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: heap::Counting = heap::Counting;
+#[path = "../tests/support/heap.rs"]
+mod heap;
 
 /// Target of issue 10: peak resident memory at 1,000 nodes / 10,000 pods.
 const PEAK_TARGET_KIB: u64 = 64 * 1024;
@@ -525,7 +479,10 @@ where
         s.full += json_len(item) as f64;
         let (full, heap_full) = heap::kept_by(|| item.clone());
         s.heap_full += heap_full as f64;
-        let (cached, heap_cached) = heap::kept_by(|| convert(full));
+        drop(full);
+        // Cloned inside: the conversion moves the strings it keeps out of the full object,
+        // so only a fresh copy shows what the cached form holds.
+        let (cached, heap_cached) = heap::kept_by(|| convert(item.clone()));
         s.heap_cached += heap_cached as f64;
         s.pruned += json_len(&cached) as f64;
         let (key, heap_key) =
