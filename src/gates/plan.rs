@@ -309,7 +309,10 @@ fn plan_group(
         }
         draining.insert(b.key.clone());
         deadline = Some(deadline.map_or(remove_at, |d| d.min(remove_at)));
-        if present.get(&b.key).is_some_and(|existing| existing.weight != 0) {
+        if present
+            .get(&b.key)
+            .is_some_and(|existing| existing.weight != 0)
+        {
             changes.drain.push(b);
         }
     }
@@ -348,11 +351,23 @@ enum PortVerdict {
 fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<ConditionWrite> {
     let mut writes = vec![];
     let by_port: HashMap<u16, &GroupState> = groups.iter().map(|g| (g.service_port, g)).collect();
-    for pod in input.pods.iter().filter(|p| p.gated && p.deletion.is_none()) {
+    for pod in input
+        .pods
+        .iter()
+        .filter(|p| p.gated && p.deletion.is_none())
+    {
         let (status, reason, message) = if !pod.selected {
-            (false, Reason::PodNotSelected, reasons::pod_not_selected(input.service))
+            (
+                false,
+                Reason::PodNotSelected,
+                reasons::pod_not_selected(input.service),
+            )
         } else if !pod.containers_ready || pod.ip.is_none() {
-            (false, Reason::ContainersNotReady, reasons::containers_not_ready())
+            (
+                false,
+                Reason::ContainersNotReady,
+                reasons::containers_not_ready(),
+            )
         } else {
             let verdicts: Vec<(&ServicePort, Option<&GroupState>, PortVerdict)> = input
                 .service
@@ -386,7 +401,11 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                     let was_true = pod.gate.as_ref().is_some_and(|g| g.status);
                     if was_true && !input.service.flip_back {
                         // The peers' default: Ready stays, the reason tells what changed.
-                        (true, Reason::BackendLostAfterReady, reasons::lost_after_ready(reason, &details))
+                        (
+                            true,
+                            Reason::BackendLostAfterReady,
+                            reasons::lost_after_ready(reason, &details),
+                        )
                     } else {
                         (false, reason, details)
                     }
@@ -442,7 +461,11 @@ fn verdict_text(v: &PortVerdict) -> String {
 /// on an error or a guess.
 fn hold_gates(input: &PlanInput<'_>, reason: Reason, message: &str) -> Vec<ConditionWrite> {
     let mut writes = vec![];
-    for pod in input.pods.iter().filter(|p| p.gated && p.deletion.is_none()) {
+    for pod in input
+        .pods
+        .iter()
+        .filter(|p| p.gated && p.deletion.is_none())
+    {
         if pod.gate.as_ref().is_some_and(|g| g.status) {
             continue;
         }
@@ -471,9 +494,10 @@ fn push_if_changed(
     reason: Reason,
     message: String,
 ) {
-    let same = pod.gate.as_ref().is_some_and(|g| {
-        g.status == status && g.reason == reason.as_str() && g.message == message
-    });
+    let same = pod
+        .gate
+        .as_ref()
+        .is_some_and(|g| g.status == status && g.reason == reason.as_str() && g.message == message);
     if !same {
         writes.push(ConditionWrite {
             pod: pod.name.clone(),
@@ -503,6 +527,6 @@ fn pending_after(input: &PlanInput<'_>, writes: &[ConditionWrite]) -> usize {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod tests;

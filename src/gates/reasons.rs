@@ -118,7 +118,10 @@ mod tests {
             let s = reason.as_str();
             assert!(s.chars().next().unwrap().is_ascii_uppercase(), "{s}");
             assert!(s.chars().all(|c| c.is_ascii_alphanumeric()), "{s}");
-            assert!(readme.contains(&format!("`{s}`")), "README lacks reason {s}");
+            assert!(
+                readme.contains(&format!("`{s}`")),
+                "README lacks reason {s}"
+            );
         }
     }
 }

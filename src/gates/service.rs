@@ -171,7 +171,10 @@ pub fn selector(service: &Service) -> Option<&BTreeMap<String, String>> {
         .filter(|s| !s.is_empty())
 }
 
-pub fn selects(selector: Option<&BTreeMap<String, String>>, labels: &BTreeMap<String, String>) -> bool {
+pub fn selects(
+    selector: Option<&BTreeMap<String, String>>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
@@ -226,26 +229,59 @@ mod tests {
         use ClassSelection::*;
         let cases = [
             ("LoadBalancer", None, Standard, Some(Product::Clb)),
-            ("LoadBalancer", Some(NLB_CLASS), Standard, Some(Product::Nlb)),
-            ("LoadBalancer", Some(ROLLGATE_CLB_CLASS), Standard, Some(Product::Clb)),
-            ("LoadBalancer", Some(ROLLGATE_NLB_CLASS), Standard, Some(Product::Nlb)),
+            (
+                "LoadBalancer",
+                Some(NLB_CLASS),
+                Standard,
+                Some(Product::Nlb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_CLB_CLASS),
+                Standard,
+                Some(Product::Clb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_NLB_CLASS),
+                Standard,
+                Some(Product::Nlb),
+            ),
             ("LoadBalancer", Some("example.com/other"), Standard, None),
             ("LoadBalancer", None, Rollgate, None),
             ("LoadBalancer", Some(NLB_CLASS), Rollgate, None),
-            ("LoadBalancer", Some(ROLLGATE_CLB_CLASS), Rollgate, Some(Product::Clb)),
-            ("LoadBalancer", Some(ROLLGATE_NLB_CLASS), Rollgate, Some(Product::Nlb)),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_CLB_CLASS),
+                Rollgate,
+                Some(Product::Clb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_NLB_CLASS),
+                Rollgate,
+                Some(Product::Nlb),
+            ),
             ("ClusterIP", None, Standard, None),
             ("NodePort", Some(ROLLGATE_CLB_CLASS), Rollgate, None),
         ];
         for (type_, class, selection, want) in cases {
             let svc = service(type_, class, &[]);
-            assert_eq!(product_for(&svc, selection), want, "{type_} {class:?} {selection:?}");
+            assert_eq!(
+                product_for(&svc, selection),
+                want,
+                "{type_} {class:?} {selection:?}"
+            );
         }
     }
 
     #[test]
     fn the_load_balancer_id_is_read_under_both_prefixes() {
-        let svc = service("LoadBalancer", None, &[(LOAD_BALANCER_ID_ANNOTATION, "lb-1")]);
+        let svc = service(
+            "LoadBalancer",
+            None,
+            &[(LOAD_BALANCER_ID_ANNOTATION, "lb-1")],
+        );
         assert_eq!(attached_id(&svc), Some("lb-1"));
         let svc = service(
             "LoadBalancer",
@@ -276,7 +312,11 @@ mod tests {
             ]
         );
         assert!(!f.flip_back);
-        let f = facts(&service("LoadBalancer", None, &[(FLIP_BACK_ANNOTATION, "True")]));
+        let f = facts(&service(
+            "LoadBalancer",
+            None,
+            &[(FLIP_BACK_ANNOTATION, "True")],
+        ));
         assert!(f.flip_back);
     }
 
@@ -299,7 +339,9 @@ mod tests {
                 "cn-hangzhou-k",
             )],
         );
-        assert!(zone_maps(&svc).unwrap_err().contains("<zone-id>:<vswitch-id>"));
+        assert!(zone_maps(&svc)
+            .unwrap_err()
+            .contains("<zone-id>:<vswitch-id>"));
         let svc = service(
             "LoadBalancer",
             None,
@@ -308,13 +350,18 @@ mod tests {
                 "public",
             )],
         );
-        assert!(address_type(&svc).unwrap_err().contains("internet, intranet"));
+        assert!(address_type(&svc)
+            .unwrap_err()
+            .contains("internet, intranet"));
     }
 
     #[test]
     fn a_selector_must_match_every_label_and_an_empty_one_selects_nothing() {
-        let labels: BTreeMap<String, String> =
-            [("app".to_string(), "nginx".to_string()), ("tier".into(), "web".into())].into();
+        let labels: BTreeMap<String, String> = [
+            ("app".to_string(), "nginx".to_string()),
+            ("tier".into(), "web".into()),
+        ]
+        .into();
         let sel: BTreeMap<String, String> = [("app".to_string(), "nginx".to_string())].into();
         assert!(selects(Some(&sel), &labels));
         let other: BTreeMap<String, String> = [("app".to_string(), "x".to_string())].into();

@@ -63,13 +63,15 @@ fn model() -> impl Strategy<Value = Model> {
         any::<bool>(),
         prop::bool::weighted(0.1),
     )
-        .prop_map(|(pods, stale, foreign, flip_back, second_group_missing)| Model {
-            pods,
-            stale,
-            foreign,
-            flip_back,
-            second_group_missing,
-        })
+        .prop_map(
+            |(pods, stale, foreign, flip_back, second_group_missing)| Model {
+                pods,
+                stale,
+                foreign,
+                flip_back,
+                second_group_missing,
+            },
+        )
 }
 
 fn health(code: u8) -> HealthState {

@@ -94,7 +94,11 @@ fn a_new_pod_is_registered_and_waits_with_a_reason_that_names_the_group() {
     let w = only_write(&plan);
     assert!(!w.status);
     assert_eq!(w.reason, Reason::BackendNotRegistered);
-    assert!(w.message.contains("lb-1") && w.message.contains("rsp-1"), "{}", w.message);
+    assert!(
+        w.message.contains("lb-1") && w.message.contains("rsp-1"),
+        "{}",
+        w.message
+    );
     assert_eq!(plan.pending_gates, 1);
 }
 
@@ -110,7 +114,11 @@ fn each_health_state_has_its_own_reason_and_only_healthy_flips_true() {
             Reason::BackendUnhealthy,
         ),
         (HealthState::Unused, false, Reason::BackendUnhealthy),
-        (HealthState::NotChecked, true, Reason::RegisteredHealthCheckDisabled),
+        (
+            HealthState::NotChecked,
+            true,
+            Reason::RegisteredHealthCheckDisabled,
+        ),
         (HealthState::Healthy, true, Reason::LoadBalancerHealthy),
     ];
     for (health, status, reason) in cases {
@@ -153,7 +161,12 @@ fn every_port_must_be_healthy_before_the_gate_turns_true() {
     assert!(!w.status);
     assert_eq!(w.reason, Reason::BackendNotRegistered);
     assert!(w.message.contains("rsp-2"), "{}", w.message);
-    let add = &plan.changes.iter().find(|c| c.service_port == 443).unwrap().add;
+    let add = &plan
+        .changes
+        .iter()
+        .find(|c| c.service_port == 443)
+        .unwrap()
+        .add;
     assert_eq!(add[0].key.port, 8443);
     assert_eq!(add[0].description, "k8s/443/web/ns/c1");
 }
@@ -249,7 +262,10 @@ fn a_terminating_pod_drains_at_once_and_is_removed_after_the_drain_time() {
     assert_eq!(plan.changes[0].drain, vec![owned("10.0.0.1", 0)]);
     assert!(plan.changes[0].remove.is_empty());
     assert_eq!(plan.next_deadline, Some(at(NOW + 7)));
-    assert!(plan.conditions.is_empty(), "a terminating pod's gate is left alone");
+    assert!(
+        plan.conditions.is_empty(),
+        "a terminating pod's gate is left alone"
+    );
 
     // Already at weight 0: nothing to do until the deadline.
     let plan = run(&svc(false), std::slice::from_ref(&p), &cloud(0));
@@ -271,7 +287,10 @@ fn the_drain_never_outlives_the_pod_and_a_gone_pod_is_removed_at_once() {
         requested_at: at(NOW),
         deadline: at(NOW + 2),
     };
-    assert_eq!(removal_time(&deletion, Duration::from_secs(10)), at(NOW + 2));
+    assert_eq!(
+        removal_time(&deletion, Duration::from_secs(10)),
+        at(NOW + 2)
+    );
     assert_eq!(removal_time(&deletion, Duration::from_secs(1)), at(NOW + 1));
     let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.9", 100)], &[])]);
     let plan = run(&svc(false), &[], &cloud);
@@ -342,13 +361,24 @@ fn gates_of_a_missing_service_say_so_once() {
         reason: "ServiceNotFound".into(),
         message: "Service ns/web does not exist".into(),
     });
-    assert!(plan_without_service(&[p], Reason::ServiceNotFound, "Service ns/web does not exist").is_empty());
+    assert!(plan_without_service(
+        &[p],
+        Reason::ServiceNotFound,
+        "Service ns/web does not exist"
+    )
+    .is_empty());
 }
 
 #[test]
 fn gate_names_map_to_services() {
-    assert_eq!(gate_condition_type("my-svc"), "service.readiness.alibabacloud.com/my-svc");
-    assert_eq!(service_of_gate("service.readiness.alibabacloud.com/my-svc"), Some("my-svc"));
+    assert_eq!(
+        gate_condition_type("my-svc"),
+        "service.readiness.alibabacloud.com/my-svc"
+    );
+    assert_eq!(
+        service_of_gate("service.readiness.alibabacloud.com/my-svc"),
+        Some("my-svc")
+    );
     assert_eq!(service_of_gate("service.readiness.alibabacloud.com/"), None);
     assert_eq!(service_of_gate("example.com/x"), None);
 }
