@@ -11,6 +11,9 @@
 //!   small     small node count x DaemonSets
 //!   big       node count x DaemonSets (the target size: 1,000 x 10 = 10,000 pods)
 //!   big, streaming lists  the same with `ROLLGATE_STREAMING_LISTS=1` (WatchList)
+//!   big, K=V  the same with the environment variable K=V set for the controller, once per
+//!             entry of `ROLLGATE_BENCH_FOOTPRINT_VARIANT_ENV` (space-separated, e.g.
+//!             `MALLOC_ARENA_MAX=2`): allocator settings, compared on the same bed
 //!
 //! Bytes per pod = (RSS big - RSS small) / (pods big - pods small).
 //!
@@ -30,7 +33,7 @@ mod footprint;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use footprint::{bytes_per_pod, measure_controller, mib, Bed, Footprint};
+use footprint::{bytes_per_pod, measure_controller, measure_controller_with, mib, Bed, Footprint};
 use serde_json::json;
 use support::*;
 
@@ -47,6 +50,8 @@ struct Params {
     streaming: bool,
     /// Measure only once every pod is Ready (Running), not just created.
     wait_ready: bool,
+    /// Extra rows at the big size, each with one `(variable, value)` set for the controller.
+    variant_env: Vec<(String, String)>,
 }
 
 impl Params {
@@ -59,6 +64,16 @@ impl Params {
             parallel: env_or("ROLLGATE_BENCH_FOOTPRINT_PARALLEL", 32usize)?.clamp(1, 256),
             streaming: env_or("ROLLGATE_BENCH_FOOTPRINT_STREAMING", 1u8)? != 0,
             wait_ready: env_or("ROLLGATE_BENCH_FOOTPRINT_WAIT_READY", 1u8)? != 0,
+            variant_env: std::env::var("ROLLGATE_BENCH_FOOTPRINT_VARIANT_ENV")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                    _ => Err(format!(
+                        "ROLLGATE_BENCH_FOOTPRINT_VARIANT_ENV: {kv:?} is not VARIABLE=value"
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
         };
         if p.small_nodes == 0 || p.small_nodes >= p.nodes || p.daemonsets == 0 {
             return Err(format!(
@@ -155,8 +170,35 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         bed.pods()
     ));
     rows.push(run_at(bed, "big", big_s, false).await?);
+    let streaming_row = params.streaming.then_some(rows.len());
     if params.streaming {
         rows.push(run_at(bed, "big, streaming lists", 0.0, true).await?);
+    }
+    let variants_from = rows.len();
+    for (key, value) in &params.variant_env {
+        let name = format!("big, {key}={value}");
+        note(format!("measuring '{name}'"));
+        let tag = format!("variant-{key}-{value}");
+        let fp = measure_controller_with(
+            bed.namespace(),
+            &tag,
+            &[(key.as_str(), value.as_str())],
+            settle,
+            READY_TIMEOUT,
+        )
+        .await?;
+        note(format!(
+            "'{name}': peak {:.1} MiB, steady {:.1} MiB",
+            mib(fp.peak_rss_kib),
+            mib(fp.steady_rss_kib)
+        ));
+        rows.push(Row {
+            name,
+            nodes: bed.nodes,
+            pods: bed.pods(),
+            setup_s: 0.0,
+            fp,
+        });
     }
 
     let sizes = pod_json_sizes(bed).await?;
@@ -254,20 +296,34 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         "<= 64 MiB",
         verdict(at_target)
     ));
-    if let Some(s) = rows.get(4) {
+    for s in streaming_row
+        .iter()
+        .map(|&i| &rows[i])
+        .chain(&rows[variants_from..])
+    {
         out.push_str(&format!(
             "{:<44} {:>10} {:>10} {:>6}\n",
-            format!("peak RSS at {} pods, streaming lists", s.pods),
+            format!(
+                "peak RSS at {} pods, {}",
+                s.pods,
+                s.name.trim_start_matches("big, ")
+            ),
             format!("{:.1} MiB", mib(s.fp.peak_rss_kib)),
             "<= 64 MiB",
             verdict(s.fp.peak_rss_kib as f64)
         ));
     }
     out.push_str(&format!(
-        "one pod as JSON, mean of {} (a proxy for what each store keeps; in memory a \
-         Rust object takes more):\n  from the API {:.0} B; without managedFields \
-         (the image-pull controller's own store) {:.0} B; pruned (the shared store) {:.0} B\n",
-        sizes.sampled, sizes.full, sizes.without_managed_fields, sizes.pruned
+        "one pod as JSON, mean of {} (a proxy for what a store keeps; in memory a \
+         Rust object takes more):\n  from the API {:.0} B; without managedFields {:.0} B; \
+         as the shared store keeps it (CachedPod) {:.0} B\n\
+         inline size before any heap allocation: Pod {} B, CachedPod {} B\n",
+        sizes.sampled,
+        sizes.full,
+        sizes.without_managed_fields,
+        sizes.pruned,
+        std::mem::size_of::<k8s_openapi::api::core::v1::Pod>(),
+        std::mem::size_of::<rollgate::watch::CachedPod>(),
     ));
     out.push_str("controller logs:\n");
     for r in &rows {
@@ -298,7 +354,7 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
             json!(round1(rows.iter().map(|r| r.setup_s).sum::<f64>())),
         ),
     ];
-    if let Some(s) = rows.get(4) {
+    if let Some(s) = streaming_row.map(|i| &rows[i]) {
         entries.push((
             "footprint.streaming_lists_peak_rss_mb",
             json!(round1(mib(s.fp.peak_rss_kib))),
@@ -308,13 +364,24 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
             json!(round1(mib(s.fp.steady_rss_kib))),
         ));
     }
+    let variant_keys: Vec<(String, serde_json::Value)> = rows[variants_from..]
+        .iter()
+        .map(|r| {
+            let variant = r.name.trim_start_matches("big, ");
+            (
+                format!("footprint.variant.{variant}.peak_rss_mb"),
+                json!(round1(mib(r.fp.peak_rss_kib))),
+            )
+        })
+        .collect();
+    entries.extend(variant_keys.iter().map(|(k, v)| (k.as_str(), v.clone())));
     let path = merge_bench_results(&entries)?;
     out.push_str(&format!("results merged into {}\n", path.display()));
     Ok(out)
 }
 
-/// Mean serialized size of the bed's pods as the API sends them, as the image-pull
-/// controller keeps them (managedFields dropped) and as the shared store keeps them.
+/// Mean serialized size of the bed's pods as the API sends them, without managedFields,
+/// and as the shared store keeps them (`CachedPod`).
 struct PodSizes {
     sampled: usize,
     full: f64,
@@ -336,8 +403,8 @@ async fn pod_json_sizes(bed: &Bed) -> Result<PodSizes, String> {
         let mut p = pod.clone();
         p.metadata.managed_fields = None;
         slim += len(&p);
-        rollgate::watch::prune::pod(&mut p);
-        pruned += len(&p);
+        let cached = rollgate::watch::CachedPod::from(p);
+        pruned += serde_json::to_vec(&cached).map(|v| v.len()).unwrap_or(0);
     }
     let n = list.items.len().max(1) as f64;
     Ok(PodSizes {

@@ -6,7 +6,8 @@
 #   agent_get_pods    the node agent's GET /pods with 110 pods under load (issue 4)
 #   footprint         the controller's memory and CPU at 1,000 nodes x 10 DaemonSets (issue 10)
 #
-# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint"), and the
+# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint"),
+# BENCH_CLUSTER_DIR / BENCH_APISERVER_PORT / BENCH_ETCD_PORT (below), and the
 # knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,8 +15,10 @@ repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
 BENCHES=${BENCHES:-"rollout_makespan agent_get_pods footprint"}
-export CLUSTER_DIR=$repo/target/bench-cluster
-export APISERVER_PORT=36643 ETCD_PORT=32579
+# BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT and BENCH_ETCD_PORT move the bench's control
+# plane, so two clones on one machine can bench side by side.
+export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}
+export APISERVER_PORT=${BENCH_APISERVER_PORT:-36643} ETCD_PORT=${BENCH_ETCD_PORT:-32579}
 export POD_START_DELAY_MS=3000 POD_STOP_DELAY_MS=500
 results=$repo/target/bench-results.txt
 log() { printf '[bench] %s\n' "$*" >&2; }

@@ -225,6 +225,26 @@ pub async fn measure_controller(
     settle: Duration,
     ready_timeout: Duration,
 ) -> Result<Footprint, String> {
+    let streaming = if streaming_lists { "1" } else { "0" };
+    measure_controller_with(
+        namespace,
+        tag,
+        &[("ROLLGATE_STREAMING_LISTS", streaming)],
+        settle,
+        ready_timeout,
+    )
+    .await
+}
+
+/// [`measure_controller`] with extra environment for the controller (e.g. allocator
+/// settings such as `MALLOC_ARENA_MAX`).
+pub async fn measure_controller_with(
+    namespace: &str,
+    tag: &str,
+    env: &[(&str, &str)],
+    settle: Duration,
+    ready_timeout: Duration,
+) -> Result<Footprint, String> {
     let dir = repo_root().join("target/e2e-logs");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let log = dir.join(format!("{namespace}-{tag}.log"));
@@ -238,10 +258,7 @@ pub async fn measure_controller(
         .arg("--leader-elect=false")
         .env("KUBECONFIG", kubeconfig_path())
         .env("ROLLGATE_LOG", "info")
-        .env(
-            "ROLLGATE_STREAMING_LISTS",
-            if streaming_lists { "1" } else { "0" },
-        )
+        .envs(env.iter().copied())
         .stdout(out.try_clone().map_err(|e| e.to_string())?)
         .stderr(out)
         .spawn()
