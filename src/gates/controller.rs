@@ -10,6 +10,7 @@ use alibaba_lb::{
 };
 use futures::Future;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use crate::watch::pod::CachedPod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -84,7 +85,7 @@ pub struct GateSettings {
 
 pub struct Context {
     client: Client,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     services: Store<Service>,
     cloud: Cloud,
     poller: Poller,
@@ -92,7 +93,7 @@ pub struct Context {
     metrics: GateMetrics,
     settings: GateSettings,
     /// Pods whose gate named a Service that was not in the store: checked by `orphans`.
-    orphans: mpsc::UnboundedSender<ObjectRef<Pod>>,
+    orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
     /// Pods whose gate turned True this process, with the time seen healthy first.
     first_healthy: Mutex<std::collections::HashMap<(String, String), Timestamp>>,
 }
@@ -139,7 +140,7 @@ pub fn start(
     // orphan worker, which says so on the pod.
     let services_for_pods = services.clone();
     let controller = controller
-        .watches_shared_stream(watches.pod_changes(), move |pod: Arc<Pod>| {
+        .watches_shared_stream(watches.pod_changes(), move |pod: Arc<CachedPod>| {
             let ns = pod.namespace().unwrap_or_default();
             let mut refs: Vec<ObjectRef<Service>> = vec![];
             for name in gated_services(&pod) {
@@ -404,7 +405,7 @@ fn lb_spec(
 }
 
 /// The pods the plan looks at: selected by the Service, or gated on it.
-fn service_pods(ctx: &Context, svc: &Service, facts: &ServiceFacts) -> Vec<(Arc<Pod>, GatePod)> {
+fn service_pods(ctx: &Context, svc: &Service, facts: &ServiceFacts) -> Vec<(Arc<CachedPod>, GatePod)> {
     ctx.pods
         .state()
         .into_iter()
@@ -419,7 +420,7 @@ fn service_pods(ctx: &Context, svc: &Service, facts: &ServiceFacts) -> Vec<(Arc<
         .collect()
 }
 
-fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<Pod>> {
+fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<CachedPod>> {
     ctx.pods
         .state()
         .into_iter()
@@ -430,7 +431,7 @@ fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<Pod>> {
 async fn write_conditions(
     ctx: &Context,
     svc: &Service,
-    pods: &[(Arc<Pod>, GatePod)],
+    pods: &[(Arc<CachedPod>, GatePod)],
     decided: &GatePlan,
     cloud_state: &CloudState,
 ) -> Result<(), Error> {
@@ -583,7 +584,7 @@ async fn hold_orphans(
 /// are synced and only while leading.
 async fn orphans(
     ctx: Arc<Context>,
-    mut rx: mpsc::UnboundedReceiver<ObjectRef<Pod>>,
+    mut rx: mpsc::UnboundedReceiver<ObjectRef<CachedPod>>,
     mut synced: tokio::sync::watch::Receiver<bool>,
     leadership: Leadership,
     shutdown: Shutdown,
@@ -594,7 +595,7 @@ async fn orphans(
             let _ = ctx.services.wait_until_ready().await;
             while let Some(first) = rx.recv().await {
                 // Take what queued up meanwhile, once each.
-                let mut batch: HashSet<ObjectRef<Pod>> = HashSet::from([first]);
+                let mut batch: HashSet<ObjectRef<CachedPod>> = HashSet::from([first]);
                 while let Ok(more) = rx.try_recv() {
                     batch.insert(more);
                 }
