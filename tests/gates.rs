@@ -582,19 +582,24 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
         wait_no_orphans(&bed, app, app).await;
         let timeline = bed.emulator("timeline").await;
         let events = &timeline["events"].as_array().unwrap()[start..];
-        let min = min_healthy(events, &group, 6);
+        let (min, trace) = min_healthy(events, &group, 6);
         note(format!("{app}: lowest healthy registered backends during the rollout: {min} (replicas 6, maxUnavailable 1)"));
-        results.push((gated, min));
+        results.push((gated, min, trace));
     }
     println!("capacity proof: with gates min healthy = {}, without gates = {} (target >= 5)", results[0].1, results[1].1);
-    assert!(results[0].1 >= 5, "with gates capacity dropped to {}", results[0].1);
+    assert!(
+        results[0].1 >= 5,
+        "with gates capacity dropped to {}:\n{}",
+        results[0].1,
+        results[0].2.join("\n")
+    );
     assert!(results[1].1 < 5, "without gates capacity should drop (control): {}", results[1].1);
     bed.cleanup().await;
 }
 
 /// Replays the timeline of one group from `start` healthy backends: a backend counts
 /// while it is healthy, in rotation (weight > 0) and not removed.
-fn min_healthy(events: &[Value], group: &str, start: usize) -> usize {
+fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<String>) {
     #[derive(Default, Clone, Copy)]
     struct B {
         healthy: bool,
@@ -603,6 +608,7 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> usize {
     let mut backends: BTreeMap<String, B> = BTreeMap::new();
     let mut initial_unknown = start;
     let mut min = start;
+    let mut trace = vec![];
     for e in events.iter().filter(|e| e["server_group_id"] == group) {
         let key = format!("{}:{}", e["ip"].as_str().unwrap(), e["port"]);
         let known = backends.contains_key(&key);
@@ -616,6 +622,8 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> usize {
         });
         let _ = known;
         match e["event"].as_str().unwrap() {
+            // A pod IP can come back for a new pod: a new backend starts unhealthy.
+            "added" => *b = B::default(),
             "healthy" => b.healthy = true,
             "unhealthy" => b.healthy = false,
             "removed" => {
@@ -628,6 +636,14 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> usize {
         }
         let now = initial_unknown + backends.values().filter(|b| b.healthy && !b.drained).count();
         min = min.min(now);
+        trace.push(format!(
+            "{} {} {}:{} {} -> {now}",
+            e["at"].as_str().unwrap_or_default(),
+            e["event"].as_str().unwrap_or_default(),
+            e["ip"].as_str().unwrap_or_default(),
+            e["port"],
+            e["detail"].as_str().unwrap_or_default()
+        ));
     }
-    min
+    (min, trace)
 }
