@@ -42,11 +42,18 @@ fn fast_emulator() -> EmulatorConfig {
 }
 
 impl Bed {
-    async fn new(prefix: &str, nodes: usize, emulator: EmulatorConfig, env: &[(&str, &str)]) -> Self {
+    async fn new(
+        prefix: &str,
+        nodes: usize,
+        emulator: EmulatorConfig,
+        env: &[(&str, &str)],
+    ) -> Self {
         let client = client().await;
         let ns = TestNamespace::new(&client, prefix).await;
         let nodes = TestNodes::create(&client, prefix, nodes).await;
-        let emu = lb_emulator::serve(emulator).await.expect("starting the emulator");
+        let emu = lb_emulator::serve(emulator)
+            .await
+            .expect("starting the emulator");
         note(format!("emulator on {}", emu.endpoint()));
         let mut bed = Bed {
             client,
@@ -70,7 +77,10 @@ impl Bed {
             ("ALIBABA_CLOUD_SLB_ENDPOINT".into(), endpoint.clone()),
             ("ALIBABA_CLOUD_NLB_ENDPOINT".into(), endpoint),
             ("ROLLGATE_CLOUD_SCHEME".into(), "http".into()),
-            ("ALIBABA_CLOUD_ACCESS_KEY_ID".into(), "emulator-access-key-id".into()),
+            (
+                "ALIBABA_CLOUD_ACCESS_KEY_ID".into(),
+                "emulator-access-key-id".into(),
+            ),
             (
                 "ALIBABA_CLOUD_ACCESS_KEY_SECRET".into(),
                 "emulator-access-key-secret".into(),
@@ -84,7 +94,8 @@ impl Bed {
             ("ROLLGATE_HEALTH_POLL_SLOW".into(), "3s".into()),
         ];
         env.extend(self.extra_env.iter().cloned());
-        let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let env_refs: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         self.controller = Some(ControllerProcess::start_with_env(
             &self.ns.name,
             tag,
@@ -241,7 +252,10 @@ impl Bed {
         if let Some(c) = self.controller.take() {
             c.crash();
         }
-        let _ = self.deployments().delete_collection(&DeleteParams::default(), &ListParams::default()).await;
+        let _ = self
+            .deployments()
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
         self.ns.cleanup().await;
         self.nodes.cleanup().await;
         let _ = self.emu.stop().await;
@@ -283,7 +297,12 @@ fn pod_ip(pod: &Pod) -> Option<String> {
 /// No gate of `service` is True unless the emulator shows the pod's backend registered
 /// and healthy. The emulator is read after the pods, and health only improves in these
 /// scenarios, so a True gate whose backend is not healthy yet is a real early flip.
-async fn check_no_early_flip(bed: &Bed, app: &str, service: &str, seen_pending: &mut BTreeSet<String>) {
+async fn check_no_early_flip(
+    bed: &Bed,
+    app: &str,
+    service: &str,
+    seen_pending: &mut BTreeSet<String>,
+) {
     let pods = bed.app_pods(app).await;
     let backends = bed.backends().await;
     for pod in &pods {
@@ -309,7 +328,13 @@ async fn check_no_early_flip(bed: &Bed, app: &str, service: &str, seen_pending: 
     }
 }
 
-async fn wait_rollout(bed: &Bed, name: &str, app: &str, service: &str, timeout: Duration) -> BTreeSet<String> {
+async fn wait_rollout(
+    bed: &Bed,
+    name: &str,
+    app: &str,
+    service: &str,
+    timeout: Duration,
+) -> BTreeSet<String> {
     let mut seen_pending = BTreeSet::new();
     let deadline = std::time::Instant::now() + timeout;
     loop {
@@ -362,26 +387,30 @@ async fn restart(bed: &Bed, name: &str) {
 /// Owned backends must be exactly the live pods' IPs once things settle.
 async fn wait_no_orphans(bed: &Bed, app: &str, service: &str) {
     let owner = format!("k8s/80/{service}/{}/{CLUSTER_ID}", bed.ns.name);
-    wait_for("owned backends = live pods", Duration::from_secs(30), || async {
-        let pods = bed.app_pods(app).await;
-        let live: BTreeSet<String> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(pod_ip)
-            .collect();
-        let owned: BTreeSet<String> = bed
-            .backends()
-            .await
-            .into_iter()
-            .filter(|b| b.description == owner)
-            .map(|b| b.ip)
-            .collect();
-        if owned == live {
-            Ok(())
-        } else {
-            Err(format!("owned {owned:?} live {live:?}"))
-        }
-    })
+    wait_for(
+        "owned backends = live pods",
+        Duration::from_secs(30),
+        || async {
+            let pods = bed.app_pods(app).await;
+            let live: BTreeSet<String> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(pod_ip)
+                .collect();
+            let owned: BTreeSet<String> = bed
+                .backends()
+                .await
+                .into_iter()
+                .filter(|b| b.description == owner)
+                .map(|b| b.ip)
+                .collect();
+            if owned == live {
+                Ok(())
+            } else {
+                Err(format!("owned {owned:?} live {live:?}"))
+            }
+        },
+    )
     .await;
 }
 
@@ -406,37 +435,72 @@ async fn nlb_walk_through() {
 
 async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
     let bed = Bed::new(&format!("gates-{prefix}"), 2, fast_emulator(), &[]).await;
-    bed.create_service("my-svc", "nginx", class, annotations).await;
+    bed.create_service("my-svc", "nginx", class, annotations)
+        .await;
     let address = bed.wait_external_ip("my-svc").await;
     note(format!("EXTERNAL-IP {address}"));
     let svc = bed.services().get("my-svc").await.unwrap();
-    assert!(svc.finalizers().iter().any(|f| f == "rollgate.io/load-balancer"));
-    let created = svc.annotations().get("rollgate.io/created-load-balancer-id").cloned();
-    assert!(created.is_some(), "the created load balancer is recorded: {:?}", svc.annotations());
+    assert!(svc
+        .finalizers()
+        .iter()
+        .any(|f| f == "rollgate.io/load-balancer"));
+    let created = svc
+        .annotations()
+        .get("rollgate.io/created-load-balancer-id")
+        .cloned();
+    assert!(
+        created.is_some(),
+        "the created load balancer is recorded: {:?}",
+        svc.annotations()
+    );
 
-    bed.create_deployment("my-nginx", "nginx", 2, &["my-svc"], 1, 0).await;
-    let seen_pending = wait_rollout(&bed, "my-nginx", "nginx", "my-svc", Duration::from_secs(90)).await;
-    assert_eq!(seen_pending.len(), 2, "both pods were seen at 0/1 first: {seen_pending:?}");
+    bed.create_deployment("my-nginx", "nginx", 2, &["my-svc"], 1, 0)
+        .await;
+    let seen_pending =
+        wait_rollout(&bed, "my-nginx", "nginx", "my-svc", Duration::from_secs(90)).await;
+    assert_eq!(
+        seen_pending.len(),
+        2,
+        "both pods were seen at 0/1 first: {seen_pending:?}"
+    );
     for pod in bed.app_pods("nginx").await {
         let (status, reason, message) = gate_status(&pod, "my-svc").unwrap();
-        assert_eq!((status.as_str(), reason.as_str()), ("True", "LoadBalancerHealthy"), "{message}");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "LoadBalancerHealthy"),
+            "{message}"
+        );
         assert!(message.contains(created.as_deref().unwrap()), "{message}");
     }
     note("2/2 pods 1/1; rollout restart");
     restart(&bed, "my-nginx").await;
-    let seen = wait_rollout(&bed, "my-nginx", "nginx", "my-svc", Duration::from_secs(120)).await;
+    let seen = wait_rollout(
+        &bed,
+        "my-nginx",
+        "nginx",
+        "my-svc",
+        Duration::from_secs(120),
+    )
+    .await;
     assert_eq!(seen.len(), 2, "both new pods waited at 0/1 too: {seen:?}");
     wait_no_orphans(&bed, "nginx", "my-svc").await;
 
     note("deleting the Service");
-    bed.services().delete("my-svc", &DeleteParams::default()).await.unwrap();
-    wait_for("the Service to be gone", Duration::from_secs(30), || async {
-        match bed.services().get_opt("my-svc").await {
-            Ok(None) => Ok(()),
-            Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    bed.services()
+        .delete("my-svc", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to be gone",
+        Duration::from_secs(30),
+        || async {
+            match bed.services().get_opt("my-svc").await {
+                Ok(None) => Ok(()),
+                Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await;
     let state = bed.emulator("state").await;
     let key = if class.is_some() { "nlb" } else { "clb" };
@@ -458,23 +522,31 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_naming_a_missing_service_says_so_once() {
     let bed = Bed::new("gates-missing", 1, fast_emulator(), &[]).await;
-    bed.create_deployment("orphan", "orphan", 1, &["no-such-svc"], 1, 0).await;
-    let pod = wait_for("the ServiceNotFound reason", Duration::from_secs(60), || async {
-        let pods = bed.app_pods("orphan").await;
-        let pod = pods.into_iter().next().ok_or("no pod yet")?;
-        match gate_status(&pod, "no-such-svc") {
-            Some((s, r, m)) if s == "False" && r == "ServiceNotFound" => {
-                assert!(m.contains("no-such-svc"), "{m}");
-                Ok(pod)
+    bed.create_deployment("orphan", "orphan", 1, &["no-such-svc"], 1, 0)
+        .await;
+    let pod = wait_for(
+        "the ServiceNotFound reason",
+        Duration::from_secs(60),
+        || async {
+            let pods = bed.app_pods("orphan").await;
+            let pod = pods.into_iter().next().ok_or("no pod yet")?;
+            match gate_status(&pod, "no-such-svc") {
+                Some((s, r, m)) if s == "False" && r == "ServiceNotFound" => {
+                    assert!(m.contains("no-such-svc"), "{m}");
+                    Ok(pod)
+                }
+                other => Err(format!("{other:?}")),
             }
-            other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
     .await;
     // Let several reconciles and pod updates pass.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let records = event_records(&bed.client, &bed.ns.name, &pod.name_any()).await;
-    let warnings: Vec<_> = records.iter().filter(|r| r.reason == "ServiceNotFound").collect();
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "ServiceNotFound")
+        .collect();
     assert_eq!(warnings.len(), 1, "{records:?}");
     assert_eq!(warnings[0].occurrences, 1, "{records:?}");
     bed.cleanup().await;
@@ -491,20 +563,29 @@ async fn a_service_outside_the_class_selection_is_never_touched() {
         &[("ROLLGATE_LOAD_BALANCER_CLASSES", "rollgate")],
     )
     .await;
-    bed.create_service("theirs", "theirs", None, json!({})).await;
-    bed.create_service("ours", "ours", Some("rollgate.io/clb"), json!({})).await;
+    bed.create_service("theirs", "theirs", None, json!({}))
+        .await;
+    bed.create_service("ours", "ours", Some("rollgate.io/clb"), json!({}))
+        .await;
     bed.wait_external_ip("ours").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let theirs = bed.services().get("theirs").await.unwrap();
     assert!(theirs.finalizers().is_empty(), "{:?}", theirs.finalizers());
-    assert!(!theirs.annotations().keys().any(|k| k.starts_with("rollgate.io/")));
+    assert!(!theirs
+        .annotations()
+        .keys()
+        .any(|k| k.starts_with("rollgate.io/")));
     assert!(theirs
         .status
         .and_then(|s| s.load_balancer)
         .and_then(|lb| lb.ingress)
         .is_none_or(|i| i.is_empty()));
     let state = bed.emulator("state").await;
-    assert_eq!(state["clb"]["load_balancers"].as_array().unwrap().len(), 1, "only ours got a load balancer");
+    assert_eq!(
+        state["clb"]["load_balancers"].as_array().unwrap().len(),
+        1,
+        "only ours got a load balancer"
+    );
     bed.cleanup().await;
 }
 
@@ -532,12 +613,21 @@ async fn a_removed_pod_is_drained_before_it_is_deregistered() {
         } else {
             event.to_string()
         };
-        by_ip.entry(e["ip"].as_str().unwrap().to_string()).or_default().push(label);
+        by_ip
+            .entry(e["ip"].as_str().unwrap().to_string())
+            .or_default()
+            .push(label);
     }
-    let removed: Vec<_> = by_ip.iter().filter(|(_, evs)| evs.iter().any(|e| e == "removed")).collect();
+    let removed: Vec<_> = by_ip
+        .iter()
+        .filter(|(_, evs)| evs.iter().any(|e| e == "removed"))
+        .collect();
     assert_eq!(removed.len(), 2, "{by_ip:#?}");
     for (ip, events) in removed {
-        let drained = events.iter().position(|e| e.starts_with("weight-changed")).unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
+        let drained = events
+            .iter()
+            .position(|e| e.starts_with("weight-changed"))
+            .unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
         let gone = events.iter().position(|e| e == "removed").unwrap();
         assert!(drained < gone, "{ip}: {events:?}");
     }
@@ -563,11 +653,24 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
         let gates: &[&str] = if gated { &[app] } else { &[] };
         bed.create_deployment(app, app, 6, gates, 1, 1).await;
         wait_rollout(&bed, app, app, app, Duration::from_secs(120)).await;
-        wait_for("all 6 backends healthy", Duration::from_secs(30), || async {
-            let owner = format!("k8s/80/{app}/{}/{CLUSTER_ID}", bed.ns.name);
-            let healthy = bed.backends().await.into_iter().filter(|b| b.description == owner && b.healthy && b.weight > 0).count();
-            if healthy == 6 { Ok(()) } else { Err(format!("{healthy} healthy")) }
-        })
+        wait_for(
+            "all 6 backends healthy",
+            Duration::from_secs(30),
+            || async {
+                let owner = format!("k8s/80/{app}/{}/{CLUSTER_ID}", bed.ns.name);
+                let healthy = bed
+                    .backends()
+                    .await
+                    .into_iter()
+                    .filter(|b| b.description == owner && b.healthy && b.weight > 0)
+                    .count();
+                if healthy == 6 {
+                    Ok(())
+                } else {
+                    Err(format!("{healthy} healthy"))
+                }
+            },
+        )
         .await;
         let group = bed
             .backends()
@@ -576,7 +679,10 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
             .find(|b| b.description.starts_with(&format!("k8s/80/{app}/")))
             .unwrap()
             .group;
-        let start = bed.emulator("timeline").await["events"].as_array().unwrap().len();
+        let start = bed.emulator("timeline").await["events"]
+            .as_array()
+            .unwrap()
+            .len();
         restart(&bed, app).await;
         wait_rollout(&bed, app, app, app, Duration::from_secs(180)).await;
         wait_no_orphans(&bed, app, app).await;
@@ -586,14 +692,21 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
         note(format!("{app}: lowest healthy registered backends during the rollout: {min} (replicas 6, maxUnavailable 1)"));
         results.push((gated, min, trace));
     }
-    println!("capacity proof: with gates min healthy = {}, without gates = {} (target >= 5)", results[0].1, results[1].1);
+    println!(
+        "capacity proof: with gates min healthy = {}, without gates = {} (target >= 5)",
+        results[0].1, results[1].1
+    );
     assert!(
         results[0].1 >= 5,
         "with gates capacity dropped to {}:\n{}",
         results[0].1,
         results[0].2.join("\n")
     );
-    assert!(results[1].1 < 5, "without gates capacity should drop (control): {}", results[1].1);
+    assert!(
+        results[1].1 < 5,
+        "without gates capacity should drop (control): {}",
+        results[1].1
+    );
     bed.cleanup().await;
 }
 
@@ -618,7 +731,10 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<Strin
             if healthy && initial_unknown > 0 {
                 initial_unknown -= 1;
             }
-            B { healthy, drained: false }
+            B {
+                healthy,
+                drained: false,
+            }
         });
         let _ = known;
         match e["event"].as_str().unwrap() {
@@ -631,10 +747,16 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<Strin
                 b.drained = true;
             }
             // detail: "<old> -> <new>"
-            "weight-changed" => b.drained = e["detail"].as_str().unwrap_or_default().ends_with("-> 0"),
+            "weight-changed" => {
+                b.drained = e["detail"].as_str().unwrap_or_default().ends_with("-> 0")
+            }
             _ => {}
         }
-        let now = initial_unknown + backends.values().filter(|b| b.healthy && !b.drained).count();
+        let now = initial_unknown
+            + backends
+                .values()
+                .filter(|b| b.healthy && !b.drained)
+                .count();
         min = min.min(now);
         trace.push(format!(
             "{} {} {}:{} {} -> {now}",
@@ -646,4 +768,320 @@ fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<Strin
         ));
     }
     (min, trace)
+}
+
+async fn wait_gate(
+    bed: &Bed,
+    app: &str,
+    service: &str,
+    what: &str,
+    want: impl Fn(&str, &str) -> bool,
+) -> Vec<Pod> {
+    wait_for(what, Duration::from_secs(60), || async {
+        let pods: Vec<Pod> = bed
+            .app_pods(app)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if pods.is_empty() {
+            return Err("no pods".into());
+        }
+        let all = pods
+            .iter()
+            .all(|p| gate_status(p, service).is_some_and(|(s, r, _)| want(&s, &r)));
+        if all {
+            Ok(pods)
+        } else {
+            Err(describe_gates(&pods, service))
+        }
+    })
+    .await
+}
+
+/// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
+/// second Service does not exist at first, so its gate waits while the first is True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_two_gates_flip_separately() {
+    let bed = Bed::new("gates-two", 1, fast_emulator(), &[]).await;
+    bed.create_service("front", "both", None, json!({})).await;
+    bed.create_deployment("both", "both", 2, &["front", "back"], 1, 0)
+        .await;
+    wait_gate(&bed, "both", "front", "front gates True", |s, _| {
+        s == "True"
+    })
+    .await;
+    let pods = wait_gate(
+        &bed,
+        "both",
+        "back",
+        "back gates ServiceNotFound",
+        |s, r| s == "False" && r == "ServiceNotFound",
+    )
+    .await;
+    assert!(
+        pods.iter().all(|p| !pod_is_ready(p)),
+        "not Ready with one gate False"
+    );
+    bed.create_service("back", "both", None, json!({})).await;
+    wait_gate(&bed, "both", "back", "back gates True", |s, _| s == "True").await;
+    wait_rollout(&bed, "both", "both", "back", Duration::from_secs(60)).await;
+    bed.cleanup().await;
+}
+
+/// A backend marked unhealthy through the emulator's control API: by default the gate
+/// stays True and its reason says so; with the opt-in annotation it goes False, and back
+/// to True when the backend recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
+    let bed = Bed::new("gates-flip", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(&bed, "web", "web", "gate True", |s, _| s == "True").await;
+    let ip = pod_ip(&pods[0]).unwrap();
+    let forced = bed
+        .emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": false}))
+        .await;
+    assert_eq!(forced["matched"], 1, "{forced}");
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "reason BackendLostAfterReady",
+        |s, r| s == "True" && r == "BackendLostAfterReady",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "web").unwrap();
+    assert!(message.contains("BackendUnhealthy"), "{message}");
+
+    let patch =
+        json!({"metadata": {"annotations": {"rollgate.io/readiness-gate-flip-back": "true"}}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let pods = wait_gate(&bed, "web", "web", "gate False (opt-in)", |s, r| {
+        s == "False" && r == "BackendUnhealthy"
+    })
+    .await;
+    wait_for("pod NotReady", Duration::from_secs(30), || async {
+        let p = bed
+            .pods()
+            .get(&pods[0].name_any())
+            .await
+            .map_err(|e| e.to_string())?;
+        if pod_is_ready(&p) {
+            Err("still Ready".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    bed.emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": null}))
+        .await;
+    wait_gate(&bed, "web", "web", "gate True again", |s, r| {
+        s == "True" && r == "LoadBalancerHealthy"
+    })
+    .await;
+    bed.cleanup().await;
+}
+
+/// Attach to an existing load balancer (annotation). A backend the user adds by hand to
+/// rollgate's server group survives the rollouts and the Service's deletion, and the
+/// attached load balancer is never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_load_balancer_and_a_user_backend_survive() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
+    let mut config = ClientConfig::new("cn-hangzhou");
+    config.scheme = Scheme::Http;
+    config.clb_endpoint = Some(bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    let clb = new_client(Product::Clb, &config, credentials).unwrap();
+    let lb = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: None,
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    bed.wait_external_ip("web").await;
+    let svc = bed.services().get("web").await.unwrap();
+    assert!(
+        !svc.annotations()
+            .contains_key("rollgate.io/created-load-balancer-id"),
+        "an attached load balancer is not recorded as created"
+    );
+    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let state = bed.emulator("state").await;
+    let group_id = state["clb"]["vserver_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == owner.as_str())
+        .and_then(|g| g["id"].as_str())
+        .expect("rollgate's server group on the attached load balancer")
+        .to_string();
+    let group = ServerGroupRef {
+        load_balancer_id: lb.id.clone(),
+        server_group_id: group_id,
+        listener_port: 80,
+        listener_protocol: ListenerProtocol::Tcp,
+        listener_id: None,
+    };
+    let hand = Backend {
+        key: BackendKey {
+            server_id: "192.0.2.50".into(),
+            ip: "192.0.2.50".into(),
+            port: 8080,
+        },
+        kind: BackendType::Ip,
+        weight: 100,
+        description: "added by hand".into(),
+    };
+    clb.add_backends(&group, std::slice::from_ref(&hand))
+        .await
+        .unwrap();
+
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    restart(&bed, "web").await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    let has_hand = |backends: &[EmuBackend]| {
+        backends
+            .iter()
+            .any(|b| b.ip == "192.0.2.50" && b.weight == 100)
+    };
+    assert!(has_hand(&bed.backends().await));
+
+    bed.services()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to be gone",
+        Duration::from_secs(30),
+        || async {
+            match bed.services().get_opt("web").await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let backends = bed.backends().await;
+    assert!(
+        has_hand(&backends),
+        "the user's backend survives: {backends:?}"
+    );
+    assert!(
+        !backends.iter().any(|b| b.description == owner),
+        "rollgate's backends are gone: {backends:?}"
+    );
+    let state = bed.emulator("state").await;
+    let ids: Vec<&str> = state["clb"]["load_balancers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&lb.id.as_str()),
+        "the attached load balancer stays: {ids:?}"
+    );
+    bed.cleanup().await;
+}
+
+/// The controller SIGKILLed mid-rollout: after a restart it converges, and no backend
+/// is left for a pod that no longer exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_rollout_converges_without_orphans() {
+    let mut bed = Bed::new("gates-kill", 2, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 4, &["web"], 1, 1).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    restart(&bed, "web").await;
+    wait_for(
+        "an old pod terminating",
+        Duration::from_secs(30),
+        || async {
+            let pods = bed.app_pods("web").await;
+            if pods.iter().any(|p| p.metadata.deletion_timestamp.is_some()) {
+                Ok(())
+            } else {
+                Err("none yet".to_string())
+            }
+        },
+    )
+    .await;
+    bed.controller.take().unwrap().crash();
+    note("controller SIGKILLed mid-rollout");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    bed.start_controller("restarted");
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    bed.cleanup().await;
+}
+
+/// 30% of cloud calls throttled during a rollout: no gate flips early (checked at every
+/// poll of the rollout) and the rollout converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_converges_under_30_percent_throttling() {
+    let bed = Bed::new("gates-throttle", 2, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    bed.emulator_post("faults", json!({"throttle_rate": 0.3}))
+        .await;
+    bed.create_deployment("web", "web", 3, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    restart(&bed, "web").await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    let stats = bed.emulator("state").await["stats"].clone();
+    assert!(stats["injected_throttles"].as_u64().unwrap() > 0, "{stats}");
+    note(format!("throttled calls: {}", stats["injected_throttles"]));
+    bed.cleanup().await;
+}
+
+/// A failed NLB job: the gate stays False with a reason naming the failed job, then
+/// the change is retried and the gate converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
+    let bed = Bed::new("gates-job", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "web",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps": "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}),
+    )
+    .await;
+    bed.wait_external_ip("web").await;
+    bed.emulator_post("jobs", json!({"force": ["Failed"]}))
+        .await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(&bed, "web", "web", "reason CloudApiError", |s, r| {
+        s == "False" && r == "CloudApiError"
+    })
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "web").unwrap();
+    assert!(message.contains("AddServersToServerGroup"), "{message}");
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(60)).await;
+    bed.cleanup().await;
 }

@@ -5,12 +5,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::watch::pod::{CachedPod, PodFacts};
 use alibaba_lb::{
     Error as CloudError, ListenerProtocol, ListenerSpec, LoadBalancer, LoadBalancerSpec, Product,
 };
 use futures::Future;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use crate::watch::pod::CachedPod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -139,7 +139,19 @@ pub fn start(
     // whose selectors match them. Gates naming a Service that is not there go to the
     // orphan worker, which says so on the pod.
     let services_for_pods = services.clone();
+    let services_for_deletions = services.clone();
     let controller = controller
+        // A deleted pod's backend goes at once, not at the next poll.
+        .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
+            let ns = pod.pod_namespace().to_string();
+            services_for_deletions
+                .state()
+                .into_iter()
+                .filter(|svc| selected_by(&pod, svc) || has_gate(&pod, &svc.name_any()))
+                .filter(|svc| svc.namespace().as_deref() == Some(ns.as_str()))
+                .map(|svc| ObjectRef::from_obj(&*svc))
+                .collect::<Vec<_>>()
+        })
         .watches_shared_stream(watches.pod_changes(), move |pod: Arc<CachedPod>| {
             let ns = pod.namespace().unwrap_or_default();
             let mut refs: Vec<ObjectRef<Service>> = vec![];
@@ -405,7 +417,11 @@ fn lb_spec(
 }
 
 /// The pods the plan looks at: selected by the Service, or gated on it.
-fn service_pods(ctx: &Context, svc: &Service, facts: &ServiceFacts) -> Vec<(Arc<CachedPod>, GatePod)> {
+fn service_pods(
+    ctx: &Context,
+    svc: &Service,
+    facts: &ServiceFacts,
+) -> Vec<(Arc<CachedPod>, GatePod)> {
     ctx.pods
         .state()
         .into_iter()
