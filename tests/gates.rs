@@ -205,13 +205,13 @@ impl Bed {
 
     async fn emulator(&self, path: &str) -> Value {
         let url = format!("{}/_emulator/{path}", self.emu.base_url());
-        let body = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let body = http().get(&url).send().await.unwrap().text().await.unwrap();
         serde_json::from_str(&body).unwrap()
     }
 
     async fn emulator_post(&self, path: &str, body: Value) -> Value {
         let url = format!("{}/_emulator/{path}", self.emu.base_url());
-        let answer = reqwest::Client::new()
+        let answer = http()
             .post(&url)
             .header("content-type", "application/json")
             .body(body.to_string())
@@ -260,6 +260,11 @@ impl Bed {
         self.nodes.cleanup().await;
         let _ = self.emu.stop().await;
     }
+}
+
+/// The cloud client's own HTTP builder (it installs the TLS crypto provider).
+fn http() -> reqwest::Client {
+    alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap()
 }
 
 #[derive(Debug, Clone)]
