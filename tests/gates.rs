@@ -607,6 +607,15 @@ async fn a_removed_pod_is_drained_before_it_is_deregistered() {
         .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    wait_for("two pods gone", Duration::from_secs(60), || async {
+        let n = bed.app_pods("web").await.len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} pods"))
+        }
+    })
+    .await;
     wait_no_orphans(&bed, "web", "web").await;
     let timeline = bed.emulator("timeline").await;
     let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();

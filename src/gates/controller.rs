@@ -610,13 +610,18 @@ async fn orphans(
             let _ = synced.wait_for(|s| *s).await;
             let _ = ctx.services.wait_until_ready().await;
             while let Some(first) = rx.recv().await {
-                // Take what queued up meanwhile, once each.
+                // Take what queued up meanwhile, once each. A standby keeps its batch
+                // (a set, so bounded by the pods) until it leads: pods seen before the
+                // lease was won are not forgotten.
                 let mut batch: HashSet<ObjectRef<CachedPod>> = HashSet::from([first]);
-                while let Ok(more) = rx.try_recv() {
-                    batch.insert(more);
-                }
-                if !leadership.is_leader() {
-                    continue;
+                loop {
+                    while let Ok(more) = rx.try_recv() {
+                        batch.insert(more);
+                    }
+                    if leadership.is_leader() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 let mut missing: HashSet<(String, String)> = HashSet::new();
                 for pod_ref in batch {
