@@ -203,6 +203,19 @@ impl Bed {
             .items
     }
 
+    /// The controller's /metrics (its port is in its log).
+    async fn metrics(&self) -> String {
+        let log = &self.controller.as_ref().unwrap().log;
+        let text = std::fs::read_to_string(log).unwrap();
+        let addr = text
+            .lines()
+            .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap().to_string())
+            .expect("the metrics address in the log");
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        http_request(addr, "GET", "/metrics").await.unwrap().body
+    }
+
     async fn emulator(&self, path: &str) -> Value {
         let url = format!("{}/_emulator/{path}", self.emu.base_url());
         let body = http().get(&url).send().await.unwrap().text().await.unwrap();
@@ -489,6 +502,18 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
     .await;
     assert_eq!(seen.len(), 2, "both new pods waited at 0/1 too: {seen:?}");
     wait_no_orphans(&bed, "nginx", "my-svc").await;
+    let metrics = bed.metrics().await;
+    for series in [
+        "rollgate_gate_flip_latency_seconds_count{namespace=",
+        "rollgate_gate_cloud_api_calls_total{action=\"AddBackends\",result=\"success\"}",
+        "rollgate_gate_backends{namespace=",
+        "rollgate_gate_pending{namespace=",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "/metrics lacks {series}:\n{metrics}"
+        );
+    }
 
     note("deleting the Service");
     bed.services()
