@@ -1,8 +1,8 @@
 //! Wiring of the readiness-gate controller, one reconcile per Service:
 //! observe (the Service, the shared pod store, the cloud's groups and health) ->
 //! `plan::plan` (pure) -> apply (backend changes, then gate conditions on pods/status).
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::watch::pod::{CachedPod, PodFacts};
@@ -94,8 +94,6 @@ pub struct Context {
     settings: GateSettings,
     /// Pods whose gate named a Service that was not in the store: checked by `orphans`.
     orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
-    /// Pods whose gate turned True this process, with the time seen healthy first.
-    first_healthy: Mutex<std::collections::HashMap<(String, String), Timestamp>>,
 }
 
 /// Subscribes to the shared pod store and returns the controller, ready to be driven.
@@ -132,7 +130,6 @@ pub fn start(
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
-        first_healthy: Mutex::default(),
     });
 
     // Pod events map to the Services they concern: those their gates name and those
@@ -238,6 +235,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     };
     let uid = svc.uid().unwrap_or_default();
     let observed = observe_cloud(&svc, &ctx, &uid, product, &spec).await;
+    let observed_at = Timestamp::now();
     let (cloud_state, lb, read_error) = match observed {
         Ok((state, lb)) => (state, Some(lb), None),
         Err(error) => (
@@ -294,7 +292,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         })
         .conditions;
     }
-    write_conditions(&ctx, &svc, &pods, &decided, &cloud_state).await?;
+    write_conditions(&ctx, &svc, &pods, &decided, observed_at).await?;
 
     if let CloudState::Ready(groups) = &cloud_state {
         let (ns, name, cluster) = (&facts.namespace, &facts.name, &ctx.settings.cluster_id);
@@ -444,54 +442,60 @@ fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<CachedPo
         .collect()
 }
 
+/// Condition writes in flight at once: 500 pods turning True in one reconcile must not
+/// wait for each other.
+const WRITE_CONCURRENCY: usize = 32;
+
 async fn write_conditions(
     ctx: &Context,
     svc: &Service,
     pods: &[(Arc<CachedPod>, GatePod)],
     decided: &GatePlan,
-    cloud_state: &CloudState,
+    observed_at: Timestamp,
 ) -> Result<(), Error> {
+    use futures::StreamExt;
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
-    let now = Timestamp::now();
-    for write in &decided.conditions {
-        let Some((pod, view)) = pods.iter().find(|(_, v)| v.uid == write.uid) else {
-            continue;
-        };
-        let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
-        write_condition(ctx, &ns, &name, write, flipped).await?;
-        if flipped && write.status {
-            if let Some(since) = containers_ready_since(pod) {
-                let seconds = now.duration_since(since).as_secs_f64();
-                ctx.metrics.flip(&ns, &name, "containers_ready", seconds);
-            }
-            if let Some(seen) = ctx
-                .first_healthy
-                .lock()
-                .unwrap()
-                .remove(&(write.uid.clone(), name.clone()))
-            {
-                let seconds = now.duration_since(seen).as_secs_f64();
-                ctx.metrics
-                    .flip(&ns, &name, "load_balancer_healthy", seconds);
-            }
-            tracing::info!(pod = %write.pod, reason = write.reason.as_str(), "gate True");
+    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
+        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
+    // Gates turning True first: they are what a rollout waits for.
+    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
+    writes.sort_by_key(|w| !w.status);
+    let pending: Vec<_> = writes
+        .into_iter()
+        .filter_map(|write| {
+            let (pod, view) = by_uid.get(write.uid.as_str()).copied()?;
+            Some(write_one(ctx, &ns, &name, pod, view, write, observed_at))
+        })
+        .collect();
+    let results: Vec<Result<(), Error>> = futures::stream::iter(pending)
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// One condition write, and the flip latencies when it turns the gate True.
+async fn write_one(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    pod: &CachedPod,
+    view: &GatePod,
+    write: &ConditionWrite,
+    observed_at: Timestamp,
+) -> Result<(), Error> {
+    let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
+    write_condition(ctx, ns, name, write, flipped).await?;
+    if flipped && write.status {
+        let done = Timestamp::now();
+        if let Some(since) = containers_ready_since(pod) {
+            let seconds = done.duration_since(since).as_secs_f64();
+            ctx.metrics.flip(ns, name, "containers_ready", seconds);
         }
-    }
-    // Remember when each pending pod was first seen healthy everywhere (the second
-    // latency figure); the moment comes from our poll, so it includes no poll delay.
-    if let CloudState::Ready(_) = cloud_state {
-        let mut first = ctx.first_healthy.lock().unwrap();
-        for (_, view) in pods {
-            let pending = !view.gate.as_ref().is_some_and(|g| g.status);
-            let written = decided.conditions.iter().find(|w| w.uid == view.uid);
-            if pending && written.is_some_and(|w| w.status) {
-                continue;
-            }
-            if pending && view.gated {
-                first.entry((view.uid.clone(), name.clone())).or_insert(now);
-            }
-        }
+        let seconds = done.duration_since(observed_at).as_secs_f64();
+        ctx.metrics.flip(ns, name, "load_balancer_healthy", seconds);
+        tracing::info!(pod = %write.pod, reason = write.reason.as_str(), "gate True");
     }
     Ok(())
 }
