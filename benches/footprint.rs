@@ -37,6 +37,9 @@ use footprint::{bytes_per_pod, measure_controller, measure_controller_with, mib,
 use serde_json::json;
 use support::*;
 
+#[path = "../tests/support/heap.rs"]
+mod heap;
+
 /// Target of issue 10: peak resident memory at 1,000 nodes / 10,000 pods.
 const PEAK_TARGET_KIB: u64 = 64 * 1024;
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -202,6 +205,7 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     }
 
     let sizes = pod_json_sizes(bed).await?;
+    let nodes_in_memory = node_sizes().await?;
 
     let small = &rows[2];
     let big = &rows[3];
@@ -314,16 +318,40 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         ));
     }
     out.push_str(&format!(
-        "one pod as JSON, mean of {} (a proxy for what a store keeps; in memory a \
-         Rust object takes more):\n  from the API {:.0} B; without managedFields {:.0} B; \
-         as the shared store keeps it (CachedPod) {:.0} B\n\
-         inline size before any heap allocation: Pod {} B, CachedPod {} B\n",
-        sizes.sampled,
-        sizes.full,
-        sizes.without_managed_fields,
-        sizes.pruned,
+        "one pod as JSON, mean of {} (what crosses the wire):\n  from the API {:.0} B; \
+         without managedFields {:.0} B; as the shared store keeps it (CachedPod) {:.0} B\n",
+        sizes.sampled, sizes.full, sizes.without_managed_fields, sizes.pruned,
+    ));
+    out.push_str(&format!(
+        "in memory (what each cache holds; heap counted by this bench's allocator, \
+         without malloc's own overhead):\n\
+         \x20 per pod:  a full Pod {} B inline + {:.0} B heap; CachedPod {} B inline + {:.0} B heap; \
+         store entry (ObjectRef key {} B inline + {:.0} B heap, Arc header 16 B, table slot {} B) \
+         = {:.0} B per cached pod\n\
+         \x20 per node: a full Node {} B inline + {:.0} B heap; CachedNode {} B inline + {:.0} B heap; \
+         = {:.0} B per cached node with its store entry ({} nodes sampled)\n",
         std::mem::size_of::<k8s_openapi::api::core::v1::Pod>(),
+        sizes.heap_full,
         std::mem::size_of::<rollgate::watch::CachedPod>(),
+        sizes.heap_cached,
+        std::mem::size_of::<kube::runtime::reflector::ObjectRef<rollgate::watch::CachedPod>>(),
+        sizes.heap_key,
+        store_slot::<rollgate::watch::CachedPod>(),
+        sizes.cached_total(),
+        std::mem::size_of::<k8s_openapi::api::core::v1::Node>(),
+        nodes_in_memory.heap_full,
+        std::mem::size_of::<rollgate::watch::CachedNode>(),
+        nodes_in_memory.heap_cached,
+        nodes_in_memory.cached_total(),
+        nodes_in_memory.sampled,
+    ));
+    let or_dash = |v: Option<f64>| v.map_or("-".to_string(), |b| format!("{b:.0} B"));
+    out.push_str(&format!(
+        "  {} of the {} sampled pods were Running: a cached Running pod costs {}, any other {}\n",
+        sizes.running,
+        sizes.sampled,
+        or_dash(sizes.running_cached),
+        or_dash(sizes.other_cached),
     ));
     out.push_str("controller logs:\n");
     for r in &rows {
@@ -345,6 +373,14 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         ("footprint.bytes_per_pod", json!(per_pod_steady.round())),
         ("footprint.peak_bytes_per_pod", json!(per_pod_peak.round())),
         ("footprint.bytes_per_node", json!(per_node.round())),
+        (
+            "footprint.cached_pod_bytes",
+            json!(sizes.cached_total().round()),
+        ),
+        (
+            "footprint.cached_node_bytes",
+            json!(nodes_in_memory.cached_total().round()),
+        ),
         (
             "footprint.controller_empty_rss_mb",
             json!(round1(mib(empty.fp.steady_rss_kib))),
@@ -380,39 +416,135 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     Ok(out)
 }
 
-/// Mean serialized size of the bed's pods as the API sends them, without managedFields,
-/// and as the shared store keeps them (`CachedPod`).
-struct PodSizes {
+/// What one object of the bed costs, as JSON and in memory (means over a sample).
+struct Sizes {
     sampled: usize,
+    /// JSON from the API.
     full: f64,
+    /// JSON without managedFields.
     without_managed_fields: f64,
+    /// JSON of the cached form.
     pruned: f64,
+    /// Heap a full API object holds.
+    heap_full: f64,
+    /// Heap the cached form holds.
+    heap_cached: f64,
+    /// Heap of its store key (`ObjectRef`: name, namespace, UID, resourceVersion).
+    heap_key: f64,
+    /// Inline size of the cached form plus its store entry, without the heap.
+    inline_total: usize,
+    /// Pods only: how many of the sample were Running, and the cached cost of a Running
+    /// pod and of any other.
+    running: usize,
+    running_cached: Option<f64>,
+    other_cached: Option<f64>,
 }
 
-async fn pod_json_sizes(bed: &Bed) -> Result<PodSizes, String> {
+impl Sizes {
+    /// Bytes one cached object costs in its store: the object, its key, the `Arc`
+    /// header and the table slot.
+    fn cached_total(&self) -> f64 {
+        self.inline_total as f64 + self.heap_cached + self.heap_key
+    }
+}
+
+/// A reflector store is a hash map from `ObjectRef<K>` to `Arc<K>`: one slot holds both,
+/// plus a control byte.
+fn store_slot<K: kube::Resource>() -> usize {
+    std::mem::size_of::<kube::runtime::reflector::ObjectRef<K>>()
+        + std::mem::size_of::<std::sync::Arc<K>>()
+        + 1
+}
+
+/// Weighs one sample of objects as the API sends them and as the cache keeps them.
+fn weigh<F, C>(items: &[F], convert: impl Fn(F) -> C) -> Sizes
+where
+    F: Clone + serde::Serialize,
+    C: kube::Resource<DynamicType = ()> + serde::Serialize,
+{
+    let mut s = Sizes {
+        sampled: items.len(),
+        full: 0.0,
+        without_managed_fields: 0.0,
+        pruned: 0.0,
+        heap_full: 0.0,
+        heap_cached: 0.0,
+        heap_key: 0.0,
+        inline_total: std::mem::size_of::<C>() + 16 + store_slot::<C>(),
+        running: 0,
+        running_cached: None,
+        other_cached: None,
+    };
+    for item in items {
+        s.full += json_len(item) as f64;
+        let (full, heap_full) = heap::kept_by(|| item.clone());
+        s.heap_full += heap_full as f64;
+        drop(full);
+        // Cloned inside: the conversion moves the strings it keeps out of the full object,
+        // so only a fresh copy shows what the cached form holds.
+        let (cached, heap_cached) = heap::kept_by(|| convert(item.clone()));
+        s.heap_cached += heap_cached as f64;
+        s.pruned += json_len(&cached) as f64;
+        let (key, heap_key) =
+            heap::kept_by(|| kube::runtime::reflector::ObjectRef::from_obj(&cached));
+        s.heap_key += heap_key as f64;
+        drop(key);
+    }
+    let n = items.len().max(1) as f64;
+    for v in [
+        &mut s.full,
+        &mut s.pruned,
+        &mut s.heap_full,
+        &mut s.heap_cached,
+        &mut s.heap_key,
+    ] {
+        *v /= n;
+    }
+    s
+}
+
+fn json_len<T: serde::Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0)
+}
+
+async fn pod_json_sizes(bed: &Bed) -> Result<Sizes, String> {
     use k8s_openapi::api::core::v1::Pod;
     let api: kube::Api<Pod> = kube::Api::namespaced(client().await, bed.namespace());
     let list = api
         .list(&kube::api::ListParams::default().limit(500))
         .await
         .map_err(|e| format!("listing pods: {e}"))?;
-    let (mut full, mut slim, mut pruned) = (0usize, 0usize, 0usize);
-    let len = |p: &Pod| serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0);
-    for pod in &list.items {
-        full += len(pod);
-        let mut p = pod.clone();
-        p.metadata.managed_fields = None;
-        slim += len(&p);
-        let cached = rollgate::watch::CachedPod::from(p);
-        pruned += serde_json::to_vec(&cached).map(|v| v.len()).unwrap_or(0);
-    }
-    let n = list.items.len().max(1) as f64;
-    Ok(PodSizes {
-        sampled: list.items.len(),
-        full: full as f64 / n,
-        without_managed_fields: slim as f64 / n,
-        pruned: pruned as f64 / n,
-    })
+    let mut sizes = weigh(&list.items, rollgate::watch::CachedPod::from);
+    // A Running pod carries more status (conditions, IP, container readiness) than a
+    // Pending one: weigh both, so a bed measured before every pod ran can be read right.
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let (run, other): (Vec<Pod>, Vec<Pod>) = list.items.iter().cloned().partition(running);
+    sizes.running = run.len();
+    sizes.running_cached =
+        (!run.is_empty()).then(|| weigh(&run, rollgate::watch::CachedPod::from).cached_total());
+    sizes.other_cached =
+        (!other.is_empty()).then(|| weigh(&other, rollgate::watch::CachedPod::from).cached_total());
+    let without: usize = list
+        .items
+        .iter()
+        .map(|pod| {
+            let mut p = pod.clone();
+            p.metadata.managed_fields = None;
+            json_len(&p)
+        })
+        .sum();
+    sizes.without_managed_fields = without as f64 / list.items.len().max(1) as f64;
+    Ok(sizes)
+}
+
+async fn node_sizes() -> Result<Sizes, String> {
+    use k8s_openapi::api::core::v1::Node;
+    let api: kube::Api<Node> = kube::Api::all(client().await);
+    let list = api
+        .list(&kube::api::ListParams::default().limit(200))
+        .await
+        .map_err(|e| format!("listing nodes: {e}"))?;
+    Ok(weigh(&list.items, rollgate::watch::CachedNode::from))
 }
 
 fn round1(x: f64) -> f64 {
