@@ -12,7 +12,7 @@ help:
 	@echo "make bench         benchmarks (see README)"
 
 build:
-	cargo build --release --locked --bin rollgate
+	cargo build --release --locked -p rollgate -p lb-emulator --bins
 
 control-plane:
 	bash hack/build-control-plane.sh

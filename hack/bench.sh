@@ -5,8 +5,9 @@
 #   rollout_makespan  AdvancedRollingUpdate of 200 nodes at max-unavailable 10% (issue 3)
 #   agent_get_pods    the node agent's GET /pods with 110 pods under load (issue 4)
 #   footprint         the controller's memory and CPU at 1,000 nodes x 10 DaemonSets (issue 10)
+#   gates             500 gated pods pending at once behind one CLB (emulator) (issue 9)
 #
-# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint"),
+# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint gates"),
 # BENCH_CLUSTER_DIR / BENCH_APISERVER_PORT / BENCH_ETCD_PORT (below), and the
 # knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
@@ -14,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-BENCHES=${BENCHES:-"rollout_makespan agent_get_pods footprint"}
+BENCHES=${BENCHES:-"rollout_makespan agent_get_pods footprint gates"}
 # BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT and BENCH_ETCD_PORT move the bench's control
 # plane, so two clones on one machine can bench side by side.
 export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}

@@ -5,6 +5,9 @@
 #      when they come back.
 #   2. OTA: nothing upgrades by itself; an operator on a node asks the node API
 #      (127.0.0.1:10267) which pods need an upgrade, pre-pulls, and triggers it.
+#   3. Load-balancer readiness gates: the CLB walk-through against the lb-emulator
+#      (simulated health: registration 1 s, health check 3 s), and a rollout with gates
+#      beside one without, with the lowest healthy backend count of each.
 # The cluster stays up afterwards; `make cluster-down` stops it and everything the demo
 # started (their pid files live next to the cluster's).
 set -euo pipefail
@@ -19,6 +22,7 @@ export CLUSTER_DIR
 AGENT_PORT=${AGENT_PORT:-10267}
 NS=rollgate-demo
 BIN=$repo/target/release/rollgate
+EMU_BIN=$repo/target/release/lb-emulator
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
@@ -48,7 +52,18 @@ say "Installing rollgate's RBAC (deploy/) and starting the controller with its S
 kubectl apply -f deploy/agent/rbac.yaml -f deploy/controller/rbac.yaml >/dev/null
 token=$(kubectl -n rollgate-system create token rollgate-controller --duration 8h)
 sed -e '/client-certificate:/d' -e "s|client-key: .*|token: $token|" "$CLUSTER_DIR/admin.kubeconfig" >"$CLUSTER_DIR/demo-controller.kubeconfig"
-start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:18080
+# The cloud is the emulator (loopback only; simulated health never contacts a pod IP).
+rm -f "$CLUSTER_DIR/demo-emulator.addr"
+start_bg lb-emulator "$EMU_BIN" --listen 127.0.0.1:0 --address-file "$CLUSTER_DIR/demo-emulator.addr" \
+  --registration-delay-ms 1000 --health-delay-ms 3000
+for _ in $(seq 1 50); do [ -s "$CLUSTER_DIR/demo-emulator.addr" ] && break; sleep 0.2; done
+EMU=$(cat "$CLUSTER_DIR/demo-emulator.addr")
+start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" \
+  ALIBABA_CLOUD_REGION_ID=cn-hangzhou ALIBABA_CLOUD_SLB_ENDPOINT="$EMU" ALIBABA_CLOUD_NLB_ENDPOINT="$EMU" \
+  ROLLGATE_CLOUD_SCHEME=http ALIBABA_CLOUD_ACCESS_KEY_ID=emulator-access-key-id \
+  ALIBABA_CLOUD_ACCESS_KEY_SECRET=emulator-access-key-secret ALIBABA_CLOUD_ECS_METADATA_DISABLED=true \
+  ROLLGATE_CLUSTER_ID=demo ROLLGATE_GATE_DRAIN_TIME=3s \
+  "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:18080
 for _ in $(seq 1 50); do curl -sf 127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
 echo "controller ready: $(curl -s 127.0.0.1:18080/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
 
@@ -154,5 +169,64 @@ show_pods
 say "Bad input gets a clear answer"
 run curl -s -X POST "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/no-such-pod/upgrade"; echo
 run curl -s -X GET "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/$pod/upgrade"; echo
+
+# ---------------------------------------------------------------- readiness gates
+say "3. Load-balancer readiness gates: a pod is Ready only once the CLB has it registered AND healthy"
+echo "(the lb-emulator on $EMU stands in for the cloud: registration 1 s, then the health check takes 3 s)"
+lb_app() { # name, gated (yes|no)
+  local gates=""
+  [ "$2" = yes ] && gates="readinessGates: [{conditionType: service.readiness.alibabacloud.com/$1}]"
+  cat <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: $1}
+spec:
+  type: LoadBalancer
+  selector: {app: $1}
+  ports: [{port: 80, targetPort: 80, protocol: TCP}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $1}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: $1}}
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 1}}
+  template:
+    metadata: {labels: {app: $1}}
+    spec:
+      nodeSelector: {rollgate.test/bed-node: "true"}
+      $gates
+      containers: [{name: nginx, image: "nginx:1.14", ports: [{containerPort: 80}]}]
+EOF
+}
+gate_of() { # pod
+  kubectl -n "$NS" get pod "$1" -o jsonpath='{range .status.conditions[?(@.type=="service.readiness.alibabacloud.com/my-svc")]}{.status} {.reason}: {.message}{"\n"}{end}'
+}
+lb_app my-svc yes | tee >(cat >&2) | kubectl -n "$NS" apply -f - >/dev/null
+until [ -n "$(kubectl -n "$NS" get service my-svc -o jsonpath='{.status.loadBalancer.ingress[0].ip}')" ]; do sleep 0.5; done
+say "Step 1: EXTERNAL-IP appears"
+run kubectl -n "$NS" get service my-svc
+sleep 3
+say "Step 2: the pods run, but READINESS GATES stay 0/1 until the load balancer has them healthy"
+run kubectl -n "$NS" get pod -o wide -l app=my-svc
+pod=$(kubectl -n "$NS" get pod -l app=my-svc -o jsonpath='{.items[0].metadata.name}')
+gate_of "$pod"
+kubectl -n "$NS" rollout status deploy/my-svc --timeout=180s >/dev/null
+run kubectl -n "$NS" get pod -o wide -l app=my-svc
+gate_of "$pod"
+
+say "Step 3: kubectl rollout restart, with gates (my-svc) and without (no-gates), side by side"
+lb_app no-gates no | kubectl -n "$NS" apply -f - >/dev/null
+kubectl -n "$NS" rollout status deploy/no-gates --timeout=180s >/dev/null
+sleep 5 # the last backends of no-gates turn healthy
+since=$(curl -s "$EMU/_emulator/timeline" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["events"]))')
+run kubectl -n "$NS" rollout restart deploy/my-svc deploy/no-gates
+run kubectl -n "$NS" rollout status deploy/my-svc --timeout=300s
+run kubectl -n "$NS" rollout status deploy/no-gates --timeout=300s
+sleep 5
+say "What the load balancer saw (the emulator's timeline): healthy backends in rotation, lowest point of each rollout"
+python3 hack/lb-capacity.py "$EMU" "$since" "$NS" demo my-svc:6 no-gates:6
+echo "With gates the Service kept replicas - maxUnavailable = 5 healthy backends; without, pods were Ready before the load balancer could use them."
 
 say "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG ; 'make cluster-down' stops everything."

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod cli;
 pub mod daemonset;
+pub mod gates;
 pub mod leader;
 pub mod manager;
 pub mod metrics;

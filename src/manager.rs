@@ -60,6 +60,25 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         leadership.clone(),
         shutdown.clone(),
     );
+    let gates: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        match crate::gates::from_args(&args.gates)? {
+            Some((clouds, settings)) => Box::pin(crate::gates::controller::start(
+                &watches,
+                client.clone(),
+                &metrics,
+                clouds,
+                crate::gates::controller::GateSettings {
+                    namespace: args.watch_namespace.clone(),
+                    ..settings
+                },
+                leadership.clone(),
+                shutdown.clone(),
+            )),
+            None => {
+                tracing::info!("readiness gates off: no --cloud-region");
+                Box::pin(std::future::ready(()))
+            }
+        };
     let image_pull = crate::daemonset::image_pull::start(
         &watches,
         client,
@@ -87,8 +106,13 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         });
     }
     let work = async {
-        let (http_result, (), (), ()) =
-            tokio::join!(http, watches.run(shutdown.clone()), daemonsets, image_pull);
+        let (http_result, (), (), (), ()) = tokio::join!(
+            http,
+            watches.run(shutdown.clone()),
+            daemonsets,
+            image_pull,
+            gates
+        );
         http_result
     };
     let mut work = std::pin::pin!(work);

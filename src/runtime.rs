@@ -44,6 +44,11 @@ impl Shutdown {
         Shutdown(rx)
     }
 
+    /// A signal driven by the caller (tests, embedding).
+    pub fn from_receiver(receiver: watch::Receiver<bool>) -> Self {
+        Shutdown(receiver)
+    }
+
     /// Resolves once shutdown has been requested.
     pub async fn requested(mut self) {
         // An error means the sender is gone, which also means we are shutting down.

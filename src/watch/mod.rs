@@ -70,6 +70,7 @@ pub struct Watches {
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
     daemonset_deleted: broadcast::Sender<Gone>,
+    pod_deleted: broadcast::Sender<Arc<CachedPod>>,
 }
 
 impl Watches {
@@ -84,6 +85,7 @@ impl Watches {
             &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
         );
         let (daemonset_deleted, _) = broadcast::channel(256);
+        let (pod_deleted, _) = broadcast::channel(SUBSCRIBER_BUFFER);
         Watches {
             client,
             namespace,
@@ -102,6 +104,7 @@ impl Watches {
             gate,
             synced,
             daemonset_deleted,
+            pod_deleted,
         }
     }
 
@@ -137,6 +140,22 @@ impl Watches {
     /// A relist that misses a deletion sends nothing: pair with a periodic sweep.
     pub fn daemonset_deletions(&self) -> broadcast::Receiver<Gone> {
         self.daemonset_deleted.subscribe()
+    }
+
+    /// Pods as they were when deleted. The shared stores' change streams carry no
+    /// deletions, and the readiness gates must deregister a pod the moment it is gone.
+    /// A relist that misses a deletion sends nothing (the gates' periodic poll covers it).
+    pub fn pod_deletions(&self) -> impl Stream<Item = Arc<CachedPod>> + Send + 'static {
+        let rx = self.pod_deleted.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(pod) => return Some((pod, rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
     }
 
     /// Nodes whose Ready status changed (and every node once after each full list):
@@ -175,6 +194,14 @@ impl Watches {
         let pods = watcher(scoped::<Pod>(&self.client, ns), cfg.clone())
             .default_backoff()
             .map_ok(|event| convert(event, CachedPod::from))
+            .inspect({
+                let deleted = self.pod_deleted.clone();
+                move |event| {
+                    if let Ok(watcher::Event::Delete(pod)) = event {
+                        let _ = deleted.send(Arc::new(pod.clone()));
+                    }
+                }
+            })
             .reflect_shared(self.pods)
             .inspect(gate.observe("pods"));
         let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())

@@ -398,6 +398,11 @@ impl ControllerProcess {
         ControllerProcess { child, log }
     }
 
+    /// The process id (to read its `/proc` figures).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Simulates a crash: SIGKILL, no chance to clean up.
     pub fn crash(mut self) {
         let _ = self.child.kill();

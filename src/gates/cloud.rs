@@ -1,0 +1,169 @@
+//! Observe and apply, cloud side: one client per product, the load balancer of each
+//! Service (remembered between reconciles), server groups read into the plan's view,
+//! and the plan's backend changes sent in batches. Every call is counted by action and
+//! result.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use alibaba_lb::{
+    BackendType, Error as CloudError, LoadBalancer, LoadBalancerBackends, LoadBalancerSpec,
+    Product, ServerGroupRef,
+};
+
+use super::metrics::GateMetrics;
+use super::plan::{CloudFailure, GroupChanges, GroupState};
+
+/// The clients, and what each Service's load balancer looked like when last ensured.
+pub struct Cloud {
+    clb: Arc<dyn LoadBalancerBackends>,
+    nlb: Arc<dyn LoadBalancerBackends>,
+    /// Service uid -> (the spec it was ensured for, the answer).
+    ensured: Mutex<HashMap<String, (LoadBalancerSpec, LoadBalancer)>>,
+    metrics: GateMetrics,
+}
+
+impl Cloud {
+    pub fn new(
+        clb: Arc<dyn LoadBalancerBackends>,
+        nlb: Arc<dyn LoadBalancerBackends>,
+        metrics: GateMetrics,
+    ) -> Self {
+        Cloud {
+            clb,
+            nlb,
+            ensured: Mutex::default(),
+            metrics,
+        }
+    }
+
+    pub fn client(&self, product: Product) -> &dyn LoadBalancerBackends {
+        match product {
+            Product::Clb => self.clb.as_ref(),
+            Product::Nlb => self.nlb.as_ref(),
+        }
+    }
+
+    /// IP mode for both products: the pod IP is the server id (Terway ENI/IP mode).
+    pub fn backend_type(&self, _product: Product) -> BackendType {
+        BackendType::Ip
+    }
+
+    fn count<T>(&self, action: &str, result: &Result<T, CloudError>) {
+        let label = match result {
+            Ok(_) => "success",
+            Err(e) => e.metric_label(),
+        };
+        self.metrics.cloud_call(action, label);
+    }
+
+    /// The Service's load balancer, with a listener and server group per port.
+    /// Cloud calls only when the spec changed since the last success.
+    pub async fn ensure(
+        &self,
+        uid: &str,
+        product: Product,
+        spec: &LoadBalancerSpec,
+    ) -> Result<LoadBalancer, CloudError> {
+        if let Some((known, lb)) = self.ensured.lock().unwrap().get(uid) {
+            if known == spec {
+                return Ok(lb.clone());
+            }
+        }
+        let result = self.client(product).ensure_load_balancer(spec).await;
+        self.count("EnsureLoadBalancer", &result);
+        let lb = result?;
+        self.ensured
+            .lock()
+            .unwrap()
+            .insert(uid.to_string(), (spec.clone(), lb.clone()));
+        Ok(lb)
+    }
+
+    /// Drops what was remembered of a Service (deleted, or its groups must be re-found).
+    pub fn forget(&self, uid: &str) {
+        self.ensured.lock().unwrap().remove(uid);
+    }
+
+    pub async fn delete(&self, product: Product, load_balancer_id: &str) -> Result<(), CloudError> {
+        let result = self
+            .client(product)
+            .delete_load_balancer(load_balancer_id)
+            .await;
+        self.count("DeleteLoadBalancer", &result);
+        result
+    }
+
+    /// Backends and health of one group.
+    pub async fn read_group(
+        &self,
+        product: Product,
+        group: &ServerGroupRef,
+    ) -> Result<GroupState, CloudError> {
+        let client = self.client(product);
+        let backends = client.list_backends(group).await;
+        self.count("ListBackends", &backends);
+        let health = client.backend_health(group).await;
+        self.count("BackendHealth", &health);
+        Ok(GroupState {
+            service_port: group.listener_port,
+            load_balancer_id: group.load_balancer_id.clone(),
+            server_group_id: group.server_group_id.clone(),
+            backends: backends?,
+            health: health?.into_iter().map(|h| (h.key, h.state)).collect(),
+        })
+    }
+
+    /// Sends one group's changes: adds, drains and restores first, removals last.
+    pub async fn apply(
+        &self,
+        product: Product,
+        group: &ServerGroupRef,
+        changes: &GroupChanges,
+    ) -> Result<(), CloudError> {
+        let client = self.client(product);
+        if !changes.add.is_empty() {
+            let r = client.add_backends(group, &changes.add).await;
+            self.count("AddBackends", &r);
+            r?;
+        }
+        let reweight: Vec<_> = changes
+            .drain
+            .iter()
+            .chain(changes.restore.iter())
+            .cloned()
+            .collect();
+        if !reweight.is_empty() {
+            let r = client.set_weights(group, &reweight).await;
+            self.count("SetWeights", &r);
+            r?;
+        }
+        if !changes.remove.is_empty() {
+            let r = client.remove_backends(group, &changes.remove).await;
+            self.count("RemoveBackends", &r);
+            r?;
+        }
+        Ok(())
+    }
+}
+
+/// The condition's view of a failed call.
+pub fn failure(error: &CloudError) -> CloudFailure {
+    let code = match error {
+        CloudError::Api { code, .. } => code.clone(),
+        CloudError::JobFailed { status, .. } => format!("Job{status}"),
+        CloudError::JobTimedOut { .. } => "JobTimedOut".into(),
+        CloudError::NotFound { what, .. } => format!("NotFound({what})"),
+        CloudError::Transport { .. } => "Unreachable".into(),
+        CloudError::Decode { .. } => "UnreadableResponse".into(),
+        CloudError::Credentials(_) => "NoCredentials".into(),
+        CloudError::Config(_) => "InvalidConfiguration".into(),
+    };
+    CloudFailure {
+        action: error.action().unwrap_or("-").to_string(),
+        code,
+        request_id: error
+            .request_id()
+            .unwrap_or(alibaba_lb::error::NO_REQUEST_ID)
+            .to_string(),
+    }
+}

@@ -1,0 +1,842 @@
+//! Wiring of the readiness-gate controller, one reconcile per Service:
+//! observe (the Service, the shared pod store, the cloud's groups and health) ->
+//! `plan::plan` (pure) -> apply (backend changes, then gate conditions on pods/status).
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::watch::pod::{CachedPod, PodFacts};
+use alibaba_lb::{
+    Error as CloudError, ListenerProtocol, ListenerSpec, LoadBalancer, LoadBalancerSpec, Product,
+};
+use futures::Future;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, Controller};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::cloud::{self, Cloud};
+use super::metrics::GateMetrics;
+use super::plan::{
+    gate_condition_type, owner_description, plan, plan_without_service, CloudState, ConditionWrite,
+    GatePlan, GatePod, GroupState, PlanInput, ServiceFacts,
+};
+use super::pods::{containers_ready_since, gate_pod, gated_services, has_gate, selected_by};
+use super::poller::Poller;
+use super::reasons::{self, Reason};
+use super::service::{
+    self, address_type, attached_id, created_id, product_for, zone_maps, ClassSelection,
+    CREATED_ID_ANNOTATION, FINALIZER,
+};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::runtime::Shutdown;
+use crate::watch::runner::{ReconcileError, Run};
+use crate::watch::Watches;
+
+/// Field manager / reporting controller, as users see it in Events and managedFields.
+pub const CONTROLLER_NAME: &str = "rollgate-readiness-gates";
+/// Warning Event reasons on pods and Services.
+pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
+pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
+pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    #[error("writing {what} of {namespace}/{name}: {source}")]
+    Write {
+        what: &'static str,
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Cloud(e) => e.metric_label(),
+            Error::Write { .. } => "kube_write",
+        }
+    }
+}
+
+/// Settings from the command line.
+#[derive(Clone, Debug)]
+pub struct GateSettings {
+    pub cluster_id: String,
+    pub classes: ClassSelection,
+    pub drain: Duration,
+    pub vpc_id: Option<String>,
+    pub concurrency: u16,
+    pub poll_fast: Duration,
+    pub poll_slow: Duration,
+    /// Only Services in this namespace (`--watch-namespace`); all when `None`.
+    pub namespace: Option<String>,
+}
+
+pub struct Context {
+    client: Client,
+    pods: Store<CachedPod>,
+    services: Store<Service>,
+    cloud: Cloud,
+    poller: Poller,
+    recorder: Recorder,
+    metrics: GateMetrics,
+    settings: GateSettings,
+    /// Pods whose gate named a Service that was not in the store: checked by `orphans`.
+    orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
+}
+
+/// Subscribes to the shared pod store and returns the controller, ready to be driven.
+pub fn start(
+    watches: &Watches,
+    client: Client,
+    metrics: &Metrics,
+    cloud_clients: (
+        Arc<dyn alibaba_lb::LoadBalancerBackends>,
+        Arc<dyn alibaba_lb::LoadBalancerBackends>,
+    ),
+    settings: GateSettings,
+    leadership: Leadership,
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> {
+    let gate_metrics = GateMetrics::register(metrics);
+    let services_api: Api<Service> = crate::watch::scoped(&client, settings.namespace.as_deref());
+    let controller = Controller::new(services_api, watcher::Config::default());
+    let services = controller.store();
+    let pods = watches.stores.pods.clone();
+    let poller = Poller::new(settings.poll_fast, settings.poll_slow);
+    let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        services: services.clone(),
+        cloud: Cloud::new(cloud_clients.0, cloud_clients.1, gate_metrics.clone()),
+        poller: poller.clone(),
+        recorder: Recorder::new(client, reporter),
+        metrics: gate_metrics.clone(),
+        settings: settings.clone(),
+        orphans: orphan_tx.clone(),
+    });
+
+    // Pod events map to the Services they concern: those their gates name and those
+    // whose selectors match them. Gates naming a Service that is not there go to the
+    // orphan worker, which says so on the pod.
+    let services_for_pods = services.clone();
+    let services_for_deletions = services.clone();
+    let controller = controller
+        // A deleted pod's backend goes at once, not at the next poll.
+        .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
+            let ns = pod.pod_namespace().to_string();
+            services_for_deletions
+                .state()
+                .into_iter()
+                .filter(|svc| selected_by(&pod, svc) || has_gate(&pod, &svc.name_any()))
+                .filter(|svc| svc.namespace().as_deref() == Some(ns.as_str()))
+                .map(|svc| ObjectRef::from_obj(&*svc))
+                .collect::<Vec<_>>()
+        })
+        .watches_shared_stream(watches.pod_changes(), move |pod: Arc<CachedPod>| {
+            let ns = pod.namespace().unwrap_or_default();
+            let mut refs: Vec<ObjectRef<Service>> = vec![];
+            for name in gated_services(&pod) {
+                let key = ObjectRef::new(name).within(&ns);
+                if services_for_pods.get(&key).is_none() {
+                    let _ = orphan_tx.send(ObjectRef::from_obj(&*pod));
+                }
+                refs.push(key);
+            }
+            for svc in services_for_pods.state() {
+                if selected_by(&pod, &svc) && !refs.iter().any(|r| r.name == svc.name_any()) {
+                    refs.push(ObjectRef::from_obj(&*svc));
+                }
+            }
+            refs
+        })
+        .reconcile_on(poller.triggers(shutdown.clone()));
+    let run = Run {
+        name: "readiness-gates",
+        concurrency: settings.concurrency,
+        synced: watches.synced(),
+        errors: gate_metrics.reconcile_errors.clone(),
+        leadership: leadership.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let orphans = orphans(
+        ctx.clone(),
+        orphan_rx,
+        watches.synced(),
+        leadership,
+        shutdown,
+    );
+    async move {
+        tokio::join!(run.drive(controller, reconcile, ctx), orphans);
+    }
+}
+
+#[tracing::instrument(skip_all, fields(service = %svc.name_any(), namespace = %svc.namespace().unwrap_or_default()))]
+async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(&*svc);
+    let product = product_for(&svc, ctx.settings.classes);
+    let holds_finalizer = svc.finalizers().iter().any(|f| f == FINALIZER);
+    if svc.metadata.deletion_timestamp.is_some() || (product.is_none() && holds_finalizer) {
+        if holds_finalizer {
+            clean_up(&svc, &ctx).await?;
+        }
+        forget(&svc, &ctx);
+        let ns = svc.namespace().unwrap_or_default();
+        for pod in gated_pods(&ctx, &ns, &svc.name_any()) {
+            let _ = ctx.orphans.send(ObjectRef::from_obj(&*pod));
+        }
+        return Ok(Action::await_change());
+    }
+    let Some(product) = product else {
+        ctx.poller.forget(&key);
+        let is_load_balancer = svc
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
+        if !is_load_balancer {
+            not_a_load_balancer(&svc, &ctx).await?;
+        }
+        // A LoadBalancer of another class: another controller's, never touched.
+        return Ok(Action::await_change());
+    };
+    if !holds_finalizer {
+        add_finalizer(&svc, &ctx).await?;
+    }
+    let facts = service::facts(&svc);
+    let spec = match lb_spec(&svc, &facts, product, &ctx.settings) {
+        Ok(spec) => spec,
+        Err(problem) => {
+            publish(
+                &ctx,
+                &svc.object_ref(&()),
+                EventType::Warning,
+                INVALID_ANNOTATION_EVENT,
+                problem,
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+    let uid = svc.uid().unwrap_or_default();
+    let observed = observe_cloud(&svc, &ctx, &uid, product, &spec).await;
+    let observed_at = Timestamp::now();
+    let (cloud_state, lb, read_error) = match observed {
+        Ok((state, lb)) => (state, Some(lb), None),
+        Err(error) => (
+            CloudState::Failed(cloud::failure(&error)),
+            None,
+            Some(error),
+        ),
+    };
+    let pods = service_pods(&ctx, &svc, &facts);
+    let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();
+    let now = Timestamp::now();
+    let input = PlanInput {
+        service: &facts,
+        cluster_id: &ctx.settings.cluster_id,
+        backend_type: ctx.cloud.backend_type(product),
+        pods: &gate_pods,
+        cloud: &cloud_state,
+        drain: ctx.settings.drain,
+        now,
+    };
+    let mut decided = plan(&input);
+
+    // Apply the backend changes; a failure (a failed NLB job too) holds every gate
+    // that is not True yet with the error, and the reconcile is retried.
+    let mut apply_error = None;
+    if let Some(lb) = &lb {
+        for changes in &decided.changes {
+            let Some(group) = lb
+                .listeners
+                .iter()
+                .find(|l| l.server_group_id == changes.server_group_id)
+            else {
+                continue;
+            };
+            tracing::info!(
+                group = %group.server_group_id,
+                add = changes.add.len(),
+                drain = changes.drain.len(),
+                restore = changes.restore.len(),
+                remove = changes.remove.len(),
+                "changing backends"
+            );
+            if let Err(error) = ctx.cloud.apply(product, group, changes).await {
+                apply_error = Some(error);
+                break;
+            }
+        }
+    }
+    if let Some(error) = &apply_error {
+        let failed = CloudState::Failed(cloud::failure(error));
+        decided.conditions = plan(&PlanInput {
+            cloud: &failed,
+            ..input
+        })
+        .conditions;
+    }
+    write_conditions(&ctx, &svc, &pods, &decided, observed_at).await?;
+
+    if let CloudState::Ready(groups) = &cloud_state {
+        let (ns, name, cluster) = (&facts.namespace, &facts.name, &ctx.settings.cluster_id);
+        ctx.metrics.set_state(
+            ns,
+            name,
+            |port| owner_description(port, name, ns, cluster),
+            groups,
+            &decided,
+        );
+    }
+    let listeners = lb.as_ref().map_or(1, |lb| lb.listeners.len());
+    let busy = decided.pending_gates > 0 || !decided.changes.is_empty() || apply_error.is_some();
+    ctx.poller.polled(key, product, listeners, busy);
+    if let Some(error) = apply_error.or(read_error) {
+        return Err(error.into());
+    }
+    Ok(match decided.next_deadline {
+        Some(at) => Action::requeue(until(now, at)),
+        // The poller brings the next look at the cloud.
+        None => Action::await_change(),
+    })
+}
+
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    let wait = at.duration_since(now);
+    Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(50)
+}
+
+/// The load balancer (ensured), its address published, and its groups read.
+async fn observe_cloud(
+    svc: &Service,
+    ctx: &Context,
+    uid: &str,
+    product: Product,
+    spec: &LoadBalancerSpec,
+) -> Result<(CloudState, LoadBalancer), CloudError> {
+    let lb = ctx.cloud.ensure(uid, product, spec).await?;
+    if lb.created && created_id(svc) != Some(lb.id.as_str()) {
+        record_created(svc, ctx, &lb.id).await;
+    }
+    let Some(address) = lb.address.clone() else {
+        ctx.cloud.forget(uid);
+        return Ok((
+            CloudState::NotReady {
+                load_balancer_id: Some(lb.id.clone()),
+            },
+            lb,
+        ));
+    };
+    publish_address(svc, ctx, &address).await;
+    let mut groups: Vec<GroupState> = Vec::with_capacity(lb.listeners.len());
+    for listener in &lb.listeners {
+        match ctx.cloud.read_group(product, listener).await {
+            Ok(group) => groups.push(group),
+            Err(error) => {
+                // The group may have been deleted behind our back: find it again next time.
+                ctx.cloud.forget(uid);
+                return Err(error);
+            }
+        }
+    }
+    Ok((CloudState::Ready(groups), lb))
+}
+
+/// What to ask the cloud for: a listener and a server group per Service port.
+fn lb_spec(
+    svc: &Service,
+    facts: &ServiceFacts,
+    product: Product,
+    settings: &GateSettings,
+) -> Result<LoadBalancerSpec, String> {
+    let zones = zone_maps(svc)?;
+    if product == Product::Nlb
+        && attached_id(svc).is_none()
+        && created_id(svc).is_none()
+        && zones.len() < 2
+    {
+        return Err(format!(
+            "an NLB needs at least two zones: set the annotation {}zone-maps to \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\"",
+            "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-"
+        ));
+    }
+    let uid = svc.uid().unwrap_or_default();
+    let mut name = format!(
+        "k8s-{}-{}-{}-{}",
+        settings.cluster_id,
+        facts.namespace,
+        facts.name,
+        &uid[..uid.len().min(8)]
+    );
+    name.truncate(80);
+    Ok(LoadBalancerSpec {
+        name,
+        existing_id: attached_id(svc)
+            .or_else(|| created_id(svc))
+            .map(str::to_string),
+        address_type: address_type(svc)?,
+        vpc_id: settings.vpc_id.clone(),
+        zones,
+        listeners: facts
+            .ports
+            .iter()
+            .map(|p| ListenerSpec {
+                port: p.port,
+                protocol: if p.protocol == "UDP" {
+                    ListenerProtocol::Udp
+                } else {
+                    ListenerProtocol::Tcp
+                },
+                server_group_name: owner_description(
+                    p.port,
+                    &facts.name,
+                    &facts.namespace,
+                    &settings.cluster_id,
+                ),
+            })
+            .collect(),
+    })
+}
+
+/// The pods the plan looks at: selected by the Service, or gated on it.
+fn service_pods(
+    ctx: &Context,
+    svc: &Service,
+    facts: &ServiceFacts,
+) -> Vec<(Arc<CachedPod>, GatePod)> {
+    ctx.pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(facts.namespace.as_str()))
+        .filter_map(|p| {
+            let selected = selected_by(&p, svc);
+            (selected || has_gate(&p, &facts.name)).then(|| {
+                let view = gate_pod(&p, &facts.name, selected);
+                (p, view)
+            })
+        })
+        .collect()
+}
+
+fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<CachedPod>> {
+    ctx.pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace) && has_gate(p, service))
+        .collect()
+}
+
+/// Condition writes in flight at once: 500 pods turning True in one reconcile must not
+/// wait for each other.
+const WRITE_CONCURRENCY: usize = 32;
+
+async fn write_conditions(
+    ctx: &Context,
+    svc: &Service,
+    pods: &[(Arc<CachedPod>, GatePod)],
+    decided: &GatePlan,
+    observed_at: Timestamp,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+    let ns = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
+        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
+    // Gates turning True first: they are what a rollout waits for.
+    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
+    writes.sort_by_key(|w| !w.status);
+    let pending: Vec<_> = writes
+        .into_iter()
+        .filter_map(|write| {
+            let (pod, view) = by_uid.get(write.uid.as_str()).copied()?;
+            Some(write_one(ctx, &ns, &name, pod, view, write, observed_at))
+        })
+        .collect();
+    let results: Vec<Result<(), Error>> = futures::stream::iter(pending)
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// One condition write, and the flip latencies when it turns the gate True.
+async fn write_one(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    pod: &CachedPod,
+    view: &GatePod,
+    write: &ConditionWrite,
+    observed_at: Timestamp,
+) -> Result<(), Error> {
+    let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
+    write_condition(ctx, ns, name, write, flipped).await?;
+    if flipped && write.status {
+        let done = Timestamp::now();
+        if let Some(since) = containers_ready_since(pod) {
+            let seconds = done.duration_since(since).as_secs_f64();
+            ctx.metrics.flip(ns, name, "containers_ready", seconds);
+        }
+        let seconds = done.duration_since(observed_at).as_secs_f64();
+        ctx.metrics.flip(ns, name, "load_balancer_healthy", seconds);
+        tracing::info!(pod = %write.pod, reason = write.reason.as_str(), "gate True");
+    }
+    Ok(())
+}
+
+/// Strategic merge on the conditions list (merge key `type`): only our condition is
+/// touched. `lastTransitionTime` moves only when the status does.
+async fn write_condition(
+    ctx: &Context,
+    namespace: &str,
+    service: &str,
+    write: &ConditionWrite,
+    flipped: bool,
+) -> Result<(), Error> {
+    let mut condition = json!({
+        "type": gate_condition_type(service),
+        "status": if write.status { "True" } else { "False" },
+        "reason": write.reason.as_str(),
+        "message": write.message,
+    });
+    if flipped {
+        condition["lastTransitionTime"] =
+            json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    }
+    let patch = json!({"metadata": {"uid": write.uid}, "status": {"conditions": [condition]}});
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match api
+        .patch_status(
+            &write.pod,
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone or replaced meanwhile: its next event replans.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(source) => Err(Error::Write {
+            what: "gate condition",
+            namespace: namespace.into(),
+            name: write.pod.clone(),
+            source,
+        }),
+    }
+}
+
+/// Gates naming a Service that is not `type: LoadBalancer`.
+async fn not_a_load_balancer(svc: &Service, ctx: &Context) -> Result<(), Error> {
+    let ns = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let type_ = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.type_.clone())
+        .unwrap_or_else(|| "ClusterIP".into());
+    let message = reasons::service_not_load_balancer(&ns, &name, &type_);
+    hold_orphans(
+        ctx,
+        &ns,
+        &name,
+        Reason::ServiceNotLoadBalancer,
+        SERVICE_NOT_LOAD_BALANCER_EVENT,
+        &message,
+    )
+    .await
+}
+
+/// Writes the reason on every gated pod whose condition does not say it yet, with one
+/// Warning Event per pod (only when the condition changes, so not once per reconcile).
+async fn hold_orphans(
+    ctx: &Context,
+    namespace: &str,
+    service: &str,
+    reason: Reason,
+    event_reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let pods = gated_pods(ctx, namespace, service);
+    let views: Vec<GatePod> = pods.iter().map(|p| gate_pod(p, service, false)).collect();
+    for write in plan_without_service(&views, reason, message) {
+        let Some(pod) = pods
+            .iter()
+            .find(|p| p.uid().as_deref() == Some(write.uid.as_str()))
+        else {
+            continue;
+        };
+        let flipped = views
+            .iter()
+            .find(|v| v.uid == write.uid)
+            .and_then(|v| v.gate.as_ref())
+            .map(|g| g.status)
+            != Some(false);
+        write_condition(ctx, namespace, service, &write, flipped).await?;
+        publish(
+            ctx,
+            &pod.object_ref(&()),
+            EventType::Warning,
+            event_reason,
+            message.to_string(),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Checks pods whose gates named a Service missing from the store, once the stores
+/// are synced and only while leading.
+async fn orphans(
+    ctx: Arc<Context>,
+    mut rx: mpsc::UnboundedReceiver<ObjectRef<CachedPod>>,
+    mut synced: tokio::sync::watch::Receiver<bool>,
+    leadership: Leadership,
+    shutdown: Shutdown,
+) {
+    {
+        let work = async {
+            let _ = synced.wait_for(|s| *s).await;
+            let _ = ctx.services.wait_until_ready().await;
+            while let Some(first) = rx.recv().await {
+                // Take what queued up meanwhile, once each. A standby keeps its batch
+                // (a set, so bounded by the pods) until it leads: pods seen before the
+                // lease was won are not forgotten.
+                let mut batch: HashSet<ObjectRef<CachedPod>> = HashSet::from([first]);
+                loop {
+                    while let Ok(more) = rx.try_recv() {
+                        batch.insert(more);
+                    }
+                    if leadership.is_leader() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                let mut missing: HashSet<(String, String)> = HashSet::new();
+                for pod_ref in batch {
+                    let Some(pod) = ctx.pods.get(&pod_ref) else {
+                        continue;
+                    };
+                    let ns = pod.namespace().unwrap_or_default();
+                    for name in gated_services(&pod) {
+                        let key = ObjectRef::<Service>::new(name).within(&ns);
+                        if ctx.services.get(&key).is_none() {
+                            missing.insert((ns.clone(), name.to_string()));
+                        }
+                    }
+                }
+                for (ns, name) in missing {
+                    let message = reasons::service_not_found(&ns, &name);
+                    if let Err(error) = hold_orphans(
+                        &ctx,
+                        &ns,
+                        &name,
+                        Reason::ServiceNotFound,
+                        SERVICE_NOT_FOUND_EVENT,
+                        &message,
+                    )
+                    .await
+                    {
+                        tracing::warn!(%error, service = %name, namespace = %ns, "could not report a missing Service");
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = work => {}
+            _ = shutdown.requested() => {}
+        }
+    }
+}
+
+async fn add_finalizer(svc: &Service, ctx: &Context) -> Result<(), Error> {
+    let mut finalizers = svc.finalizers().to_vec();
+    finalizers.push(FINALIZER.into());
+    patch_metadata(
+        svc,
+        ctx,
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}}),
+        "finalizer",
+    )
+    .await
+}
+
+async fn remove_finalizer(svc: &Service, ctx: &Context) -> Result<(), Error> {
+    let finalizers: Vec<&String> = svc
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    patch_metadata(
+        svc,
+        ctx,
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}}),
+        "finalizer",
+    )
+    .await
+}
+
+async fn patch_metadata(
+    svc: &Service,
+    ctx: &Context,
+    patch: serde_json::Value,
+    what: &'static str,
+) -> Result<(), Error> {
+    let ns = svc.namespace().unwrap_or_default();
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    match api
+        .patch(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(Error::Write {
+            what,
+            namespace: ns,
+            name: svc.name_any(),
+            source,
+        }),
+    }
+}
+
+/// Remembers a load balancer rollgate created, so only that one is ever deleted.
+async fn record_created(svc: &Service, ctx: &Context, id: &str) {
+    let patch = json!({"metadata": {"annotations": {CREATED_ID_ANNOTATION: id}}});
+    if let Err(error) = patch_metadata(svc, ctx, patch, "created load balancer id").await {
+        tracing::warn!(%error, "could not record the created load balancer");
+    }
+}
+
+/// `status.loadBalancer.ingress`: an IP for CLB, a DNS name for NLB.
+async fn publish_address(svc: &Service, ctx: &Context, address: &str) {
+    let is_ip = address.parse::<std::net::IpAddr>().is_ok();
+    let ingress = if is_ip {
+        json!([{"ip": address}])
+    } else {
+        json!([{"hostname": address}])
+    };
+    let current = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|i| i.first())
+        .map(|i| i.ip.clone().or_else(|| i.hostname.clone()));
+    if current == Some(Some(address.to_string())) {
+        return;
+    }
+    let ns = svc.namespace().unwrap_or_default();
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
+    if let Err(error) = api
+        .patch_status(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        tracing::warn!(%error, "could not publish the load balancer address");
+    }
+}
+
+/// The Service is going away (or left rollgate's classes): delete the load balancer
+/// rollgate created, or take rollgate's backends out of an attached one; then let go.
+async fn clean_up(svc: &Service, ctx: &Context) -> Result<(), Error> {
+    let product = product_for(svc, ClassSelection::Standard)
+        .or_else(|| product_for(svc, ClassSelection::Rollgate))
+        .unwrap_or(
+            match svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.load_balancer_class.as_deref())
+            {
+                Some(service::NLB_CLASS) | Some(service::ROLLGATE_NLB_CLASS) => Product::Nlb,
+                _ => Product::Clb,
+            },
+        );
+    let uid = svc.uid().unwrap_or_default();
+    match (attached_id(svc), created_id(svc)) {
+        (None, Some(created)) => {
+            ctx.cloud.delete(product, created).await?;
+            tracing::info!(
+                load_balancer = created,
+                "deleted the load balancer rollgate created"
+            );
+        }
+        (Some(_), _) => {
+            let facts = service::facts(svc);
+            if let Ok(spec) = lb_spec(svc, &facts, product, &ctx.settings) {
+                let lb = ctx.cloud.ensure(&uid, product, &spec).await?;
+                for group in &lb.listeners {
+                    let owner = owner_description(
+                        group.listener_port,
+                        &facts.name,
+                        &facts.namespace,
+                        &ctx.settings.cluster_id,
+                    );
+                    let state = ctx.cloud.read_group(product, group).await?;
+                    let ours: Vec<_> = state
+                        .backends
+                        .iter()
+                        .filter(|b| b.description == owner)
+                        .map(|b| b.key.clone())
+                        .collect();
+                    let changes = super::plan::GroupChanges {
+                        remove: ours,
+                        ..Default::default()
+                    };
+                    ctx.cloud.apply(product, group, &changes).await?;
+                }
+                tracing::info!(load_balancer = ?attached_id(svc), "removed rollgate's backends from the attached load balancer");
+            }
+        }
+        (None, None) => {}
+    }
+    remove_finalizer(svc, ctx).await
+}
+
+fn forget(svc: &Service, ctx: &Context) {
+    ctx.cloud.forget(&svc.uid().unwrap_or_default());
+    ctx.poller.forget(&ObjectRef::from_obj(svc));
+    ctx.metrics
+        .forget(&svc.namespace().unwrap_or_default(), &svc.name_any());
+}
+
+async fn publish(
+    ctx: &Context,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "ReadinessGate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
+        tracing::warn!(error = %e, reason, "could not publish Event");
+    }
+}

@@ -1,0 +1,179 @@
+//! Metrics of the readiness-gate controller (`rollgate_gate_*`).
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
+use super::plan::{GatePlan, GroupState};
+use crate::metrics::Metrics;
+use crate::watch::runner::ErrorCounter;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    pub namespace: String,
+    pub service: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlipLabels {
+    pub namespace: String,
+    pub service: String,
+    /// `containers_ready` or `load_balancer_healthy`: where the latency is counted from.
+    pub since: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    pub namespace: String,
+    pub service: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub action: String,
+    pub result: String,
+}
+
+const BACKEND_STATES: &[&str] = &["healthy", "pending", "unhealthy", "draining", "unchecked"];
+
+fn flip_histogram() -> Histogram {
+    // 50 ms .. ~100 s
+    Histogram::new(exponential_buckets(0.05, 2.0, 12))
+}
+
+#[derive(Clone)]
+pub struct GateMetrics {
+    pub flip_latency: Family<FlipLabels, Histogram, fn() -> Histogram>,
+    pub cloud_calls: Family<CallLabels, Counter>,
+    pub backends: Family<BackendLabels, Gauge>,
+    pub gates_pending: Family<ServiceLabels, Gauge>,
+    pub reconcile_errors: ErrorCounter,
+}
+
+impl GateMetrics {
+    pub fn register(metrics: &Metrics) -> Self {
+        let m = GateMetrics {
+            flip_latency: Family::new_with_constructor(flip_histogram),
+            cloud_calls: Family::default(),
+            backends: Family::default(),
+            gates_pending: Family::default(),
+            reconcile_errors: Family::default(),
+        };
+        metrics.with_registry(|r| {
+            let r = r.sub_registry_with_prefix("rollgate_gate");
+            r.register(
+                "flip_latency_seconds",
+                "Time to gate True, from the containers ready or from the load balancer first seen healthy",
+                m.flip_latency.clone(),
+            );
+            r.register(
+                "cloud_api_calls",
+                "Cloud load-balancer calls by action and result",
+                m.cloud_calls.clone(),
+            );
+            r.register(
+                "backends",
+                "Backends rollgate owns, by state",
+                m.backends.clone(),
+            );
+            r.register(
+                "pending",
+                "Gates of live pods that are not True",
+                m.gates_pending.clone(),
+            );
+            r.register(
+                "reconcile_errors",
+                "Failed reconciles by kind",
+                m.reconcile_errors.clone(),
+            );
+        });
+        m
+    }
+
+    pub fn cloud_call(&self, action: &str, result: &str) {
+        self.cloud_calls
+            .get_or_create(&CallLabels {
+                action: action.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    pub fn flip(&self, namespace: &str, service: &str, since: &str, seconds: f64) {
+        self.flip_latency
+            .get_or_create(&FlipLabels {
+                namespace: namespace.into(),
+                service: service.into(),
+                since: since.into(),
+            })
+            .observe(seconds.max(0.0));
+    }
+
+    /// Publishes the Service's backends by state and its pending gates.
+    pub fn set_state(
+        &self,
+        namespace: &str,
+        service: &str,
+        owner_of: impl Fn(u16) -> String,
+        groups: &[GroupState],
+        plan: &GatePlan,
+    ) {
+        use alibaba_lb::HealthState::*;
+        let mut counts = [0i64; 5];
+        for group in groups {
+            let owner = owner_of(group.service_port);
+            for b in group.backends.iter().filter(|b| b.description == owner) {
+                let i = if b.weight == 0 {
+                    3
+                } else {
+                    match group.health.get(&b.key) {
+                        Some(Healthy) => 0,
+                        Some(Pending) | None => 1,
+                        Some(Unhealthy { .. }) | Some(Unused) => 2,
+                        Some(NotChecked) => 4,
+                    }
+                };
+                counts[i] += 1;
+            }
+        }
+        for (state, count) in BACKEND_STATES.iter().zip(counts) {
+            self.backends
+                .get_or_create(&BackendLabels {
+                    namespace: namespace.into(),
+                    service: service.into(),
+                    state: (*state).into(),
+                })
+                .set(count);
+        }
+        self.gates_pending
+            .get_or_create(&ServiceLabels {
+                namespace: namespace.into(),
+                service: service.into(),
+            })
+            .set(plan.pending_gates as i64);
+    }
+
+    /// Drops the series of a Service rollgate no longer manages.
+    pub fn forget(&self, namespace: &str, service: &str) {
+        for state in BACKEND_STATES {
+            self.backends.remove(&BackendLabels {
+                namespace: namespace.into(),
+                service: service.into(),
+                state: (*state).into(),
+            });
+        }
+        self.gates_pending.remove(&ServiceLabels {
+            namespace: namespace.into(),
+            service: service.into(),
+        });
+        for since in ["containers_ready", "load_balancer_healthy"] {
+            self.flip_latency.remove(&FlipLabels {
+                namespace: namespace.into(),
+                service: service.into(),
+                since: since.into(),
+            });
+        }
+    }
+}

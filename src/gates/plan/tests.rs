@@ -1,0 +1,384 @@
+//! Table tests: each case of the spec, as the plan decides it.
+use super::*;
+
+pub(super) const NOW: i64 = 1_000_000;
+pub(super) const CLUSTER: &str = "c1";
+
+pub(super) fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(seconds).unwrap()
+}
+
+pub(super) fn svc(flip_back: bool) -> ServiceFacts {
+    ServiceFacts {
+        namespace: "ns".into(),
+        name: "web".into(),
+        ports: vec![ServicePort {
+            port: 80,
+            protocol: "TCP".into(),
+            target: TargetPort::Name("http".into()),
+        }],
+        flip_back,
+    }
+}
+
+pub(super) fn pod(name: &str, ip: &str) -> GatePod {
+    GatePod {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        ip: Some(ip.into()),
+        selected: true,
+        gated: true,
+        containers_ready: true,
+        deletion: None,
+        ports: vec![PodPort {
+            name: Some("http".into()),
+            container_port: 8080,
+            protocol: "TCP".into(),
+        }],
+        gate: None,
+    }
+}
+
+pub(super) fn owned(ip: &str, weight: u32) -> Backend {
+    Backend {
+        key: backend_key(BackendType::Ip, ip, 8080),
+        kind: BackendType::Ip,
+        weight,
+        description: owner_description(80, "web", "ns", CLUSTER),
+    }
+}
+
+pub(super) fn foreign(ip: &str) -> Backend {
+    Backend {
+        description: "added by hand".into(),
+        ..owned(ip, 100)
+    }
+}
+
+pub(super) fn group(backends: Vec<Backend>, health: &[(&str, HealthState)]) -> GroupState {
+    GroupState {
+        service_port: 80,
+        load_balancer_id: "lb-1".into(),
+        server_group_id: "rsp-1".into(),
+        backends,
+        health: health
+            .iter()
+            .map(|(ip, h)| (backend_key(BackendType::Ip, ip, 8080), h.clone()))
+            .collect(),
+    }
+}
+
+fn run(service: &ServiceFacts, pods: &[GatePod], cloud: &CloudState) -> GatePlan {
+    plan(&PlanInput {
+        service,
+        cluster_id: CLUSTER,
+        backend_type: BackendType::Ip,
+        pods,
+        cloud,
+        drain: Duration::from_secs(10),
+        now: at(NOW),
+    })
+}
+
+fn only_write(plan: &GatePlan) -> &ConditionWrite {
+    assert_eq!(plan.conditions.len(), 1, "{:#?}", plan.conditions);
+    &plan.conditions[0]
+}
+
+#[test]
+fn a_new_pod_is_registered_and_waits_with_a_reason_that_names_the_group() {
+    let cloud = CloudState::Ready(vec![group(vec![], &[])]);
+    let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    assert_eq!(plan.changes.len(), 1);
+    assert_eq!(plan.changes[0].add, vec![owned("10.0.0.1", 100)]);
+    let w = only_write(&plan);
+    assert!(!w.status);
+    assert_eq!(w.reason, Reason::BackendNotRegistered);
+    assert!(
+        w.message.contains("lb-1") && w.message.contains("rsp-1"),
+        "{}",
+        w.message
+    );
+    assert_eq!(plan.pending_gates, 1);
+}
+
+#[test]
+fn each_health_state_has_its_own_reason_and_only_healthy_flips_true() {
+    let cases = [
+        (HealthState::Pending, false, Reason::HealthCheckPending),
+        (
+            HealthState::Unhealthy {
+                reason: "CONNECT_TIMEOUT".into(),
+            },
+            false,
+            Reason::BackendUnhealthy,
+        ),
+        (HealthState::Unused, false, Reason::BackendUnhealthy),
+        (
+            HealthState::NotChecked,
+            true,
+            Reason::RegisteredHealthCheckDisabled,
+        ),
+        (HealthState::Healthy, true, Reason::LoadBalancerHealthy),
+    ];
+    for (health, status, reason) in cases {
+        let cloud = CloudState::Ready(vec![group(
+            vec![owned("10.0.0.1", 100)],
+            &[("10.0.0.1", health.clone())],
+        )]);
+        let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+        assert!(plan.changes.is_empty(), "{health:?}: {:?}", plan.changes);
+        let w = only_write(&plan);
+        assert_eq!((w.status, w.reason), (status, reason), "{health:?}");
+        if let HealthState::Unhealthy { reason } = &health {
+            assert!(w.message.contains(reason), "{}", w.message);
+        }
+    }
+    // Registered but absent from the health report: pending, not healthy.
+    let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 100)], &[])]);
+    let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    assert_eq!(only_write(&plan).reason, Reason::HealthCheckPending);
+}
+
+#[test]
+fn every_port_must_be_healthy_before_the_gate_turns_true() {
+    let mut service = svc(false);
+    service.ports.push(ServicePort {
+        port: 443,
+        protocol: "TCP".into(),
+        target: TargetPort::Number(8443),
+    });
+    let mut second = group(vec![], &[]);
+    second.service_port = 443;
+    second.server_group_id = "rsp-2".into();
+    let first = group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    );
+    let cloud = CloudState::Ready(vec![first, second]);
+    let plan = run(&service, &[pod("a", "10.0.0.1")], &cloud);
+    let w = only_write(&plan);
+    assert!(!w.status);
+    assert_eq!(w.reason, Reason::BackendNotRegistered);
+    assert!(w.message.contains("rsp-2"), "{}", w.message);
+    let add = &plan
+        .changes
+        .iter()
+        .find(|c| c.service_port == 443)
+        .unwrap()
+        .add;
+    assert_eq!(add[0].key.port, 8443);
+    assert_eq!(add[0].description, "k8s/443/web/ns/c1");
+}
+
+#[test]
+fn an_unchanged_condition_is_not_written_again() {
+    let cloud = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    )]);
+    let first = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    let w = only_write(&first);
+    let mut p = pod("a", "10.0.0.1");
+    p.gate = Some(GateCondition {
+        status: w.status,
+        reason: w.reason.as_str().into(),
+        message: w.message.clone(),
+    });
+    let again = run(&svc(false), &[p], &cloud);
+    assert!(again.conditions.is_empty());
+    assert_eq!(again.pending_gates, 0);
+}
+
+#[test]
+fn after_ready_a_lost_backend_keeps_the_gate_by_default_and_flips_it_with_the_opt_in() {
+    let cloud = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[(
+            "10.0.0.1",
+            HealthState::Unhealthy {
+                reason: "CONNECT_FAIL".into(),
+            },
+        )],
+    )]);
+    let mut p = pod("a", "10.0.0.1");
+    p.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
+    let w = only_write(&plan);
+    assert!(w.status);
+    assert_eq!(w.reason, Reason::BackendLostAfterReady);
+    assert!(w.message.contains("CONNECT_FAIL"), "{}", w.message);
+
+    let plan = run(&svc(true), &[p], &cloud);
+    let w = only_write(&plan);
+    assert!(!w.status);
+    assert_eq!(w.reason, Reason::BackendUnhealthy);
+}
+
+#[test]
+fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
+    let failure = CloudState::Failed(CloudFailure {
+        action: "DescribeHealthStatus".into(),
+        code: "Throttling.User".into(),
+        request_id: "RID-7".into(),
+    });
+    let mut ready = pod("ready", "10.0.0.1");
+    ready.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let waiting = pod("waiting", "10.0.0.2");
+    let plan = run(&svc(true), &[ready.clone(), waiting.clone()], &failure);
+    assert!(plan.changes.is_empty());
+    let w = only_write(&plan);
+    assert_eq!(w.pod, "waiting");
+    assert_eq!(w.reason, Reason::CloudApiError);
+    for part in ["DescribeHealthStatus", "Throttling.User", "RID-7"] {
+        assert!(w.message.contains(part), "{}", w.message);
+    }
+    let not_ready = CloudState::NotReady {
+        load_balancer_id: Some("nlb-9".into()),
+    };
+    let plan = run(&svc(true), &[ready, waiting], &not_ready);
+    let w = only_write(&plan);
+    assert_eq!(w.reason, Reason::LoadBalancerNotReady);
+    assert!(w.message.contains("nlb-9"));
+}
+
+#[test]
+fn a_terminating_pod_drains_at_once_and_is_removed_after_the_drain_time() {
+    let cloud = |weight| CloudState::Ready(vec![group(vec![owned("10.0.0.1", weight)], &[])]);
+    let mut p = pod("old", "10.0.0.1");
+    p.deletion = Some(Deletion {
+        requested_at: at(NOW - 3),
+        deadline: at(NOW + 27),
+    });
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud(100));
+    assert_eq!(plan.changes[0].drain, vec![owned("10.0.0.1", 0)]);
+    assert!(plan.changes[0].remove.is_empty());
+    assert_eq!(plan.next_deadline, Some(at(NOW + 7)));
+    assert!(
+        plan.conditions.is_empty(),
+        "a terminating pod's gate is left alone"
+    );
+
+    // Already at weight 0: nothing to do until the deadline.
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud(0));
+    assert!(plan.changes.is_empty());
+    assert_eq!(plan.next_deadline, Some(at(NOW + 7)));
+
+    // Drain time over.
+    p.deletion = Some(Deletion {
+        requested_at: at(NOW - 10),
+        deadline: at(NOW + 20),
+    });
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud(0));
+    assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.1", 0).key]);
+}
+
+#[test]
+fn the_drain_never_outlives_the_pod_and_a_gone_pod_is_removed_at_once() {
+    let deletion = Deletion {
+        requested_at: at(NOW),
+        deadline: at(NOW + 2),
+    };
+    assert_eq!(
+        removal_time(&deletion, Duration::from_secs(10)),
+        at(NOW + 2)
+    );
+    assert_eq!(removal_time(&deletion, Duration::from_secs(1)), at(NOW + 1));
+    let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.9", 100)], &[])]);
+    let plan = run(&svc(false), &[], &cloud);
+    assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.9", 0).key]);
+}
+
+#[test]
+fn backends_rollgate_does_not_own_are_never_touched() {
+    let mut other_service = owned("10.0.0.8", 100);
+    other_service.description = owner_description(80, "other", "ns", CLUSTER);
+    let mut other_cluster = owned("10.0.0.7", 100);
+    other_cluster.description = owner_description(80, "web", "ns", "c2");
+    let cloud = CloudState::Ready(vec![group(
+        vec![foreign("10.0.0.6"), other_service, other_cluster],
+        &[],
+    )]);
+    let mut leaving = pod("leaving", "10.0.0.6");
+    leaving.deletion = Some(Deletion {
+        requested_at: at(NOW - 100),
+        deadline: at(NOW - 50),
+    });
+    let plan = run(&svc(false), &[leaving], &cloud);
+    assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+}
+
+#[test]
+fn pods_not_ready_or_not_selected_are_not_registered_and_say_why() {
+    let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.2", 100)], &[])]);
+    let mut unready = pod("unready", "10.0.0.2");
+    unready.containers_ready = false;
+    let mut unselected = pod("unselected", "10.0.0.3");
+    unselected.selected = false;
+    let mut named = pod("noport", "10.0.0.4");
+    named.ports.clear();
+    let plan = run(&svc(false), &[unready, unselected, named], &cloud);
+    assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.2", 0).key]);
+    assert!(plan.changes[0].add.is_empty());
+    let reasons: BTreeMap<&str, Reason> = plan
+        .conditions
+        .iter()
+        .map(|w| (w.pod.as_str(), w.reason))
+        .collect();
+    assert_eq!(reasons["unready"], Reason::ContainersNotReady);
+    assert_eq!(reasons["unselected"], Reason::PodNotSelected);
+    assert_eq!(reasons["noport"], Reason::TargetPortNotFound);
+}
+
+#[test]
+fn a_live_pod_found_at_weight_zero_goes_back_into_rotation() {
+    let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 0)], &[])]);
+    let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    assert_eq!(plan.changes[0].restore, vec![owned("10.0.0.1", 100)]);
+    assert!(plan.changes[0].remove.is_empty());
+}
+
+#[test]
+fn gates_of_a_missing_service_say_so_once() {
+    let p = pod("a", "10.0.0.1");
+    let writes = plan_without_service(
+        std::slice::from_ref(&p),
+        Reason::ServiceNotFound,
+        "Service ns/web does not exist",
+    );
+    assert_eq!(writes.len(), 1);
+    let mut p = p;
+    p.gate = Some(GateCondition {
+        status: false,
+        reason: "ServiceNotFound".into(),
+        message: "Service ns/web does not exist".into(),
+    });
+    assert!(plan_without_service(
+        &[p],
+        Reason::ServiceNotFound,
+        "Service ns/web does not exist"
+    )
+    .is_empty());
+}
+
+#[test]
+fn gate_names_map_to_services() {
+    assert_eq!(
+        gate_condition_type("my-svc"),
+        "service.readiness.alibabacloud.com/my-svc"
+    );
+    assert_eq!(
+        service_of_gate("service.readiness.alibabacloud.com/my-svc"),
+        Some("my-svc")
+    );
+    assert_eq!(service_of_gate("service.readiness.alibabacloud.com/"), None);
+    assert_eq!(service_of_gate("example.com/x"), None);
+}

@@ -1,0 +1,371 @@
+//! The Service side of the public interface: which Services rollgate owns (class and
+//! the coexistence setting), the annotations it reads, and the facts the plan needs.
+use std::collections::BTreeMap;
+
+use alibaba_lb::{AddressType, Product, ZoneVSwitch};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::plan::{ServiceFacts, ServicePort, TargetPort};
+
+/// Attach to this load balancer instead of creating one.
+pub const LOAD_BALANCER_ID_ANNOTATION: &str =
+    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id";
+/// The same, with the legacy prefix older manifests use.
+pub const LEGACY_LOAD_BALANCER_ID_ANNOTATION: &str =
+    "service.beta.kubernetes.io/alicloud-loadbalancer-id";
+const ANNOTATION_PREFIXES: &[&str] = &[
+    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-",
+    "service.beta.kubernetes.io/alicloud-loadbalancer-",
+];
+/// Opt-in: a True gate goes back to False when its backend is lost or unhealthy.
+pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
+/// Where rollgate records a load balancer it created (and so may delete).
+pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
+/// Held while rollgate may still have cloud resources to clean up for the Service.
+pub const FINALIZER: &str = "rollgate.io/load-balancer";
+
+pub const NLB_CLASS: &str = "alibabacloud.com/nlb";
+pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
+pub const ROLLGATE_NLB_CLASS: &str = "rollgate.io/nlb";
+
+/// Which Services rollgate takes (`--load-balancer-classes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClassSelection {
+    /// As Alibaba's cloud controller: no class is CLB, `alibabacloud.com/nlb` is NLB
+    /// (plus rollgate's own classes). For clusters where rollgate is the only one.
+    Standard,
+    /// Only `rollgate.io/clb` and `rollgate.io/nlb`: for clusters where Alibaba's cloud
+    /// controller also runs, so two controllers never fight over one Service.
+    Rollgate,
+}
+
+/// The load balancer product for a Service, or `None` when it is not ours to manage.
+pub fn product_for(service: &Service, selection: ClassSelection) -> Option<Product> {
+    let spec = service.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return None;
+    }
+    match (spec.load_balancer_class.as_deref(), selection) {
+        (Some(ROLLGATE_CLB_CLASS), _) => Some(Product::Clb),
+        (Some(ROLLGATE_NLB_CLASS), _) => Some(Product::Nlb),
+        (None, ClassSelection::Standard) => Some(Product::Clb),
+        (Some(NLB_CLASS), ClassSelection::Standard) => Some(Product::Nlb),
+        _ => None,
+    }
+}
+
+/// An annotation under either prefix (`alibaba-cloud-` wins).
+pub fn lb_annotation<'a>(service: &'a Service, suffix: &str) -> Option<&'a str> {
+    let annotations = service.metadata.annotations.as_ref()?;
+    ANNOTATION_PREFIXES
+        .iter()
+        .find_map(|prefix| annotations.get(&format!("{prefix}{suffix}")))
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// The load balancer the user named, if any.
+pub fn attached_id(service: &Service) -> Option<&str> {
+    lb_annotation(service, "id")
+}
+
+/// The load balancer rollgate created for this Service earlier.
+pub fn created_id(service: &Service) -> Option<&str> {
+    service
+        .annotations()
+        .get(CREATED_ID_ANNOTATION)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+pub fn flip_back(service: &Service) -> bool {
+    service
+        .annotations()
+        .get(FLIP_BACK_ANNOTATION)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// `internet` (default) or `intranet`.
+pub fn address_type(service: &Service) -> Result<AddressType, String> {
+    match lb_annotation(service, "address-type").map(str::to_ascii_lowercase) {
+        None => Ok(AddressType::Internet),
+        Some(v) if v == "internet" => Ok(AddressType::Internet),
+        Some(v) if v == "intranet" => Ok(AddressType::Intranet),
+        Some(v) => Err(format!(
+            "address-type {v:?} is not valid; accepted: internet, intranet"
+        )),
+    }
+}
+
+/// `zone-maps: "cn-hangzhou-k:vsw-1,cn-hangzhou-j:vsw-2"` (NLB needs two zones).
+pub fn zone_maps(service: &Service) -> Result<Vec<ZoneVSwitch>, String> {
+    let Some(raw) = lb_annotation(service, "zone-maps") else {
+        return Ok(vec![]);
+    };
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| match pair.split_once(':') {
+            Some((zone, vsw)) if !zone.trim().is_empty() && !vsw.trim().is_empty() => {
+                Ok(ZoneVSwitch {
+                    zone_id: zone.trim().into(),
+                    vswitch_id: vsw.trim().into(),
+                })
+            }
+            _ => Err(format!(
+                "zone-maps entry {pair:?} is not valid; accepted: <zone-id>:<vswitch-id>[,<zone-id>:<vswitch-id>...]"
+            )),
+        })
+        .collect()
+}
+
+/// The plan's view of a Service. Ports other than TCP and UDP cannot be served by
+/// a CLB/NLB listener and are left out.
+pub fn facts(service: &Service) -> ServiceFacts {
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .map(|ports| {
+            ports
+                .iter()
+                .filter_map(|p| {
+                    let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+                    if protocol != "TCP" && protocol != "UDP" {
+                        return None;
+                    }
+                    let port = u16::try_from(p.port).ok()?;
+                    let target = match &p.target_port {
+                        None => TargetPort::Number(port),
+                        Some(IntOrString::Int(n)) => TargetPort::Number(u16::try_from(*n).ok()?),
+                        Some(IntOrString::String(s)) => match s.parse::<u16>() {
+                            Ok(n) => TargetPort::Number(n),
+                            Err(_) => TargetPort::Name(s.clone()),
+                        },
+                    };
+                    Some(ServicePort {
+                        port,
+                        protocol,
+                        target,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ServiceFacts {
+        namespace: service.namespace().unwrap_or_default(),
+        name: service.name_any(),
+        ports,
+        flip_back: flip_back(service),
+    }
+}
+
+/// The Service's selector; `None` (no selector) selects no pod.
+pub fn selector(service: &Service) -> Option<&BTreeMap<String, String>> {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .filter(|s| !s.is_empty())
+}
+
+pub fn selects(
+    selector: Option<&BTreeMap<String, String>>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort as K8sPort, ServiceSpec};
+    use kube::api::ObjectMeta;
+
+    fn service(type_: &str, class: Option<&str>, annotations: &[(&str, &str)]) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some("my-svc".into()),
+                namespace: Some("default".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                load_balancer_class: class.map(Into::into),
+                ports: Some(vec![
+                    K8sPort {
+                        port: 80,
+                        target_port: Some(IntOrString::String("http".into())),
+                        ..Default::default()
+                    },
+                    K8sPort {
+                        port: 53,
+                        protocol: Some("UDP".into()),
+                        target_port: Some(IntOrString::Int(5353)),
+                        ..Default::default()
+                    },
+                    K8sPort {
+                        port: 9,
+                        protocol: Some("SCTP".into()),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn classes_decide_the_product_and_the_coexistence_setting_narrows_them() {
+        use ClassSelection::*;
+        let cases = [
+            ("LoadBalancer", None, Standard, Some(Product::Clb)),
+            (
+                "LoadBalancer",
+                Some(NLB_CLASS),
+                Standard,
+                Some(Product::Nlb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_CLB_CLASS),
+                Standard,
+                Some(Product::Clb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_NLB_CLASS),
+                Standard,
+                Some(Product::Nlb),
+            ),
+            ("LoadBalancer", Some("example.com/other"), Standard, None),
+            ("LoadBalancer", None, Rollgate, None),
+            ("LoadBalancer", Some(NLB_CLASS), Rollgate, None),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_CLB_CLASS),
+                Rollgate,
+                Some(Product::Clb),
+            ),
+            (
+                "LoadBalancer",
+                Some(ROLLGATE_NLB_CLASS),
+                Rollgate,
+                Some(Product::Nlb),
+            ),
+            ("ClusterIP", None, Standard, None),
+            ("NodePort", Some(ROLLGATE_CLB_CLASS), Rollgate, None),
+        ];
+        for (type_, class, selection, want) in cases {
+            let svc = service(type_, class, &[]);
+            assert_eq!(
+                product_for(&svc, selection),
+                want,
+                "{type_} {class:?} {selection:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_load_balancer_id_is_read_under_both_prefixes() {
+        let svc = service(
+            "LoadBalancer",
+            None,
+            &[(LOAD_BALANCER_ID_ANNOTATION, "lb-1")],
+        );
+        assert_eq!(attached_id(&svc), Some("lb-1"));
+        let svc = service(
+            "LoadBalancer",
+            None,
+            &[(LEGACY_LOAD_BALANCER_ID_ANNOTATION, " lb-2 ")],
+        );
+        assert_eq!(attached_id(&svc), Some("lb-2"));
+        let svc = service("LoadBalancer", None, &[(LOAD_BALANCER_ID_ANNOTATION, "")]);
+        assert_eq!(attached_id(&svc), None);
+    }
+
+    #[test]
+    fn ports_keep_names_numbers_and_protocols_and_drop_sctp() {
+        let f = facts(&service("LoadBalancer", None, &[]));
+        assert_eq!(
+            f.ports,
+            vec![
+                ServicePort {
+                    port: 80,
+                    protocol: "TCP".into(),
+                    target: TargetPort::Name("http".into())
+                },
+                ServicePort {
+                    port: 53,
+                    protocol: "UDP".into(),
+                    target: TargetPort::Number(5353)
+                },
+            ]
+        );
+        assert!(!f.flip_back);
+        let f = facts(&service(
+            "LoadBalancer",
+            None,
+            &[(FLIP_BACK_ANNOTATION, "True")],
+        ));
+        assert!(f.flip_back);
+    }
+
+    #[test]
+    fn zone_maps_and_address_type_name_the_accepted_forms() {
+        let svc = service(
+            "LoadBalancer",
+            Some(NLB_CLASS),
+            &[(
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps",
+                "cn-hangzhou-k:vsw-1, cn-hangzhou-j:vsw-2",
+            )],
+        );
+        assert_eq!(zone_maps(&svc).unwrap().len(), 2);
+        let svc = service(
+            "LoadBalancer",
+            None,
+            &[(
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps",
+                "cn-hangzhou-k",
+            )],
+        );
+        assert!(zone_maps(&svc)
+            .unwrap_err()
+            .contains("<zone-id>:<vswitch-id>"));
+        let svc = service(
+            "LoadBalancer",
+            None,
+            &[(
+                "service.beta.kubernetes.io/alicloud-loadbalancer-address-type",
+                "public",
+            )],
+        );
+        assert!(address_type(&svc)
+            .unwrap_err()
+            .contains("internet, intranet"));
+    }
+
+    #[test]
+    fn a_selector_must_match_every_label_and_an_empty_one_selects_nothing() {
+        let labels: BTreeMap<String, String> = [
+            ("app".to_string(), "nginx".to_string()),
+            ("tier".into(), "web".into()),
+        ]
+        .into();
+        let sel: BTreeMap<String, String> = [("app".to_string(), "nginx".to_string())].into();
+        assert!(selects(Some(&sel), &labels));
+        let other: BTreeMap<String, String> = [("app".to_string(), "x".to_string())].into();
+        assert!(!selects(Some(&other), &labels));
+        assert!(!selects(None, &labels));
+    }
+}

@@ -1,0 +1,1126 @@
+//! Load-balancer readiness gates end to end: a real kube-apiserver, kube-controller-manager
+//! (Deployments, ReplicaSets), kube-scheduler and simulated nodes, `rollgate controller`
+//! with the RBAC of `deploy/`, and the CLB/NLB emulator (in this process, simulated
+//! health mode: a backend turns healthy a fixed time after it is registered).
+//!
+//! What the tests judge comes from the emulator's own state and timeline, not from the
+//! controller's view. Nothing connects to pod IPs: the emulator only simulates health.
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use lb_emulator::{EmulatorConfig, RunningEmulator};
+use serde_json::{json, Value};
+use support::*;
+
+const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
+const CLUSTER_ID: &str = "e2e";
+
+/// One test's world: namespace, nodes, emulator and controller.
+struct Bed {
+    client: Client,
+    ns: TestNamespace,
+    nodes: TestNodes,
+    emu: RunningEmulator,
+    controller: Option<ControllerProcess>,
+    extra_env: Vec<(String, String)>,
+}
+
+fn fast_emulator() -> EmulatorConfig {
+    EmulatorConfig {
+        registration_delay: Duration::from_millis(300),
+        health_delay: Duration::from_millis(1500),
+        job_delay: Duration::from_millis(100),
+        tick: Duration::from_millis(20),
+        ..EmulatorConfig::default()
+    }
+}
+
+impl Bed {
+    async fn new(
+        prefix: &str,
+        nodes: usize,
+        emulator: EmulatorConfig,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let client = client().await;
+        let ns = TestNamespace::new(&client, prefix).await;
+        let nodes = TestNodes::create(&client, prefix, nodes).await;
+        let emu = lb_emulator::serve(emulator)
+            .await
+            .expect("starting the emulator");
+        note(format!("emulator on {}", emu.endpoint()));
+        let mut bed = Bed {
+            client,
+            ns,
+            nodes,
+            emu,
+            controller: None,
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        bed.start_controller("controller");
+        bed
+    }
+
+    fn start_controller(&mut self, tag: &str) {
+        let endpoint = self.emu.endpoint();
+        let mut env: Vec<(String, String)> = vec![
+            ("ALIBABA_CLOUD_REGION_ID".into(), "cn-hangzhou".into()),
+            ("ALIBABA_CLOUD_SLB_ENDPOINT".into(), endpoint.clone()),
+            ("ALIBABA_CLOUD_NLB_ENDPOINT".into(), endpoint),
+            ("ROLLGATE_CLOUD_SCHEME".into(), "http".into()),
+            (
+                "ALIBABA_CLOUD_ACCESS_KEY_ID".into(),
+                "emulator-access-key-id".into(),
+            ),
+            (
+                "ALIBABA_CLOUD_ACCESS_KEY_SECRET".into(),
+                "emulator-access-key-secret".into(),
+            ),
+            // Never fall back to the instance metadata service (not loopback).
+            ("ALIBABA_CLOUD_ECS_METADATA_DISABLED".into(), "true".into()),
+            ("ROLLGATE_CLOUD_RATE_LIMIT".into(), "200".into()),
+            ("ROLLGATE_CLOUD_VPC_ID".into(), "vpc-e2e".into()),
+            ("ROLLGATE_CLUSTER_ID".into(), CLUSTER_ID.into()),
+            ("ROLLGATE_GATE_DRAIN_TIME".into(), "3s".into()),
+            ("ROLLGATE_HEALTH_POLL_SLOW".into(), "3s".into()),
+        ];
+        env.extend(self.extra_env.iter().cloned());
+        let env_refs: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.controller = Some(ControllerProcess::start_with_env(
+            &self.ns.name,
+            tag,
+            &env_refs,
+        ));
+    }
+
+    fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    async fn create_service(&self, name: &str, app: &str, class: Option<&str>, annotations: Value) {
+        let mut spec = json!({
+            "type": "LoadBalancer",
+            "selector": {"app": app},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        });
+        if let Some(class) = class {
+            spec["loadBalancerClass"] = json!(class);
+        }
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": spec,
+        }))
+        .unwrap();
+        self.services()
+            .create(&PostParams::default(), &svc)
+            .await
+            .unwrap_or_else(|e| panic!("creating Service {name}: {e}"));
+    }
+
+    /// A Deployment as users write it: the seed's gate, maxSurge/maxUnavailable, a
+    /// named container port.
+    async fn create_deployment(
+        &self,
+        name: &str,
+        app: &str,
+        replicas: i32,
+        gates: &[&str],
+        max_surge: i32,
+        max_unavailable: i32,
+    ) {
+        let gates: Vec<Value> = gates
+            .iter()
+            .map(|svc| json!({"conditionType": format!("{GATE_PREFIX}{svc}")}))
+            .collect();
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": app}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}},
+                "template": {
+                    "metadata": {"labels": {"app": app}},
+                    "spec": {
+                        "nodeSelector": self.nodes.selector(),
+                        "readinessGates": gates,
+                        "terminationGracePeriodSeconds": 30,
+                        "containers": [{
+                            "name": "nginx",
+                            "image": "registry.local/nginx:1.14",
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                        }],
+                    },
+                },
+            },
+        }))
+        .unwrap();
+        self.deployments()
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap_or_else(|e| panic!("creating Deployment {name}: {e}"));
+    }
+
+    async fn wait_external_ip(&self, name: &str) -> String {
+        wait_for(
+            &format!("EXTERNAL-IP of Service {name}"),
+            Duration::from_secs(60),
+            || async {
+                let svc = self.services().get(name).await.map_err(|e| e.to_string())?;
+                svc.status
+                    .and_then(|s| s.load_balancer)
+                    .and_then(|lb| lb.ingress)
+                    .and_then(|i| i.into_iter().next())
+                    .and_then(|i| i.ip.or(i.hostname))
+                    .ok_or_else(|| "no ingress yet".to_string())
+            },
+        )
+        .await
+    }
+
+    async fn app_pods(&self, app: &str) -> Vec<Pod> {
+        self.pods()
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The controller's /metrics (its port is in its log).
+    async fn metrics(&self) -> String {
+        let log = &self.controller.as_ref().unwrap().log;
+        let text = std::fs::read_to_string(log).unwrap();
+        let addr = text
+            .lines()
+            .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap().to_string())
+            .expect("the metrics address in the log");
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        http_request(addr, "GET", "/metrics").await.unwrap().body
+    }
+
+    async fn emulator(&self, path: &str) -> Value {
+        let url = format!("{}/_emulator/{path}", self.emu.base_url());
+        let body = http().get(&url).send().await.unwrap().text().await.unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    async fn emulator_post(&self, path: &str, body: Value) -> Value {
+        let url = format!("{}/_emulator/{path}", self.emu.base_url());
+        let answer = http()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let text = answer.text().await.unwrap();
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+
+    /// Every backend in every group, as (group id, ip, port, weight, description, health).
+    async fn backends(&self) -> Vec<EmuBackend> {
+        let state = self.emulator("state").await;
+        let mut out = vec![];
+        for (groups, product) in [
+            (&state["clb"]["vserver_groups"], "clb"),
+            (&state["nlb"]["server_groups"], "nlb"),
+        ] {
+            for g in groups.as_array().into_iter().flatten() {
+                for b in g["backends"].as_array().into_iter().flatten() {
+                    out.push(EmuBackend {
+                        product,
+                        group: g["id"].as_str().unwrap_or_default().into(),
+                        ip: b["ip"].as_str().unwrap_or_default().into(),
+                        port: b["port"].as_u64().unwrap_or_default() as u16,
+                        weight: b["weight"].as_u64().unwrap_or_default(),
+                        description: b["description"].as_str().unwrap_or_default().into(),
+                        registered: b["registered"].as_bool().unwrap_or_default(),
+                        healthy: b["health"].as_str() == Some("Healthy"),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    async fn cleanup(mut self) {
+        if let Some(c) = self.controller.take() {
+            c.crash();
+        }
+        let _ = self
+            .deployments()
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        self.ns.cleanup().await;
+        self.nodes.cleanup().await;
+        let _ = self.emu.stop().await;
+    }
+}
+
+/// The cloud client's own HTTP builder (it installs the TLS crypto provider).
+fn http() -> reqwest::Client {
+    alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap()
+}
+
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+struct EmuBackend {
+    product: &'static str,
+    group: String,
+    ip: String,
+    port: u16,
+    weight: u64,
+    description: String,
+    registered: bool,
+    healthy: bool,
+}
+
+fn gate_status(pod: &Pod, service: &str) -> Option<(String, String, String)> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == format!("{GATE_PREFIX}{service}"))?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.pod_ip.clone()
+}
+
+/// No gate of `service` is True unless the emulator shows the pod's backend registered
+/// and healthy. The emulator is read after the pods, and health only improves in these
+/// scenarios, so a True gate whose backend is not healthy yet is a real early flip.
+async fn check_no_early_flip(
+    bed: &Bed,
+    app: &str,
+    service: &str,
+    seen_pending: &mut BTreeSet<String>,
+) {
+    let pods = bed.app_pods(app).await;
+    let backends = bed.backends().await;
+    for pod in &pods {
+        let Some((status, reason, _)) = gate_status(pod, service) else {
+            continue;
+        };
+        if status != "True" {
+            seen_pending.insert(pod.name_any());
+            continue;
+        }
+        if reason == "BackendLostAfterReady" || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ip = pod_ip(pod).unwrap();
+        let ok = backends
+            .iter()
+            .any(|b| b.ip == ip && b.port == 8080 && b.registered && b.healthy);
+        assert!(
+            ok,
+            "gate of {} is True ({reason}) but the emulator has no healthy backend {ip}:8080: {backends:?}",
+            pod.name_any()
+        );
+    }
+}
+
+async fn wait_rollout(
+    bed: &Bed,
+    name: &str,
+    app: &str,
+    service: &str,
+    timeout: Duration,
+) -> BTreeSet<String> {
+    let mut seen_pending = BTreeSet::new();
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        check_no_early_flip(bed, app, service, &mut seen_pending).await;
+        let d = bed.deployments().get(name).await.unwrap();
+        let spec_replicas = d.spec.replicas.unwrap_or(1);
+        let status = d.status.clone().unwrap_or_default();
+        let done = status.observed_generation == d.metadata.generation
+            && status.updated_replicas == Some(spec_replicas)
+            && status.available_replicas == Some(spec_replicas)
+            && status.replicas == Some(spec_replicas);
+        if done {
+            return seen_pending;
+        }
+        if std::time::Instant::now() > deadline {
+            let pods = bed.app_pods(app).await;
+            panic!(
+                "rollout of {name} did not complete: {status:?}\npods: {}\nbackends: {:?}",
+                describe_gates(&pods, service),
+                bed.backends().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn describe_gates(pods: &[Pod], service: &str) -> String {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} ip={:?} deleting={} gate={:?}",
+                p.name_any(),
+                pod_ip(p),
+                p.metadata.deletion_timestamp.is_some(),
+                gate_status(p, service)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n  ")
+}
+
+async fn restart(bed: &Bed, name: &str) {
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": format!("{:?}", std::time::SystemTime::now())}}}}});
+    bed.deployments()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Owned backends must be exactly the live pods' IPs once things settle.
+async fn wait_no_orphans(bed: &Bed, app: &str, service: &str) {
+    let owner = format!("k8s/80/{service}/{}/{CLUSTER_ID}", bed.ns.name);
+    wait_for(
+        "owned backends = live pods",
+        Duration::from_secs(30),
+        || async {
+            let pods = bed.app_pods(app).await;
+            let live: BTreeSet<String> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(pod_ip)
+                .collect();
+            let owned: BTreeSet<String> = bed
+                .backends()
+                .await
+                .into_iter()
+                .filter(|b| b.description == owner)
+                .map(|b| b.ip)
+                .collect();
+            if owned == live {
+                Ok(())
+            } else {
+                Err(format!("owned {owned:?} live {live:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The seed's walk-through on CLB: EXTERNAL-IP appears; pods go 0/1 -> 1/1 only after
+/// the emulator reports them healthy; `rollout restart` completes; no orphan backend;
+/// deleting the Service deletes the load balancer rollgate created and the finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clb_walk_through() {
+    walk_through("clb", None, json!({})).await;
+}
+
+/// The same on NLB (`loadBalancerClass: alibabacloud.com/nlb`, zone-maps annotation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nlb_walk_through() {
+    walk_through(
+        "nlb",
+        Some("alibabacloud.com/nlb"),
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps": "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}),
+    )
+    .await;
+}
+
+async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
+    let bed = Bed::new(&format!("gates-{prefix}"), 2, fast_emulator(), &[]).await;
+    bed.create_service("my-svc", "nginx", class, annotations)
+        .await;
+    let address = bed.wait_external_ip("my-svc").await;
+    note(format!("EXTERNAL-IP {address}"));
+    let svc = bed.services().get("my-svc").await.unwrap();
+    assert!(svc
+        .finalizers()
+        .iter()
+        .any(|f| f == "rollgate.io/load-balancer"));
+    let created = svc
+        .annotations()
+        .get("rollgate.io/created-load-balancer-id")
+        .cloned();
+    assert!(
+        created.is_some(),
+        "the created load balancer is recorded: {:?}",
+        svc.annotations()
+    );
+
+    bed.create_deployment("my-nginx", "nginx", 2, &["my-svc"], 1, 0)
+        .await;
+    let seen_pending =
+        wait_rollout(&bed, "my-nginx", "nginx", "my-svc", Duration::from_secs(90)).await;
+    assert_eq!(
+        seen_pending.len(),
+        2,
+        "both pods were seen at 0/1 first: {seen_pending:?}"
+    );
+    for pod in bed.app_pods("nginx").await {
+        let (status, reason, message) = gate_status(&pod, "my-svc").unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "LoadBalancerHealthy"),
+            "{message}"
+        );
+        assert!(message.contains(created.as_deref().unwrap()), "{message}");
+    }
+    note("2/2 pods 1/1; rollout restart");
+    restart(&bed, "my-nginx").await;
+    let seen = wait_rollout(
+        &bed,
+        "my-nginx",
+        "nginx",
+        "my-svc",
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(seen.len(), 2, "both new pods waited at 0/1 too: {seen:?}");
+    wait_no_orphans(&bed, "nginx", "my-svc").await;
+    let metrics = bed.metrics().await;
+    for series in [
+        "rollgate_gate_flip_latency_seconds_count{namespace=",
+        "rollgate_gate_cloud_api_calls_total{action=\"AddBackends\",result=\"success\"}",
+        "rollgate_gate_backends{namespace=",
+        "rollgate_gate_pending{namespace=",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "/metrics lacks {series}:\n{metrics}"
+        );
+    }
+
+    note("deleting the Service");
+    bed.services()
+        .delete("my-svc", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to be gone",
+        Duration::from_secs(30),
+        || async {
+            match bed.services().get_opt("my-svc").await {
+                Ok(None) => Ok(()),
+                Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    let state = bed.emulator("state").await;
+    let key = if class.is_some() { "nlb" } else { "clb" };
+    let remaining: Vec<&str> = state[key]["load_balancers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|lb| lb["id"].as_str())
+        .collect();
+    assert!(
+        !remaining.contains(&created.as_deref().unwrap()),
+        "the created load balancer was deleted: {remaining:?}"
+    );
+    bed.cleanup().await;
+}
+
+/// A gate naming a Service that does not exist: the reason says so, and the pod gets
+/// exactly one Warning Event (not one per reconcile: `series` stays unset or at 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_naming_a_missing_service_says_so_once() {
+    let bed = Bed::new("gates-missing", 1, fast_emulator(), &[]).await;
+    bed.create_deployment("orphan", "orphan", 1, &["no-such-svc"], 1, 0)
+        .await;
+    let pod = wait_for(
+        "the ServiceNotFound reason",
+        Duration::from_secs(60),
+        || async {
+            let pods = bed.app_pods("orphan").await;
+            let pod = pods.into_iter().next().ok_or("no pod yet")?;
+            match gate_status(&pod, "no-such-svc") {
+                Some((s, r, m)) if s == "False" && r == "ServiceNotFound" => {
+                    assert!(m.contains("no-such-svc"), "{m}");
+                    Ok(pod)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // Let several reconciles and pod updates pass.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let records = event_records(&bed.client, &bed.ns.name, &pod.name_any()).await;
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "ServiceNotFound")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{records:?}");
+    assert_eq!(warnings[0].occurrences, 1, "{records:?}");
+    bed.cleanup().await;
+}
+
+/// With `--load-balancer-classes rollgate`, a Service of no class (Alibaba's cloud
+/// controller's) is never touched: no finalizer, no annotation, no status, no cloud call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_outside_the_class_selection_is_never_touched() {
+    let bed = Bed::new(
+        "gates-classes",
+        1,
+        fast_emulator(),
+        &[("ROLLGATE_LOAD_BALANCER_CLASSES", "rollgate")],
+    )
+    .await;
+    bed.create_service("theirs", "theirs", None, json!({}))
+        .await;
+    bed.create_service("ours", "ours", Some("rollgate.io/clb"), json!({}))
+        .await;
+    bed.wait_external_ip("ours").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let theirs = bed.services().get("theirs").await.unwrap();
+    assert!(theirs.finalizers().is_empty(), "{:?}", theirs.finalizers());
+    assert!(!theirs
+        .annotations()
+        .keys()
+        .any(|k| k.starts_with("rollgate.io/")));
+    assert!(theirs
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .is_none_or(|i| i.is_empty()));
+    let state = bed.emulator("state").await;
+    assert_eq!(
+        state["clb"]["load_balancers"].as_array().unwrap().len(),
+        1,
+        "only ours got a load balancer"
+    );
+    bed.cleanup().await;
+}
+
+/// Scale-down: weight 0 first, removal after the drain time; the timeline shows the order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_pod_is_drained_before_it_is_deregistered() {
+    let bed = Bed::new("gates-drain", 2, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    bed.create_deployment("web", "web", 3, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let patch = json!({"spec": {"replicas": 1}});
+    bed.deployments()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("two pods gone", Duration::from_secs(60), || async {
+        let n = bed.app_pods("web").await.len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} pods"))
+        }
+    })
+    .await;
+    wait_no_orphans(&bed, "web", "web").await;
+    let timeline = bed.emulator("timeline").await;
+    let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in timeline["events"].as_array().unwrap() {
+        let detail = e["detail"].as_str().unwrap_or_default();
+        let event = e["event"].as_str().unwrap_or_default();
+        let label = if event == "weight-changed" {
+            format!("weight-changed {detail}")
+        } else {
+            event.to_string()
+        };
+        by_ip
+            .entry(e["ip"].as_str().unwrap().to_string())
+            .or_default()
+            .push(label);
+    }
+    let removed: Vec<_> = by_ip
+        .iter()
+        .filter(|(_, evs)| evs.iter().any(|e| e == "removed"))
+        .collect();
+    assert_eq!(removed.len(), 2, "{by_ip:#?}");
+    for (ip, events) in removed {
+        let drained = events
+            .iter()
+            .position(|e| e.starts_with("weight-changed"))
+            .unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
+        let gone = events.iter().position(|e| e == "removed").unwrap();
+        assert!(drained < gone, "{ip}: {events:?}");
+    }
+    bed.cleanup().await;
+}
+
+/// The capacity proof: a rollout of 6 replicas (maxUnavailable 1, maxSurge 1) with a
+/// registration delay of 1 s and a health delay of 3 s. From the emulator's timeline,
+/// healthy registered backends never drop below replicas - maxUnavailable with gates;
+/// without gates (the control) they do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
+    let emulator = EmulatorConfig {
+        registration_delay: Duration::from_secs(1),
+        health_delay: Duration::from_secs(3),
+        ..fast_emulator()
+    };
+    let bed = Bed::new("gates-capacity", 3, emulator, &[]).await;
+    let mut results = vec![];
+    for (app, gated) in [("gated", true), ("plain", false)] {
+        bed.create_service(app, app, None, json!({})).await;
+        bed.wait_external_ip(app).await;
+        let gates: &[&str] = if gated { &[app] } else { &[] };
+        bed.create_deployment(app, app, 6, gates, 1, 1).await;
+        wait_rollout(&bed, app, app, app, Duration::from_secs(120)).await;
+        wait_for(
+            "all 6 backends healthy",
+            Duration::from_secs(30),
+            || async {
+                let owner = format!("k8s/80/{app}/{}/{CLUSTER_ID}", bed.ns.name);
+                let healthy = bed
+                    .backends()
+                    .await
+                    .into_iter()
+                    .filter(|b| b.description == owner && b.healthy && b.weight > 0)
+                    .count();
+                if healthy == 6 {
+                    Ok(())
+                } else {
+                    Err(format!("{healthy} healthy"))
+                }
+            },
+        )
+        .await;
+        let group = bed
+            .backends()
+            .await
+            .into_iter()
+            .find(|b| b.description.starts_with(&format!("k8s/80/{app}/")))
+            .unwrap()
+            .group;
+        let start = bed.emulator("timeline").await["events"]
+            .as_array()
+            .unwrap()
+            .len();
+        restart(&bed, app).await;
+        wait_rollout(&bed, app, app, app, Duration::from_secs(180)).await;
+        wait_no_orphans(&bed, app, app).await;
+        let timeline = bed.emulator("timeline").await;
+        let events = &timeline["events"].as_array().unwrap()[start..];
+        let (min, trace) = min_healthy(events, &group, 6);
+        note(format!("{app}: lowest healthy registered backends during the rollout: {min} (replicas 6, maxUnavailable 1)"));
+        results.push((gated, min, trace));
+    }
+    println!(
+        "capacity proof: with gates min healthy = {}, without gates = {} (target >= 5)",
+        results[0].1, results[1].1
+    );
+    assert!(
+        results[0].1 >= 5,
+        "with gates capacity dropped to {}:\n{}",
+        results[0].1,
+        results[0].2.join("\n")
+    );
+    assert!(
+        results[1].1 < 5,
+        "without gates capacity should drop (control): {}",
+        results[1].1
+    );
+    bed.cleanup().await;
+}
+
+/// Replays the timeline of one group from `start` healthy backends: a backend counts
+/// while it is healthy, in rotation (weight > 0) and not removed.
+fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<String>) {
+    #[derive(Default, Clone, Copy)]
+    struct B {
+        healthy: bool,
+        drained: bool,
+    }
+    let mut backends: BTreeMap<String, B> = BTreeMap::new();
+    let mut initial_unknown = start;
+    let mut min = start;
+    let mut trace = vec![];
+    for e in events.iter().filter(|e| e["server_group_id"] == group) {
+        let key = format!("{}:{}", e["ip"].as_str().unwrap(), e["port"]);
+        let known = backends.contains_key(&key);
+        let b = backends.entry(key).or_insert_with(|| {
+            // A backend first seen in an event other than `added` was there (healthy) before.
+            let healthy = e["event"] != "added";
+            if healthy && initial_unknown > 0 {
+                initial_unknown -= 1;
+            }
+            B {
+                healthy,
+                drained: false,
+            }
+        });
+        let _ = known;
+        match e["event"].as_str().unwrap() {
+            // A pod IP can come back for a new pod: a new backend starts unhealthy.
+            "added" => *b = B::default(),
+            "healthy" => b.healthy = true,
+            "unhealthy" => b.healthy = false,
+            "removed" => {
+                b.healthy = false;
+                b.drained = true;
+            }
+            // detail: "<old> -> <new>"
+            "weight-changed" => {
+                b.drained = e["detail"].as_str().unwrap_or_default().ends_with("-> 0")
+            }
+            _ => {}
+        }
+        let now = initial_unknown
+            + backends
+                .values()
+                .filter(|b| b.healthy && !b.drained)
+                .count();
+        min = min.min(now);
+        trace.push(format!(
+            "{} {} {}:{} {} -> {now}",
+            e["at"].as_str().unwrap_or_default(),
+            e["event"].as_str().unwrap_or_default(),
+            e["ip"].as_str().unwrap_or_default(),
+            e["port"],
+            e["detail"].as_str().unwrap_or_default()
+        ));
+    }
+    (min, trace)
+}
+
+async fn wait_gate(
+    bed: &Bed,
+    app: &str,
+    service: &str,
+    what: &str,
+    want: impl Fn(&str, &str) -> bool,
+) -> Vec<Pod> {
+    wait_for(what, Duration::from_secs(60), || async {
+        let pods: Vec<Pod> = bed
+            .app_pods(app)
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if pods.is_empty() {
+            return Err("no pods".into());
+        }
+        let all = pods
+            .iter()
+            .all(|p| gate_status(p, service).is_some_and(|(s, r, _)| want(&s, &r)));
+        if all {
+            Ok(pods)
+        } else {
+            Err(describe_gates(&pods, service))
+        }
+    })
+    .await
+}
+
+/// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
+/// second Service does not exist at first, so its gate waits while the first is True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_two_gates_flip_separately() {
+    let bed = Bed::new("gates-two", 1, fast_emulator(), &[]).await;
+    bed.create_service("front", "both", None, json!({})).await;
+    bed.create_deployment("both", "both", 2, &["front", "back"], 1, 0)
+        .await;
+    wait_gate(&bed, "both", "front", "front gates True", |s, _| {
+        s == "True"
+    })
+    .await;
+    let pods = wait_gate(
+        &bed,
+        "both",
+        "back",
+        "back gates ServiceNotFound",
+        |s, r| s == "False" && r == "ServiceNotFound",
+    )
+    .await;
+    assert!(
+        pods.iter().all(|p| !pod_is_ready(p)),
+        "not Ready with one gate False"
+    );
+    bed.create_service("back", "both", None, json!({})).await;
+    wait_gate(&bed, "both", "back", "back gates True", |s, _| s == "True").await;
+    wait_rollout(&bed, "both", "both", "back", Duration::from_secs(60)).await;
+    bed.cleanup().await;
+}
+
+/// A backend marked unhealthy through the emulator's control API: by default the gate
+/// stays True and its reason says so; with the opt-in annotation it goes False, and back
+/// to True when the backend recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
+    let bed = Bed::new("gates-flip", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(&bed, "web", "web", "gate True", |s, _| s == "True").await;
+    let ip = pod_ip(&pods[0]).unwrap();
+    let forced = bed
+        .emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": false}))
+        .await;
+    assert_eq!(forced["matched"], 1, "{forced}");
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "reason BackendLostAfterReady",
+        |s, r| s == "True" && r == "BackendLostAfterReady",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "web").unwrap();
+    assert!(message.contains("BackendUnhealthy"), "{message}");
+
+    let patch =
+        json!({"metadata": {"annotations": {"rollgate.io/readiness-gate-flip-back": "true"}}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let pods = wait_gate(&bed, "web", "web", "gate False (opt-in)", |s, r| {
+        s == "False" && r == "BackendUnhealthy"
+    })
+    .await;
+    wait_for("pod NotReady", Duration::from_secs(30), || async {
+        let p = bed
+            .pods()
+            .get(&pods[0].name_any())
+            .await
+            .map_err(|e| e.to_string())?;
+        if pod_is_ready(&p) {
+            Err("still Ready".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    bed.emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": null}))
+        .await;
+    wait_gate(&bed, "web", "web", "gate True again", |s, r| {
+        s == "True" && r == "LoadBalancerHealthy"
+    })
+    .await;
+    bed.cleanup().await;
+}
+
+/// Attach to an existing load balancer (annotation). A backend the user adds by hand to
+/// rollgate's server group survives the rollouts and the Service's deletion, and the
+/// attached load balancer is never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_load_balancer_and_a_user_backend_survive() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
+    let mut config = ClientConfig::new("cn-hangzhou");
+    config.scheme = Scheme::Http;
+    config.clb_endpoint = Some(bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    let clb = new_client(Product::Clb, &config, credentials).unwrap();
+    let lb = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: None,
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    bed.wait_external_ip("web").await;
+    let svc = bed.services().get("web").await.unwrap();
+    assert!(
+        !svc.annotations()
+            .contains_key("rollgate.io/created-load-balancer-id"),
+        "an attached load balancer is not recorded as created"
+    );
+    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let state = bed.emulator("state").await;
+    let group_id = state["clb"]["vserver_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == owner.as_str())
+        .and_then(|g| g["id"].as_str())
+        .expect("rollgate's server group on the attached load balancer")
+        .to_string();
+    let group = ServerGroupRef {
+        load_balancer_id: lb.id.clone(),
+        server_group_id: group_id,
+        listener_port: 80,
+        listener_protocol: ListenerProtocol::Tcp,
+        listener_id: None,
+    };
+    let hand = Backend {
+        key: BackendKey {
+            server_id: "192.0.2.50".into(),
+            ip: "192.0.2.50".into(),
+            port: 8080,
+        },
+        kind: BackendType::Ip,
+        weight: 100,
+        description: "added by hand".into(),
+    };
+    clb.add_backends(&group, std::slice::from_ref(&hand))
+        .await
+        .unwrap();
+
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    restart(&bed, "web").await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    let has_hand = |backends: &[EmuBackend]| {
+        backends
+            .iter()
+            .any(|b| b.ip == "192.0.2.50" && b.weight == 100)
+    };
+    assert!(has_hand(&bed.backends().await));
+
+    bed.services()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to be gone",
+        Duration::from_secs(30),
+        || async {
+            match bed.services().get_opt("web").await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let backends = bed.backends().await;
+    assert!(
+        has_hand(&backends),
+        "the user's backend survives: {backends:?}"
+    );
+    assert!(
+        !backends.iter().any(|b| b.description == owner),
+        "rollgate's backends are gone: {backends:?}"
+    );
+    let state = bed.emulator("state").await;
+    let ids: Vec<&str> = state["clb"]["load_balancers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&lb.id.as_str()),
+        "the attached load balancer stays: {ids:?}"
+    );
+    bed.cleanup().await;
+}
+
+/// The controller SIGKILLed mid-rollout: after a restart it converges, and no backend
+/// is left for a pod that no longer exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_mid_rollout_converges_without_orphans() {
+    let mut bed = Bed::new("gates-kill", 2, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 4, &["web"], 1, 1).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    restart(&bed, "web").await;
+    wait_for(
+        "an old pod terminating",
+        Duration::from_secs(30),
+        || async {
+            let pods = bed.app_pods("web").await;
+            if pods.iter().any(|p| p.metadata.deletion_timestamp.is_some()) {
+                Ok(())
+            } else {
+                Err("none yet".to_string())
+            }
+        },
+    )
+    .await;
+    bed.controller.take().unwrap().crash();
+    note("controller SIGKILLed mid-rollout");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    bed.start_controller("restarted");
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    bed.cleanup().await;
+}
+
+/// 30% of cloud calls throttled during a rollout: no gate flips early (checked at every
+/// poll of the rollout) and the rollout converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_converges_under_30_percent_throttling() {
+    let bed = Bed::new("gates-throttle", 2, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    bed.emulator_post("faults", json!({"throttle_rate": 0.3}))
+        .await;
+    bed.create_deployment("web", "web", 3, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    restart(&bed, "web").await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(120)).await;
+    wait_no_orphans(&bed, "web", "web").await;
+    let stats = bed.emulator("state").await["stats"].clone();
+    assert!(stats["injected_throttles"].as_u64().unwrap() > 0, "{stats}");
+    note(format!("throttled calls: {}", stats["injected_throttles"]));
+    bed.cleanup().await;
+}
+
+/// A failed NLB job: the gate stays False with a reason naming the failed job, then
+/// the change is retried and the gate converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
+    let bed = Bed::new("gates-job", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "web",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps": "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}),
+    )
+    .await;
+    bed.wait_external_ip("web").await;
+    bed.emulator_post("jobs", json!({"force": ["Failed"]}))
+        .await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(&bed, "web", "web", "reason CloudApiError", |s, r| {
+        s == "False" && r == "CloudApiError"
+    })
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "web").unwrap();
+    assert!(message.contains("AddServersToServerGroup"), "{message}");
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(60)).await;
+    bed.cleanup().await;
+}
