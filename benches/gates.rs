@@ -93,14 +93,12 @@ async fn run(p: Params) -> Result<String, String> {
     let client = client().await;
     let ns = TestNamespace::new(&client, "bench-gates").await;
     let nodes = TestNodes::create(&client, "bench-gates", p.nodes).await;
-    let emu = lb_emulator::serve(EmulatorConfig {
+    let emu = EmulatorProcess::start(&EmulatorConfig {
         registration_delay: p.registration,
         health_delay: p.health,
         tick: Duration::from_millis(20),
         ..EmulatorConfig::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    });
     let endpoint = emu.endpoint();
     let controller = ControllerProcess::start_with_env(
         &ns.name,
@@ -314,6 +312,6 @@ async fn run(p: Params) -> Result<String, String> {
     let _ = deployments.delete("bench", &Default::default()).await;
     ns.cleanup().await;
     nodes.cleanup().await;
-    let _ = emu.stop().await;
+    emu.stop();
     Ok(out)
 }

@@ -25,7 +25,7 @@ results=$repo/target/bench-results.txt
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 log "building release"
-cargo build --release --locked --bin rollgate
+cargo build --release --locked -p rollgate -p lb-emulator --bins
 
 teardown() { CLUSTER_DIR=$CLUSTER_DIR bash "$here/cluster-down.sh" || true; }
 trap teardown EXIT

@@ -45,6 +45,8 @@ log "starting the test control plane"
 NODES=0 bash hack/cluster-up.sh
 
 log "e2e tests"
+# The readiness-gate tests run the lb-emulator binary beside rollgate's.
+cargo build -p lb-emulator --locked --bin lb-emulator
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked --test '*' -- --nocapture
 
 log "waiting for the static musl build (hack/musl-check.sh)"

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use lb_emulator::{EmulatorConfig, RunningEmulator};
+use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
 use support::*;
 
@@ -26,7 +26,7 @@ struct Bed {
     client: Client,
     ns: TestNamespace,
     nodes: TestNodes,
-    emu: RunningEmulator,
+    emu: EmulatorProcess,
     controller: Option<ControllerProcess>,
     extra_env: Vec<(String, String)>,
 }
@@ -51,10 +51,7 @@ impl Bed {
         let client = client().await;
         let ns = TestNamespace::new(&client, prefix).await;
         let nodes = TestNodes::create(&client, prefix, nodes).await;
-        let emu = lb_emulator::serve(emulator)
-            .await
-            .expect("starting the emulator");
-        note(format!("emulator on {}", emu.endpoint()));
+        let emu = EmulatorProcess::start(&emulator);
         let mut bed = Bed {
             client,
             ns,
@@ -271,7 +268,7 @@ impl Bed {
             .await;
         self.ns.cleanup().await;
         self.nodes.cleanup().await;
-        let _ = self.emu.stop().await;
+        self.emu.stop();
     }
 }
 

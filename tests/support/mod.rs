@@ -1296,3 +1296,72 @@ async fn tripwire_forward(
     }
     axum::response::Response::from_parts(parts, axum::body::Body::new(body))
 }
+
+// ---------------------------------------------------------------------------------------
+// The cloud load balancer: the `lb-emulator` binary, as `make demo` and users run it, in a
+// process of its own (cargo builds it beside `rollgate`; `make test` builds it first).
+
+/// A running `lb-emulator` process; killed on drop.
+pub struct EmulatorProcess {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl EmulatorProcess {
+    /// Starts the binary on a free loopback port with `config`'s timings (the only
+    /// settings the tests vary; faults are set later through `/_emulator/faults`).
+    pub fn start(config: &lb_emulator::EmulatorConfig) -> Self {
+        use std::io::BufRead as _;
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_rollgate"))
+            .with_file_name(format!("lb-emulator{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            bin.exists(),
+            "{} is missing: build it first with `cargo build -p lb-emulator` (make test does)",
+            bin.display()
+        );
+        let ms = |d: Duration| d.as_millis().to_string();
+        let mut child = std::process::Command::new(&bin)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--registration-delay-ms", &ms(config.registration_delay)])
+            .args(["--health-delay-ms", &ms(config.health_delay)])
+            .args(["--job-delay-ms", &ms(config.job_delay)])
+            .args(["--tick-ms", &ms(config.tick)])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut first = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("reading the emulator's address");
+        let addr = first
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("the emulator's first line {first:?}: {e}"));
+        note(format!("lb-emulator pid {} on {addr}", child.id()));
+        EmulatorProcess { child, addr }
+    }
+
+    /// `127.0.0.1:PORT`, the endpoint override for the cloud client.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for EmulatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

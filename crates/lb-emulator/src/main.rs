@@ -58,6 +58,9 @@ struct Args {
     /// Lifetime of STS / metadata credentials.
     #[arg(long, default_value = "3600", value_name = "SECONDS")]
     sts_duration_secs: u64,
+    /// How often registration, health and jobs advance (the timeline's resolution).
+    #[arg(long, default_value = "25", value_name = "MS")]
+    tick_ms: u64,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -105,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
         throttle_code: args.throttle_code,
         server_error_rate: args.server_error_rate,
         sts_duration: Duration::from_secs(args.sts_duration_secs),
-        ..EmulatorConfig::default()
+        tick: Duration::from_millis(args.tick_ms.max(1)),
     };
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
