@@ -482,9 +482,9 @@ fn comeback_stats(times: &[Option<Duration>]) -> (Value, Value, usize) {
     let mut done: Vec<Duration> = times.iter().flatten().copied().collect();
     done.sort();
     let missing = times.len() - done.len();
-    let p50 = analysis::percentile(&done, 50.0).map(|d| Some(d));
+    let p50 = analysis::percentile(&done, 50.0);
     let max = done.last().copied();
-    (secs(p50.flatten()), secs(max), missing)
+    (secs(p50), secs(max), missing)
 }
 
 /// A yurt-manager rollout only counts when the binary was there.
