@@ -138,24 +138,27 @@ async fn run(params: Params) -> Result<String, String> {
     let client = support::client().await;
     let started = Instant::now();
     let load_before = load_average();
-    let mut all = Vec::new();
-    for (i, &n) in params.sizes.iter().enumerate() {
-        let with_yurt = i == 0 && params.yurt.is_ok();
-        let results = run_size(&client, &params, n, with_yurt).await?;
-        all.push(results);
-    }
-    let load_after = load_average();
     let out_dir = support::bench_results_path()
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    write_timelines(&out_dir, &params, &all)?;
-    let entries = result_entries(&params, &all, &load_before, &load_after);
-    let borrowed: Vec<(&str, Value)> = entries
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    let path = support::merge_bench_results(&borrowed)?;
+    let mut all = Vec::new();
+    let mut load_after = load_before.clone();
+    let mut path = support::bench_results_path();
+    for (i, &n) in params.sizes.iter().enumerate() {
+        let with_yurt = i == 0 && params.yurt.is_ok();
+        let results = run_size(&client, &params, n, with_yurt).await?;
+        all.push(results);
+        // Written after every size: a long run cut short keeps what it measured.
+        load_after = load_average();
+        write_timelines(&out_dir, &params, &all)?;
+        let entries = result_entries(&params, &all, &load_before, &load_after);
+        let borrowed: Vec<(&str, Value)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        path = support::merge_bench_results(&borrowed)?;
+    }
     let mut report = report(&params, &all);
     report.push_str(&format!(
         "\nload average before {load_before}, after {load_after}; {:.0} s in all; results in {}\n",
