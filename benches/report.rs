@@ -461,13 +461,7 @@ fn openyurt_section(t: &mut String, r: &Results) {
 type Row<'a> = (&'a str, &'a str, &'a str, Option<(f64, bool)>);
 
 /// A section of figures another bench owns: each shown, or null with the reason.
-fn simple_section(
-    t: &mut String,
-    r: &Results,
-    section: &str,
-    title: &str,
-    rows: &[Row],
-) {
+fn simple_section(t: &mut String, r: &Results, section: &str, title: &str, rows: &[Row]) {
     t.push_str(&format!("\n## {title}\n\n"));
     if section_absent(r, section) {
         t.push_str(&format!("null: not measured{}\n", reason(r, section)));
