@@ -264,10 +264,16 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
         ));
     }
     out.push_str(&format!(
-        "one pod as JSON, mean of {} (a proxy for what each store keeps; in memory a \
-         Rust object takes more):\n  from the API {:.0} B; without managedFields \
-         (the image-pull controller's own store) {:.0} B; pruned (the shared store) {:.0} B\n",
-        sizes.sampled, sizes.full, sizes.without_managed_fields, sizes.pruned
+        "one pod as JSON, mean of {} (a proxy for what a store keeps; in memory a \
+         Rust object takes more):\n  from the API {:.0} B; without managedFields {:.0} B; \
+         as the shared store keeps it (CachedPod) {:.0} B\n\
+         inline size before any heap allocation: Pod {} B, CachedPod {} B\n",
+        sizes.sampled,
+        sizes.full,
+        sizes.without_managed_fields,
+        sizes.pruned,
+        std::mem::size_of::<k8s_openapi::api::core::v1::Pod>(),
+        std::mem::size_of::<rollgate::watch::CachedPod>(),
     ));
     out.push_str("controller logs:\n");
     for r in &rows {
@@ -313,8 +319,8 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
     Ok(out)
 }
 
-/// Mean serialized size of the bed's pods as the API sends them, as the image-pull
-/// controller keeps them (managedFields dropped) and as the shared store keeps them.
+/// Mean serialized size of the bed's pods as the API sends them, without managedFields,
+/// and as the shared store keeps them (`CachedPod`).
 struct PodSizes {
     sampled: usize,
     full: f64,
@@ -336,8 +342,8 @@ async fn pod_json_sizes(bed: &Bed) -> Result<PodSizes, String> {
         let mut p = pod.clone();
         p.metadata.managed_fields = None;
         slim += len(&p);
-        rollgate::watch::prune::pod(&mut p);
-        pruned += len(&p);
+        let cached = rollgate::watch::CachedPod::from(p);
+        pruned += serde_json::to_vec(&cached).map(|v| v.len()).unwrap_or(0);
     }
     let n = list.items.len().max(1) as f64;
     Ok(PodSizes {

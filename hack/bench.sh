@@ -15,7 +15,8 @@
 #   BENCHES            which benches (default: all of the above that exist; BENCH_QUICK: rollout)
 #   BENCH_QUICK=1      a reduced run (50 nodes, 1 s pod start) in a few minutes
 #   YURT_MANAGER       OpenYurt's yurt-manager (default ../shared/baselines/openyurt-v1.7.0/yurt-manager)
-#   BENCH_APISERVER_PORT, BENCH_ETCD_PORT   the bench cluster's ports (36643, 32579)
+#   BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT, BENCH_ETCD_PORT   the bench's control plane
+#                      (target/bench-cluster, 36643, 32579), so two clones can bench side by side
 #   POD_START_DELAY_MS, POD_STOP_DELAY_MS, NODE_GRACE_SECONDS   the simulated nodes (3000, 500, 20)
 #   ROLLGATE_BENCH_OUT the results folder (target/bench)
 #   and the knobs each bench documents at its top (ROLLGATE_BENCH_*).
@@ -28,7 +29,7 @@ default_benches="rollout agent_get_pods footprint"
 [ -f benches/gates.rs ] && default_benches="$default_benches gates"
 [ "${BENCH_QUICK:-}" = 1 ] && default_benches="rollout"
 BENCHES=${BENCHES:-$default_benches}
-export CLUSTER_DIR=$repo/target/bench-cluster
+export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}
 export APISERVER_PORT=${BENCH_APISERVER_PORT:-36643} ETCD_PORT=${BENCH_ETCD_PORT:-32579}
 export POD_START_DELAY_MS=${POD_START_DELAY_MS:-3000} POD_STOP_DELAY_MS=${POD_STOP_DELAY_MS:-500}
 # 20 s: shorter grace periods make nodes flap NotReady when the machine is loaded

@@ -28,7 +28,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
-use crate::watch::{Stores, Watches};
+use crate::watch::{CachedPod, Stores, Watches};
 
 /// Field manager / reporting controller name, as users see it in Events and managedFields.
 pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
@@ -251,7 +251,8 @@ async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
 }
 
 /// This DaemonSet's pods and current revision, borrowed from the shared stores.
-fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<Pod>>, Option<CurrentRevision>) {
+/// The pod store holds every pod: the controller owner reference picks this DaemonSet's.
+fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<CachedPod>>, Option<CurrentRevision>) {
     let uid = ds.uid().unwrap_or_default();
     let ns = ds.namespace();
     let pods = ctx

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::watch::PodFacts;
 
 /// A deletion we issued but have not seen land is forgotten after this long, so a lost
 /// watch event cannot block a rollout forever.
@@ -42,14 +42,14 @@ pub struct Expectations(HashMap<String, DaemonSetRecord>);
 impl Expectations {
     /// Drops the deletions the cache has caught up with (the pod shows terminating or
     /// is gone) or that timed out, and returns what is still pending for `ds_uid`.
-    pub fn pending(&mut self, ds_uid: &str, pods: &[Arc<Pod>], now: Instant) -> Pending {
+    pub fn pending<P: PodFacts>(&mut self, ds_uid: &str, pods: &[Arc<P>], now: Instant) -> Pending {
         let Some(record) = self.0.get_mut(ds_uid) else {
             return Pending::default();
         };
         record.deletions.retain(|uid, since| {
-            let seen_live = pods.iter().any(|p| {
-                p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
-            });
+            let seen_live = pods
+                .iter()
+                .any(|p| p.pod_uid() == uid && !p.is_terminating());
             seen_live && now.duration_since(*since) < DELETION_TIMEOUT
         });
         Pending {
@@ -113,6 +113,7 @@ impl Expectations {
 mod tests {
     use super::*;
     use crate::daemonset::testkit::{at, DaemonSetBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1::Pod;
 
     fn pods() -> (Arc<Pod>, Arc<Pod>) {
         let ds = DaemonSetBuilder::new("agent").build();
@@ -164,9 +165,9 @@ mod tests {
             "a failed call vacates nothing; a moot one still does"
         );
         e.settle("ds", &["n1".into()]);
-        assert_eq!(e.pending("ds", &[], t0).vacated.len(), 1);
+        assert_eq!(e.pending::<Pod>("ds", &[], t0).vacated.len(), 1);
         e.forget_daemonset("ds");
         assert_eq!(e.tracked(), 0);
-        assert_eq!(e.pending("ds", &[], t0), Pending::default());
+        assert_eq!(e.pending::<Pod>("ds", &[], t0), Pending::default());
     }
 }

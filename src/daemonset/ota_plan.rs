@@ -4,15 +4,14 @@
 //! nothing on a no-op resync. Every pod of the DaemonSet is covered, whatever its node's
 //! state (the node API on a NotReady node still serves its last known pods).
 
-use std::borrow::Borrow;
-
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::revision::{is_controlled_by, CurrentRevision};
-use crate::object::pod_condition;
+use crate::watch::pod::ConditionView;
+use crate::watch::PodFacts;
 
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
@@ -58,7 +57,7 @@ pub struct StaleCondition {
 pub fn plan_need_upgrade_conditions(
     daemonset: &DaemonSet,
     current: Option<&CurrentRevision>,
-    pods: &[impl Borrow<Pod>],
+    pods: &[impl PodFacts],
     now: Timestamp,
 ) -> Vec<ConditionUpdate> {
     let Some(current) = current else {
@@ -72,7 +71,6 @@ pub fn plan_need_upgrade_conditions(
 
     let mut updates: Vec<ConditionUpdate> = pods
         .iter()
-        .map(Borrow::borrow)
         .filter(|pod| is_controlled_by(pod, ds_uid))
         .filter_map(|pod| {
             let status = if current.is_pod_updated(pod) {
@@ -83,16 +81,16 @@ pub fn plan_need_upgrade_conditions(
             let existing = need_upgrade_condition(pod);
             let last_transition_time = match existing {
                 Some(existing) if existing.status == status => {
-                    if existing.message.as_deref() == Some(message.as_str()) {
+                    if existing.message == Some(message.as_str()) {
                         return None;
                     }
-                    existing.last_transition_time.clone()
+                    existing.last_transition_time.cloned()
                 }
                 _ => Some(Time(now)),
             };
             Some(ConditionUpdate {
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.pod_namespace().to_string(),
+                name: pod.pod_name().to_string(),
                 condition: PodCondition {
                     type_: POD_NEED_UPGRADE_CONDITION.into(),
                     status: status.into(),
@@ -112,25 +110,24 @@ pub fn plan_need_upgrade_conditions(
 /// DaemonSet is not OTA; this function does not look at its annotations.
 pub fn plan_stale_condition_removals(
     daemonset: &DaemonSet,
-    pods: &[impl Borrow<Pod>],
+    pods: &[impl PodFacts],
 ) -> Vec<StaleCondition> {
     let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
     let mut stale: Vec<StaleCondition> = pods
         .iter()
-        .map(Borrow::borrow)
-        .filter(|pod| is_controlled_by(pod, ds_uid))
-        .filter(|pod| need_upgrade_condition(pod).is_some())
+        .filter(|pod| is_controlled_by(*pod, ds_uid))
+        .filter(|pod| need_upgrade_condition(*pod).is_some())
         .map(|pod| StaleCondition {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
+            namespace: pod.pod_namespace().to_string(),
+            name: pod.pod_name().to_string(),
         })
         .collect();
     stale.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     stale
 }
 
-fn need_upgrade_condition(pod: &Pod) -> Option<&PodCondition> {
-    pod_condition(pod, POD_NEED_UPGRADE_CONDITION)
+fn need_upgrade_condition(pod: &impl PodFacts) -> Option<ConditionView<'_>> {
+    pod.condition(POD_NEED_UPGRADE_CONDITION)
 }
 
 #[cfg(test)]

@@ -13,8 +13,10 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
+    NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
+
+use crate::watch::NodeFacts;
 
 /// Tolerations the native DaemonSet controller adds to every pod it creates, as
 /// (key, effect). `network-unavailable` is added for hostNetwork pods only.
@@ -44,11 +46,11 @@ pub fn daemonset_default_tolerations(host_network: bool) -> Vec<Toleration> {
 }
 
 /// Whether the DaemonSet's pod template places a pod on `node`.
-pub fn should_run_on(daemonset: &DaemonSet, node: &Node) -> bool {
+pub fn should_run_on(daemonset: &DaemonSet, node: &impl NodeFacts) -> bool {
     // A template without a spec places like an empty one (real templates always have one).
     let empty = PodSpec::default();
     let spec = daemonset.spec.template.spec.as_ref().unwrap_or(&empty);
-    let node_name = node.metadata.name.as_deref().unwrap_or_default();
+    let node_name = node.name();
     if let Some(pinned) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
         if pinned != node_name {
             return false;
@@ -59,11 +61,11 @@ pub fn should_run_on(daemonset: &DaemonSet, node: &Node) -> bool {
         && tolerates_taints(spec, node)
 }
 
-fn node_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
-    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+fn node_label<'a>(node: &'a impl NodeFacts, key: &str) -> Option<&'a str> {
+    node.label(key)
 }
 
-fn matches_node_selector(spec: &PodSpec, node: &Node) -> bool {
+fn matches_node_selector(spec: &PodSpec, node: &impl NodeFacts) -> bool {
     spec.node_selector
         .iter()
         .flatten()
@@ -72,7 +74,7 @@ fn matches_node_selector(spec: &PodSpec, node: &Node) -> bool {
 
 /// Required node affinity: at least one term matches (an empty list matches nothing,
 /// as in the scheduler; an absent selector matches everything).
-fn matches_required_affinity(spec: &PodSpec, node: &Node) -> bool {
+fn matches_required_affinity(spec: &PodSpec, node: &impl NodeFacts) -> bool {
     let Some(selector) = spec
         .affinity
         .as_ref()
@@ -90,7 +92,7 @@ fn matches_required_affinity(spec: &PodSpec, node: &Node) -> bool {
         .any(|term| term_matches(term, node))
 }
 
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+fn term_matches(term: &NodeSelectorTerm, node: &impl NodeFacts) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     // A term with no requirement at all matches no node (scheduler semantics).
@@ -102,7 +104,7 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
         .all(|r| requirement_matches(r, node_label(node, &r.key)))
         // `metadata.name` is the only field a node selector may name.
         && fields.iter().all(|r| {
-            r.key == "metadata.name" && requirement_matches(r, node.metadata.name.as_deref())
+            r.key == "metadata.name" && requirement_matches(r, node.metadata().name.as_deref())
         })
 }
 
@@ -132,13 +134,10 @@ fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&str
     }
 }
 
-fn tolerates_taints(spec: &PodSpec, node: &Node) -> bool {
+fn tolerates_taints(spec: &PodSpec, node: &impl NodeFacts) -> bool {
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
     let host_network = spec.host_network == Some(true);
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
+    node.taints()
         .iter()
         .filter(|taint| taint.effect == "NoSchedule" || taint.effect == "NoExecute")
         .all(|taint| {
@@ -182,7 +181,7 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 mod tests {
     use super::*;
     use crate::daemonset::testkit::{node, tainted, DaemonSetBuilder};
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector};
+    use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, NodeSelector};
     use std::collections::BTreeMap;
 
     fn labelled(name: &str, labels: &[(&str, &str)]) -> Node {

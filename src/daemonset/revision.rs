@@ -5,10 +5,10 @@
 //! newest ControllerRevision instead.
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::object::label;
+use crate::watch::PodFacts;
 
 /// Label on ControllerRevisions and pods naming the template revision's hash.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
@@ -56,11 +56,11 @@ impl CurrentRevision {
 
     /// A pod is up to date when its hash label matches the current hash, or (fallback)
     /// its `pod-template-generation` label matches the DaemonSet's template generation.
-    pub fn is_pod_updated(&self, pod: &Pod) -> bool {
+    pub fn is_pod_updated(&self, pod: &impl PodFacts) -> bool {
         let matches = |expected: &Option<String>, key: &str| {
             expected
                 .as_deref()
-                .is_some_and(|expected| label(&pod.metadata, key) == Some(expected))
+                .is_some_and(|expected| pod.label(key) == Some(expected))
         };
         matches(&self.hash, CONTROLLER_REVISION_HASH_LABEL)
             || matches(&self.template_generation, POD_TEMPLATE_GENERATION_LABEL)
@@ -98,42 +98,20 @@ pub fn generation_observed(daemonset: &DaemonSet) -> bool {
 }
 
 /// Whether `pod`'s controller ownerRef is the DaemonSet with UID `daemonset_uid`.
-pub fn is_controlled_by(pod: &Pod, daemonset_uid: &str) -> bool {
-    controller_uid(&pod.metadata) == Some(daemonset_uid)
+pub fn is_controlled_by(pod: &impl PodFacts, daemonset_uid: &str) -> bool {
+    controller_uid(pod.metadata()) == Some(daemonset_uid)
 }
 
 /// The node a DaemonSet pod runs on or is meant for: `spec.nodeName`, else the single
 /// value of the required node-affinity `matchFields` term on `metadata.name` (pending
 /// pods created by the DaemonSet controller are not bound yet).
-pub fn pod_node_name(pod: &Pod) -> Option<&str> {
-    let spec = pod.spec.as_ref()?;
-    if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-        return Some(node);
-    }
-    let terms = &spec
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?
-        .node_selector_terms;
-    let mut targeted = terms
-        .iter()
-        .flat_map(|term| term.match_fields.iter().flatten())
-        .filter(|requirement| requirement.key == "metadata.name" && requirement.operator == "In")
-        .filter_map(|requirement| match requirement.values.as_deref() {
-            Some([single]) => Some(single.as_str()),
-            _ => None,
-        });
-    let node = targeted.next()?;
-    // Several differing targets are not what the DaemonSet controller writes: no answer.
-    targeted.all(|other| other == node).then_some(node)
+pub fn pod_node_name(pod: &impl PodFacts) -> Option<&str> {
+    pod.node_or_affinity_node()
 }
 
 /// Whether the pod has a deletion timestamp (it is going away and no longer counts).
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
+pub fn is_terminating(pod: &impl PodFacts) -> bool {
+    pod.is_terminating()
 }
 
 fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {

@@ -31,29 +31,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+#[cfg(test)]
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::{is_controlled_by, is_terminating, pod_node_name, CurrentRevision};
-use crate::object::pod_condition;
+use crate::watch::{CachedNode, CachedPod, NodeFacts, PodFacts};
 
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod state_machine;
 
-/// Everything the planner looks at, borrowed from the caches.
-#[derive(Debug, Clone, Copy)]
-pub struct RollingInput<'a> {
+/// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
+/// cached forms in the controller; tests also plan on full API objects.
+#[derive(Debug)]
+pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     pub daemonset: &'a DaemonSet,
     /// The DaemonSet's current revision (`CurrentRevision::of`); `None` blocks the plan.
     pub current: Option<&'a CurrentRevision>,
     /// Pods in the DaemonSet's namespace (pods it does not control are filtered out).
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<P>],
     /// All Nodes of the cluster.
-    pub nodes: &'a [Arc<Node>],
+    pub nodes: &'a [Arc<N>],
     pub max_unavailable: MaxUnavailable,
     pub now: Timestamp,
     /// UIDs of pods whose deletion was issued but not yet observed: treated as gone
@@ -63,6 +65,14 @@ pub struct RollingInput<'a> {
     /// replacement is seen there (see `VacatedNodes`).
     pub vacated_by_us: &'a BTreeMap<String, String>,
 }
+
+// By hand: derived impls would ask `P` and `N` to be `Copy`, though only references are.
+impl<P, N> Clone for RollingInput<'_, P, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<P, N> Copy for RollingInput<'_, P, N> {}
 
 /// The deletions to issue now, and where the rollout stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,13 +184,13 @@ pub enum Blocker {
 }
 
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
-pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
+pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
     let pods_by_node = pods_by_node(input.pods, ds_uid);
-    let nodes: BTreeMap<&str, &Node> = input
+    let nodes: BTreeMap<&str, &N> = input
         .nodes
         .iter()
-        .filter_map(|node| Some((node.metadata.name.as_deref()?, &**node)))
+        .filter_map(|node| Some((node.metadata().name.as_deref()?, &**node)))
         .collect();
 
     let mut progress = Progress::default();
@@ -241,10 +251,10 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
     };
 
     let min_ready = input.daemonset.spec.min_ready_seconds.unwrap_or(0);
-    let is_live = |pod: &Pod| {
+    let is_live = |pod: &P| {
         !is_terminating(pod)
             && !pod
-                .metadata
+                .metadata()
                 .uid
                 .as_ref()
                 .is_some_and(|uid| input.expected_deletions.contains(uid))
@@ -254,7 +264,7 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
     let mut candidates = Vec::new();
     let mut unavailable_nodes = Vec::new();
     for (node, pods) in ready_nodes {
-        let (new, old): (Vec<&Pod>, Vec<&Pod>) = pods
+        let (new, old): (Vec<&P>, Vec<&P>) = pods
             .iter()
             .copied()
             .filter(|pod| is_live(pod))
@@ -347,8 +357,11 @@ pub fn plan_rolling_update(input: &RollingInput) -> RollingPlan {
 
 /// Pods the DaemonSet controls, grouped by node in ascending name order (pods with no
 /// known node are left out: there is nothing to count them against).
-fn pods_by_node<'a>(pods: &'a [Arc<Pod>], ds_uid: &str) -> BTreeMap<&'a str, Vec<&'a Pod>> {
-    let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+fn pods_by_node<'a, P: PodFacts>(
+    pods: &'a [Arc<P>],
+    ds_uid: &str,
+) -> BTreeMap<&'a str, Vec<&'a P>> {
+    let mut by_node: BTreeMap<&str, Vec<&P>> = BTreeMap::new();
     for pod in pods.iter().filter(|pod| is_controlled_by(pod, ds_uid)) {
         if let Some(node) = pod_node_name(pod) {
             by_node.entry(node).or_default().push(pod);
@@ -356,21 +369,14 @@ fn pods_by_node<'a>(pods: &'a [Arc<Pod>], ds_uid: &str) -> BTreeMap<&'a str, Vec
     }
     // Within a node, order by name so plans do not depend on the input order.
     for pods in by_node.values_mut() {
-        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        pods.sort_by(|a, b| a.pod_name().cmp(b.pod_name()));
     }
     by_node
 }
 
 /// Ready means the Node's `Ready` condition has status `True`.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+pub fn is_node_ready(node: &impl NodeFacts) -> bool {
+    node.is_ready()
 }
 
 enum Availability {
@@ -380,14 +386,14 @@ enum Availability {
     NotAvailable,
 }
 
-fn availability(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = pod_condition(pod, "Ready").filter(|c| c.status == "True") else {
+fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> Availability {
+    let Some(ready) = pod.condition("Ready").filter(|c| c.status == "True") else {
         return Availability::NotAvailable;
     };
     if min_ready_seconds <= 0 {
         return Availability::Available;
     }
-    let Some(since) = ready.last_transition_time.as_ref() else {
+    let Some(since) = ready.last_transition_time else {
         return Availability::NotAvailable;
     };
     let remaining =
@@ -399,11 +405,11 @@ fn availability(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Availabili
     }
 }
 
-fn planned_deletion(pod: &Pod, node: &str, reason: DeletionReason) -> PlannedDeletion {
+fn planned_deletion(pod: &impl PodFacts, node: &str, reason: DeletionReason) -> PlannedDeletion {
     PlannedDeletion {
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        namespace: pod.pod_namespace().to_string(),
+        name: pod.pod_name().to_string(),
+        uid: pod.pod_uid().to_string(),
         node: node.to_string(),
         reason,
     }
@@ -424,7 +430,7 @@ pub(crate) struct OwnedInput {
 
 #[cfg(test)]
 impl OwnedInput {
-    pub fn input(&self) -> RollingInput<'_> {
+    pub fn input(&self) -> RollingInput<'_, Pod, Node> {
         RollingInput {
             daemonset: &self.ds,
             current: self.current.as_ref(),

@@ -8,23 +8,27 @@
 //! Order of use: `Watches::new`, then every controller subscribes, then `run` drives the
 //! watches until shutdown. A subscription must be consumed: the shared stream waits for
 //! its slowest subscriber.
+pub mod node;
+pub mod pod;
 pub mod prune;
 pub mod runner;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
+
 use kube::runtime::reflector::{self, store::Writer, ReflectHandle, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
+pub use node::{CachedNode, NodeFacts};
+pub use pod::{CachedPod, PodFacts};
 use tokio::sync::{broadcast, watch};
 
 use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL};
-use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
 
@@ -45,10 +49,11 @@ pub struct Gone {
 #[derive(Clone)]
 pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
-    /// Pods carrying `controller-revision-hash` (DaemonSet pods); the API server filters.
-    pub pods: Store<Pod>,
+    /// Every pod in the watched namespaces, slim (`CachedPod`). Controllers pick theirs,
+    /// e.g. by controller owner reference or by a Service's selector.
+    pub pods: Store<CachedPod>,
     pub revisions: Store<ControllerRevision>,
-    pub nodes: Store<Node>,
+    pub nodes: Store<CachedNode>,
     /// rollgate's own pre-pull Jobs.
     pub jobs: Store<Job>,
 }
@@ -58,9 +63,9 @@ pub struct Watches {
     namespace: Option<String>,
     pub stores: Stores,
     daemonsets: Writer<DaemonSet>,
-    pods: Writer<Pod>,
+    pods: Writer<CachedPod>,
     revisions: Writer<ControllerRevision>,
-    nodes: Writer<Node>,
+    nodes: Writer<CachedNode>,
     jobs: Writer<Job>,
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
@@ -109,7 +114,14 @@ impl Watches {
         subscribe(&self.daemonsets)
     }
 
-    pub fn pod_changes(&self) -> ReflectHandle<Pod> {
+    /// The shared store of every pod (see [`Stores::pods`]).
+    pub fn pods(&self) -> Store<CachedPod> {
+        self.stores.pods.clone()
+    }
+
+    /// Every pod change, for `Controller::for_shared_stream` / `owns_shared_stream` /
+    /// `watches_shared_stream`. Call before `run`, and keep consuming it.
+    pub fn pod_changes(&self) -> ReflectHandle<CachedPod> {
         subscribe(&self.pods)
     }
 
@@ -129,10 +141,10 @@ impl Watches {
 
     /// Nodes whose Ready status changed (and every node once after each full list):
     /// a node coming back must start its upgrade at once.
-    pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<Node>> + Send + 'static {
+    pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<CachedNode>> + Send + 'static {
         let mut last: HashMap<String, bool> = HashMap::new();
         subscribe(&self.nodes).filter_map(move |node| {
-            let ready = crate::daemonset::rolling_plan::is_node_ready(&node);
+            let ready = node.is_ready();
             let changed = last.insert(node.name_any(), ready) != Some(ready);
             futures::future::ready(changed.then_some(node))
         })
@@ -158,15 +170,13 @@ impl Watches {
             })
             .reflect_shared(self.daemonsets)
             .inspect(gate.observe("daemonsets"));
-        // DaemonSet pods always carry controller-revision-hash: the API server filters.
-        let pods = watcher(
-            scoped::<Pod>(&self.client, ns),
-            cfg.clone().labels(CONTROLLER_REVISION_HASH_LABEL),
-        )
-        .default_backoff()
-        .modify(prune::pod)
-        .reflect_shared(self.pods)
-        .inspect(gate.observe("pods"));
+        // Every pod: the readiness gates need Deployment pods as well as DaemonSet ones.
+        // Each is made a `CachedPod` as it arrives, so no full Pod outlives its page.
+        let pods = watcher(scoped::<Pod>(&self.client, ns), cfg.clone())
+            .default_backoff()
+            .map_ok(|event| convert(event, CachedPod::from))
+            .reflect_shared(self.pods)
+            .inspect(gate.observe("pods"));
         let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())
             .default_backoff()
             .modify(prune::revision)
@@ -174,7 +184,7 @@ impl Watches {
             .inspect(gate.observe("controllerrevisions"));
         let nodes = watcher(Api::<Node>::all(self.client.clone()), cfg.clone())
             .default_backoff()
-            .modify(prune::node)
+            .map_ok(|event| convert(event, CachedNode::from))
             .reflect_shared(self.nodes)
             .inspect(gate.observe("nodes"));
         let jobs = watcher(
@@ -213,6 +223,17 @@ fn list_config(streaming: Option<&str>) -> watcher::Config {
     match streaming.map(str::trim) {
         Some("1") | Some("true") => watcher::Config::default().streaming_lists(),
         _ => watcher::Config::default().page_size(PAGE_SIZE),
+    }
+}
+
+/// The same watch event, its object converted (e.g. into the slim cached form).
+fn convert<A, B>(event: watcher::Event<A>, into: impl FnOnce(A) -> B) -> watcher::Event<B> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(into(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(into(obj)),
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(into(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

@@ -126,6 +126,13 @@ struct CreatedVServerGroup {
 #[derive(Deserialize)]
 struct Empty {}
 
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListenerAttribute {
+    /// `on` or `off`.
+    health_check: String,
+}
+
 /// One element of the `BackendServers` JSON parameter.
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -197,6 +204,25 @@ impl ClbClient {
         // The official SDK sends every CLB parameter in the query string.
         let answer = self.api.call(action, &self.with_region(query), &[]).await?;
         Ok((answer.body, answer.request_id))
+    }
+
+    /// Whether the listener in front of `group` runs health checks (`HealthCheck`
+    /// of its attribute; on unless the user switched it off).
+    async fn listener_checks_health(&self, group: &ServerGroupRef) -> Result<bool> {
+        let action = match group.listener_protocol {
+            ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
+            ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
+        };
+        let (attribute, _) = self
+            .call::<ListenerAttribute>(
+                action,
+                params([
+                    ("LoadBalancerId", group.load_balancer_id.clone()),
+                    ("ListenerPort", group.listener_port.to_string()),
+                ]),
+            )
+            .await?;
+        Ok(attribute.health_check != "off")
     }
 
     async fn describe_load_balancer(&self, id: &str) -> Result<LoadBalancerAttribute> {
@@ -462,6 +488,14 @@ impl LoadBalancerBackends for ClbClient {
                 ]),
             )
             .await?;
+        // `unavailable` means either "no verdict yet" or "checks are off"; only the
+        // listener's settings tell which, so ask once when the answer matters.
+        let any_unavailable = health
+            .backend_servers
+            .backend_server
+            .iter()
+            .any(|h| h.server_health_status == "unavailable");
+        let checks_off = any_unavailable && !self.listener_checks_health(group).await?;
         Ok(members
             .into_iter()
             .map(|member| {
@@ -474,7 +508,8 @@ impl LoadBalancerBackends for ClbClient {
                     // Not in the report yet: registered but not checked so far.
                     None => HealthState::Pending,
                     Some("normal") => HealthState::Healthy,
-                    Some("unavailable") => HealthState::NotChecked,
+                    Some("unavailable") if checks_off => HealthState::NotChecked,
+                    Some("unavailable") => HealthState::Pending,
                     Some(other) => HealthState::Unhealthy {
                         reason: other.to_string(),
                     },

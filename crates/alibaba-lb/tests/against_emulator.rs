@@ -70,7 +70,9 @@ fn client(
 }
 
 async fn control(emu: &RunningEmulator, path: &str, body: Option<Value>) -> Value {
-    let http = reqwest::Client::new();
+    // The crate's own builder installs the TLS crypto provider; a bare
+    // `reqwest::Client::new()` here panicked whenever this ran before any client was built.
+    let http = alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap();
     let url = format!("{}/_emulator/{path}", emu.base_url());
     let request = match body {
         Some(body) => http
@@ -592,6 +594,84 @@ async fn tcp_health_mode_follows_a_real_listener() {
         .unwrap();
     wait_all(client.as_ref(), group, HealthState::Healthy).await;
     drop(listener);
+    let health = wait_all(
+        client.as_ref(),
+        group,
+        HealthState::Unhealthy {
+            reason: "abnormal".into(),
+        },
+    )
+    .await;
+    assert_eq!(health[0].key, backend.key);
+}
+
+/// Registered, but the first check has not answered: both products must say Pending
+/// (no verdict), never Unhealthy, so the controller can tell "wait" from "broken".
+async fn health_before_the_first_check_is_pending(product: Product) {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        health_delay: Duration::from_secs(3600),
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    let client = client(&emu, product, SignatureVersion::V3);
+    let lb = client.ensure_load_balancer(&spec("pending")).await.unwrap();
+    let group = &lb.listeners[0];
+    client
+        .add_backends(group, &backends(product, 3))
+        .await
+        .unwrap();
+    // Past the registration delay, far before the health verdict.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        let health = client.backend_health(group).await.unwrap();
+        assert_eq!(health.len(), 3);
+        assert!(
+            health.iter().all(|h| h.state == HealthState::Pending),
+            "{health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn clb_health_before_the_first_check_is_pending_not_unhealthy() {
+    health_before_the_first_check_is_pending(Product::Clb).await;
+}
+
+#[tokio::test]
+async fn nlb_health_before_the_first_check_is_pending_not_unhealthy() {
+    health_before_the_first_check_is_pending(Product::Nlb).await;
+}
+
+#[tokio::test]
+async fn tcp_health_mode_reports_a_pod_ip_unhealthy_without_probing_it() {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        health_mode: lb_emulator::HealthMode::Tcp,
+        probe_interval: Duration::from_millis(30),
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    let client = client(&emu, Product::Clb, SignatureVersion::V3);
+    let lb = client.ensure_load_balancer(&spec("offhost")).await.unwrap();
+    let group = &lb.listeners[0];
+    let backend = Backend {
+        key: BackendKey {
+            server_id: "eni-pod".into(),
+            ip: "10.0.0.7".into(),
+            port: 80,
+        },
+        kind: BackendType::Eni,
+        weight: 100,
+        description: String::new(),
+    };
+    client
+        .add_backends(group, std::slice::from_ref(&backend))
+        .await
+        .unwrap();
+    // A refused address is judged at once; a real connect to 10.0.0.7 would be a
+    // 300 ms timeout per probe instead (and traffic off the machine).
     let health = wait_all(
         client.as_ref(),
         group,

@@ -86,6 +86,9 @@ pub struct ClbListener {
     pub protocol: String,
     pub vserver_group_id: String,
     pub status: String,
+    /// `HealthCheckSwitch` at creation (`on` by default). Off: every backend stays
+    /// `unavailable`, as the real API reports it.
+    pub health_check: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -130,6 +133,8 @@ pub struct ServerGroup {
     pub protocol: String,
     pub vpc_id: String,
     pub backends: Vec<BackendRec>,
+    /// `HealthCheckConfig.HealthCheckEnabled` at creation (true by default).
+    pub health_check: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -663,6 +668,8 @@ impl World {
             }
             "CreateLoadBalancerTCPListener" => self.clb_create_listener(p, "tcp"),
             "CreateLoadBalancerUDPListener" => self.clb_create_listener(p, "udp"),
+            "DescribeLoadBalancerTCPListenerAttribute" => self.clb_listener_attribute(p, "tcp"),
+            "DescribeLoadBalancerUDPListenerAttribute" => self.clb_listener_attribute(p, "udp"),
             "StartLoadBalancerListener" => self.clb_start_listener(p),
             "AddVServerGroupBackendServers" => self.clb_add(p),
             "RemoveVServerGroupBackendServers" => self.clb_remove(p),
@@ -852,6 +859,16 @@ impl World {
                 "The specified VServerGroupId does not exist.",
             ));
         }
+        let health_check = match p.get("HealthCheckSwitch").map(String::as_str) {
+            None | Some("") | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "HealthCheckSwitch",
+                    format!("{other:?} is not one of on, off"),
+                ))
+            }
+        };
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         if lb
             .listeners
@@ -869,8 +886,30 @@ impl World {
             protocol: protocol.into(),
             vserver_group_id: group_id,
             status: "stopped".into(),
+            health_check,
         });
         Ok(json!({}))
+    }
+
+    fn clb_listener_attribute(&self, p: &Params, protocol: &str) -> ApiResult {
+        let lb = self.clb_lb(p)?;
+        let port = parse_port(p, "ListenerPort")?;
+        let listener = lb
+            .listeners
+            .iter()
+            .find(|l| l.port == port && l.protocol == protocol)
+            .ok_or_else(|| {
+                ApiError::new(
+                    400,
+                    "InvalidParameter.ListenerNotFound",
+                    format!("The listener {port}/{protocol} does not exist."),
+                )
+            })?;
+        Ok(json!({
+            "LoadBalancerId": lb.id, "ListenerPort": listener.port,
+            "Status": listener.status, "VServerGroupId": listener.vserver_group_id,
+            "HealthCheck": if listener.health_check { "on" } else { "off" },
+        }))
     }
 
     fn clb_start_listener(&mut self, p: &Params) -> ApiResult {
@@ -1063,11 +1102,7 @@ impl World {
                 continue;
             };
             for b in group.backends.iter().filter(|b| b.registered) {
-                let status = match (listener.status.as_str(), b.health) {
-                    ("running", Health::Healthy) => "normal",
-                    ("running", _) => "abnormal",
-                    _ => "unavailable",
-                };
+                let status = clb_health_status(listener, b.health);
                 out.push(json!({
                     "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port,
                     "ListenerPort": listener.port, "Protocol": listener.protocol,
@@ -1251,7 +1286,7 @@ impl World {
                     "ServerGroupStatus": "Available", "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
                     "Scheduler": "Wrr", "RelatedLoadBalancerIds": related, "Tags": [],
-                    "HealthCheck": {"HealthCheckEnabled": true, "HealthCheckType": "TCP", "HealthyThreshold": 2, "UnhealthyThreshold": 2},
+                    "HealthCheck": {"HealthCheckEnabled": g.health_check, "HealthCheckType": "TCP", "HealthyThreshold": 2, "UnhealthyThreshold": 2},
                 })
             })
             .collect();
@@ -1277,6 +1312,19 @@ impl World {
             protocol: p.get("Protocol").cloned().unwrap_or_else(|| "TCP".into()),
             vpc_id: p.get("VpcId").cloned().unwrap_or_default(),
             backends: vec![],
+            health_check: match p
+                .get("HealthCheckConfig.HealthCheckEnabled")
+                .map(String::as_str)
+            {
+                None | Some("") | Some("true") => true,
+                Some("false") => false,
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        "HealthCheckConfig.HealthCheckEnabled",
+                        format!("{other:?} is not one of true, false"),
+                    ))
+                }
+            },
         };
         let job = self.start_job("CreateServerGroup", JobEffect::CreateServerGroup(group));
         Ok(json!({"ServerGroupId": id, "JobId": job}))
@@ -1437,6 +1485,8 @@ impl World {
                             return None;
                         } else if b.weight == 0 {
                             ("Unused", "")
+                        } else if !group.health_check {
+                            ("Unavailable", "")
                         } else {
                             match b.health {
                                 Health::Healthy => return None,
@@ -1447,7 +1497,7 @@ impl World {
                         Some(json!({"ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port, "Status": status, "Reason": {"ReasonCode": reason}}))
                     })
                     .collect();
-                vec![json!({"ServerGroupId": group.id, "HeathCheckEnabled": true, "NonNormalServers": abnormal})]
+                vec![json!({"ServerGroupId": group.id, "HeathCheckEnabled": group.health_check, "NonNormalServers": abnormal})]
             })
             .unwrap_or_default();
         Ok(json!({
@@ -1501,6 +1551,16 @@ impl World {
     }
 }
 
+/// `ServerHealthStatus` as CLB reports it: `unavailable` until the first check has a
+/// verdict, while the listener is not running, or when its checks are off.
+fn clb_health_status(listener: &ClbListener, health: Health) -> &'static str {
+    match (listener.status.as_str(), listener.health_check, health) {
+        ("running", true, Health::Healthy) => "normal",
+        ("running", true, Health::Unhealthy) => "abnormal",
+        _ => "unavailable",
+    }
+}
+
 fn clb_backend_json(b: &BackendRec) -> Value {
     json!({
         "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port, "Weight": b.weight,
@@ -1549,5 +1609,93 @@ mod tests {
         assert_eq!((page, next.as_str()), (vec![4], ""));
         assert!(paginate(&items, &params(&[("MaxResults", "101")]), 20).is_err());
         assert!(paginate(&items, &params(&[("NextToken", "bogus")]), 20).is_err());
+    }
+
+    /// One CLB listener on port 80 (checks `switch`), its group, one registered
+    /// backend; returns the world, the load balancer id and a time past every delay.
+    fn clb_with_backend(switch: &str) -> (World, String, Instant) {
+        let mut world = World::new(&EmulatorConfig::default());
+        let lb = world.clb("CreateLoadBalancer", &params(&[])).unwrap();
+        let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
+        let group = world
+            .clb(
+                "CreateVServerGroup",
+                &params(&[("LoadBalancerId", &lb), ("VServerGroupName", "web")]),
+            )
+            .unwrap();
+        let group = group["VServerGroupId"].as_str().unwrap().to_string();
+        let listener = [
+            ("LoadBalancerId", lb.as_str()),
+            ("ListenerPort", "80"),
+            ("VServerGroupId", group.as_str()),
+            ("HealthCheckSwitch", switch),
+        ];
+        world
+            .clb("CreateLoadBalancerTCPListener", &params(&listener))
+            .unwrap();
+        world
+            .clb("StartLoadBalancerListener", &params(&listener[..2]))
+            .unwrap();
+        let backend = r#"[{"ServerId":"eni-1","ServerIp":"10.0.0.1","Port":8080,"Type":"eni"}]"#;
+        world
+            .clb(
+                "AddVServerGroupBackendServers",
+                &params(&[("VServerGroupId", &group), ("BackendServers", backend)]),
+            )
+            .unwrap();
+        (world, lb, Instant::now())
+    }
+
+    fn clb_status(world: &mut World, lb: &str) -> String {
+        let health = world
+            .clb("DescribeHealthStatus", &params(&[("LoadBalancerId", lb)]))
+            .unwrap();
+        health["BackendServers"]["BackendServer"][0]["ServerHealthStatus"]
+            .as_str()
+            .unwrap_or("absent")
+            .to_string()
+    }
+
+    #[test]
+    fn clb_says_unavailable_until_the_first_check_then_normal_or_abnormal() {
+        let (mut world, lb, start) = clb_with_backend("on");
+        // Registered, no verdict yet: `unavailable`, never `abnormal`.
+        world.tick(start + Duration::from_millis(250), &HashMap::new());
+        assert_eq!(clb_status(&mut world, &lb), "unavailable");
+        world.tick(start + Duration::from_secs(2), &HashMap::new());
+        assert_eq!(clb_status(&mut world, &lb), "normal");
+        world.force_health("10.0.0.1", 8080, Some(false));
+        world.tick(start + Duration::from_secs(3), &HashMap::new());
+        assert_eq!(clb_status(&mut world, &lb), "abnormal");
+        let attribute = world
+            .clb(
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &params(&[("LoadBalancerId", &lb), ("ListenerPort", "80")]),
+            )
+            .unwrap();
+        assert_eq!(attribute["HealthCheck"], "on");
+    }
+
+    #[test]
+    fn clb_with_checks_off_says_unavailable_forever() {
+        let (mut world, lb, start) = clb_with_backend("off");
+        world.tick(start + Duration::from_secs(60), &HashMap::new());
+        assert_eq!(clb_status(&mut world, &lb), "unavailable");
+        let attribute = world
+            .clb(
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &params(&[("LoadBalancerId", &lb), ("ListenerPort", "80")]),
+            )
+            .unwrap();
+        assert_eq!(attribute["HealthCheck"], "off");
+        let bad = [
+            ("LoadBalancerId", lb.as_str()),
+            ("ListenerPort", "81"),
+            ("HealthCheckSwitch", "maybe"),
+        ];
+        let refused = world
+            .clb("CreateLoadBalancerTCPListener", &params(&bad))
+            .unwrap_err();
+        assert!(refused.message.contains("on, off"), "{}", refused.message);
     }
 }

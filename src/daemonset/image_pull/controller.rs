@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::Future;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -30,7 +30,7 @@ use crate::leader::Leadership;
 use crate::object::label;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
-use crate::watch::{Stores, Watches};
+use crate::watch::{CachedPod, Stores, Watches};
 
 /// Reporting controller name in Events and the field manager of condition writes.
 pub const CONTROLLER_NAME: &str = "rollgate-image-pull";
@@ -44,10 +44,10 @@ const NAME_CONFLICT_BACKOFF: Duration = Duration::from_secs(300);
 // ---------------------------------------------------------------------------------------
 
 /// Pods of `ds_uid` with a request waiting, as reconcile requests.
-fn pending_pods_of(pods: &Store<Pod>, ds_uid: &str) -> Vec<ObjectRef<Pod>> {
+fn pending_pods_of(pods: &Store<CachedPod>, ds_uid: &str) -> Vec<ObjectRef<CachedPod>> {
     pods.state()
         .into_iter()
-        .filter(|p| is_controlled_by(p, ds_uid) && has_pending_request(p))
+        .filter(|p| is_controlled_by(&**p, ds_uid) && has_pending_request(&**p))
         .map(|p| ObjectRef::from_obj(&*p))
         .collect()
 }
@@ -59,7 +59,7 @@ struct Observed {
     jobs: Vec<Job>,
 }
 
-fn observe(pod: &Pod, stores: &Stores) -> Observed {
+fn observe(pod: &CachedPod, stores: &Stores) -> Observed {
     let ns = pod.namespace().unwrap_or_default();
     let daemonset = pod
         .owner_references()
@@ -232,7 +232,12 @@ pub fn start(
     });
 
     let (pods_for_ds, pods_for_rev) = (stores.pods.clone(), stores.pods.clone());
-    let controller = Controller::for_shared_stream(watches.pod_changes(), stores.pods)
+    // The store holds every pod of the cluster; only a waiting request needs a reconcile
+    // (Job and revision changes still reach the pod through the mappers below).
+    let requests = watches
+        .pod_changes()
+        .filter(|pod| futures::future::ready(has_pending_request(&**pod)));
+    let controller = Controller::for_shared_stream(requests, stores.pods)
         .owns_shared_stream(watches.job_changes())
         // A new revision while a request waits: replan (the pull may be stale now).
         .watches_shared_stream(watches.daemonset_changes(), move |ds| {
@@ -257,7 +262,7 @@ pub fn start(
 }
 
 #[tracing::instrument(skip_all, fields(pod = %pod.name_any(), namespace = %pod.namespace().unwrap_or_default()))]
-async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(pod: Arc<CachedPod>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Cheap exit for the many DaemonSet pods nobody asked to pre-pull.
     if !has_pending_request(&pod) {
         return Ok(Action::await_change());
@@ -281,7 +286,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
 // Apply
 // ---------------------------------------------------------------------------------------
 
-async fn apply(pod: &Pod, plan: ImagePullPlan, ctx: &Context) -> Result<Action, Error> {
+async fn apply(pod: &CachedPod, plan: ImagePullPlan, ctx: &Context) -> Result<Action, Error> {
     let ns = pod.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     for job in &plan.delete_jobs {
@@ -353,7 +358,12 @@ fn jobs_namespace(jobs: &Api<Job>) -> String {
 /// Creates the pull Job. Only a create the API server accepted (2xx) is counted and
 /// announced; a 409 created nothing, so it is looked into instead (see
 /// [`classify_name_holder`]).
-async fn create_job(pod: &Pod, jobs: &Api<Job>, job: &Job, ctx: &Context) -> Result<Action, Error> {
+async fn create_job(
+    pod: &CachedPod,
+    jobs: &Api<Job>,
+    job: &Job,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let name = job.name_any();
     match jobs.create(&PostParams::default(), job).await {
         Ok(_) => {}
@@ -398,7 +408,7 @@ async fn create_job(pod: &Pod, jobs: &Api<Job>, job: &Job, ctx: &Context) -> Res
 
 /// The create answered 409: find out who holds the name, and act on that once.
 async fn resolve_name_conflict(
-    pod: &Pod,
+    pod: &CachedPod,
     jobs: &Api<Job>,
     name: &str,
     ctx: &Context,
@@ -440,7 +450,7 @@ async fn resolve_name_conflict(
 /// Returns whether the condition was written: a pod that is gone (404) or was replaced
 /// (409) was told nothing, so nothing is counted or announced.
 async fn write_condition(
-    pod: &Pod,
+    pod: &CachedPod,
     condition: &PodCondition,
     ctx: &Context,
 ) -> Result<bool, Error> {
@@ -474,7 +484,7 @@ async fn write_condition(
     }
 }
 
-async fn publish(ctx: &Context, pod: &Pod, type_: EventType, reason: &str, note: String) {
+async fn publish(ctx: &Context, pod: &CachedPod, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.into(),
@@ -544,9 +554,9 @@ mod tests {
 
     fn context(client: Client, cached_pods: &[Pod]) -> Context {
         use kube::runtime::{reflector, watcher};
-        let (pods, mut writer) = reflector::store::<Pod>();
+        let (pods, mut writer) = reflector::store::<CachedPod>();
         for pod in cached_pods {
-            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
         }
         let stores = Stores {
             pods,
@@ -628,7 +638,9 @@ mod tests {
             _ => (201, json!({})),
         });
         let ctx = context(client, &[]);
-        let action = apply(&pod, create_plan(&job), &ctx).await.unwrap();
+        let action = apply(&CachedPod::from(pod.clone()), create_plan(&job), &ctx)
+            .await
+            .unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(60)));
         assert_eq!(ctx.metrics.jobs_created.get(), 1);
         assert_eq!(events(&calls), ["Normal PullImageStarted"]);
@@ -703,7 +715,9 @@ mod tests {
                 _ => (201, json!({})),
             });
             let ctx = context(client, std::slice::from_ref(&pod));
-            let action = apply(&pod, create_plan(&ours), &ctx).await.unwrap();
+            let action = apply(&CachedPod::from(pod.clone()), create_plan(&ours), &ctx)
+                .await
+                .unwrap();
             assert_eq!(action, case.action, "{what}");
             assert_eq!(ctx.metrics.jobs_created.get(), 0, "{what}");
             assert_eq!(events(&calls), case.events, "{what}");
@@ -749,7 +763,9 @@ mod tests {
                 _ => (201, json!({})),
             });
             let ctx = context(client, &[]);
-            apply(&pod, plan.clone(), &ctx).await.unwrap();
+            apply(&CachedPod::from(pod.clone()), plan.clone(), &ctx)
+                .await
+                .unwrap();
             let counted = ctx
                 .metrics
                 .results
@@ -775,7 +791,9 @@ mod tests {
             step: Step::Nothing,
         };
         // Already gone (404) is fine.
-        apply(&pod, plan, &ctx).await.unwrap();
+        apply(&CachedPod::from(pod.clone()), plan, &ctx)
+            .await
+            .unwrap();
         let deletes = calls_to(&calls, "DELETE");
         assert_eq!(
             deletes[0].0,

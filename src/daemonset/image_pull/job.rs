@@ -32,15 +32,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, LocalObjectReference, Pod, PodSecurityContext,
+    Capabilities, Container, EmptyDirVolumeSource, LocalObjectReference, PodSecurityContext,
     PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
     Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::ResourceExt;
 
 use crate::daemonset::placement::daemonset_default_tolerations;
+use crate::watch::PodFacts;
 
 /// Every pull Job carries these labels, so the controller watches only its own Jobs.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -109,12 +109,11 @@ impl Default for PullJobSettings {
 /// so a controller that restarts, or whose cache lags, finds or re-creates the same Job
 /// instead of a second one (the create answers 409). The pod UID in the digest keeps a
 /// recreated pod of the same name, and two long pod names cut to the same prefix, apart.
-pub fn job_name(pod: &Pod, revision: &str, requested_at: &str) -> String {
-    let pod_uid = pod.uid().unwrap_or_default();
+pub fn job_name(pod: &impl PodFacts, revision: &str, requested_at: &str) -> String {
     let revision: String = revision.chars().take(MAX_REVISION_IN_NAME).collect();
-    let digest = request_digest(&pod_uid, &revision, requested_at);
+    let digest = request_digest(pod.pod_uid(), &revision, requested_at);
     let room = MAX_JOB_NAME - "imagepull-".len() - revision.len() - digest.len() - 2;
-    let pod_name: String = pod.name_any().chars().take(room).collect();
+    let pod_name: String = pod.pod_name().chars().take(room).collect();
     let pod_name = pod_name.trim_end_matches(['-', '.']);
     format!("imagepull-{pod_name}-{revision}-{digest}")
 }
@@ -134,7 +133,7 @@ fn request_digest(pod_uid: &str, revision: &str, requested_at: &str) -> String {
 
 /// The Job pulling the DaemonSet's current images on `node` for `pod`.
 pub fn build_job(
-    pod: &Pod,
+    pod: &impl PodFacts,
     daemonset: &DaemonSet,
     revision: &str,
     node: &str,
@@ -144,11 +143,11 @@ pub fn build_job(
     let template = daemonset.spec.template.spec.clone().unwrap_or_default();
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-        (POD_UID_LABEL.to_string(), pod.uid().unwrap_or_default()),
+        (POD_UID_LABEL.to_string(), pod.pod_uid().to_string()),
         (REVISION_LABEL.to_string(), revision.to_string()),
     ]);
     let annotations = BTreeMap::from([
-        (POD_NAME_ANNOTATION.to_string(), pod.name_any()),
+        (POD_NAME_ANNOTATION.to_string(), pod.pod_name().to_string()),
         (NODE_ANNOTATION.to_string(), node.to_string()),
         (REQUEST_ANNOTATION.to_string(), requested_at.to_string()),
     ]);
@@ -192,12 +191,11 @@ pub fn build_job(
         }]),
         ..minimal_container()
     };
-    let pod_spec = pod.spec.as_ref();
 
     Job {
         metadata: ObjectMeta {
             name: Some(job_name(pod, revision, requested_at)),
-            namespace: pod.namespace(),
+            namespace: pod.metadata().namespace.clone(),
             labels: Some(labels.clone()),
             annotations: Some(annotations),
             // Owned by the pod: a pod that goes away takes its pull with it. `controller`
@@ -206,8 +204,8 @@ pub fn build_job(
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Pod".into(),
-                name: pod.name_any(),
-                uid: pod.uid().unwrap_or_default(),
+                name: pod.pod_name().to_string(),
+                uid: pod.pod_uid().to_string(),
                 controller: Some(true),
                 block_owner_deletion: Some(false),
             }]),
@@ -233,8 +231,9 @@ pub fn build_job(
                     restart_policy: Some("Never".into()),
                     // The pod's identity, so registry credentials tied to it apply; the
                     // template's only for a pod that names none.
-                    service_account_name: pod_spec
-                        .and_then(|s| s.service_account_name.clone())
+                    service_account_name: pod
+                        .service_account_name()
+                        .map(str::to_string)
                         .or_else(|| template.service_account_name.clone()),
                     image_pull_secrets: pull_secrets(pod, &template),
                     tolerations: tolerations(&template),
@@ -305,20 +304,17 @@ fn minimal_container() -> Container {
 }
 
 /// The template's pull secrets, then the pod's, each name once.
-fn pull_secrets(pod: &Pod, template: &PodSpec) -> Option<Vec<LocalObjectReference>> {
-    let from_pod = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.image_pull_secrets.as_ref());
+fn pull_secrets(pod: &impl PodFacts, template: &PodSpec) -> Option<Vec<LocalObjectReference>> {
     let mut all: Vec<LocalObjectReference> = Vec::new();
-    for secret in template
+    for name in template
         .image_pull_secrets
         .iter()
         .flatten()
-        .chain(from_pod.into_iter().flatten())
+        .map(|s| s.name.as_str())
+        .chain(pod.image_pull_secrets())
     {
-        if !secret.name.is_empty() && !all.iter().any(|s| s.name == secret.name) {
-            all.push(secret.clone());
+        if !name.is_empty() && !all.iter().any(|s| s.name == name) {
+            all.push(LocalObjectReference { name: name.into() });
         }
     }
     (!all.is_empty()).then_some(all)
@@ -355,6 +351,8 @@ pub(super) mod tests {
     use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
     use crate::daemonset::testkit::{DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::apps::v1::DaemonSetStatus;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
 
     pub fn container(name: &str, image: &str) -> Container {
         Container {

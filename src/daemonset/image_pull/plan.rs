@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -22,7 +22,9 @@ use crate::daemonset::revision::{
     is_controlled_by, is_terminating, pod_node_name, CurrentRevision,
     CONTROLLER_REVISION_HASH_LABEL,
 };
-use crate::object::{annotation, label, pod_condition};
+use crate::object::{annotation, label};
+use crate::watch::pod::ConditionView;
+use crate::watch::PodFacts;
 
 /// Reason of `PodImageReady=True` once the current revision's images are on the node.
 pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
@@ -99,7 +101,7 @@ impl ImagePullPlan {
 /// only the request it was created for, so asking again after a failure starts a new
 /// pull at once while the old Job is deleted beside it.
 pub fn plan_image_pull(
-    pod: &Pod,
+    pod: &impl PodFacts,
     daemonset: Option<&DaemonSet>,
     revisions: &[ControllerRevision],
     jobs: &[Job],
@@ -252,7 +254,7 @@ pub enum NameHolder {
 /// Everything else is somebody's object: we report it instead of retrying every second.
 pub fn classify_name_holder(
     holder: &Job,
-    pod: &Pod,
+    pod: &impl PodFacts,
     pod_is_cached: impl Fn(&str) -> bool,
 ) -> NameHolder {
     let ours = label(&holder.metadata, MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
@@ -262,7 +264,7 @@ pub fn classify_name_holder(
         .owner_references()
         .iter()
         .find(|o| o.controller == Some(true) && o.kind == "Pod");
-    let pod_uid = pod.uid().unwrap_or_default();
+    let pod_uid = pod.pod_uid();
     let name = holder.name_any();
     match owner {
         Some(o) if o.uid == pod_uid && ours => NameHolder::ThisPod,
@@ -273,7 +275,7 @@ pub fn classify_name_holder(
                  delete it to let the pre-pull start"
             ),
         },
-        Some(o) if ours && (o.name == pod.name_any() || !pod_is_cached(&o.uid)) => {
+        Some(o) if ours && (o.name == pod.pod_name() || !pod_is_cached(&o.uid)) => {
             NameHolder::StalePull(JobRef::of(holder))
         }
         Some(o) => NameHolder::Conflict {
@@ -318,39 +320,35 @@ struct Request {
     requested_at: String,
 }
 
-fn pending_request(pod: &Pod) -> Option<Request> {
-    let condition = pod_condition(pod, POD_IMAGE_READY_CONDITION)?;
-    if condition.status != "False"
-        || condition.reason.as_deref() != Some(PULL_IMAGE_REQUESTED_REASON)
-    {
+fn pending_request(pod: &impl PodFacts) -> Option<Request> {
+    let condition = pod.condition(POD_IMAGE_READY_CONDITION)?;
+    if condition.status != "False" || condition.reason != Some(PULL_IMAGE_REQUESTED_REASON) {
         return None;
     }
     let hash = condition
         .message
-        .as_deref()
         .and_then(revision_in_message)
         .map(str::to_string);
     Some(Request {
         hash,
-        requested_at: request_stamp(condition),
+        requested_at: request_stamp(&condition),
     })
 }
 
 /// Whether an agent's pre-pull request on `pod` waits for an answer.
-pub fn has_pending_request(pod: &Pod) -> bool {
+pub fn has_pending_request(pod: &impl PodFacts) -> bool {
     pending_request(pod).is_some()
 }
 
-fn request_stamp(condition: &PodCondition) -> String {
+fn request_stamp(condition: &ConditionView) -> String {
     condition
         .last_transition_time
-        .as_ref()
         .map(|t| t.0.to_string())
         .unwrap_or_default()
 }
 
-fn has_daemonset_owner(pod: &Pod) -> bool {
-    pod.metadata
+fn has_daemonset_owner(pod: &impl PodFacts) -> bool {
+    pod.metadata()
         .owner_references
         .iter()
         .flatten()
@@ -390,6 +388,7 @@ mod tests {
     use crate::daemonset::image_pull::job::tests::daemonset;
     use crate::daemonset::testkit::{at, revision, PodBuilder};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     const NOW: i64 = 1_000;
@@ -459,9 +458,16 @@ mod tests {
         job
     }
 
+    /// Plans on the full pod and on its cached form: every case also proves the shared
+    /// cache keeps what this planner reads.
     fn plan(pod: &Pod, ds: Option<&DaemonSet>, jobs: &[Job]) -> ImagePullPlan {
         let revs = ds.map(revisions).unwrap_or_default();
-        plan_image_pull(pod, ds, &revs, jobs, at(NOW), &PullJobSettings::default())
+        let settings = PullJobSettings::default();
+        let full = plan_image_pull(pod, ds, &revs, jobs, at(NOW), &settings);
+        let cached = crate::watch::CachedPod::from(pod.clone());
+        let from_cache = plan_image_pull(&cached, ds, &revs, jobs, at(NOW), &settings);
+        assert_eq!(full, from_cache, "the cached pod plans differently");
+        full
     }
 
     fn step_kind(step: &Step) -> String {

@@ -1,0 +1,637 @@
+//! The pod as the shared cache keeps it: [`CachedPod`], and [`PodFacts`], what every
+//! planner reads of a pod, for both the cached and the full API object.
+//!
+//! Why a type of its own: `k8s_openapi`'s `Pod` is 2.4 kB before a single field is set
+//! (its `PodSpec` alone is 1.5 kB, each `Container` 2.3 kB), so pruning fields to `None`
+//! leaves most of the memory in place. At 10,000 pods that was 9 kB per pod. A
+//! `CachedPod` holds only what a controller reads, in boxed slices and boxed strings,
+//! and spells the common condition strings without an allocation.
+//!
+//! The store holds *every* pod (a readiness-gate controller needs Deployment pods too),
+//! so each controller picks its own pods, e.g. by controller owner reference.
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::NamespaceResourceScope;
+use serde::{Deserialize, Serialize};
+
+/// A string that is usually one of a few well-known values (condition types and
+/// statuses, phases, protocols): those cost no allocation.
+pub type Text = Cow<'static, str>;
+
+/// Values common enough in pod status to be worth spelling once per process.
+const KNOWN: &[&str] = &[
+    "True",
+    "False",
+    "Unknown",
+    "Ready",
+    "ContainersReady",
+    "Initialized",
+    "PodScheduled",
+    "PodReadyToStartContainers",
+    "DisruptionTarget",
+    "PodNeedUpgrade",
+    "PodImageReady",
+    "PullImageRequested",
+    "PullImageSuccess",
+    "PullImageFail",
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "TCP",
+    "UDP",
+    "SCTP",
+    "ContainersNotReady",
+    "ReadinessGatesNotReady",
+    "PodCompleted",
+];
+
+/// `value` as a [`Text`]: borrowed when it is a known value, else owned.
+pub fn text(value: String) -> Text {
+    match KNOWN.iter().find(|known| **known == value) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(value),
+    }
+}
+
+/// One pod condition, borrowed from either pod type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConditionView<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: Option<&'a str>,
+    pub message: Option<&'a str>,
+    pub last_transition_time: Option<&'a Time>,
+}
+
+/// One container port, borrowed from either pod type (named `targetPort` resolution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortView<'a> {
+    pub container: &'a str,
+    pub name: Option<&'a str>,
+    pub container_port: i32,
+    /// `TCP` when the pod does not say.
+    pub protocol: &'a str,
+}
+
+/// What controllers read of a pod. Implemented for the cached [`CachedPod`] and for the
+/// API's `Pod`, so planners run on either and tests can prove they decide the same.
+pub trait PodFacts {
+    fn metadata(&self) -> &ObjectMeta;
+    /// `spec.nodeName`, when set and not empty.
+    fn node_name(&self) -> Option<&str>;
+    /// The node a pending DaemonSet pod is meant for: the single value of its required
+    /// node-affinity `matchFields` term on `metadata.name` (none when there are several
+    /// differing ones, which the DaemonSet controller never writes).
+    fn affinity_node(&self) -> Option<&str>;
+    fn service_account_name(&self) -> Option<&str>;
+    /// `spec.imagePullSecrets` names, in order.
+    fn image_pull_secrets(&self) -> impl Iterator<Item = &str>;
+    /// `spec.readinessGates` condition types.
+    fn readiness_gates(&self) -> impl Iterator<Item = &str>;
+    /// Every container's ports (not init containers': Services cannot target those).
+    fn container_ports(&self) -> impl Iterator<Item = PortView<'_>>;
+    /// Container name and image, in spec order.
+    fn container_images(&self) -> impl Iterator<Item = (&str, Option<&str>)>;
+    /// Container name and `ready`, from `status.containerStatuses`.
+    fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)>;
+    fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>>;
+    fn pod_ip(&self) -> Option<&str>;
+    fn phase(&self) -> Option<&str>;
+
+    fn pod_name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
+    fn pod_namespace(&self) -> &str {
+        self.metadata().namespace.as_deref().unwrap_or_default()
+    }
+    fn pod_uid(&self) -> &str {
+        self.metadata().uid.as_deref().unwrap_or_default()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        crate::object::label(self.metadata(), key)
+    }
+    /// The pod's condition of this type, if any.
+    fn condition(&self, type_: &str) -> Option<ConditionView<'_>> {
+        self.conditions().find(|c| c.type_ == type_)
+    }
+    /// Whether the pod's condition of this type has status `True`.
+    fn condition_is_true(&self, type_: &str) -> bool {
+        self.condition(type_).is_some_and(|c| c.status == "True")
+    }
+    /// The node the pod runs on or, while pending, the node it is meant for.
+    fn node_or_affinity_node(&self) -> Option<&str> {
+        self.node_name().or_else(|| self.affinity_node())
+    }
+    /// It has a deletion timestamp: going away, whatever its conditions say.
+    fn is_terminating(&self) -> bool {
+        self.metadata().deletion_timestamp.is_some()
+    }
+}
+
+/// Planners take pods from the store (`Arc`) or borrowed; both read through.
+macro_rules! forward_pod_facts {
+    ($($wrapper:ty),*) => {$(
+impl<T: PodFacts> PodFacts for $wrapper {
+    fn metadata(&self) -> &ObjectMeta {
+        (**self).metadata()
+    }
+    fn node_name(&self) -> Option<&str> {
+        (**self).node_name()
+    }
+    fn affinity_node(&self) -> Option<&str> {
+        (**self).affinity_node()
+    }
+    fn service_account_name(&self) -> Option<&str> {
+        (**self).service_account_name()
+    }
+    fn image_pull_secrets(&self) -> impl Iterator<Item = &str> {
+        (**self).image_pull_secrets()
+    }
+    fn readiness_gates(&self) -> impl Iterator<Item = &str> {
+        (**self).readiness_gates()
+    }
+    fn container_ports(&self) -> impl Iterator<Item = PortView<'_>> {
+        (**self).container_ports()
+    }
+    fn container_images(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        (**self).container_images()
+    }
+    fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)> {
+        (**self).container_readiness()
+    }
+    fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
+        (**self).conditions()
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        (**self).pod_ip()
+    }
+    fn phase(&self) -> Option<&str> {
+        (**self).phase()
+    }
+}
+    )*};
+}
+forward_pod_facts!(std::sync::Arc<T>, &T);
+
+/// A pod as the shared cache keeps it. Build one with `CachedPod::from(pod)`.
+///
+/// `metadata` keeps name, namespace, UID, resourceVersion, labels (Service selectors,
+/// revision hashes), owner references, creation and deletion timestamps and the
+/// deletion grace period; annotations, finalizers and managedFields are dropped.
+///
+/// It is a `kube::Resource` of kind Pod, so reflector stores and controllers take it as
+/// they take a `Pod`. Its serde form is its own (camelCase fields), not a v1 Pod.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPod {
+    pub metadata: ObjectMeta,
+    pub node_name: Option<Box<str>>,
+    /// See [`PodFacts::affinity_node`]; only kept while `node_name` is unset.
+    pub affinity_node: Option<Box<str>>,
+    pub service_account_name: Option<Box<str>>,
+    pub image_pull_secrets: Box<[Box<str>]>,
+    pub readiness_gates: Box<[Box<str>]>,
+    pub containers: Box<[CachedContainer]>,
+    pub container_readiness: Box<[ContainerReadiness]>,
+    pub conditions: Box<[CachedCondition]>,
+    pub pod_ip: Option<Box<str>>,
+    pub phase: Option<Text>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedContainer {
+    pub name: Box<str>,
+    pub image: Option<Box<str>>,
+    pub ports: Box<[CachedPort]>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPort {
+    pub name: Option<Box<str>>,
+    pub container_port: i32,
+    pub protocol: Option<Text>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerReadiness {
+    pub name: Box<str>,
+    pub ready: bool,
+}
+
+/// A pod condition without `lastProbeTime` and `observedGeneration` (nothing reads them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedCondition {
+    #[serde(rename = "type")]
+    pub type_: Text,
+    pub status: Text,
+    pub reason: Option<Text>,
+    pub message: Option<Box<str>>,
+    pub last_transition_time: Option<Time>,
+}
+
+fn boxed(s: String) -> Box<str> {
+    s.into_boxed_str()
+}
+
+/// The metadata every cached object keeps (see [`CachedPod`]).
+pub(crate) fn slim_meta(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: meta.labels,
+        owner_references: meta.owner_references,
+        creation_timestamp: meta.creation_timestamp,
+        deletion_timestamp: meta.deletion_timestamp,
+        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+        ..Default::default()
+    }
+}
+
+impl From<Pod> for CachedPod {
+    fn from(pod: Pod) -> Self {
+        let affinity_node = match pod.node_name() {
+            Some(_) => None,
+            None => pod.affinity_node().map(Box::from),
+        };
+        let spec = pod.spec.unwrap_or_default();
+        let status = pod.status.unwrap_or_default();
+        CachedPod {
+            metadata: slim_meta(pod.metadata),
+            node_name: spec.node_name.filter(|n| !n.is_empty()).map(boxed),
+            affinity_node,
+            service_account_name: spec.service_account_name.map(boxed),
+            image_pull_secrets: spec
+                .image_pull_secrets
+                .into_iter()
+                .flatten()
+                .map(|s| boxed(s.name))
+                .collect(),
+            readiness_gates: spec
+                .readiness_gates
+                .into_iter()
+                .flatten()
+                .map(|g| boxed(g.condition_type))
+                .collect(),
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| CachedContainer {
+                    name: boxed(c.name),
+                    image: c.image.map(boxed),
+                    ports: c
+                        .ports
+                        .into_iter()
+                        .flatten()
+                        .map(|p| CachedPort {
+                            name: p.name.map(boxed),
+                            container_port: p.container_port,
+                            protocol: p.protocol.map(text),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            container_readiness: status
+                .container_statuses
+                .into_iter()
+                .flatten()
+                .map(|s| ContainerReadiness {
+                    name: boxed(s.name),
+                    ready: s.ready,
+                })
+                .collect(),
+            conditions: status
+                .conditions
+                .into_iter()
+                .flatten()
+                .map(|c| CachedCondition {
+                    type_: text(c.type_),
+                    status: text(c.status),
+                    reason: c.reason.map(text),
+                    message: c.message.map(boxed),
+                    last_transition_time: c.last_transition_time,
+                })
+                .collect(),
+            pod_ip: status.pod_ip.map(boxed),
+            phase: status.phase.map(text),
+        }
+    }
+}
+
+impl kube::Resource for CachedPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::VERSION.into()
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::API_VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl PodFacts for CachedPod {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+    fn affinity_node(&self) -> Option<&str> {
+        self.affinity_node.as_deref()
+    }
+    fn service_account_name(&self) -> Option<&str> {
+        self.service_account_name.as_deref()
+    }
+    fn image_pull_secrets(&self) -> impl Iterator<Item = &str> {
+        self.image_pull_secrets.iter().map(|s| &**s)
+    }
+    fn readiness_gates(&self) -> impl Iterator<Item = &str> {
+        self.readiness_gates.iter().map(|s| &**s)
+    }
+    fn container_ports(&self) -> impl Iterator<Item = PortView<'_>> {
+        self.containers.iter().flat_map(|c| {
+            c.ports.iter().map(move |p| PortView {
+                container: &c.name,
+                name: p.name.as_deref(),
+                container_port: p.container_port,
+                protocol: p.protocol.as_deref().unwrap_or("TCP"),
+            })
+        })
+    }
+    fn container_images(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        self.containers
+            .iter()
+            .map(|c| (&*c.name, c.image.as_deref()))
+    }
+    fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.container_readiness.iter().map(|s| (&*s.name, s.ready))
+    }
+    fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
+        self.conditions.iter().map(|c| ConditionView {
+            type_: &c.type_,
+            status: &c.status,
+            reason: c.reason.as_deref(),
+            message: c.message.as_deref(),
+            last_transition_time: c.last_transition_time.as_ref(),
+        })
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        self.pod_ip.as_deref()
+    }
+    fn phase(&self) -> Option<&str> {
+        self.phase.as_deref()
+    }
+}
+
+impl PodFacts for Pod {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.spec
+            .as_ref()?
+            .node_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+    }
+    fn affinity_node(&self) -> Option<&str> {
+        let terms = &self
+            .spec
+            .as_ref()?
+            .affinity
+            .as_ref()?
+            .node_affinity
+            .as_ref()?
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()?
+            .node_selector_terms;
+        let mut targeted = terms
+            .iter()
+            .flat_map(|term| term.match_fields.iter().flatten())
+            .filter(|r| r.key == "metadata.name" && r.operator == "In")
+            .filter_map(|r| match r.values.as_deref() {
+                Some([single]) => Some(single.as_str()),
+                _ => None,
+            });
+        let node = targeted.next()?;
+        targeted.all(|other| other == node).then_some(node)
+    }
+    fn service_account_name(&self) -> Option<&str> {
+        self.spec.as_ref()?.service_account_name.as_deref()
+    }
+    fn image_pull_secrets(&self) -> impl Iterator<Item = &str> {
+        self.spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|s| s.name.as_str())
+    }
+    fn readiness_gates(&self) -> impl Iterator<Item = &str> {
+        self.spec
+            .iter()
+            .flat_map(|s| s.readiness_gates.iter().flatten())
+            .map(|g| g.condition_type.as_str())
+    }
+    fn container_ports(&self) -> impl Iterator<Item = PortView<'_>> {
+        self.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .flat_map(|c| {
+                c.ports.iter().flatten().map(move |p| PortView {
+                    container: &c.name,
+                    name: p.name.as_deref(),
+                    container_port: p.container_port,
+                    protocol: p.protocol.as_deref().unwrap_or("TCP"),
+                })
+            })
+    }
+    fn container_images(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        self.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| (c.name.as_str(), c.image.as_deref()))
+    }
+    fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .map(|s| (s.name.as_str(), s.ready))
+    }
+    fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
+        self.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| ConditionView {
+                type_: &c.type_,
+                status: &c.status,
+                reason: c.reason.as_deref(),
+                message: c.message.as_deref(),
+                last_transition_time: c.last_transition_time.as_ref(),
+            })
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.pod_ip.as_deref()
+    }
+    fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn kubelet_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-01T00:10:00Z", "deletionGracePeriodSeconds": 30,
+                "labels": {"app": "web", "pod-template-hash": "abc"},
+                "annotations": {"big": "x".repeat(2000)},
+                "finalizers": ["example.com/keep"],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "rs", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "serviceAccountName": "web",
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [
+                    {"name": "app", "image": "nginx:1", "ports": [{"name": "http", "containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+                     "env": [{"name": "A", "value": "b"}], "volumeMounts": [{"name": "v", "mountPath": "/v"}]},
+                    {"name": "sidecar", "image": "envoy:2"}
+                ],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "tolerations": [{"operator": "Exists"}],
+                "readinessGates": [{"conditionType": "service.readiness.alibabacloud.com/web"}]
+            },
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": "gate not ready", "lastTransitionTime": "2026-01-01T00:00:00Z", "lastProbeTime": null},
+                    {"type": "service.readiness.alibabacloud.com/web", "status": "False", "reason": "BackendNotHealthy"}
+                ],
+                "containerStatuses": [
+                    {"name": "app", "ready": true, "restartCount": 0, "image": "nginx:1", "imageID": "x"},
+                    {"name": "sidecar", "ready": false, "restartCount": 3, "image": "envoy:2", "imageID": "y"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    /// Every fact read through `PodFacts`, as plain data, to compare the two types.
+    fn facts(p: &impl PodFacts) -> serde_json::Value {
+        let conditions: Vec<_> = p
+            .conditions()
+            .map(|c| {
+                (
+                    c.type_,
+                    c.status,
+                    c.reason,
+                    c.message,
+                    c.last_transition_time.map(|t| t.0.to_string()),
+                )
+            })
+            .collect();
+        let ports: Vec<_> = p
+            .container_ports()
+            .map(|p| (p.container, p.name, p.container_port, p.protocol))
+            .collect();
+        serde_json::json!({
+            "meta": p.metadata(),
+            "node": p.node_name(), "affinity_node": p.affinity_node(),
+            "account": p.service_account_name(),
+            "secrets": p.image_pull_secrets().collect::<Vec<_>>(),
+            "gates": p.readiness_gates().collect::<Vec<_>>(),
+            "ports": ports,
+            "images": p.container_images().collect::<Vec<_>>(),
+            "ready": p.container_readiness().collect::<Vec<_>>(),
+            "conditions": conditions,
+            "ip": p.pod_ip(), "phase": p.phase(),
+        })
+    }
+
+    #[test]
+    fn a_cached_pod_answers_every_fact_as_the_full_pod_does() {
+        let full = kubelet_pod();
+        let cached = CachedPod::from(full.clone());
+        let mut expected = facts(&full);
+        // The metadata the cache drops on purpose.
+        expected["meta"] = serde_json::to_value(slim_meta(full.metadata.clone())).unwrap();
+        assert_eq!(facts(&cached), expected);
+        assert_eq!(cached.pod_name(), "web-1");
+        assert_eq!(cached.label("app"), Some("web"));
+        assert!(cached.is_terminating());
+        assert_eq!(cached.metadata.deletion_grace_period_seconds, Some(30));
+        assert!(cached.metadata.annotations.is_none());
+        assert!(cached.metadata.managed_fields.is_none());
+        assert!(cached.metadata.finalizers.is_none());
+        assert_eq!(
+            cached.container_ports().nth(1).map(|p| p.protocol),
+            Some("UDP")
+        );
+        assert_eq!(
+            cached.container_ports().next().map(|p| p.protocol),
+            Some("TCP")
+        );
+    }
+
+    #[test]
+    fn common_condition_strings_are_not_allocated() {
+        let cached = CachedPod::from(kubelet_pod());
+        let ready = &cached.conditions[0];
+        assert!(matches!(ready.type_, Cow::Borrowed("Ready")));
+        assert!(matches!(ready.status, Cow::Borrowed("False")));
+        assert!(matches!(
+            ready.reason,
+            Some(Cow::Borrowed("ReadinessGatesNotReady"))
+        ));
+        assert!(matches!(cached.conditions[1].type_, Cow::Owned(_)));
+    }
+
+    #[test]
+    fn a_pending_daemonset_pod_keeps_the_node_it_is_meant_for() {
+        use crate::daemonset::testkit::{DaemonSetBuilder, PodBuilder};
+        let ds = DaemonSetBuilder::new("agent").build();
+        let pending = PodBuilder::new("q", &ds).pending_for_node("edge-2").build();
+        let cached = CachedPod::from(pending);
+        assert_eq!(cached.node_or_affinity_node(), Some("edge-2"));
+        assert_eq!(cached.node_name(), None);
+        let bound = CachedPod::from(PodBuilder::new("p", &ds).on_node("edge-1").build());
+        assert_eq!(bound.node_or_affinity_node(), Some("edge-1"));
+        assert_eq!(bound.affinity_node, None);
+    }
+
+    #[test]
+    fn a_cached_pod_is_a_fraction_of_a_pod() {
+        let inline = std::mem::size_of::<CachedPod>();
+        assert!(
+            inline * 3 < std::mem::size_of::<Pod>(),
+            "CachedPod is {inline} bytes inline"
+        );
+    }
+}
