@@ -196,7 +196,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let mut progress = Progress::default();
     let mut ready_nodes = Vec::new();
     for (&node, pods) in &pods_by_node {
-        match nodes.get(node).map(|n| is_node_ready(n)) {
+        match nodes.get(node).map(is_node_ready) {
             None => progress.missing_nodes_skipped.push(node.to_string()),
             Some(false) => {
                 progress.total_nodes += 1;
