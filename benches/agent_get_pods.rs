@@ -207,6 +207,29 @@ async fn measure(
         multi.latencies.len()
     ));
     let (rss, hwm) = agent.memory_kib()?;
+    let gzip_bytes = gzip_size(addr).await?;
+
+    let sorted = |run: &Run| {
+        let mut l = run.latencies.clone();
+        l.sort_unstable();
+        l
+    };
+    let (l1, l8) = (sorted(&single), sorted(&multi));
+    let ms = |v: u64| json!((v as f64 / 10.0).round() / 100.0);
+    support::merge_bench_results(&[
+        ("agent.pods", json!(want)),
+        ("agent.body_bytes", json!(body_bytes)),
+        ("agent.gzip_bytes", json!(gzip_bytes)),
+        ("agent.get_pods_p50_ms", ms(pct(&l1, 50.0))),
+        ("agent.get_pods_p99_ms", ms(pct(&l1, 99.0))),
+        ("agent.get_pods_p50_ms_8conn", ms(pct(&l8, 50.0))),
+        ("agent.get_pods_p99_ms_8conn", ms(pct(&l8, 99.0))),
+        ("agent.connections", json!(params.connections)),
+        (
+            "agent.peak_rss_mb",
+            json!((hwm.max(idle_hwm) as f64 / 102.4).round() / 10.0),
+        ),
+    ])?;
 
     let mut out = String::new();
     out.push_str("== agent_get_pods: rollgate agent GET /pods ==\n");
@@ -263,6 +286,32 @@ async fn measure(
     }
     out.push_str(&format!("agent log: {}\n", agent.log.display()));
     Ok(out)
+}
+
+/// The size of the body when the client asks for gzip (edge links are thin).
+async fn gzip_size(addr: SocketAddr) -> Result<usize, String> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .write_all(b"GET /pods HTTP/1.1\r\nHost: agent\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .await
+        .map_err(|e| e.to_string())?;
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no end of headers in the gzip answer")?
+        + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    if !head.contains("content-encoding: gzip") {
+        return Err("the agent did not answer gzip to Accept-Encoding: gzip".into());
+    }
+    Ok(raw.len() - head_end)
 }
 
 struct Run {

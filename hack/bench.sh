@@ -1,29 +1,47 @@
 #!/usr/bin/env bash
 # Benchmarks on a local control plane of their own (target/bench-cluster, its own ports),
-# torn down on exit. Results are printed and written to target/bench-results.txt.
+# torn down on exit. Each bench merges its figures into target/bench/results.json; then
+# `report` prints the Markdown table of every section (also target/bench/results.md) and
+# draws the plots (target/bench/*.png). What the benches print goes to
+# target/bench/results.txt.
 #
-#   rollout_makespan  AdvancedRollingUpdate of 200 nodes at max-unavailable 10% (issue 3)
-#   agent_get_pods    the node agent's GET /pods with 110 pods under load (issue 4)
-#   footprint         the controller's memory and CPU at 1,000 nodes x 10 DaemonSets (issue 10)
-#   gates             500 gated pods pending at once behind one CLB (emulator) (issue 9)
+#   rollout         DaemonSet rollouts at 200 and 1,000 nodes beside native RollingUpdate,
+#                   and beside OpenYurt's yurt-manager when its binary is there (issues 12, 13)
+#   agent_get_pods  the node agent's GET /pods with 110 pods under load
+#   footprint       the controller's memory and CPU at 1,000 nodes x 10 DaemonSets
+#   gates           the readiness-gate controller (when benches/gates.rs exists)
 #
-# Environment (all optional): BENCHES (default "rollout_makespan agent_get_pods footprint gates"),
-# BENCH_CLUSTER_DIR / BENCH_APISERVER_PORT / BENCH_ETCD_PORT (below), and the
-# knobs each bench documents at its top (ROLLGATE_BENCH_*).
+# Environment (all optional):
+#   BENCHES            which benches (default: all of the above that exist; BENCH_QUICK: rollout)
+#   BENCH_QUICK=1      a reduced run (50 nodes, 1 s pod start) in a few minutes
+#   YURT_MANAGER       OpenYurt's yurt-manager (default ../shared/baselines/openyurt-v1.7.0/yurt-manager)
+#   BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT, BENCH_ETCD_PORT   the bench's control plane
+#                      (target/bench-cluster, 36643, 32579), so two clones can bench side by side
+#   POD_START_DELAY_MS, POD_STOP_DELAY_MS, NODE_GRACE_SECONDS   the simulated nodes (3000, 500, 20)
+#   ROLLGATE_BENCH_OUT the results folder (target/bench)
+#   and the knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-BENCHES=${BENCHES:-"rollout_makespan agent_get_pods footprint gates"}
-# BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT and BENCH_ETCD_PORT move the bench's control
-# plane, so two clones on one machine can bench side by side.
+default_benches="rollout agent_get_pods footprint"
+[ -f benches/gates.rs ] && default_benches="$default_benches gates"
+[ "${BENCH_QUICK:-}" = 1 ] && default_benches="rollout"
+BENCHES=${BENCHES:-$default_benches}
 export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}
 export APISERVER_PORT=${BENCH_APISERVER_PORT:-36643} ETCD_PORT=${BENCH_ETCD_PORT:-32579}
-export POD_START_DELAY_MS=3000 POD_STOP_DELAY_MS=500
-results=$repo/target/bench-results.txt
+export POD_START_DELAY_MS=${POD_START_DELAY_MS:-3000} POD_STOP_DELAY_MS=${POD_STOP_DELAY_MS:-500}
+# 20 s: shorter grace periods make nodes flap NotReady when the machine is loaded
+# (kwok renews the Leases late), which stalls every rollout on them.
+export NODE_GRACE_SECONDS=${NODE_GRACE_SECONDS:-20}
+export ROLLGATE_BENCH_OUT=${ROLLGATE_BENCH_OUT:-$repo/target/bench}
+mkdir -p "$ROLLGATE_BENCH_OUT"
+results=$ROLLGATE_BENCH_OUT/results.txt
 log() { printf '[bench] %s\n' "$*" >&2; }
 
+PATH="$(bash "$here/build-control-plane.sh"):$PATH"
+export PATH
 log "building release"
 cargo build --release --locked -p rollgate -p lb-emulator --bins
 
@@ -40,7 +58,7 @@ export ROLLGATE_BENCH_STOP_DELAY_MS=$POD_STOP_DELAY_MS
 } >"$results"
 status=0
 for bench in $BENCHES; do
-  log "running $bench"
+  log "running $bench (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   # Only the bench's report goes to the results (stdout); its narrative stays on stderr.
   if ! cargo bench --locked --bench "$bench" | tee -a "$results"; then
     log "$bench FAILED"
@@ -49,5 +67,7 @@ for bench in $BENCHES; do
   fi
   echo >>"$results"
 done
-log "results written to $results"
+log "the table and the plots"
+cargo bench --locked --bench report | tee -a "$results" || status=1
+log "results in $ROLLGATE_BENCH_OUT (results.json, results.md, results.txt, *.png)"
 exit $status

@@ -49,6 +49,13 @@ log "e2e tests"
 cargo build -p lb-emulator --locked --bin lb-emulator
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked --test '*' -- --nocapture
 
+# The benchmark harness, reduced (50 nodes, 1 s pod start; debug build, so its figures
+# say nothing about the product): it fails only when a measurement cannot be made, so the
+# harness cannot rot. Includes yurt-manager's side when its binary is there (YURT_MANAGER).
+log "benchmark harness, quick run (BENCH_QUICK=1; results in target/bench-quick)"
+BENCH_QUICK=1 ROLLGATE_BENCH_OUT=$repo/target/bench-quick cargo test -p rollgate --locked --bench rollout
+ROLLGATE_BENCH_OUT=$repo/target/bench-quick cargo test -p rollgate --locked --bench report
+
 log "waiting for the static musl build (hack/musl-check.sh)"
 if ! wait "$musl_pid"; then
   cat "$musl_log" >&2

@@ -906,10 +906,15 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String>
     }
 }
 
-/// The benches' machine-readable results: `target/bench/results.json`, one flat object
+/// The benches' machine-readable results: `target/bench/results.json` (the folder is
+/// `ROLLGATE_BENCH_OUT` when set, e.g. for the quick run of `make test`), one flat object
 /// keyed `<bench>.<figure>`.
 pub fn bench_results_path() -> PathBuf {
-    repo_root().join("target/bench/results.json")
+    std::env::var_os("ROLLGATE_BENCH_OUT")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/bench"))
+        .join("results.json")
 }
 
 /// Merges `entries` into the results file (creating it), keeping other benches' keys.

@@ -1,0 +1,726 @@
+//! The benchmarks' summary: reads `results.json` and `timelines.json` from `target/bench`
+//! (`ROLLGATE_BENCH_OUT`), prints a Markdown table of every section, also written to
+//! `results.md`, and draws the rollout plots as PNG files beside them.
+//!
+//! It reads whatever keys the benches wrote: a section whose keys are absent or null
+//! says so, with the reason its bench gave (`<section>.reason`) when there is one.
+//! Text in the plots needs a TrueType font: `ROLLGATE_BENCH_FONT`, else the first of a few
+//! common system fonts (Debian's fonts-dejavu-core); without one, the plots are skipped
+//! and the table says why.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use plotters::prelude::*;
+use serde_json::Value;
+
+type Results = BTreeMap<String, Value>;
+
+fn out_dir() -> PathBuf {
+    std::env::var_os("ROLLGATE_BENCH_OUT")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(table) => {
+            println!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("report: ERROR: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<String, String> {
+    let dir = out_dir();
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("reading {}: {e} (run the benches first)", path.display()))?;
+    let results: Results = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a JSON object: {e}", path.display()))?;
+    let timelines: Value = std::fs::read_to_string(dir.join("timelines.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let plots = match find_font() {
+        Ok(font) => draw_plots(&dir, &timelines, font),
+        Err(why) => Err(why),
+    };
+    let table = table(&results, &plots);
+    let md = dir.join("results.md");
+    std::fs::write(&md, &table).map_err(|e| format!("writing {}: {e}", md.display()))?;
+    Ok(format!("{table}\n(written to {})", md.display()))
+}
+
+// ---------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------
+
+fn get<'a>(r: &'a Results, key: &str) -> Option<&'a Value> {
+    r.get(key).filter(|v| !v.is_null())
+}
+
+fn num(r: &Results, key: &str) -> Option<f64> {
+    get(r, key).and_then(Value::as_f64)
+}
+
+/// A figure with its unit, or why there is none.
+fn show(r: &Results, key: &str, unit: &str) -> String {
+    match get(r, key) {
+        Some(Value::Number(n)) => format!("{n}{unit}"),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => "null".into(),
+    }
+}
+
+/// PASS, or MISS with by how much.
+fn verdict(value: Option<f64>, target: f64, lower_is_better: bool) -> String {
+    match value {
+        None => "-".into(),
+        Some(v) if (lower_is_better && v <= target) || (!lower_is_better && v >= target) => {
+            "PASS".into()
+        }
+        Some(v) => format!("**MISS** by {:.0}%", ((v / target) - 1.0).abs() * 100.0),
+    }
+}
+
+fn reason(r: &Results, section: &str) -> String {
+    get(r, &format!("{section}.reason"))
+        .and_then(Value::as_str)
+        .map(|s| format!(": {s}"))
+        .unwrap_or_else(|| ": its bench did not run in this results file".into())
+}
+
+fn section_absent(r: &Results, section: &str) -> bool {
+    !r.iter().any(|(k, v)| {
+        k.starts_with(&format!("{section}.")) && !k.ends_with(".reason") && !v.is_null()
+    })
+}
+
+fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
+    let mut t = String::from("# rollgate benchmarks\n\n");
+    t.push_str(&machine_line(r));
+    rollout_section(&mut t, r, "rollout");
+    let mut sizes: Vec<String> = r
+        .keys()
+        .filter_map(|k| {
+            k.strip_prefix("rollout.")?
+                .split_once("_nodes.")
+                .map(|(n, _)| n.to_string())
+        })
+        .collect();
+    sizes.dedup();
+    for n in sizes {
+        rollout_section(&mut t, r, &format!("rollout.{n}_nodes"));
+    }
+    openyurt_section(&mut t, r);
+    simple_section(
+        &mut t,
+        r,
+        "gates",
+        "Readiness gates",
+        &[
+            ("gates.pods", "gated pods", "", None),
+            ("gates.flip_p50_s", "flip latency p50", " s", None),
+            (
+                "gates.flip_p99_s",
+                "flip latency p99",
+                " s",
+                Some((2.0, true)),
+            ),
+            ("gates.mutating_calls", "mutating cloud calls", "", None),
+            (
+                "gates.min_healthy_with_gates",
+                "min healthy backends, with gates",
+                "",
+                None,
+            ),
+            (
+                "gates.min_healthy_without_gates",
+                "min healthy backends, without gates",
+                "",
+                None,
+            ),
+        ],
+    );
+    simple_section(
+        &mut t,
+        r,
+        "footprint",
+        "Controller footprint",
+        &[
+            ("footprint.nodes", "nodes", "", None),
+            ("footprint.pods", "pods", "", None),
+            (
+                "footprint.controller_peak_rss_mb",
+                "controller peak RSS",
+                " MiB",
+                Some((64.0, true)),
+            ),
+            ("footprint.controller_cpu_s", "controller CPU", " s", None),
+            ("footprint.bytes_per_pod", "bytes per pod", "", None),
+            ("footprint.bytes_per_node", "bytes per node", "", None),
+        ],
+    );
+    simple_section(
+        &mut t,
+        r,
+        "agent",
+        "Node agent GET /pods (110 pods)",
+        &[
+            ("agent.get_pods_p50_ms", "p50, 1 connection", " ms", None),
+            ("agent.get_pods_p99_ms", "p99, 1 connection", " ms", None),
+            (
+                "agent.get_pods_p99_ms_8conn",
+                "p99, 8 connections",
+                " ms",
+                Some((2.0, true)),
+            ),
+            ("agent.gzip_bytes", "body gzip-compressed", " B", None),
+            (
+                "agent.peak_rss_mb",
+                "agent peak RSS",
+                " MiB",
+                Some((20.0, true)),
+            ),
+        ],
+    );
+    t.push_str("\n## Plots\n\n");
+    match plots {
+        Ok(files) if files.is_empty() => t.push_str("no timelines in this results folder\n"),
+        Ok(files) => {
+            for f in files {
+                let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                t.push_str(&format!("- `{}`\n", f.display()));
+                let _ = name;
+            }
+        }
+        Err(why) => t.push_str(&format!("plots skipped: {why}\n")),
+    }
+    t
+}
+
+fn machine_line(r: &Results) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or("?".into(), |kib| format!("{:.0}", kib / 1024.0 / 1024.0));
+    let quick = get(r, "rollout.quick").and_then(Value::as_bool) == Some(true);
+    format!(
+        "Machine: {cores} cores, {mem_gib} GiB; control plane, simulated nodes, controllers and load clients share it. \
+         Load average during the rollouts: {} before, {} after.{}\n",
+        show(r, "rollout.load_average_before", ""),
+        show(r, "rollout.load_average_after", ""),
+        if quick {
+            " **Quick run** (reduced sizes and delays; figures check the harness, not the product)."
+        } else {
+            ""
+        }
+    )
+}
+
+fn rollout_section(t: &mut String, r: &Results, p: &str) {
+    let k = |name: &str| format!("{p}.{name}");
+    let Some(nodes) = num(r, &k("nodes")) else {
+        if p == "rollout" {
+            t.push_str(&format!(
+                "\n## DaemonSet rollout\n\nnot measured{}\n",
+                reason(r, "rollout")
+            ));
+        }
+        return;
+    };
+    t.push_str(&format!(
+        "\n## DaemonSet rollout, {nodes} nodes, budget {} (10%), pod start {} ms, stop {} ms\n\n",
+        show(r, &k("budget"), ""),
+        show(r, &k("pod_start_delay_ms"), ""),
+        show(r, &k("pod_stop_delay_ms"), ""),
+    ));
+    t.push_str("| scenario / figure | measured | baseline or ideal | ratio | target | result |\n|---|---|---|---|---|---|\n");
+    let vs_native = num(r, &k("vs_native_ratio"));
+    t.push_str(&format!(
+        "| (b) rollgate AdvancedRollingUpdate vs (a) native RollingUpdate, all Ready | {} | {} | {} | ≤ 1.0 | {} |\n",
+        show(r, &k("makespan_s"), " s"),
+        show(r, &k("native_makespan_s"), " s"),
+        show(r, &k("vs_native_ratio"), ""),
+        verdict(vs_native, 1.0, true),
+    ));
+    let vs_ideal = num(r, &k("makespan_ratio"));
+    t.push_str(&format!(
+        "| (b) vs ideal batches × (start + stop) | {} | {} | {} | ≤ 1.10 | {} |\n",
+        show(r, &k("makespan_s"), " s"),
+        show(r, &k("ideal_s"), " s"),
+        show(r, &k("makespan_ratio"), ""),
+        verdict(vs_ideal, 1.10, true),
+    ));
+    t.push_str(&format!(
+        "| (a) native vs ideal | {} | {} | {} | (reference) | |\n",
+        show(r, &k("native_makespan_s"), " s"),
+        show(r, &k("ideal_s"), " s"),
+        show(r, &k("native_makespan_ratio"), ""),
+    ));
+    t.push_str(&format!(
+        "| batch gap (new pod available → next deletion) p50 / p99 | {} / {} | native {} / {} | | | |\n",
+        show(r, &k("batch_gap_p50_ms"), " ms"),
+        show(r, &k("batch_gap_p99_ms"), " ms"),
+        show(r, &k("native_batch_gap_p50_ms"), " ms"),
+        show(r, &k("native_batch_gap_p99_ms"), " ms"),
+    ));
+    t.push_str(&format!(
+        "| controller's share of the critical path | {} ({}) | native {} | | | |\n",
+        num(r, &k("controller_share")).map_or("null".into(), |v| format!("{:.1}%", v * 100.0)),
+        show(r, &k("controller_critical_s"), " s"),
+        num(r, &k("native_controller_share"))
+            .map_or("null".into(), |v| format!("{:.1}%", v * 100.0)),
+    ));
+    t.push_str(&format!(
+        "| peak unavailable Ready nodes (b), (c); budget violations | {}, {}; {} | budget {} | | 0 violations | {} |\n",
+        show(r, &k("peak_unavailable"), ""),
+        show(r, &k("notready_peak_unavailable"), ""),
+        show(r, &k("budget_violations"), ""),
+        show(r, &k("budget"), ""),
+        match num(r, &k("budget_violations")) {
+            Some(0.0) => "PASS".to_string(),
+            Some(_) => "**MISS**".to_string(),
+            None => "-".to_string(),
+        }
+    ));
+    t.push_str(&format!(
+        "| (c) rollgate, {} nodes NotReady, tolerate-all: makespan on the Ready nodes | {} | | | completes | {} |\n",
+        show(r, &k("notready_nodes"), ""),
+        show(r, &k("notready_makespan_s"), " s"),
+        if num(r, &k("notready_makespan_s")).is_some() { "PASS" } else { "**MISS** (did not complete)" },
+    ));
+    t.push_str(&format!(
+        "| (d) native with the same NotReady nodes, after as long as (c) took | {} of {} Ready nodes updated in {} | | | | |\n",
+        show(r, &k("native_notready_updated"), ""),
+        show(r, &k("native_notready_ready_nodes"), ""),
+        show(r, &k("native_notready_watched_s"), " s"),
+    ));
+}
+
+fn openyurt_section(t: &mut String, r: &Results) {
+    let v = "vs_openyurt";
+    t.push_str("\n## Side by side with OpenYurt yurt-manager (daemonpodupdater)\n\n");
+    if let Some(why) = get(r, &format!("{v}.reason")).and_then(Value::as_str) {
+        t.push_str(&format!("not measured: {why}\n"));
+        return;
+    }
+    if section_absent(r, v) {
+        t.push_str(&format!("not measured{}\n", reason(r, v)));
+        return;
+    }
+    t.push_str(&format!(
+        "{} nodes, budget {}; yurt-manager `{}` (OpenYurt v1.7.0 unless `YURT_MANAGER` says otherwise), least-privilege RBAC; one controller running at a time, one independent budget watcher.\n\n",
+        show(r, &format!("{v}.nodes"), ""),
+        show(r, &format!("{v}.budget"), ""),
+        show(r, &format!("{v}.yurt_manager"), ""),
+    ));
+    t.push_str("| figure | rollgate | yurt-manager | better |\n|---|---|---|---|\n");
+    // A null makespan next to a measured rollout means it did not finish; any other
+    // null means not measured.
+    let finished = |key: &str| {
+        let rollout = key.strip_suffix(".makespan_s")?;
+        get(r, &format!("{rollout}.updated")).map(|_| get(r, key).is_some())
+    };
+    let row = |t: &mut String, label: &str, rk: &str, ok: &str, unit: &str, lower: bool| {
+        let (a, b) = (num(r, rk), num(r, ok));
+        let better = match (a, b, finished(rk), finished(ok)) {
+            (Some(a), Some(b), ..) if (a - b).abs() < 1e-9 => "same".to_string(),
+            (Some(a), Some(b), ..) => {
+                if (a < b) == lower {
+                    "rollgate".into()
+                } else {
+                    "**yurt-manager**".into()
+                }
+            }
+            (Some(_), None, _, Some(false)) => "rollgate (yurt-manager did not finish)".into(),
+            (None, Some(_), Some(false), _) => "**yurt-manager** (rollgate did not finish)".into(),
+            _ => "-".into(),
+        };
+        t.push_str(&format!(
+            "| {label} | {} | {} | {better} |\n",
+            show(r, rk, unit),
+            show(r, ok, unit)
+        ));
+    };
+    row(
+        t,
+        "(a) AdvancedRollingUpdate, all Ready: makespan",
+        &format!("{v}.aru_makespan_s.rollgate"),
+        &format!("{v}.aru_makespan_s.openyurt"),
+        " s",
+        true,
+    );
+    for (shape, label) in [
+        ("tolerate_all", "tolerate-all"),
+        ("tolerate_none", "tolerate-none"),
+    ] {
+        let k = |who: &str, f: &str| format!("{v}.notready_{shape}.{who}.{f}");
+        row(
+            t,
+            &format!("(b) 10% NotReady, {label}: makespan on the Ready nodes"),
+            &k("rollgate", "makespan_s"),
+            &k("openyurt", "makespan_s"),
+            " s",
+            true,
+        );
+        row(
+            t,
+            &format!(
+                "(b) {label}: peak unavailable Ready nodes (budget {})",
+                show(r, &format!("{v}.budget"), "")
+            ),
+            &k("rollgate", "peak_unavailable"),
+            &k("openyurt", "peak_unavailable"),
+            "",
+            true,
+        );
+        row(
+            t,
+            &format!("(b) {label}: budget violations"),
+            &k("rollgate", "budget_violations"),
+            &k("openyurt", "budget_violations"),
+            "",
+            true,
+        );
+    }
+    row(
+        t,
+        "(c) cut-off node back: node Ready → pod upgraded, p50",
+        &format!("{v}.comeback_p50_s.rollgate"),
+        &format!("{v}.comeback_p50_s.openyurt"),
+        " s",
+        true,
+    );
+    row(
+        t,
+        "(c) the same, max",
+        &format!("{v}.comeback_max_s.rollgate"),
+        &format!("{v}.comeback_max_s.openyurt"),
+        " s",
+        true,
+    );
+    row(
+        t,
+        "(d) OTA: new revision → PodNeedUpgrade=True on every pod",
+        &format!("{v}.ota_all_marked_s.rollgate"),
+        &format!("{v}.ota_all_marked_s.openyurt"),
+        " s",
+        true,
+    );
+    row(
+        t,
+        "(d) pods still carrying PodNeedUpgrade 10 s after the DaemonSet stops being OTA",
+        &format!("{v}.ota_left_behind.rollgate"),
+        &format!("{v}.ota_left_behind.openyurt"),
+        "",
+        true,
+    );
+    row(
+        t,
+        "(e) peak RSS of the controller process",
+        &format!("{v}.peak_rss_mb.rollgate"),
+        &format!("{v}.peak_rss_mb.openyurt"),
+        " MiB",
+        true,
+    );
+    row(
+        t,
+        "(e) CPU seconds during (a)",
+        &format!("{v}.cpu_s_aru.rollgate"),
+        &format!("{v}.cpu_s_aru.openyurt"),
+        " s",
+        true,
+    );
+    row(
+        t,
+        "(e) CPU seconds during (b), both shapes",
+        &format!("{v}.cpu_s_notready.rollgate"),
+        &format!("{v}.cpu_s_notready.openyurt"),
+        " s",
+        true,
+    );
+    if let Some(p) = get(r, &format!("{v}.partial")).and_then(Value::as_str) {
+        t.push_str(&format!("\nPartial: {p}.\n"));
+    }
+}
+
+/// (key, label, unit, target and whether lower is better).
+type Row<'a> = (&'a str, &'a str, &'a str, Option<(f64, bool)>);
+
+/// A section of figures another bench owns: each shown, or null with the reason.
+fn simple_section(t: &mut String, r: &Results, section: &str, title: &str, rows: &[Row]) {
+    t.push_str(&format!("\n## {title}\n\n"));
+    if section_absent(r, section) {
+        t.push_str(&format!("null: not measured{}\n", reason(r, section)));
+        return;
+    }
+    t.push_str("| figure | measured | target | result |\n|---|---|---|---|\n");
+    for (key, label, unit, target) in rows {
+        let (target_text, result) = match target {
+            Some((v, lower)) => (
+                format!("{} {v}{unit}", if *lower { "≤" } else { "≥" }),
+                verdict(num(r, key), *v, *lower),
+            ),
+            None => (String::new(), String::new()),
+        };
+        t.push_str(&format!(
+            "| {label} | {} | {target_text} | {result} |\n",
+            show(r, key, unit)
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The plots
+// ---------------------------------------------------------------------------------------
+
+fn find_font() -> Result<&'static [u8], String> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("ROLLGATE_BENCH_FONT")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    candidates.extend(
+        [
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        ]
+        .map(PathBuf::from),
+    );
+    for path in &candidates {
+        if let Ok(bytes) = std::fs::read(path) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{} is not a usable TrueType font", path.display()))?;
+            return Ok(bytes);
+        }
+    }
+    Err(
+        "no TrueType font found (set ROLLGATE_BENCH_FONT, or install Debian's fonts-dejavu-core)"
+            .into(),
+    )
+}
+
+/// (time s, updated, unavailable) points of one rollout.
+fn samples(rollout: &Value) -> Vec<(f64, f64, f64)> {
+    rollout["samples"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| Some((s[0].as_f64()?, s[1].as_f64()?, s[2].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A step line: each value holds until the next sample.
+fn steps(points: &[(f64, f64)], until: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2 + 1);
+    for (i, &(t, v)) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((t, points[i - 1].1));
+        }
+        out.push((t, v));
+    }
+    if let Some(&(_, v)) = points.last() {
+        out.push((until, v));
+    }
+    out
+}
+
+fn draw_plots(dir: &Path, timelines: &Value, _font: &'static [u8]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let Some(sizes) = timelines.as_object() else {
+        return Ok(files);
+    };
+    for (size, t) in sizes {
+        let rollouts = &t["rollouts"];
+        let nodes = t["nodes"].as_f64().unwrap_or(0.0);
+        let budget = t["budget"].as_f64().unwrap_or(1.0);
+        let batch_s = t["batch_s"].as_f64().unwrap_or(1.0);
+        let updated: Vec<(&str, &str)> = ["a", "b", "c", "d", "yurt-a"]
+            .into_iter()
+            .filter_map(|k| Some((k, rollouts[k]["label"].as_str()?)))
+            .collect();
+        if !updated.is_empty() {
+            let path = dir.join(format!("rollout-{size}-nodes.png"));
+            plot_updated(&path, size, rollouts, &updated, nodes, budget, batch_s)
+                .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+            files.push(path);
+        }
+        let notready: Vec<(&str, &str)> = ["c", "c-none", "yurt-c", "yurt-c-none"]
+            .into_iter()
+            .filter_map(|k| Some((k, rollouts[k]["label"].as_str()?)))
+            .collect();
+        if notready.iter().any(|(k, _)| k.starts_with("yurt")) {
+            let path = dir.join(format!("vs-openyurt-notready-{size}-nodes.png"));
+            plot_unavailable(&path, size, rollouts, &notready, budget)
+                .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn plot_updated(
+    path: &Path,
+    size: &str,
+    rollouts: &Value,
+    keys: &[(&str, &str)],
+    nodes: f64,
+    budget: f64,
+    batch_s: f64,
+) -> DrawResult {
+    let until = keys
+        .iter()
+        .filter_map(|(k, _)| rollouts[*k]["watched_s"].as_f64())
+        .fold(batch_s, f64::max)
+        * 1.05;
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("DaemonSet rollout, {size} nodes, budget {budget}: nodes updated over time"),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..until, 0f64..nodes * 1.05)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the new revision")
+        .y_desc("nodes with an available new pod")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    // The ideal: every batch takes exactly start + stop.
+    let batches = (nodes / budget).ceil() as usize;
+    let ideal: Vec<(f64, f64)> = (0..=batches)
+        .map(|k| (k as f64 * batch_s, (k as f64 * budget).min(nodes)))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(
+            steps(&ideal, batches as f64 * batch_s),
+            BLACK.stroke_width(1),
+        ))?
+        .label("ideal: batches × (start + stop)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    for (i, (key, label)) in keys.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let points: Vec<(f64, f64)> = samples(&rollouts[*key])
+            .into_iter()
+            .map(|(t, u, _)| (t, u))
+            .collect();
+        let end = rollouts[*key]["watched_s"].as_f64().unwrap_or(until);
+        let text = match rollouts[*key]["makespan_s"].as_f64() {
+            Some(m) => format!("({key}) {label}: {m:.1} s"),
+            None => format!("({key}) {label}: incomplete after {end:.1} s"),
+        };
+        chart
+            .draw_series(LineSeries::new(steps(&points, end), color.stroke_width(2)))?
+            .label(text)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn plot_unavailable(
+    path: &Path,
+    size: &str,
+    rollouts: &Value,
+    keys: &[(&str, &str)],
+    budget: f64,
+) -> DrawResult {
+    let until = keys
+        .iter()
+        .filter_map(|(k, _)| rollouts[*k]["watched_s"].as_f64())
+        .fold(1.0, f64::max)
+        * 1.05;
+    let peak = keys
+        .iter()
+        .flat_map(|(k, _)| samples(&rollouts[*k]))
+        .map(|(_, _, u)| u)
+        .fold(budget, f64::max);
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("10% of {size} nodes NotReady: unavailable Ready nodes during the rollout"),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..until, 0f64..(peak * 1.3).ceil())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the new revision")
+        .y_desc("Ready nodes without an available pod")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, budget), (until, budget)],
+            BLACK.stroke_width(2),
+        ))?
+        .label(format!("budget ({budget})"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    for (i, (key, label)) in keys.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let points: Vec<(f64, f64)> = samples(&rollouts[*key])
+            .into_iter()
+            .map(|(t, _, u)| (t, u))
+            .collect();
+        let end = rollouts[*key]["watched_s"].as_f64().unwrap_or(until);
+        chart
+            .draw_series(LineSeries::new(steps(&points, end), color.stroke_width(2)))?
+            .label(label.to_string())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,923 @@
+//! DaemonSet rollouts at fleet size, each beside a real baseline measured in the same run
+//! (issues 12 and 13), on the local control plane's simulated nodes.
+//!
+//! At every size (`ROLLGATE_BENCH_SIZES`, default "200 1000"), on the same nodes, with the
+//! same budget and pod start/stop delays:
+//! - (a) Kubernetes' own RollingUpdate, `maxUnavailable` = the budget, all nodes Ready;
+//! - (b) rollgate AdvancedRollingUpdate, all nodes Ready;
+//! - (c) rollgate with 10% of the nodes NotReady (heartbeat loss), tolerate-all DaemonSet;
+//! - (d) the native rolling update with the same NotReady nodes, watched as long as (c)
+//!   took: how far it got.
+//!
+//! At the first size, when yurt-manager is there (`YURT_MANAGER`, default the shared
+//! OpenYurt v1.7.0 baseline), the same under it (`vs_openyurt.*`): AdvancedRollingUpdate
+//! all Ready; 10% NotReady with a tolerate-all and a tolerate-none DaemonSet (rollgate
+//! too); the cut-off nodes coming back; OTA marking and what is left when a DaemonSet
+//! stops being OTA; each controller's memory and CPU. One controller process runs at a
+//! time. One budget watcher (watcher.rs), which knows neither controller, watches every
+//! scenario.
+//!
+//! Environment: `ROLLGATE_BENCH_SIZES`, `ROLLGATE_BENCH_MAX_UNAVAILABLE` (10%),
+//! `ROLLGATE_BENCH_POD_DELAY_MS` (3000), `ROLLGATE_BENCH_STOP_DELAY_MS` (500: the
+//! cluster's POD_STOP_DELAY_MS, for the ideal), `ROLLGATE_BENCH_NOT_READY_PERCENT` (10),
+//! `YURT_MANAGER`, `BENCH_QUICK=1` (50 nodes, pod delay 1 s, (a) (b) (c) and yurt-manager's
+//! (a) and (b): the harness check `make test` runs), `ROLLGATE_TEST_KUBECONFIG`.
+//!
+//! Results: `results.json` (`rollout.*`, `vs_openyurt.*`) and `timelines.json` (for the
+//! plots) in `target/bench` (`ROLLGATE_BENCH_OUT`). A MISS is a result; the process fails
+//! only when a measurement could not be made.
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod analysis;
+mod controllers;
+mod scenario;
+mod watcher;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use serde_json::{json, Value};
+use support::{bench_main, env_or, note, TestNodes};
+
+use controllers::{ControllerUnderTest, Usage, Which};
+use scenario::{Prepared, Rollout, Setup, Shape, Strategy};
+
+struct Params {
+    sizes: Vec<usize>,
+    max_unavailable: String,
+    pod_delay: Duration,
+    stop_delay: Duration,
+    not_ready_percent: usize,
+    quick: bool,
+    yurt: Result<std::path::PathBuf, String>,
+}
+
+impl Params {
+    fn from_env() -> Result<Self, String> {
+        let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+        let sizes_text: String = env_or(
+            "ROLLGATE_BENCH_SIZES",
+            if quick { "50" } else { "200 1000" }.to_string(),
+        )?;
+        let sizes = sizes_text
+            .split([' ', ','])
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 10)
+                    .ok_or_else(|| format!("ROLLGATE_BENCH_SIZES: {s:?} is not a node count >= 10"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if sizes.is_empty() {
+            return Err("ROLLGATE_BENCH_SIZES is empty".into());
+        }
+        Ok(Params {
+            sizes,
+            max_unavailable: env_or("ROLLGATE_BENCH_MAX_UNAVAILABLE", "10%".to_string())?,
+            pod_delay: Duration::from_millis(env_or(
+                "ROLLGATE_BENCH_POD_DELAY_MS",
+                if quick { 1000u64 } else { 3000 },
+            )?),
+            stop_delay: Duration::from_millis(env_or("ROLLGATE_BENCH_STOP_DELAY_MS", 500u64)?),
+            not_ready_percent: env_or("ROLLGATE_BENCH_NOT_READY_PERCENT", 10usize)?,
+            quick,
+            yurt: controllers::yurt_manager_binary(),
+        })
+    }
+
+    /// The budget in nodes, the way both controllers and Kubernetes read it
+    /// (percentages round up).
+    fn budget(&self, nodes: usize) -> Result<usize, String> {
+        let budget = match self.max_unavailable.strip_suffix('%') {
+            Some(pct) => {
+                let pct: usize = pct
+                    .parse()
+                    .map_err(|_| format!("bad percentage {:?}", self.max_unavailable))?;
+                (nodes * pct).div_ceil(100)
+            }
+            None => self
+                .max_unavailable
+                .parse()
+                .map_err(|_| format!("bad count {:?}", self.max_unavailable))?,
+        };
+        Ok(budget.clamp(1, nodes.max(1)))
+    }
+}
+
+fn main() -> ExitCode {
+    bench_main("rollout", Params::from_env(), run)
+}
+
+/// Everything measured at one size.
+#[derive(Default)]
+struct SizeResults {
+    nodes: usize,
+    budget: usize,
+    native: Option<Rollout>,
+    rollgate: Option<Rollout>,
+    rollgate_not_ready: Option<Rollout>,
+    native_not_ready: Option<Rollout>,
+    rollgate_not_ready_none: Option<Rollout>,
+    yurt: Option<Rollout>,
+    yurt_not_ready: Option<Rollout>,
+    yurt_not_ready_none: Option<Rollout>,
+    comeback: BTreeMap<&'static str, Vec<Option<Duration>>>,
+    ota: BTreeMap<&'static str, (Option<Duration>, usize, usize)>,
+    /// Per controller: peak RSS, CPU seconds during its all-Ready AdvancedRollingUpdate,
+    /// CPU seconds during its NotReady rollouts.
+    usage: BTreeMap<&'static str, (f64, Option<f64>, Option<f64>)>,
+    /// Why a part was not measured.
+    skipped: Vec<String>,
+}
+
+async fn run(params: Params) -> Result<String, String> {
+    let client = support::client().await;
+    let started = Instant::now();
+    let load_before = load_average();
+    let out_dir = support::bench_results_path()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let mut all = Vec::new();
+    let mut load_after = load_before.clone();
+    let mut path = support::bench_results_path();
+    for (i, &n) in params.sizes.iter().enumerate() {
+        let with_yurt = i == 0 && params.yurt.is_ok();
+        let results = run_size(&client, &params, n, with_yurt).await?;
+        all.push(results);
+        // Written after every size: a long run cut short keeps what it measured.
+        load_after = load_average();
+        write_timelines(&out_dir, &params, &all)?;
+        let entries = result_entries(&params, &all, &load_before, &load_after);
+        let borrowed: Vec<(&str, Value)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        path = support::merge_bench_results(&borrowed)?;
+    }
+    let mut report = report(&params, &all);
+    report.push_str(&format!(
+        "\nload average before {load_before}, after {load_after}; {:.0} s in all; results in {}\n",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    ));
+    Ok(report)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A generous limit for a rollout that should complete: ten times the ideal, at least 2 min.
+fn rollout_timeout(params: &Params, nodes: usize, budget: usize) -> Duration {
+    let batches = nodes.div_ceil(budget) as u32;
+    ((params.pod_delay + params.stop_delay) * batches * 10).max(Duration::from_secs(120))
+}
+
+async fn run_size(
+    client: &Client,
+    params: &Params,
+    n: usize,
+    with_yurt: bool,
+) -> Result<SizeResults, String> {
+    let budget = params.budget(n)?;
+    note(format!(
+        "== {n} nodes, max-unavailable {} (budget {budget}) ==",
+        params.max_unavailable
+    ));
+    note(format!("creating {n} simulated nodes"));
+    let nodes = TestNodes::create(client, "bench", n).await;
+    let selector = nodes.selector();
+    let setup = Setup {
+        client,
+        owner: &nodes.owner,
+        selector: &selector,
+        nodes: n,
+        max_unavailable: &params.max_unavailable,
+        budget,
+        pod_delay: params.pod_delay,
+    };
+    // Spread over the name order (rollgate deletes in ascending node name).
+    let cut_count = (n * params.not_ready_percent).div_ceil(100).min(n - 1);
+    let step = n / cut_count.max(1);
+    let cut: Vec<String> = (0..cut_count)
+        .map(|i| nodes.names[i * step + step / 2].clone())
+        .collect();
+    let timeout = rollout_timeout(params, n, budget);
+    let mut r = SizeResults {
+        nodes: n,
+        budget,
+        ..Default::default()
+    };
+    let outcome = measure_size(params, &setup, &nodes, &cut, timeout, with_yurt, &mut r).await;
+    // Heartbeats back on, whatever happened, before the nodes go.
+    for node in &cut {
+        nodes.set_heartbeat(node, true).await;
+    }
+    nodes.cleanup().await;
+    outcome?;
+    Ok(r)
+}
+
+async fn measure_size(
+    params: &Params,
+    setup: &Setup<'_>,
+    nodes: &TestNodes,
+    cut: &[String],
+    timeout: Duration,
+    with_yurt: bool,
+    r: &mut SizeResults,
+) -> Result<(), String> {
+    let n = setup.nodes;
+    let aru = |tolerate_all| Shape {
+        strategy: Strategy::Advanced,
+        tolerate_all,
+    };
+    let native_shape = Shape {
+        strategy: Strategy::Native,
+        tolerate_all: true,
+    };
+    let ota_shape = Shape {
+        strategy: Strategy::Ota,
+        tolerate_all: true,
+    };
+    let full = !params.quick;
+    let vs_openyurt_full = with_yurt && full;
+
+    // ---- all nodes Ready ----
+    let a = setup
+        .prepare(&format!("{n}/a-native"), native_shape)
+        .await?;
+    r.native = Some(a.roll(timeout, None).await?);
+    a.cleanup().await;
+
+    let b = setup.prepare(&format!("{n}/b-rollgate"), aru(true)).await?;
+    let rollgate = ControllerUnderTest::start(Which::Rollgate, &format!("{n}-ready")).await?;
+    let cpu0 = rollgate.usage().cpu_s;
+    r.rollgate = Some(b.roll(timeout, None).await?);
+    let aru_cpu = rollgate.usage().cpu_s - cpu0;
+    b.cleanup().await;
+    if vs_openyurt_full {
+        let ota = setup
+            .prepare(&format!("{n}/ota-rollgate"), ota_shape)
+            .await?;
+        r.ota
+            .insert("rollgate", ota.ota(timeout, Duration::from_secs(10)).await?);
+        ota.cleanup().await;
+    }
+    let usage = rollgate.stop();
+    r.usage
+        .insert("rollgate", (usage.peak_rss_mb, Some(aru_cpu), None));
+
+    if with_yurt {
+        let y = setup.prepare(&format!("{n}/a-openyurt"), aru(true)).await?;
+        let yurt = ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-ready")).await?;
+        let cpu0 = yurt.usage().cpu_s;
+        r.yurt = Some(y.roll(timeout, None).await?);
+        let aru_cpu = yurt.usage().cpu_s - cpu0;
+        y.cleanup().await;
+        if vs_openyurt_full {
+            let ota = setup
+                .prepare(&format!("{n}/ota-openyurt"), ota_shape)
+                .await?;
+            r.ota
+                .insert("openyurt", ota.ota(timeout, Duration::from_secs(10)).await?);
+            ota.cleanup().await;
+        }
+        let usage = yurt.stop();
+        r.usage
+            .insert("openyurt", (usage.peak_rss_mb, Some(aru_cpu), None));
+    }
+
+    // ---- 10% of the nodes NotReady ----
+    // Every DaemonSet runs before the cut, as in the field: the network drops, then a new
+    // version is released.
+    let c = setup
+        .prepare(&format!("{n}/c-rollgate-notready"), aru(true))
+        .await?;
+    let d = if full {
+        Some(
+            setup
+                .prepare(&format!("{n}/d-native-notready"), native_shape)
+                .await?,
+        )
+    } else {
+        None
+    };
+    let rg_none = if with_yurt {
+        Some(
+            setup
+                .prepare(&format!("{n}/rollgate-notready-tolerate-none"), aru(false))
+                .await?,
+        )
+    } else {
+        None
+    };
+    let (y_all, y_none) = if with_yurt {
+        (
+            Some(
+                setup
+                    .prepare(&format!("{n}/openyurt-notready"), aru(true))
+                    .await?,
+            ),
+            Some(
+                setup
+                    .prepare(&format!("{n}/openyurt-notready-tolerate-none"), aru(false))
+                    .await?,
+            ),
+        )
+    } else {
+        (None, None)
+    };
+    note(format!("cutting the heartbeat of {} nodes", cut.len()));
+    for node in cut {
+        nodes.set_heartbeat(node, false).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while c.watcher.nodes_are(cut, false) < cut.len() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {} of {} cut-off nodes went NotReady within 120 s",
+                c.watcher.nodes_are(cut, false),
+                cut.len()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The node-lifecycle controller marks their pods not Ready right after.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    note(format!("{} nodes NotReady", cut.len()));
+
+    let rollgate = ControllerUnderTest::start(Which::Rollgate, &format!("{n}-notready")).await?;
+    let cpu0 = rollgate.usage().cpu_s;
+    let rc = c.roll(timeout, None).await?;
+    let c_took = rc.makespan.unwrap_or(rc.watched);
+    r.rollgate_not_ready = Some(rc);
+    if let Some(p) = &rg_none {
+        r.rollgate_not_ready_none = Some(p.roll(timeout, None).await?);
+    }
+    let notready_cpu = rollgate.usage().cpu_s - cpu0;
+    let usage = rollgate.stop();
+    merge_usage(r, "rollgate", usage, notready_cpu);
+
+    if let Some(d) = d {
+        r.native_not_ready = Some(d.roll(timeout, Some(c_took)).await?);
+        d.cleanup().await;
+    }
+
+    if let (Some(ya), Some(yn)) = (&y_all, &y_none) {
+        let yurt = ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-notready")).await?;
+        let cpu0 = yurt.usage().cpu_s;
+        r.yurt_not_ready = Some(ya.roll(timeout, None).await?);
+        r.yurt_not_ready_none = Some(yn.roll(timeout, None).await?);
+        let notready_cpu = yurt.usage().cpu_s - cpu0;
+        let usage = yurt.stop();
+        merge_usage(r, "openyurt", usage, notready_cpu);
+    }
+
+    // ---- the cut-off nodes come back: half with rollgate running, half with yurt-manager ----
+    if vs_openyurt_full {
+        let (first, second): (Vec<String>, Vec<String>) = {
+            let mut first = Vec::new();
+            let mut second = Vec::new();
+            for (i, node) in cut.iter().enumerate() {
+                if i % 2 == 0 {
+                    first.push(node.clone());
+                } else {
+                    second.push(node.clone());
+                }
+            }
+            (first, second)
+        };
+        let comeback_timeout = Duration::from_secs(90);
+        let rollgate =
+            ControllerUnderTest::start(Which::Rollgate, &format!("{n}-comeback")).await?;
+        let restored = Instant::now();
+        note(format!(
+            "heartbeat back on {} nodes (rollgate running)",
+            first.len()
+        ));
+        for node in &first {
+            nodes.set_heartbeat(node, true).await;
+        }
+        let mut times = c.comeback(&first, restored, comeback_timeout).await;
+        if let Some(p) = &rg_none {
+            times.extend(p.comeback(&first, restored, comeback_timeout).await);
+        }
+        r.comeback.insert("rollgate", times);
+        drop(rollgate);
+        if let (Some(ya), Some(yn)) = (&y_all, &y_none) {
+            let yurt =
+                ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-comeback")).await?;
+            let restored = Instant::now();
+            note(format!(
+                "heartbeat back on {} nodes (yurt-manager running)",
+                second.len()
+            ));
+            for node in &second {
+                nodes.set_heartbeat(node, true).await;
+            }
+            let mut times = ya.comeback(&second, restored, comeback_timeout).await;
+            times.extend(yn.comeback(&second, restored, comeback_timeout).await);
+            r.comeback.insert("openyurt", times);
+            drop(yurt);
+        }
+    } else if with_yurt {
+        r.skipped
+            .push("comeback and OTA: not in the quick run".to_string());
+    }
+    // Pods on cut-off nodes only go away once their node is back.
+    for node in cut {
+        nodes.set_heartbeat(node, true).await;
+    }
+    let cleanups = [Some(c), rg_none, y_all, y_none]
+        .into_iter()
+        .flatten()
+        .map(Prepared::cleanup);
+    futures::future::join_all(cleanups).await;
+    Ok(())
+}
+
+fn merge_usage(r: &mut SizeResults, who: &'static str, usage: Usage, notready_cpu: f64) {
+    let entry = r.usage.entry(who).or_insert((0.0, None, None));
+    entry.0 = entry.0.max(usage.peak_rss_mb);
+    entry.2 = Some(notready_cpu);
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures
+// ---------------------------------------------------------------------------------------
+
+fn secs(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| {
+        json!((d.as_secs_f64() * 100.0).round() / 100.0)
+    })
+}
+
+fn round(v: f64, digits: i32) -> Value {
+    let f = 10f64.powi(digits);
+    json!((v * f).round() / f)
+}
+
+/// The ideal makespan with the stop delay: batches x (start + stop).
+fn ideal(params: &Params, nodes: usize, budget: usize) -> Duration {
+    (params.pod_delay + params.stop_delay) * nodes.div_ceil(budget) as u32
+}
+
+fn ms_percentile(sorted: &[Duration], p: f64) -> Value {
+    analysis::percentile(sorted, p).map_or(Value::Null, |d| round(d.as_secs_f64() * 1000.0, 1))
+}
+
+fn ratio(a: Option<Duration>, b: Option<Duration>) -> Value {
+    match (a, b) {
+        (Some(a), Some(b)) if !b.is_zero() => round(a.as_secs_f64() / b.as_secs_f64(), 3),
+        _ => Value::Null,
+    }
+}
+
+fn comeback_stats(times: &[Option<Duration>]) -> (Value, Value, usize) {
+    let mut done: Vec<Duration> = times.iter().flatten().copied().collect();
+    done.sort();
+    let missing = times.len() - done.len();
+    let p50 = analysis::percentile(&done, 50.0);
+    let max = done.last().copied();
+    (secs(p50), secs(max), missing)
+}
+
+/// A yurt-manager rollout only counts when the binary was there.
+fn measured_only(measured: bool, r: &Option<Rollout>) -> Option<&Rollout> {
+    r.as_ref().filter(|_| measured)
+}
+
+fn result_entries(
+    params: &Params,
+    all: &[SizeResults],
+    load_before: &str,
+    load_after: &str,
+) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = Vec::new();
+    let mut put = |k: String, v: Value| out.push((k, v));
+    for (i, s) in all.iter().enumerate() {
+        let prefix = if i == 0 {
+            "rollout".to_string()
+        } else {
+            format!("rollout.{}_nodes", s.nodes)
+        };
+        let ideal = ideal(params, s.nodes, s.budget);
+        let b = s.rollgate.as_ref();
+        let a = s.native.as_ref();
+        let b_make = b.and_then(|r| r.makespan);
+        let a_make = a.and_then(|r| r.makespan);
+        let gaps = b
+            .map(|r| analysis::batch_gaps(&r.events))
+            .unwrap_or_default();
+        let native_gaps = a
+            .map(|r| analysis::batch_gaps(&r.events))
+            .unwrap_or_default();
+        let path = b.map(|r| analysis::critical_path(&r.events));
+        let native_path = a.map(|r| analysis::critical_path(&r.events));
+        put(format!("{prefix}.nodes"), json!(s.nodes));
+        put(format!("{prefix}.budget"), json!(s.budget));
+        put(format!("{prefix}.makespan_s"), secs(b_make));
+        put(format!("{prefix}.native_makespan_s"), secs(a_make));
+        put(format!("{prefix}.vs_native_ratio"), ratio(b_make, a_make));
+        put(format!("{prefix}.ideal_s"), secs(Some(ideal)));
+        put(
+            format!("{prefix}.makespan_ratio"),
+            ratio(b_make, Some(ideal)),
+        );
+        put(
+            format!("{prefix}.native_makespan_ratio"),
+            ratio(a_make, Some(ideal)),
+        );
+        put(
+            format!("{prefix}.batch_gap_p50_ms"),
+            ms_percentile(&gaps, 50.0),
+        );
+        put(
+            format!("{prefix}.batch_gap_p99_ms"),
+            ms_percentile(&gaps, 99.0),
+        );
+        put(
+            format!("{prefix}.native_batch_gap_p50_ms"),
+            ms_percentile(&native_gaps, 50.0),
+        );
+        put(
+            format!("{prefix}.native_batch_gap_p99_ms"),
+            ms_percentile(&native_gaps, 99.0),
+        );
+        put(
+            format!("{prefix}.controller_share"),
+            path.and_then(|p| p.controller_share())
+                .map_or(Value::Null, |v| round(v, 3)),
+        );
+        put(
+            format!("{prefix}.controller_critical_s"),
+            path.map_or(Value::Null, |p| round(p.controller.as_secs_f64(), 2)),
+        );
+        put(
+            format!("{prefix}.native_controller_share"),
+            native_path
+                .and_then(|p| p.controller_share())
+                .map_or(Value::Null, |v| round(v, 3)),
+        );
+        put(
+            format!("{prefix}.notready_makespan_s"),
+            secs(s.rollgate_not_ready.as_ref().and_then(|r| r.makespan)),
+        );
+        put(
+            format!("{prefix}.notready_nodes"),
+            json!((s.nodes * params.not_ready_percent).div_ceil(100)),
+        );
+        match &s.native_not_ready {
+            Some(d) => {
+                put(
+                    format!("{prefix}.native_notready_watched_s"),
+                    secs(Some(d.watched)),
+                );
+                put(
+                    format!("{prefix}.native_notready_updated"),
+                    json!(d.updated),
+                );
+                put(
+                    format!("{prefix}.native_notready_ready_nodes"),
+                    json!(d.ready_nodes),
+                );
+            }
+            None => {
+                put(format!("{prefix}.native_notready_watched_s"), Value::Null);
+                put(format!("{prefix}.native_notready_updated"), Value::Null);
+                put(format!("{prefix}.native_notready_ready_nodes"), Value::Null);
+            }
+        }
+        put(
+            format!("{prefix}.peak_unavailable"),
+            b.map_or(Value::Null, |r| json!(r.peak_unavailable)),
+        );
+        put(
+            format!("{prefix}.notready_peak_unavailable"),
+            s.rollgate_not_ready
+                .as_ref()
+                .map_or(Value::Null, |r| json!(r.peak_unavailable)),
+        );
+        put(
+            format!("{prefix}.budget_violations"),
+            json!([&s.rollgate, &s.rollgate_not_ready]
+                .iter()
+                .filter_map(|r| r.as_ref())
+                .map(|r| r.violations)
+                .sum::<usize>()),
+        );
+        put(
+            format!("{prefix}.pod_start_delay_ms"),
+            json!(params.pod_delay.as_millis() as u64),
+        );
+        put(
+            format!("{prefix}.pod_stop_delay_ms"),
+            json!(params.stop_delay.as_millis() as u64),
+        );
+    }
+    put("rollout.quick".into(), json!(params.quick));
+    put("rollout.load_average_before".into(), json!(load_before));
+    put("rollout.load_average_after".into(), json!(load_after));
+
+    // ---- vs OpenYurt (first size) ----
+    let first = &all[0];
+    let v = "vs_openyurt";
+    match &params.yurt {
+        Err(reason) => {
+            put(format!("{v}.reason"), json!(reason));
+            put(format!("{v}.yurt_manager"), Value::Null);
+        }
+        Ok(path) => {
+            put(format!("{v}.reason"), Value::Null);
+            put(
+                format!("{v}.yurt_manager"),
+                json!(path.display().to_string()),
+            );
+        }
+    }
+    let measured = params.yurt.is_ok();
+    put(format!("{v}.nodes"), json!(first.nodes));
+    put(format!("{v}.budget"), json!(first.budget));
+    let rg = first.rollgate.as_ref().and_then(|r| r.makespan);
+    let oy = measured_only(measured, &first.yurt).and_then(|r| r.makespan);
+    put(format!("{v}.aru_makespan_s.rollgate"), secs(rg));
+    put(format!("{v}.aru_makespan_s.openyurt"), secs(oy));
+    put(format!("{v}.aru_ratio"), ratio(rg, oy).clone());
+    let oy_gaps = measured_only(measured, &first.yurt)
+        .map(|r| analysis::batch_gaps(&r.events))
+        .unwrap_or_default();
+    put(
+        format!("{v}.aru_batch_gap_p50_ms.openyurt"),
+        ms_percentile(&oy_gaps, 50.0),
+    );
+    put(
+        format!("{v}.aru_batch_gap_p99_ms.openyurt"),
+        ms_percentile(&oy_gaps, 99.0),
+    );
+    for (shape, rg, oy) in [
+        (
+            "tolerate_all",
+            &first.rollgate_not_ready,
+            &first.yurt_not_ready,
+        ),
+        (
+            "tolerate_none",
+            &first.rollgate_not_ready_none,
+            &first.yurt_not_ready_none,
+        ),
+    ] {
+        for (who, r) in [
+            ("rollgate", rg.as_ref()),
+            ("openyurt", measured_only(measured, oy)),
+        ] {
+            let k = format!("{v}.notready_{shape}.{who}");
+            put(format!("{k}.makespan_s"), secs(r.and_then(|r| r.makespan)));
+            put(
+                format!("{k}.updated"),
+                r.map_or(Value::Null, |r| json!(r.updated)),
+            );
+            put(
+                format!("{k}.ready_nodes"),
+                r.map_or(Value::Null, |r| json!(r.ready_nodes)),
+            );
+            put(
+                format!("{k}.peak_unavailable"),
+                r.map_or(Value::Null, |r| json!(r.peak_unavailable)),
+            );
+            put(
+                format!("{k}.budget_violations"),
+                r.map_or(Value::Null, |r| json!(r.violations)),
+            );
+        }
+    }
+    for who in ["rollgate", "openyurt"] {
+        let times = first.comeback.get(who).filter(|_| measured);
+        let (p50, max, missing) =
+            times.map_or((Value::Null, Value::Null, 0), |t| comeback_stats(t));
+        put(format!("{v}.comeback_p50_s.{who}"), p50);
+        put(format!("{v}.comeback_max_s.{who}"), max);
+        put(
+            format!("{v}.comeback_not_upgraded.{who}"),
+            times.map_or(Value::Null, |_| json!(missing)),
+        );
+        let ota = first.ota.get(who).filter(|_| measured);
+        put(
+            format!("{v}.ota_all_marked_s.{who}"),
+            secs(ota.and_then(|o| o.0)),
+        );
+        put(
+            format!("{v}.ota_left_behind.{who}"),
+            ota.map_or(Value::Null, |o| json!(o.2)),
+        );
+        let usage = first.usage.get(who).filter(|_| measured);
+        put(
+            format!("{v}.peak_rss_mb.{who}"),
+            usage.map_or(Value::Null, |u| round(u.0, 1)),
+        );
+        put(
+            format!("{v}.cpu_s_aru.{who}"),
+            usage.and_then(|u| u.1).map_or(Value::Null, |c| round(c, 2)),
+        );
+        put(
+            format!("{v}.cpu_s_notready.{who}"),
+            usage.and_then(|u| u.2).map_or(Value::Null, |c| round(c, 2)),
+        );
+    }
+    if let Some(reason) = first.skipped.first() {
+        put(format!("{v}.partial"), json!(reason));
+    } else {
+        put(format!("{v}.partial"), Value::Null);
+    }
+    out
+}
+
+/// The timelines the plots draw: updated and unavailable nodes against time.
+fn write_timelines(
+    dir: &std::path::Path,
+    params: &Params,
+    all: &[SizeResults],
+) -> Result<(), String> {
+    let mut map = serde_json::Map::new();
+    for s in all {
+        let rollouts = [
+            ("a", "native RollingUpdate", &s.native),
+            ("b", "rollgate", &s.rollgate),
+            ("c", "rollgate, 10% NotReady", &s.rollgate_not_ready),
+            ("d", "native, 10% NotReady", &s.native_not_ready),
+            (
+                "c-none",
+                "rollgate, 10% NotReady, tolerate none",
+                &s.rollgate_not_ready_none,
+            ),
+            ("yurt-a", "yurt-manager", &s.yurt),
+            ("yurt-c", "yurt-manager, 10% NotReady", &s.yurt_not_ready),
+            (
+                "yurt-c-none",
+                "yurt-manager, 10% NotReady, tolerate none",
+                &s.yurt_not_ready_none,
+            ),
+        ];
+        let mut size = serde_json::Map::new();
+        for (key, label, r) in rollouts {
+            let Some(r) = r else { continue };
+            let samples: Vec<Value> = r
+                .samples
+                .iter()
+                .map(|s| json!([round(s.at.as_secs_f64(), 3), s.updated, s.unavailable]))
+                .collect();
+            size.insert(
+                key.into(),
+                json!({
+                    "label": label,
+                    "makespan_s": secs(r.makespan),
+                    "watched_s": secs(Some(r.watched)),
+                    "ready_nodes": r.ready_nodes,
+                    "samples": samples,
+                }),
+            );
+        }
+        map.insert(
+            s.nodes.to_string(),
+            json!({
+                "nodes": s.nodes,
+                "budget": s.budget,
+                "batch_s": round((params.pod_delay + params.stop_delay).as_secs_f64(), 3),
+                "rollouts": size,
+            }),
+        );
+    }
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let path = dir.join("timelines.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&Value::Object(map)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn fmt_s(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+}
+
+/// The bench's own text report (the Markdown table of every bench comes from `report`).
+fn report(params: &Params, all: &[SizeResults]) -> String {
+    let mut out = String::from("== rollout: DaemonSet rollouts beside their baselines ==\n");
+    out.push_str(&format!(
+        "max-unavailable {}, pod start {} ms, stop {} ms, {}% NotReady{}\n",
+        params.max_unavailable,
+        params.pod_delay.as_millis(),
+        params.stop_delay.as_millis(),
+        params.not_ready_percent,
+        if params.quick { ", QUICK run" } else { "" }
+    ));
+    for s in all {
+        let ideal = ideal(params, s.nodes, s.budget);
+        out.push_str(&format!(
+            "\n{} nodes, budget {}, ideal {:.2} s ({} batches x (start + stop))\n",
+            s.nodes,
+            s.budget,
+            ideal.as_secs_f64(),
+            s.nodes.div_ceil(s.budget)
+        ));
+        out.push_str(&format!(
+            "  {:<46} {:>10} {:>9} {:>8} {:>6} {:>10} {:>9} {:>9}\n",
+            "scenario",
+            "makespan",
+            "updated",
+            "x ideal",
+            "peak",
+            "violations",
+            "gap p50",
+            "gap p99"
+        ));
+        for r in [
+            &s.native,
+            &s.rollgate,
+            &s.yurt,
+            &s.rollgate_not_ready,
+            &s.native_not_ready,
+            &s.rollgate_not_ready_none,
+            &s.yurt_not_ready,
+            &s.yurt_not_ready_none,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let gaps = analysis::batch_gaps(&r.events);
+            let fmt_ms = |p| {
+                analysis::percentile(&gaps, p).map_or("-".into(), |d| {
+                    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+                })
+            };
+            out.push_str(&format!(
+                "  {:<46} {:>10} {:>9} {:>8} {:>6} {:>10} {:>9} {:>9}\n",
+                r.key,
+                fmt_s(r.makespan),
+                format!("{}/{}", r.updated, r.ready_nodes),
+                r.makespan.map_or("-".into(), |m| format!(
+                    "{:.3}",
+                    m.as_secs_f64() / ideal.as_secs_f64()
+                )),
+                r.peak_unavailable,
+                r.violations,
+                fmt_ms(50.0),
+                fmt_ms(99.0),
+            ));
+            if r.watch_errors > 0 {
+                out.push_str(&format!("    ({} watch errors)\n", r.watch_errors));
+            }
+        }
+        for (who, r) in [
+            ("rollgate", &s.rollgate),
+            ("native", &s.native),
+            ("openyurt", &s.yurt),
+        ] {
+            if let Some(r) = r {
+                let p = analysis::critical_path(&r.events);
+                out.push_str(&format!(
+                    "  critical path of {who} ({} cycles): controller {:.2} s ({:.1}%), stop {:.2} s, recreate+schedule {:.2} s, start {:.2} s\n",
+                    p.cycles,
+                    p.controller.as_secs_f64(),
+                    p.controller_share().unwrap_or(0.0) * 100.0,
+                    p.stop.as_secs_f64(),
+                    p.recreate.as_secs_f64(),
+                    p.start.as_secs_f64()
+                ));
+            }
+        }
+        for (who, times) in &s.comeback {
+            let (p50, max, missing) = comeback_stats(times);
+            out.push_str(&format!(
+                "  comeback under {who}: node Ready -> pod upgraded p50 {p50} s, max {max} s, {missing} not upgraded\n"
+            ));
+        }
+        for (who, (marked, pods, left)) in &s.ota {
+            out.push_str(&format!(
+                "  OTA under {who}: all {pods} pods PodNeedUpgrade=True in {}; {left} still carry it 10 s after the DaemonSet stopped being OTA\n",
+                fmt_s(*marked)
+            ));
+        }
+        for (who, (rss, aru, notready)) in &s.usage {
+            out.push_str(&format!(
+                "  {who}: peak RSS {rss:.1} MiB, CPU {} s (all-Ready rollout), {} s (NotReady rollouts)\n",
+                aru.map_or("-".into(), |c| format!("{c:.2}")),
+                notready.map_or("-".into(), |c| format!("{c:.2}")),
+            ));
+        }
+        for why in &s.skipped {
+            out.push_str(&format!("  skipped: {why}\n"));
+        }
+    }
+    if let Err(reason) = &params.yurt {
+        out.push_str(&format!("\nvs OpenYurt: not measured: {reason}\n"));
+    }
+    out
+}
