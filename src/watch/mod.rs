@@ -2,12 +2,13 @@
 //!
 //! Each kind is listed and watched once, pruned (`prune`), and kept in one shared
 //! reflector store. Controllers read the stores and subscribe to change streams
-//! (`reflector::store_shared`); none keeps a cache of its own. At 10,000 pods this is
+//! ([`fanout`]); none keeps a cache of its own. At 10,000 pods this is
 //! the difference between one copy of every pod and one per controller.
 //!
 //! Order of use: `Watches::new`, then every controller subscribes, then `run` drives the
 //! watches until shutdown. A subscription must be consumed: the shared stream waits for
 //! its slowest subscriber.
+pub mod fanout;
 pub mod node;
 pub mod pod;
 pub mod prune;
@@ -21,7 +22,8 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use kube::runtime::reflector::{self, store::Writer, ReflectHandle, Store};
+use fanout::Fanout;
+use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 pub use node::{CachedNode, NodeFacts};
@@ -31,6 +33,9 @@ use tokio::sync::{broadcast, watch};
 use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL};
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
+
+/// What a change subscription yields: each changed object, as the store holds it.
+pub type Changes<K> = async_broadcast::Receiver<Arc<K>>;
 
 /// Objects a subscriber may lag behind before the watch waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
@@ -67,6 +72,11 @@ pub struct Watches {
     revisions: Writer<ControllerRevision>,
     nodes: Writer<CachedNode>,
     jobs: Writer<Job>,
+    daemonset_fanout: Fanout<DaemonSet>,
+    pod_fanout: Fanout<CachedPod>,
+    revision_fanout: Fanout<ControllerRevision>,
+    node_fanout: Fanout<CachedNode>,
+    job_fanout: Fanout<Job>,
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
     daemonset_deleted: broadcast::Sender<Gone>,
@@ -75,11 +85,11 @@ pub struct Watches {
 
 impl Watches {
     pub fn new(client: Client, namespace: Option<String>) -> Self {
-        let (ds_store, daemonsets) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        let (pod_store, pods) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        let (rev_store, revisions) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        let (node_store, nodes) = reflector::store_shared(SUBSCRIBER_BUFFER);
-        let (job_store, jobs) = reflector::store_shared(SUBSCRIBER_BUFFER);
+        let (ds_store, daemonsets) = reflector::store();
+        let (pod_store, pods) = reflector::store();
+        let (rev_store, revisions) = reflector::store();
+        let (node_store, nodes) = reflector::store();
+        let (job_store, jobs) = reflector::store();
         let (gate, synced) = SyncGate::new(
             "shared watches",
             &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
@@ -101,6 +111,11 @@ impl Watches {
             revisions,
             nodes,
             jobs,
+            daemonset_fanout: Fanout::new(SUBSCRIBER_BUFFER),
+            pod_fanout: Fanout::new(SUBSCRIBER_BUFFER),
+            revision_fanout: Fanout::new(SUBSCRIBER_BUFFER),
+            node_fanout: Fanout::new(SUBSCRIBER_BUFFER),
+            job_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             gate,
             synced,
             daemonset_deleted,
@@ -113,8 +128,8 @@ impl Watches {
         self.synced.clone()
     }
 
-    pub fn daemonset_changes(&self) -> ReflectHandle<DaemonSet> {
-        subscribe(&self.daemonsets)
+    pub fn daemonset_changes(&self) -> Changes<DaemonSet> {
+        self.daemonset_fanout.subscribe()
     }
 
     /// The shared store of every pod (see [`Stores::pods`]).
@@ -124,16 +139,16 @@ impl Watches {
 
     /// Every pod change, for `Controller::for_shared_stream` / `owns_shared_stream` /
     /// `watches_shared_stream`. Call before `run`, and keep consuming it.
-    pub fn pod_changes(&self) -> ReflectHandle<CachedPod> {
-        subscribe(&self.pods)
+    pub fn pod_changes(&self) -> Changes<CachedPod> {
+        self.pod_fanout.subscribe()
     }
 
-    pub fn revision_changes(&self) -> ReflectHandle<ControllerRevision> {
-        subscribe(&self.revisions)
+    pub fn revision_changes(&self) -> Changes<ControllerRevision> {
+        self.revision_fanout.subscribe()
     }
 
-    pub fn job_changes(&self) -> ReflectHandle<Job> {
-        subscribe(&self.jobs)
+    pub fn job_changes(&self) -> Changes<Job> {
+        self.job_fanout.subscribe()
     }
 
     /// UIDs of deleted DaemonSets, so controllers can drop what they remember of them.
@@ -162,7 +177,7 @@ impl Watches {
     /// a node coming back must start its upgrade at once.
     pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<CachedNode>> + Send + 'static {
         let mut last: HashMap<String, bool> = HashMap::new();
-        subscribe(&self.nodes).filter_map(move |node| {
+        self.node_fanout.subscribe().filter_map(move |node| {
             let ready = node.is_ready();
             let changed = last.insert(node.name_any(), ready) != Some(ready);
             futures::future::ready(changed.then_some(node))
@@ -187,7 +202,10 @@ impl Watches {
                     });
                 }
             })
-            .reflect_shared(self.daemonsets)
+            .reflect(self.daemonsets);
+        let daemonsets = self
+            .daemonset_fanout
+            .after_reflect(self.stores.daemonsets.clone(), daemonsets)
             .inspect(gate.observe("daemonsets"));
         // Every pod: the readiness gates need Deployment pods as well as DaemonSet ones.
         // Each is made a `CachedPod` as it arrives, so no full Pod outlives its page.
@@ -202,17 +220,26 @@ impl Watches {
                     }
                 }
             })
-            .reflect_shared(self.pods)
+            .reflect(self.pods);
+        let pods = self
+            .pod_fanout
+            .after_reflect(self.stores.pods.clone(), pods)
             .inspect(gate.observe("pods"));
         let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())
             .default_backoff()
             .modify(prune::revision)
-            .reflect_shared(self.revisions)
+            .reflect(self.revisions);
+        let revisions = self
+            .revision_fanout
+            .after_reflect(self.stores.revisions.clone(), revisions)
             .inspect(gate.observe("controllerrevisions"));
         let nodes = watcher(Api::<Node>::all(self.client.clone()), cfg.clone())
             .default_backoff()
             .map_ok(|event| convert(event, CachedNode::from))
-            .reflect_shared(self.nodes)
+            .reflect(self.nodes);
+        let nodes = self
+            .node_fanout
+            .after_reflect(self.stores.nodes.clone(), nodes)
             .inspect(gate.observe("nodes"));
         let jobs = watcher(
             scoped::<Job>(&self.client, ns),
@@ -223,8 +250,11 @@ impl Watches {
         )
         .default_backoff()
         .modify(prune::job)
-        .reflect_shared(self.jobs)
-        .inspect(gate.observe("jobs"));
+        .reflect(self.jobs);
+        let jobs = self
+            .job_fanout
+            .after_reflect(self.stores.jobs.clone(), jobs)
+            .inspect(gate.observe("jobs"));
 
         let all = futures::stream::select_all([
             drain(daemonsets),
@@ -262,16 +292,6 @@ fn convert<A, B>(event: watcher::Event<A>, into: impl FnOnce(A) -> B) -> watcher
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
-}
-
-fn subscribe<K>(writer: &Writer<K>) -> ReflectHandle<K>
-where
-    K: reflector::Lookup + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    writer
-        .subscribe()
-        .expect("shared stores are created with store_shared")
 }
 
 /// A watch stream reduced to "something happened"; errors are retried by the backoff
