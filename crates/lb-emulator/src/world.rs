@@ -1312,9 +1312,11 @@ impl World {
             protocol: p.get("Protocol").cloned().unwrap_or_else(|| "TCP".into()),
             vpc_id: p.get("VpcId").cloned().unwrap_or_default(),
             backends: vec![],
+            // The official SDKs send booleans as `true` or, from Python, `True`.
             health_check: match p
                 .get("HealthCheckConfig.HealthCheckEnabled")
-                .map(String::as_str)
+                .map(|v| v.to_ascii_lowercase())
+                .as_deref()
             {
                 None | Some("") | Some("true") => true,
                 Some("false") => false,
