@@ -26,22 +26,6 @@ const WORKLOAD_KINDS: &[&str] = &["Deployment", "DaemonSet"];
 
 const UPDATE_SNAPSHOT_ENV: &str = "ROLLGATE_UPDATE_RBAC_SNAPSHOT";
 
-/// Runs kubectl against the test cluster; a failure panics with its stderr.
-fn kubectl(args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("running kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The objects `kubectl apply -k dir` would send, as JSON (`create --dry-run=client`
 /// prints them as built, without merging anything from the cluster).
 fn kustomize_build(dir: &Path) -> Vec<Value> {

@@ -100,6 +100,26 @@ impl Bed {
         ));
     }
 
+    /// Deletes a Service and waits until it is gone, i.e. rollgate released its finalizer.
+    async fn delete_service(&self, name: &str) {
+        self.services()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(
+            "the Service to be gone",
+            Duration::from_secs(30),
+            || async {
+                match self.services().get_opt(name).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+    }
+
     fn services(&self) -> Api<Service> {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
@@ -513,22 +533,7 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
     }
 
     note("deleting the Service");
-    bed.services()
-        .delete("my-svc", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(
-        "the Service to be gone",
-        Duration::from_secs(30),
-        || async {
-            match bed.services().get_opt("my-svc").await {
-                Ok(None) => Ok(()),
-                Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
-                Err(e) => Err(e.to_string()),
-            }
-        },
-    )
-    .await;
+    bed.delete_service("my-svc").await;
     let state = bed.emulator("state").await;
     let key = if class.is_some() { "nlb" } else { "clb" };
     let remaining: Vec<&str> = state[key]["load_balancers"]
@@ -1007,21 +1012,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     };
     assert!(has_hand(&bed.backends().await));
 
-    bed.services()
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(
-        "the Service to be gone",
-        Duration::from_secs(30),
-        || async {
-            match bed.services().get_opt("web").await {
-                Ok(None) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    bed.delete_service("web").await;
     let backends = bed.backends().await;
     assert!(
         has_hand(&backends),

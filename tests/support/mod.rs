@@ -438,25 +438,28 @@ impl Drop for ControllerProcess {
     }
 }
 
+/// Runs kubectl against the test cluster; a failure panics with its stderr.
+pub fn kubectl(args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig_path())
+        .args(args)
+        .output()
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+}
+
 /// A kubeconfig with the token of the `rollgate-controller` ServiceAccount and exactly the
 /// RBAC of `deploy/controller/rbac.yaml`: every e2e test that runs the controller proves
 /// those permissions are enough. Made once per test binary, with kubectl.
 pub fn controller_kubeconfig() -> PathBuf {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let kubectl = |args: &[&str]| {
-            let out = std::process::Command::new("kubectl")
-                .env("KUBECONFIG", kubeconfig_path())
-                .args(args)
-                .output()
-                .expect("running kubectl");
-            assert!(
-                out.status.success(),
-                "kubectl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap()
-        };
         let deploy = repo_root().join("deploy");
         // The agent's file creates the rollgate-system namespace.
         kubectl(&[
