@@ -93,23 +93,25 @@ impl Cloud {
         result
     }
 
-    /// Backends and health of one group.
+    /// Backends and health of one group: one listing and one health report.
     pub async fn read_group(
         &self,
         product: Product,
         group: &ServerGroupRef,
     ) -> Result<GroupState, CloudError> {
-        let client = self.client(product);
-        let backends = client.list_backends(group).await;
-        self.count("ListBackends", &backends);
-        let health = client.backend_health(group).await;
-        self.count("BackendHealth", &health);
+        let reading = self.client(product).read_group(group).await;
+        self.count("ReadGroup", &reading);
+        let reading = reading?;
         Ok(GroupState {
             service_port: group.listener_port,
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),
-            backends: backends?,
-            health: health?.into_iter().map(|h| (h.key, h.state)).collect(),
+            backends: reading.backends,
+            health: reading
+                .health
+                .into_iter()
+                .map(|h| (h.key, h.state))
+                .collect(),
         })
     }
 

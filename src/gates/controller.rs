@@ -234,6 +234,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         }
     };
     let uid = svc.uid().unwrap_or_default();
+    let looked = tokio::time::Instant::now();
     let observed = observe_cloud(&svc, &ctx, &uid, product, &spec).await;
     let observed_at = Timestamp::now();
     let (cloud_state, lb, read_error) = match observed {
@@ -306,7 +307,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     }
     let listeners = lb.as_ref().map_or(1, |lb| lb.listeners.len());
     let busy = decided.pending_gates > 0 || !decided.changes.is_empty() || apply_error.is_some();
-    ctx.poller.polled(key, product, listeners, busy);
+    ctx.poller.polled(key, product, listeners, busy, looked);
     if let Some(error) = apply_error.or(read_error) {
         return Err(error.into());
     }

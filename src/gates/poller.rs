@@ -47,20 +47,23 @@ impl Poller {
         }
     }
 
-    /// Records the outcome of a reconcile: the next poll is due one interval from now.
+    /// Records the outcome of a reconcile that looked at the cloud at `observed`: the
+    /// next poll is due one interval after that look, not after the reconcile's writes,
+    /// so 500 condition writes do not stretch the interval between two looks.
     pub fn polled(
         &self,
         service: ObjectRef<Service>,
         product: Product,
         listeners: usize,
         pending: bool,
+        observed: Instant,
     ) {
         let mut entries = self.entries.lock().unwrap();
         let mut entry = Entry {
             product,
             listeners,
             pending,
-            next: Instant::now(),
+            next: observed,
         };
         entries.insert(service.clone(), entry.clone());
         entry.next += interval(&entries, &entry, self.fast, self.slow);
@@ -172,14 +175,14 @@ mod tests {
         let shutdown = crate::runtime::Shutdown::from_receiver(rx);
         let pending = ObjectRef::<Service>::new("a").within("ns");
         let settled = ObjectRef::<Service>::new("b").within("ns");
-        poller.polled(pending.clone(), Product::Clb, 1, true);
-        poller.polled(settled.clone(), Product::Clb, 1, false);
+        poller.polled(pending.clone(), Product::Clb, 1, true, Instant::now());
+        poller.polled(settled.clone(), Product::Clb, 1, false, Instant::now());
         let mut triggers = Box::pin(poller.triggers(shutdown));
         let start = Instant::now();
         let first = triggers.next().await.unwrap();
         assert_eq!(first, pending);
         assert!(start.elapsed() >= Duration::from_secs(1));
-        poller.polled(pending.clone(), Product::Clb, 1, false);
+        poller.polled(pending.clone(), Product::Clb, 1, false, Instant::now());
         let second = triggers.next().await.unwrap();
         assert_eq!(second, settled);
         assert!(start.elapsed() >= Duration::from_secs(10));

@@ -1,8 +1,9 @@
 //! CLB (Classic Load Balancer, SLB API 2014-05-15, RPC style). Backends live in
 //! VServer groups; `BackendServers` is a JSON string parameter; calls are synchronous.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,17 @@ pub const CLB_BATCH_LIMIT: usize = 20;
 pub struct ClbClient {
     api: ApiClient,
     region: String,
+    /// Whether each listener runs health checks, as last read, and when: asked only
+    /// while a backend is `unavailable`, which lasts until the first check completes.
+    listener_checks: Mutex<HashMap<ListenerKey, (bool, Instant)>>,
 }
+
+/// A CLB listener: load balancer id, port and protocol.
+type ListenerKey = (String, u16, ListenerProtocol);
+
+/// How long a listener's health-check setting is trusted before it is read again: a
+/// user who switches checks off sees gates turn True (NotChecked) within this time.
+const LISTENER_SETTING_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]
@@ -188,6 +199,7 @@ impl ClbClient {
         Ok(Self {
             api: ApiClient::new(config, Product::Clb, credentials)?,
             region: config.region.clone(),
+            listener_checks: Mutex::default(),
         })
     }
 
@@ -209,6 +221,16 @@ impl ClbClient {
     /// Whether the listener in front of `group` runs health checks (`HealthCheck`
     /// of its attribute; on unless the user switched it off).
     async fn listener_checks_health(&self, group: &ServerGroupRef) -> Result<bool> {
+        let key = (
+            group.load_balancer_id.clone(),
+            group.listener_port,
+            group.listener_protocol,
+        );
+        if let Some((checks, at)) = self.listener_checks.lock().unwrap().get(&key) {
+            if at.elapsed() < LISTENER_SETTING_TTL {
+                return Ok(*checks);
+            }
+        }
         let action = match group.listener_protocol {
             ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
             ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
@@ -222,7 +244,12 @@ impl ClbClient {
                 ]),
             )
             .await?;
-        Ok(attribute.health_check != "off")
+        let checks = attribute.health_check != "off";
+        self.listener_checks
+            .lock()
+            .unwrap()
+            .insert(key, (checks, Instant::now()));
+        Ok(checks)
     }
 
     async fn describe_load_balancer(&self, id: &str) -> Result<LoadBalancerAttribute> {
@@ -473,7 +500,7 @@ impl LoadBalancerBackends for ClbClient {
         self.batched("SetVServerGroupAttribute", group, items).await
     }
 
-    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+    async fn read_group(&self, group: &ServerGroupRef) -> Result<GroupReading> {
         let members = self.describe_vserver_group(group).await?;
         let (health, _) = self
             .call::<HealthStatus>(
@@ -496,8 +523,8 @@ impl LoadBalancerBackends for ClbClient {
             .iter()
             .any(|h| h.server_health_status == "unavailable");
         let checks_off = any_unavailable && !self.listener_checks_health(group).await?;
-        Ok(members
-            .into_iter()
+        let health = members
+            .iter()
             .map(|member| {
                 let reported = health.backend_servers.backend_server.iter().find(|h| {
                     h.port == member.key.port
@@ -515,11 +542,15 @@ impl LoadBalancerBackends for ClbClient {
                     },
                 };
                 BackendHealth {
-                    key: member.key,
+                    key: member.key.clone(),
                     state,
                 }
             })
-            .collect())
+            .collect();
+        Ok(GroupReading {
+            backends: members,
+            health,
+        })
     }
 }
 

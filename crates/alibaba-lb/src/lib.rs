@@ -56,8 +56,14 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
     /// Sets the weight of registered backends (weight 0 drains).
     async fn set_weights(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()>;
 
+    /// Every backend of the group and its health, from one listing of the group and
+    /// one health report: what a reconcile reads.
+    async fn read_group(&self, group: &ServerGroupRef) -> Result<GroupReading>;
+
     /// Health of each registered backend as the load balancer sees it.
-    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>>;
+    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+        Ok(self.read_group(group).await?.health)
+    }
 }
 
 /// Builds the client for `product`.

@@ -167,6 +167,14 @@ pub struct BackendHealth {
     pub state: HealthState,
 }
 
+/// One look at a server group: its backends (ours or not) and their health, taken from
+/// one listing of the group and one health report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupReading {
+    pub backends: Vec<Backend>,
+    pub health: Vec<BackendHealth>,
+}
+
 /// Splits `items` into API calls of at most `size` each.
 pub fn batches<T>(items: &[T], size: usize) -> impl Iterator<Item = &[T]> {
     items.chunks(size.max(1))

@@ -589,7 +589,7 @@ impl LoadBalancerBackends for NlbClient {
         Ok(())
     }
 
-    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+    async fn read_group(&self, group: &ServerGroupRef) -> Result<GroupReading> {
         let listener_id = group.listener_id.clone().ok_or_else(|| {
             Error::Config(format!(
                 "NLB health needs the listener id of server group {}",
@@ -612,8 +612,8 @@ impl LoadBalancerBackends for NlbClient {
             .collect();
         let checks_disabled =
             !infos.is_empty() && infos.iter().all(|g| g.heath_check_enabled == Some(false));
-        Ok(servers
-            .into_iter()
+        let health = servers
+            .iter()
             .map(|(backend, status)| {
                 let abnormal = infos
                     .iter()
@@ -643,11 +643,15 @@ impl LoadBalancerBackends for NlbClient {
                     None => HealthState::Healthy,
                 };
                 BackendHealth {
-                    key: backend.key,
+                    key: backend.key.clone(),
                     state,
                 }
             })
-            .collect())
+            .collect();
+        Ok(GroupReading {
+            backends: servers.into_iter().map(|(backend, _)| backend).collect(),
+            health,
+        })
     }
 }
 

@@ -623,14 +623,35 @@ async fn health_before_the_first_check_is_pending(product: Product) {
         .unwrap();
     // Past the registration delay, far before the health verdict.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = control(&emu, "state", None).await;
     for _ in 0..3 {
-        let health = client.backend_health(group).await.unwrap();
-        assert_eq!(health.len(), 3);
+        let reading = client.read_group(group).await.unwrap();
+        assert_eq!(reading.backends.len(), 3);
+        assert_eq!(reading.health.len(), 3);
         assert!(
-            health.iter().all(|h| h.state == HealthState::Pending),
-            "{health:?}"
+            reading.health.iter().all(|h| h.state == HealthState::Pending),
+            "{:?}",
+            reading.health
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each read is one listing and one health report; CLB asks for the listener's
+    // check setting (to tell "no verdict yet" from "checks off") once, not per read.
+    let after = control(&emu, "state", None).await;
+    let calls = |action: &str| {
+        after["stats"]["per_action"][action].as_u64().unwrap_or(0)
+            - before["stats"]["per_action"][action].as_u64().unwrap_or(0)
+    };
+    let expected: &[(&str, u64)] = match product {
+        Product::Clb => &[
+            ("DescribeVServerGroupAttribute", 3),
+            ("DescribeHealthStatus", 3),
+            ("DescribeLoadBalancerTCPListenerAttribute", 1),
+        ],
+        Product::Nlb => &[("ListServerGroupServers", 3), ("GetListenerHealthStatus", 3)],
+    };
+    for (action, count) in expected {
+        assert_eq!(calls(action), *count, "{action}: {}", after["stats"]);
     }
 }
 
