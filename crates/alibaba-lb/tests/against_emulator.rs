@@ -629,7 +629,10 @@ async fn health_before_the_first_check_is_pending(product: Product) {
         assert_eq!(reading.backends.len(), 3);
         assert_eq!(reading.health.len(), 3);
         assert!(
-            reading.health.iter().all(|h| h.state == HealthState::Pending),
+            reading
+                .health
+                .iter()
+                .all(|h| h.state == HealthState::Pending),
             "{:?}",
             reading.health
         );
@@ -648,7 +651,10 @@ async fn health_before_the_first_check_is_pending(product: Product) {
             ("DescribeHealthStatus", 3),
             ("DescribeLoadBalancerTCPListenerAttribute", 1),
         ],
-        Product::Nlb => &[("ListServerGroupServers", 3), ("GetListenerHealthStatus", 3)],
+        Product::Nlb => &[
+            ("ListServerGroupServers", 3),
+            ("GetListenerHealthStatus", 3),
+        ],
     };
     for (action, count) in expected {
         assert_eq!(calls(action), *count, "{action}: {}", after["stats"]);
