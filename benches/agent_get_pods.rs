@@ -2,9 +2,9 @@
 //!
 //! One simulated node with 110 pods (the kubelet's default maximum), a `rollgate agent`
 //! for it (the binary cargo built for this bench, logging at `info` as in production),
-//! then keep-alive HTTP/1.1 load from this process: first one connection (latency with no
-//! queueing), then `ROLLGATE_BENCH_CONNECTIONS` (8) concurrent ones (throughput, and
-//! latency as the clients see it, queueing included). Each run is bounded by a duration
+//! then keep-alive HTTP/1.1 load from this process, on one thread of its own: first one
+//! connection (latency with no queueing), then `ROLLGATE_BENCH_CONNECTIONS` (8)
+//! concurrent ones (throughput, and latency as the clients see it, queueing included). Each run is bounded by a duration
 //! and a request count. The agent's memory comes from `/proc/<pid>/status`.
 //!
 //! Environment: `ROLLGATE_BENCH_PODS` (110), `ROLLGATE_BENCH_CONNECTIONS` (8),
@@ -234,7 +234,7 @@ async fn measure(
     let mut out = String::new();
     out.push_str("== agent_get_pods: rollgate agent GET /pods ==\n");
     out.push_str(&format!(
-        "{want} pods on one simulated node, response body {body_bytes} bytes; HTTP/1.1 keep-alive from this process\n\
+        "{want} pods on one simulated node, response body {body_bytes} bytes; HTTP/1.1 keep-alive from one thread of this process\n\
          (client and agent share the machine's cores); warm-up {WARMUP:?}, each run {:?} or {MAX_REQUESTS_PER_RUN} requests\n\n",
         params.duration
     ));
@@ -322,7 +322,27 @@ struct Run {
 
 /// `connections` keep-alive connections, each sending one request at a time, until
 /// `duration` has passed or the run's request budget is spent.
+/// One load run: `connections` keep-alive connections driven by one thread of their
+/// own (like `wrk -t1 -c8`), so the client adds one busy thread to the machine, not one
+/// per core: on 2 cores, a client with more runnable threads than the cores left over
+/// measures the kernel's time slices, not the agent.
 async fn load(addr: SocketAddr, connections: usize, duration: Duration) -> Result<Run, String> {
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(load_on_this_thread(addr, connections, duration))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+async fn load_on_this_thread(
+    addr: SocketAddr,
+    connections: usize,
+    duration: Duration,
+) -> Result<Run, String> {
     let per_connection = MAX_REQUESTS_PER_RUN / connections;
     let start = Instant::now();
     let deadline = start + duration;
