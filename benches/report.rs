@@ -302,11 +302,19 @@ fn rollout_section(t: &mut String, r: &Results, p: &str) {
         show(r, &k("notready_makespan_s"), " s"),
         if num(r, &k("notready_makespan_s")).is_some() { "PASS" } else { "**MISS** (did not complete)" },
     ));
+    let quick = get(r, "rollout.quick").and_then(Value::as_bool) == Some(true);
+    let native_not_ready = match get(r, &k("native_notready_updated")) {
+        None if quick => "not run (the quick run skips it)".to_string(),
+        None => "not measured".to_string(),
+        Some(_) => format!(
+            "{} of {} Ready nodes updated in {}",
+            show(r, &k("native_notready_updated"), ""),
+            show(r, &k("native_notready_ready_nodes"), ""),
+            show(r, &k("native_notready_watched_s"), " s"),
+        ),
+    };
     t.push_str(&format!(
-        "| (d) native with the same NotReady nodes, after as long as (c) took | {} of {} Ready nodes updated in {} | | | | |\n",
-        show(r, &k("native_notready_updated"), ""),
-        show(r, &k("native_notready_ready_nodes"), ""),
-        show(r, &k("native_notready_watched_s"), " s"),
+        "| (d) native with the same NotReady nodes, after as long as (c) took | {native_not_ready} | | | | |\n",
     ));
 }
 
