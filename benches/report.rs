@@ -256,6 +256,20 @@ fn rollout_section(t: &mut String, r: &Results, p: &str) {
         show(r, &k("vs_native_ratio"), ""),
         verdict(vs_native, 1.0, true),
     ));
+    let runs = |key: &str| match get(r, &k(key)).and_then(Value::as_array) {
+        Some(runs) if runs.len() > 1 => Some(
+            runs.iter()
+                .map(|v| v.as_f64().map_or("-".into(), |s| format!("{s:.2}")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        _ => None,
+    };
+    if let (Some(b_runs), Some(a_runs)) = (runs("makespans_s"), runs("native_makespans_s")) {
+        t.push_str(&format!(
+            "| (a) and (b) alternated, the medians above: every run (s) | {b_runs} | {a_runs} | | | |\n",
+        ));
+    }
     let vs_ideal = num(r, &k("makespan_ratio"));
     t.push_str(&format!(
         "| (b) vs ideal batches × (start + stop) | {} | {} | {} | ≤ 1.10 | {} |\n",

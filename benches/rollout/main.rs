@@ -51,6 +51,8 @@ struct Params {
     pod_delay: Duration,
     stop_delay: Duration,
     not_ready_percent: usize,
+    /// All-Ready (a)/(b) pairs per size; the median of each is reported.
+    repeats: usize,
     quick: bool,
     yurt: Result<std::path::PathBuf, String>,
 }
@@ -84,6 +86,7 @@ impl Params {
             )?),
             stop_delay: Duration::from_millis(env_or("ROLLGATE_BENCH_STOP_DELAY_MS", 500u64)?),
             not_ready_percent: env_or("ROLLGATE_BENCH_NOT_READY_PERCENT", 10usize)?,
+            repeats: env_or("ROLLGATE_BENCH_REPEATS", if quick { 1usize } else { 3 })?.max(1),
             quick,
             yurt: controllers::yurt_manager_binary(),
         })
@@ -117,8 +120,11 @@ fn main() -> ExitCode {
 struct SizeResults {
     nodes: usize,
     budget: usize,
+    /// The median of the all-Ready runs, and every run's makespan in run order.
     native: Option<Rollout>,
     rollgate: Option<Rollout>,
+    native_makespans: Vec<Option<Duration>>,
+    rollgate_makespans: Vec<Option<Duration>>,
     rollgate_not_ready: Option<Rollout>,
     native_not_ready: Option<Rollout>,
     rollgate_not_ready_none: Option<Rollout>,
@@ -172,6 +178,13 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The run with the median makespan (one that did not complete counts as the slowest).
+fn median_run(mut runs: Vec<Rollout>) -> Rollout {
+    runs.sort_by_key(|run| run.makespan.unwrap_or(Duration::MAX));
+    let middle = (runs.len() - 1) / 2;
+    runs.swap_remove(middle)
 }
 
 /// A generous limit for a rollout that should complete: ten times the ideal, at least 2 min.
@@ -251,18 +264,44 @@ async fn measure_size(
     let vs_openyurt_full = with_yurt && full;
 
     // ---- all nodes Ready ----
-    let a = setup
-        .prepare(&format!("{n}/a-native"), native_shape)
-        .await?;
-    r.native = Some(a.roll(timeout, None).await?);
-    a.cleanup().await;
+    // (a) and (b) alternate `repeats` times, so a slow minute of the machine does not
+    // decide the ratio; each reports its median run.
+    let mut natives = Vec::new();
+    let mut rollgates = Vec::new();
+    let mut aru_cpu = 0.0;
+    let mut rollgate = None;
+    for round in 1..=params.repeats {
+        let tag = if params.repeats > 1 {
+            format!(" #{round}")
+        } else {
+            String::new()
+        };
+        let a = setup
+            .prepare(&format!("{n}/a-native{tag}"), native_shape)
+            .await?;
+        natives.push(a.roll(timeout, None).await?);
+        a.cleanup().await;
 
-    let b = setup.prepare(&format!("{n}/b-rollgate"), aru(true)).await?;
-    let rollgate = ControllerUnderTest::start(Which::Rollgate, &format!("{n}-ready")).await?;
-    let cpu0 = rollgate.usage().cpu_s;
-    r.rollgate = Some(b.roll(timeout, None).await?);
-    let aru_cpu = rollgate.usage().cpu_s - cpu0;
-    b.cleanup().await;
+        let b = setup
+            .prepare(&format!("{n}/b-rollgate{tag}"), aru(true))
+            .await?;
+        // One controller at a time: rollgate runs only while its own rollouts do.
+        let running = ControllerUnderTest::start(Which::Rollgate, &format!("{n}-ready")).await?;
+        let cpu0 = running.usage().cpu_s;
+        rollgates.push(b.roll(timeout, None).await?);
+        aru_cpu = running.usage().cpu_s - cpu0;
+        b.cleanup().await;
+        if round < params.repeats {
+            running.stop();
+        } else {
+            rollgate = Some(running);
+        }
+    }
+    r.native_makespans = natives.iter().map(|run| run.makespan).collect();
+    r.rollgate_makespans = rollgates.iter().map(|run| run.makespan).collect();
+    r.native = Some(median_run(natives));
+    r.rollgate = Some(median_run(rollgates));
+    let rollgate = rollgate.expect("at least one round");
     if vs_openyurt_full {
         let ota = setup
             .prepare(&format!("{n}/ota-rollgate"), ota_shape)
@@ -527,6 +566,24 @@ fn result_entries(
         put(format!("{prefix}.makespan_s"), secs(b_make));
         put(format!("{prefix}.native_makespan_s"), secs(a_make));
         put(format!("{prefix}.vs_native_ratio"), ratio(b_make, a_make));
+        // Every all-Ready run, in run order: (a) and (b) alternated; the figures above
+        // are the medians.
+        put(
+            format!("{prefix}.native_makespans_s"),
+            json!(s
+                .native_makespans
+                .iter()
+                .map(|m| secs(*m))
+                .collect::<Vec<_>>()),
+        );
+        put(
+            format!("{prefix}.makespans_s"),
+            json!(s
+                .rollgate_makespans
+                .iter()
+                .map(|m| secs(*m))
+                .collect::<Vec<_>>()),
+        );
         put(format!("{prefix}.ideal_s"), secs(Some(ideal)));
         put(
             format!("{prefix}.makespan_ratio"),
