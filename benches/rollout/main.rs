@@ -19,7 +19,7 @@
 //!
 //! Environment: `ROLLGATE_BENCH_SIZES`, `ROLLGATE_BENCH_MAX_UNAVAILABLE` (10%),
 //! `ROLLGATE_BENCH_POD_DELAY_MS` (3000), `ROLLGATE_BENCH_STOP_DELAY_MS` (500: the
-//! cluster's POD_STOP_DELAY_MS, for the ideal), `ROLLGATE_BENCH_NOT_READY_PERCENT` (10),
+//! cluster's POD_STOP_DELAY_MS, for the ideal), `ROLLGATE_BENCH_NOT_READY_PERCENT` (10), `ROLLGATE_BENCH_REPEATS` (3: (a) and (b) alternate, medians reported),
 //! `YURT_MANAGER`, `BENCH_QUICK=1` (50 nodes, pod delay 1 s, (a) (b) (c) and yurt-manager's
 //! (a) and (b): the harness check `make test` runs), `ROLLGATE_TEST_KUBECONFIG`.
 //!
