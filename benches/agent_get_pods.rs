@@ -426,17 +426,17 @@ impl Connection {
         Ok(())
     }
 
+    /// Reads what has arrived straight into the buffer's spare room (its capacity
+    /// outlasts `clear`), so the client copies each answer once, as the kernel hands it.
     async fn fill(&mut self) -> Result<(), String> {
-        let mut chunk = [0u8; 64 * 1024];
         let n = self
             .stream
-            .read(&mut chunk)
+            .read_buf(&mut self.buf)
             .await
             .map_err(|e| e.to_string())?;
         if n == 0 {
             return Err("the agent closed the connection".into());
         }
-        self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
     }
 }
