@@ -83,6 +83,25 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// The API server of the local control plane, from its pid file (`hack/cluster-up.sh`).
+fn api_server_pid() -> Option<u32> {
+    let dir = std::env::var("CLUSTER_DIR").ok()?;
+    std::fs::read_to_string(format!("{dir}/pids/kube-apiserver.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn seconds_since_epoch(rfc3339: &str) -> Option<f64> {
     let t: k8s_openapi::jiff::Timestamp = rfc3339.parse().ok()?;
     Some(t.as_millisecond() as f64 / 1000.0)
@@ -213,6 +232,8 @@ async fn run(p: Params) -> Result<String, String> {
     });
 
     let before = emulator("state").await?;
+    let api_server = api_server_pid();
+    let api_server_cpu_before = api_server.and_then(cpu_seconds);
     let started = Instant::now();
     let controller = ControllerProcess::start_with_env(
         &ns.name,
@@ -261,6 +282,11 @@ async fn run(p: Params) -> Result<String, String> {
         peak_kib = peak_kib.max(vm_hwm_kib(controller.pid()).unwrap_or(0));
     }
     let elapsed = started.elapsed();
+    let controller_cpu = cpu_seconds(controller.pid());
+    let api_server_cpu = api_server
+        .and_then(cpu_seconds)
+        .zip(api_server_cpu_before)
+        .map(|(after, before)| after - before);
     watch.abort();
     peak_kib = peak_kib.max(vm_hwm_kib(controller.pid()).unwrap_or(0));
 
@@ -282,6 +308,20 @@ async fn run(p: Params) -> Result<String, String> {
         .collect();
     latencies.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let (p50, p99) = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
+    // How fast the cluster took the gate writes: the first to the last gate seen True.
+    // Every write is a pod status patch that the API server, kwok (Ready follows the
+    // gates) and the endpoint controllers all act on; on 2 cores this rate, not the
+    // controller, bounds how soon the last of 500 simultaneous flips can land.
+    let true_times: Vec<f64> = flipped.values().map(|(_, at)| *at).collect();
+    let first_true = true_times.iter().copied().fold(f64::INFINITY, f64::min);
+    let last_true = true_times.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let healthy_times: Vec<f64> = healthy_at.values().copied().collect();
+    let first_healthy = healthy_times.iter().copied().fold(f64::INFINITY, f64::min);
+    let last_healthy = healthy_times
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let writes_per_s = true_times.len() as f64 / (last_true - first_true).max(0.001);
 
     let after = emulator("state").await?;
     let count =
@@ -331,6 +371,24 @@ async fn run(p: Params) -> Result<String, String> {
         "| controller peak RSS (VmHWM) | {:.1} MiB | (reported) | |\n",
         peak_kib as f64 / 1024.0
     ));
+    out.push_str(&format!(
+        "| backends turned healthy over | {:.2} s (first to last `healthy` event) | (reported) | |\n",
+        last_healthy - first_healthy
+    ));
+    out.push_str(&format!(
+        "| first healthy -> first gate True | {:.2} s (the health poll's wait and one read) | (reported) | |\n",
+        first_true - first_healthy
+    ));
+    out.push_str(&format!(
+        "| gates turned True over | {:.2} s = {writes_per_s:.0} gate writes/s | (reported) | |\n",
+        last_true - first_true
+    ));
+    let cpu = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2} s"));
+    out.push_str(&format!(
+        "| CPU from controller start to all True: rollgate / kube-apiserver | {} / {} | (reported) | |\n",
+        cpu(controller_cpu),
+        cpu(api_server_cpu)
+    ));
     let _ = merge_bench_results(&[
         ("gates.pods", json!(p.pods)),
         ("gates.flip_p50_s", json!(p50)),
@@ -344,6 +402,14 @@ async fn run(p: Params) -> Result<String, String> {
         ),
         ("gates.all_true_s", json!(elapsed.as_secs_f64())),
         ("gates.pods_containers_ready_s", json!(pods_ready_s)),
+        ("gates.gate_writes_per_s", json!(writes_per_s)),
+        (
+            "gates.healthy_spread_s",
+            json!(last_healthy - first_healthy),
+        ),
+        ("gates.first_flip_s", json!(first_true - first_healthy)),
+        ("gates.controller_cpu_s", json!(controller_cpu)),
+        ("gates.api_server_cpu_s", json!(api_server_cpu)),
     ]);
     controller.crash();
     let _ = deployments.delete("bench", &Default::default()).await;
