@@ -15,9 +15,9 @@
 //! 400), then read the pod fresh from the API server (so an agent never acts on a stale
 //! view), run the pure checks of `checks.rs`, then write with a UID precondition.
 //! Every refusal is plain text naming the failed check. Statuses: 400 invalid path
-//! segment, 503 API server unreachable, 404 pod not found or on another node (the
-//! reference says 500 / 403), 403 terminating / `PodNeedUpgrade` not True / pre-pull
-//! unfinished or failed, 400 not a DaemonSet pod, 409 the pod changed between check and
+//! segment, 503 API server unreachable, 404 pod not found (the reference says 500), 403
+//! on another node / terminating / `PodNeedUpgrade` not True / pre-pull unfinished or
+//! failed, 400 not a DaemonSet pod, 409 the pod changed between check and
 //! write, 502 the API server failed otherwise; unknown paths 404, wrong methods 405.
 
 use std::time::SystemTime;
@@ -778,11 +778,12 @@ mod tests {
             let (missing_status, _, missing) =
                 call(app.clone(), "POST", &format!("{base}/gone/upgrade")).await;
             assert_eq!(missing_status, StatusCode::NOT_FOUND);
-            // Another node's pod: the same answer as a missing one, names aside.
+            assert!(missing.contains("(check: pod exists)"), "{missing}");
+            // Another node's pod: the spec's 403, naming the check.
             let (status, _, other) =
                 call(app.clone(), "POST", &format!("{base}/off-1/upgrade")).await;
-            assert_eq!(status, missing_status);
-            assert_eq!(other.replace("off-1", "gone"), missing);
+            assert_eq!(status, StatusCode::FORBIDDEN);
+            assert!(other.contains("(check: pod on this node)"), "{other}");
             let (status, _, _) = call(app, "POST", &format!("{base}/%2e%2e/upgrade")).await;
             assert_eq!(status, StatusCode::BAD_REQUEST);
             assert!(violations.lock().unwrap().is_empty());

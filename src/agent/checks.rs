@@ -4,14 +4,16 @@
 //! The order of the checks:
 //! 1. the path names a valid namespace and pod name (`target.rs`, before any I/O);
 //! 2. the API server can be reached (needs I/O, so `api.rs` decides it: 503);
-//! 3. the pod exists *on this node*: a pod of another node gets exactly the answer of a
-//!    missing pod (404), so an agent cannot be used to probe the rest of the cluster;
+//! 3. the pod exists (404; the reference answers 500) and is *on this node* (403, as the
+//!    spec and the reference say). A pod of another node gets one answer whatever its
+//!    state, checked before anything else about it, so an agent tells nothing about the
+//!    rest of the cluster beyond "not here";
 //! 4. not terminating, `PodNeedUpgrade` True, image pre-pull finished (upgrade only): 403;
 //! 5. owned by a DaemonSet: 400.
 //!
-//! Apart from 3 (the reference answers 500 for a missing pod and 403 for another node's
-//! pod), this is the reference implementation's order, so users migrating from it see
-//! the same answer for the same pod.
+//! Apart from the 404 for a missing pod and the node check coming before "terminating",
+//! this is the reference implementation's order, so users migrating from it see the same
+//! status for the same pod.
 
 use axum::http::StatusCode;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -96,14 +98,25 @@ pub fn success_message(action: Action, namespace: &str, name: &str) -> String {
     }
 }
 
-/// The answer for a pod that does not exist *or is not on this node*: one text for both,
-/// so the answer does not tell them apart.
-pub fn not_on_this_node(namespace: &str, name: &str, this_node: &str) -> Refusal {
+/// The answer for a pod that does not exist.
+pub fn not_found(namespace: &str, name: &str, this_node: &str) -> Refusal {
     Refusal::new(
         StatusCode::NOT_FOUND,
         format!(
-            "pod {namespace}/{name} not found on node {this_node} (check: pod exists on this \
-             node); GET /pods lists the pods of node {this_node}"
+            "pod {namespace}/{name} not found (check: pod exists); GET /pods lists the pods \
+             of node {this_node}"
+        ),
+    )
+}
+
+/// The answer for a pod bound to another node, or to none: the same whatever the pod's
+/// state, so it reveals nothing about the pod but that it is not here.
+pub fn not_on_this_node(namespace: &str, name: &str, this_node: &str) -> Refusal {
+    Refusal::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "refused: pod {namespace}/{name} is not on node {this_node} (check: pod on this \
+             node); ask the agent of its node; GET /pods lists the pods of node {this_node}"
         ),
     )
 }
@@ -119,11 +132,14 @@ pub fn check(
     this_node: &str,
 ) -> Result<Approval, Refusal> {
     let id = format!("{namespace}/{name}");
-    // Existence and node in one step, before anything that could tell another node's
-    // pod (terminating, its conditions, its owner) from a missing one.
-    let Some(pod) = pod.filter(|pod| pod_node_name(pod) == Some(this_node)) else {
-        return Err(not_on_this_node(namespace, name, this_node));
+    let Some(pod) = pod else {
+        return Err(not_found(namespace, name, this_node));
     };
+    // The node before anything that could tell about another node's pod (terminating,
+    // its conditions, its owner).
+    if pod_node_name(pod) != Some(this_node) {
+        return Err(not_on_this_node(namespace, name, this_node));
+    }
 
     if is_terminating(pod) {
         return Err(Refusal::new(
@@ -458,7 +474,7 @@ mod tests {
             ),
         );
         // A terminating pod on another node without PodNeedUpgrade and without owner:
-        // the node decides first, as if the pod did not exist.
+        // the node decides first.
         let everything_wrong = {
             let mut p = without_condition(terminating.clone(), POD_NEED_UPGRADE_CONDITION);
             p.spec.as_mut().unwrap().node_name = Some("edge-b".into());
@@ -488,7 +504,7 @@ mod tests {
                 Upgrade,
                 None,
                 Some(404),
-                "not found on node edge-a (check: pod exists on this node)",
+                "not found (check: pod exists)",
             ),
             (
                 "not found imagepull",
@@ -512,18 +528,18 @@ mod tests {
                 "is terminating",
             ),
             (
-                "other node: as if missing",
+                "other node",
                 Upgrade,
                 Some(&elsewhere),
-                Some(404),
-                "not found on node edge-a (check: pod exists on this node)",
+                Some(403),
+                "is not on node edge-a (check: pod on this node)",
             ),
             (
-                "unbound: as if missing",
+                "unbound",
                 ImagePull,
                 Some(&unbound),
-                Some(404),
-                "not found on node edge-a",
+                Some(403),
+                "is not on node edge-a",
             ),
             (
                 "up to date",
@@ -637,8 +653,8 @@ mod tests {
                 "order: node first",
                 Upgrade,
                 Some(&everything_wrong),
-                Some(404),
-                "not found on node edge-a",
+                Some(403),
+                "is not on node edge-a",
             ),
             (
                 "order: terminating second",
@@ -715,9 +731,9 @@ mod tests {
     }
 
     /// An agent must not be a way to learn about other nodes' pods: whatever the state
-    /// of a pod elsewhere, the answer is byte for byte the one for a missing pod.
+    /// of a pod elsewhere, the answer is the spec's 403, byte for byte the same.
     #[test]
-    fn another_nodes_pod_gets_exactly_the_answer_of_a_missing_pod() {
+    fn another_nodes_pod_gets_one_answer_whatever_its_state() {
         let elsewhere = |mut p: Pod, node: Option<&str>| {
             p.spec.as_mut().unwrap().node_name = node.map(Into::into);
             p
@@ -750,12 +766,19 @@ mod tests {
         for action in [Action::ImagePull, Action::Upgrade] {
             let missing = run(action, None).unwrap_err();
             assert_eq!(missing.status, StatusCode::NOT_FOUND);
+            let answer = run(action, Some(&elsewhere(pod(), Some("edge-b")))).unwrap_err();
+            assert_eq!(answer.status, StatusCode::FORBIDDEN);
+            assert!(
+                answer.message.contains("(check: pod on this node)"),
+                "{}",
+                answer.message
+            );
             for variant in &variants {
                 for node in [Some("edge-b"), None, Some(""), Some("edge-a2")] {
                     let other = elsewhere(variant.clone(), node);
                     assert_eq!(
                         run(action, Some(&other)),
-                        Err(missing.clone()),
+                        Err(answer.clone()),
                         "{action:?} on a pod of node {node:?}"
                     );
                 }
