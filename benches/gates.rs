@@ -389,6 +389,14 @@ async fn run(p: Params) -> Result<String, String> {
         cpu(controller_cpu),
         cpu(api_server_cpu)
     ));
+    // Every latency, for the report's histogram.
+    let latencies_path = bench_results_path().with_file_name("gates-latencies.json");
+    if let Err(error) = std::fs::write(&latencies_path, json!(latencies).to_string()) {
+        note(format!(
+            "could not write {}: {error}",
+            latencies_path.display()
+        ));
+    }
     let _ = merge_bench_results(&[
         ("gates.pods", json!(p.pods)),
         ("gates.flip_p50_s", json!(p50)),

@@ -47,8 +47,21 @@ fn run() -> Result<String, String> {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null);
+    // The gate bench's flip latencies (seconds), when it ran.
+    let gate_latencies: Vec<f64> = std::fs::read_to_string(dir.join("gates-latencies.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
     let plots = match find_font() {
-        Ok(font) => draw_plots(&dir, &timelines, font),
+        Ok(font) => draw_plots(&dir, &timelines, font).and_then(|mut files| {
+            if !gate_latencies.is_empty() {
+                let path = dir.join("gates-flip-latency.png");
+                plot_gate_latencies(&path, &gate_latencies)
+                    .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+                files.push(path);
+            }
+            Ok(files)
+        }),
         Err(why) => Err(why),
     };
     let table = table(&results, &plots);
@@ -673,6 +686,65 @@ fn plot_updated(
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// A histogram of healthy-in-LB -> gate True, in 100 ms bins, with the targets marked.
+fn plot_gate_latencies(path: &Path, latencies: &[f64]) -> DrawResult {
+    const BIN_S: f64 = 0.1;
+    let max = latencies.iter().copied().fold(2.0, f64::max);
+    let bins = (max / BIN_S).ceil() as usize + 1;
+    let mut counts = vec![0u32; bins];
+    for &l in latencies {
+        counts[((l.max(0.0) / BIN_S) as usize).min(bins - 1)] += 1;
+    }
+    let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Readiness gates: healthy in the load balancer -> gate True, {} pods",
+                latencies.len()
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..bins as f64 * BIN_S, 0f64..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds (100 ms bins)")
+        .y_desc("pods")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
+        let x = i as f64 * BIN_S;
+        Rectangle::new([(x, 0.0), (x + BIN_S, c as f64)], PALETTE[0].filled())
+    }))?;
+    for (target, label, color) in [
+        (1.0, "target p50 <= 1 s", PALETTE[2]),
+        (2.0, "target p99 <= 2 s", PALETTE[1]),
+    ] {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(target, 0.0), (target, top)],
+                color.stroke_width(2),
+            ))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
