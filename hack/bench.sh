@@ -9,7 +9,7 @@
 #                   and beside OpenYurt's yurt-manager when its binary is there (issues 12, 13)
 #   agent_get_pods  the node agent's GET /pods with 110 pods under load
 #   footprint       the controller's memory and CPU at 1,000 nodes x 10 DaemonSets
-#   gates           the readiness-gate controller (when benches/gates.rs exists)
+#   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates.rs
 #
 # Environment (all optional):
 #   BENCHES            which benches (default: all of the above that exist; BENCH_QUICK: rollout)
@@ -64,6 +64,17 @@ for bench in $BENCHES; do
     log "$bench FAILED"
     echo "$bench: FAILED (see the output above)" >>"$results"
     status=1
+  fi
+  if [ "$bench" = gates ]; then
+    # The capacity proof (6 replicas, maxUnavailable 1, maxSurge 1, with and without
+    # gates) is the e2e test's scenario; run here, it records gates.min_healthy_*.
+    log "gates: the capacity proof (tests/gates.rs), recorded"
+    if ! ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates \
+      gates_keep_capacity -- --nocapture 2>&1 | grep 'capacity proof' | tee -a "$results"; then
+      log "gates capacity proof FAILED"
+      echo "gates capacity proof: FAILED" >>"$results"
+      status=1
+    fi
   fi
   echo >>"$results"
 done

@@ -737,6 +737,14 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
         "capacity proof: with gates min healthy = {}, without gates = {} (target >= 5)",
         results[0].1, results[1].1
     );
+    // `make bench` runs this scenario too and keeps its figures (the gates.* keys).
+    if std::env::var_os("ROLLGATE_BENCH_RECORD").is_some() {
+        merge_bench_results(&[
+            ("gates.min_healthy_with_gates", json!(results[0].1)),
+            ("gates.min_healthy_without_gates", json!(results[1].1)),
+        ])
+        .expect("recording the capacity proof in the bench results");
+    }
     assert!(
         results[0].1 >= 5,
         "with gates capacity dropped to {}:\n{}",
