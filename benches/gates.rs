@@ -83,15 +83,6 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 /// The API server of the local control plane, from its pid file (`hack/cluster-up.sh`).
 fn api_server_pid() -> Option<u32> {
     let dir = std::env::var("CLUSTER_DIR").ok()?;
@@ -233,7 +224,7 @@ async fn run(p: Params) -> Result<String, String> {
 
     let before = emulator("state").await?;
     let api_server = api_server_pid();
-    let api_server_cpu_before = api_server.and_then(cpu_seconds);
+    let api_server_cpu_before = api_server.and_then(process_cpu_seconds);
     let started = Instant::now();
     let controller = ControllerProcess::start_with_env(
         &ns.name,
@@ -282,9 +273,9 @@ async fn run(p: Params) -> Result<String, String> {
         peak_kib = peak_kib.max(vm_hwm_kib(controller.pid()).unwrap_or(0));
     }
     let elapsed = started.elapsed();
-    let controller_cpu = cpu_seconds(controller.pid());
+    let controller_cpu = process_cpu_seconds(controller.pid());
     let api_server_cpu = api_server
-        .and_then(cpu_seconds)
+        .and_then(process_cpu_seconds)
         .zip(api_server_cpu_before)
         .map(|(after, before)| after - before);
     watch.abort();

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
 
@@ -622,6 +624,43 @@ const PALETTE: [RGBColor; 6] = [
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The frame every plot shares: a caption, two axes from 0 and their descriptions.
+fn chart<'a, 'b>(
+    root: &'a DrawingArea<BitMapBackend<'b>, Shift>,
+    caption: String,
+    x: (f64, &str),
+    y: (f64, &str),
+) -> Result<Chart<'a, 'b>, Box<dyn std::error::Error>> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..x.0, 0f64..y.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(x.1)
+        .y_desc(y.1)
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    Ok(chart)
+}
+
+/// The legend box every plot shares.
+fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    Ok(())
+}
+
 fn plot_updated(
     path: &Path,
     size: &str,
@@ -638,21 +677,12 @@ fn plot_updated(
         * 1.05;
     let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("DaemonSet rollout, {size} nodes, budget {budget}: nodes updated over time"),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..until, 0f64..nodes * 1.05)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the new revision")
-        .y_desc("nodes with an available new pod")
-        .label_style(("sans-serif", 14))
-        .draw()?;
+    let mut chart = chart(
+        &root,
+        format!("DaemonSet rollout, {size} nodes, budget {budget}: nodes updated over time"),
+        (until, "seconds since the new revision"),
+        (nodes * 1.05, "nodes with an available new pod"),
+    )?;
     // The ideal: every batch takes exactly start + stop.
     let batches = (nodes / budget).ceil() as usize;
     let ideal: Vec<(f64, f64)> = (0..=batches)
@@ -683,13 +713,7 @@ fn plot_updated(
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
@@ -706,24 +730,15 @@ fn plot_gate_latencies(path: &Path, latencies: &[f64]) -> DrawResult {
     let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
     let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Readiness gates: healthy in the load balancer -> gate True, {} pods",
-                latencies.len()
-            ),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..bins as f64 * BIN_S, 0f64..top)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds (100 ms bins)")
-        .y_desc("pods")
-        .label_style(("sans-serif", 14))
-        .draw()?;
+    let mut chart = chart(
+        &root,
+        format!(
+            "Readiness gates: healthy in the load balancer -> gate True, {} pods",
+            latencies.len()
+        ),
+        (bins as f64 * BIN_S, "seconds (100 ms bins)"),
+        (top, "pods"),
+    )?;
     chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
         let x = i as f64 * BIN_S;
         Rectangle::new([(x, 0.0), (x + BIN_S, c as f64)], PALETTE[0].filled())
@@ -742,13 +757,7 @@ fn plot_gate_latencies(path: &Path, latencies: &[f64]) -> DrawResult {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -772,21 +781,12 @@ fn plot_unavailable(
         .fold(budget, f64::max);
     let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("10% of {size} nodes NotReady: unavailable Ready nodes during the rollout"),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0f64..until, 0f64..(peak * 1.3).ceil())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the new revision")
-        .y_desc("Ready nodes without an available pod")
-        .label_style(("sans-serif", 14))
-        .draw()?;
+    let mut chart = chart(
+        &root,
+        format!("10% of {size} nodes NotReady: unavailable Ready nodes during the rollout"),
+        (until, "seconds since the new revision"),
+        ((peak * 1.3).ceil(), "Ready nodes without an available pod"),
+    )?;
     chart
         .draw_series(LineSeries::new(
             vec![(0.0, budget), (until, budget)],
@@ -808,13 +808,7 @@ fn plot_unavailable(
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }

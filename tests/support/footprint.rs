@@ -18,12 +18,10 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::support::{
-    free_local_port, http_request, kubeconfig_path, kwok_node, note, repo_root, unique_name,
-    TestNamespace, OWNER_LABEL,
+    free_local_port, http_request, kubeconfig_path, kwok_node, note, parse_cpu_seconds, repo_root,
+    unique_name, TestNamespace, OWNER_LABEL,
 };
 
-/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
-const TICKS_PER_SECOND: f64 = 100.0;
 /// How often the controller's `/proc` figures are read.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
@@ -364,16 +362,6 @@ fn cpu_seconds(pid: u32) -> Result<f64, String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("reading /proc/{pid}/stat: {e}"))?;
     parse_cpu_seconds(&text).ok_or_else(|| format!("cannot parse /proc/{pid}/stat: {text:?}"))
-}
-
-/// The command name (field 2) may hold spaces and parentheses: fields are counted after
-/// its closing parenthesis. utime and stime are fields 14 and 15.
-pub fn parse_cpu_seconds(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / TICKS_PER_SECOND)
 }
 
 /// Bytes each extra pod adds, from two measurements (KiB) at two pod counts.

@@ -1373,3 +1373,22 @@ impl Drop for EmulatorProcess {
         let _ = self.child.wait();
     }
 }
+
+/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// utime + stime from a `/proc/<pid>/stat` line, in seconds. The command name (field 2)
+/// may hold spaces and parentheses: fields are counted after its closing parenthesis.
+/// utime and stime are fields 14 and 15.
+pub fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / TICKS_PER_SECOND)
+}
+
+/// CPU seconds (user + system) a process has used so far, if it is still there.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
