@@ -524,6 +524,122 @@ async fn budget_of_one_with_one_cut_off_node_upgrades_the_others() {
     rollout_with_not_ready_nodes(Shape::ToleratesNone, one_cut_off_node_case()).await
 }
 
+/// Reconciles so far: the count of the reconcile duration histogram.
+const RECONCILES: &str = "rollgate_daemonset_reconcile_duration_seconds_count";
+
+async fn patch_pod_status(pods: &Api<Pod>, name: &str, status: serde_json::Value) {
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({ "status": status })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("patching the status of {name}: {e}"));
+}
+
+/// The CPU the OpenYurt side-by-side found: rollgate re-planned a DaemonSet on every write
+/// to it or its pods. Writes no planner reads (a kubelet's condition of another type,
+/// the DaemonSet controller's status counts) must cost no reconcile at all, counted on
+/// the controller's metrics; a write the planners read (a `PodNeedUpgrade` left on a
+/// pod of a DaemonSet that is not OTA) still does, and is acted on.
+async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
+    let client = client().await;
+    let prefix = format!("quiet-{}", shape.tag());
+    let nodes = TestNodes::create(&client, &prefix, 3).await;
+    let ns = TestNamespace::new(&client, &prefix).await;
+    let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "1"});
+    let ds = edge_daemonset("quiet", &nodes, annotations, "OnDelete", shape);
+    ds_api.create(&PostParams::default(), &ds).await.unwrap();
+    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(60)).await;
+    let controller = ControllerProcess::start(&ns.name, &prefix);
+    let settled = wait_for(
+        "the controller's first reconciles, then none for 3 s",
+        Duration::from_secs(60),
+        || async {
+            let before = controller.metric(RECONCILES).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let after = controller.metric(RECONCILES).await;
+            if before > 0.0 && before == after {
+                Ok(after)
+            } else {
+                Err(format!("{before} then {after} reconciles"))
+            }
+        },
+    )
+    .await;
+
+    let names: Vec<String> = list_pods(&pods)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    for round in 0..4 {
+        for name in &names {
+            let status = if round % 2 == 0 { "True" } else { "False" };
+            let condition = json!({"type": "example.com/probe", "status": status, "message": format!("round {round}")});
+            patch_pod_status(&pods, name, json!({ "conditions": [condition] })).await;
+        }
+        // A status count off by one, which the DaemonSet controller writes back.
+        ds_api
+            .patch_status(
+                "quiet",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"numberMisscheduled": round + 1}})),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_unseen = controller.metric(RECONCILES).await;
+    assert_eq!(
+        after_unseen,
+        settled,
+        "{} pod status writes and 4 DaemonSet status writes no planner reads were reconciled",
+        4 * names.len()
+    );
+
+    // A write the planners read: a stale PodNeedUpgrade must go.
+    let stale = json!({"type": NEED_UPGRADE, "status": "True", "message": "left behind"});
+    patch_pod_status(&pods, &names[0], json!({ "conditions": [stale] })).await;
+    wait_for(
+        "the stale PodNeedUpgrade removed",
+        Duration::from_secs(30),
+        || async {
+            let pod = pods.get(&names[0]).await.map_err(|e| e.to_string())?;
+            match pod_condition(&pod, NEED_UPGRADE) {
+                None => Ok(()),
+                Some(status) => Err(format!("still {status}")),
+            }
+        },
+    )
+    .await;
+    let after_seen = controller.metric(RECONCILES).await;
+    assert!(
+        after_seen > after_unseen,
+        "a write the planners read was not reconciled ({after_unseen} -> {after_seen})"
+    );
+    note(format!(
+        "{}: reconciles {settled} after start, {after_unseen} after {} unseen writes, {after_seen} after one seen write",
+        shape.tag(),
+        4 * names.len() + 4
+    ));
+    drop(controller);
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_no_planner_reads_cost_no_reconcile_tolerating_all_taints() {
+    writes_no_planner_reads_cost_no_reconcile(Shape::ToleratesAll).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_no_planner_reads_cost_no_reconcile_tolerating_no_taints() {
+    writes_no_planner_reads_cost_no_reconcile(Shape::ToleratesNone).await
+}
+
 /// The controller is killed (SIGKILL) while its first pod DELETEs are on the wire: they
 /// reach the API server after its death and it never hears back. The restarted
 /// controller must neither exceed the budget nor delete a pod a second time.

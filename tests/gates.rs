@@ -220,17 +220,8 @@ impl Bed {
             .items
     }
 
-    /// The controller's /metrics (its port is in its log).
     async fn metrics(&self) -> String {
-        let log = &self.controller.as_ref().unwrap().log;
-        let text = std::fs::read_to_string(log).unwrap();
-        let addr = text
-            .lines()
-            .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
-            .map(|a| a.split_whitespace().next().unwrap().to_string())
-            .expect("the metrics address in the log");
-        let addr: std::net::SocketAddr = addr.parse().unwrap();
-        http_request(addr, "GET", "/metrics").await.unwrap().body
+        self.controller.as_ref().unwrap().metrics().await
     }
 
     async fn emulator(&self, path: &str) -> Value {

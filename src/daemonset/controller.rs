@@ -24,11 +24,12 @@ use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
 use super::rolling_plan::{plan_rolling_update, Blocker, Progress, RollingInput, RollingPlan};
 use super::said_once::{SaidOnce, Topic};
+use super::triggers::{daemonset_unchanged, pod_unchanged};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
-use crate::watch::{CachedPod, Stores, Watches};
+use crate::watch::{applied, applied_unless, touched_unless, CachedPod, Stores, Watches};
 
 /// Field manager / reporting controller name, as users see it in Events and managedFields.
 pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
@@ -127,19 +128,22 @@ pub fn start(
     });
 
     let ds_for_nodes = stores.daemonsets.clone();
-    let controller =
-        Controller::for_shared_stream(watches.daemonset_changes(), stores.daemonsets.clone())
-            .owns_shared_stream(watches.pod_changes())
-            .owns_shared_stream(watches.revision_changes())
-            // A node coming back (or leaving) re-plans every upgrade-managed DaemonSet at once.
-            .watches_shared_stream(watches.node_ready_transitions(), move |_node| {
-                ds_for_nodes
-                    .state()
-                    .into_iter()
-                    .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
-                    .map(|ds| ObjectRef::from_obj(&*ds))
-                    .collect::<Vec<_>>()
-            });
+    // Only writes that change what the planners read re-plan (see `triggers`); a pod's
+    // deletion does, since it frees its node.
+    let daemonsets = applied_unless(watches.daemonset_changes(), daemonset_unchanged);
+    let pods = touched_unless(watches.pod_changes(), pod_unchanged);
+    let controller = Controller::for_shared_stream(daemonsets, stores.daemonsets.clone())
+        .owns_shared_stream(pods)
+        .owns_shared_stream(applied(watches.revision_changes()))
+        // A node coming back (or leaving) re-plans every upgrade-managed DaemonSet at once.
+        .watches_shared_stream(watches.node_ready_transitions(), move |_node| {
+            ds_for_nodes
+                .state()
+                .into_iter()
+                .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
+                .map(|ds| ObjectRef::from_obj(&*ds))
+                .collect::<Vec<_>>()
+        });
     let run = Run {
         name: "daemonset-upgrade",
         concurrency,
@@ -192,10 +196,10 @@ fn forget_deleted(
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = match policy_for(&ds) {
-        PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx).await,
+        PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await,
         PolicyDecision::NotOurs { reason } => {
             warn_once(&ds, &ctx, "UpdateStrategyNotOnDelete", &reason).await;
-            remove_stale_conditions(&ds, &ctx).await
+            remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await
         }
         PolicyDecision::Invalid(error) => {
             warn_once(
@@ -219,8 +223,11 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
             ctx.said
                 .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
-            let action = rolling_update(&ds, &ctx, max_unavailable).await?;
-            remove_stale_conditions(&ds, &ctx).await?;
+            // One look at the store serves both steps.
+            let (pods, current) = owned(&ds, &ctx);
+            let action =
+                rolling_update(&ds, &ctx, max_unavailable, &pods, current.as_ref()).await?;
+            remove_stale_conditions(&ds, &ctx, &pods).await?;
             Ok(action)
         }
         PolicyDecision::Managed(Policy::Ota) => {
@@ -271,19 +278,20 @@ async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
     max_unavailable: MaxUnavailable,
+    pods: &[Arc<CachedPod>],
+    current: Option<&CurrentRevision>,
 ) -> Result<Action, Error> {
     let uid = ds.uid().unwrap_or_default();
-    let (pods, current) = owned(ds, ctx);
     let nodes = ctx.stores.nodes.state();
     let pending = ctx
         .expectations
         .lock()
         .unwrap()
-        .pending(&uid, &pods, Instant::now());
+        .pending(&uid, pods, Instant::now());
     let plan = plan_rolling_update(&RollingInput {
         daemonset: ds,
-        current: current.as_ref(),
-        pods: &pods,
+        current,
+        pods,
         nodes: &nodes,
         max_unavailable,
         now: Timestamp::now(),
@@ -501,9 +509,12 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
 }
 
 /// A DaemonSet that stopped being OTA must not leave `PodNeedUpgrade` behind.
-async fn remove_stale_conditions(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
-    let (pods, _) = owned(ds, ctx);
-    for stale in plan_stale_condition_removals(ds, &pods) {
+async fn remove_stale_conditions(
+    ds: &DaemonSet,
+    ctx: &Context,
+    pods: &[Arc<CachedPod>],
+) -> Result<Action, Error> {
+    for stale in plan_stale_condition_removals(ds, pods) {
         let patch = json!({"status": {"conditions": [{"type": POD_NEED_UPGRADE_CONDITION, "$patch": "delete"}]}});
         if write_status(ctx, &stale.namespace, &stale.name, &patch).await? {
             tracing::info!(pod = %stale.name, "removed stale PodNeedUpgrade condition");

@@ -13,3 +13,4 @@ pub mod said_once;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod testkit;
+pub mod triggers;

@@ -114,7 +114,7 @@ pub fn is_terminating(pod: &impl PodFacts) -> bool {
     pod.is_terminating()
 }
 
-fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {
+pub(crate) fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {
     metadata
         .owner_references
         .iter()

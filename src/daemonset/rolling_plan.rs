@@ -26,7 +26,7 @@
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,8 +186,9 @@ pub enum Blocker {
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
 pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let pods_by_node = pods_by_node(input.pods, ds_uid);
-    let nodes: BTreeMap<&str, &N> = input
+    let pods_by_node = PodsByNode::of(input.pods, ds_uid);
+    // Hashed: every plan looks up every node, and node names share long prefixes.
+    let nodes: HashMap<&str, &N> = input
         .nodes
         .iter()
         .filter_map(|node| Some((node.metadata().name.as_deref()?, &**node)))
@@ -195,7 +196,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
 
     let mut progress = Progress::default();
     let mut ready_nodes = Vec::new();
-    for (&node, pods) in &pods_by_node {
+    for (node, pods) in pods_by_node.iter() {
         match nodes.get(node).map(is_node_ready) {
             None => progress.missing_nodes_skipped.push(node.to_string()),
             Some(false) => {
@@ -213,7 +214,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     // should run there (its pod is gone and the replacement not created or not seen).
     let mut settled = Vec::new();
     for (&name, node) in &nodes {
-        if pods_by_node.contains_key(name) {
+        if pods_by_node.contains(name) {
             continue;
         }
         let ours = input.vacated_by_us.contains_key(name);
@@ -229,6 +230,8 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             settled.push(name.to_string());
         }
     }
+    // The node map is unordered; the progress is reported in node name order.
+    progress.vacated_nodes.sort_unstable();
     progress.total_nodes += progress.vacated_nodes.len();
     progress.ready_nodes += progress.vacated_nodes.len();
     progress.budget = input.max_unavailable.budget(progress.total_nodes);
@@ -264,13 +267,8 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let mut candidates = Vec::new();
     let mut unavailable_nodes = Vec::new();
     for (node, pods) in ready_nodes {
-        let (new, old): (Vec<&P>, Vec<&P>) = pods
-            .iter()
-            .copied()
-            .filter(|pod| is_live(pod))
-            .partition(|pod| current.is_pod_updated(pod));
-        match (new.as_slice(), old.as_slice()) {
-            ([new_pod], []) => match availability(new_pod, min_ready, input.now) {
+        match LivePods::of(pods, is_live, current) {
+            LivePods::OnlyNew(new_pod) => match availability(new_pod, min_ready, input.now) {
                 Availability::Available => {
                     progress.updated += 1;
                     progress.ready_updated += 1;
@@ -285,8 +283,8 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
                 }
                 Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
             },
-            ([], [old_pod]) => match availability(old_pod, min_ready, input.now) {
-                Availability::Available => candidates.push((node, *old_pod)),
+            LivePods::OnlyOld(old_pod) => match availability(old_pod, min_ready, input.now) {
+                Availability::Available => candidates.push((node, old_pod)),
                 _ => deletions.push(planned_deletion(
                     old_pod,
                     node,
@@ -295,15 +293,15 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             },
             // No live pod, old and new together, or duplicates: the native controller is
             // still creating or cleaning up here.
-            _ => unavailable_nodes.push(node.to_string()),
+            LivePods::Other => unavailable_nodes.push(node.to_string()),
         }
     }
     let skipped_with_old_pods: Vec<String> = pods_by_node
         .iter()
-        .filter(|(node, _)| nodes.get(*node).is_none_or(|n| !is_node_ready(n)))
+        .filter(|(node, _)| nodes.get(node).is_none_or(|n| !is_node_ready(n)))
         .filter(|(_, pods)| {
             pods.iter()
-                .any(|pod| is_live(pod) && !current.is_pod_updated(pod))
+                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
         })
         .map(|(node, _)| node.to_string())
         .collect();
@@ -355,23 +353,69 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     }
 }
 
-/// Pods the DaemonSet controls, grouped by node in ascending name order (pods with no
-/// known node are left out: there is nothing to count them against).
-fn pods_by_node<'a, P: PodFacts>(
-    pods: &'a [Arc<P>],
-    ds_uid: &str,
-) -> BTreeMap<&'a str, Vec<&'a P>> {
-    let mut by_node: BTreeMap<&str, Vec<&P>> = BTreeMap::new();
-    for pod in pods.iter().filter(|pod| is_controlled_by(pod, ds_uid)) {
-        if let Some(node) = pod_node_name(pod) {
-            by_node.entry(node).or_default().push(pod);
+/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
+/// by pod name, so plans do not depend on the input order (pods with no known node are
+/// left out: there is nothing to count them against). One sorted list, not a map of
+/// lists: a plan runs on every relevant pod write, over every pod.
+struct PodsByNode<'a, P> {
+    sorted: Vec<(&'a str, &'a P)>,
+}
+
+impl<'a, P: PodFacts> PodsByNode<'a, P> {
+    fn of(pods: &'a [Arc<P>], ds_uid: &str) -> Self {
+        let mut sorted: Vec<(&str, &P)> = pods
+            .iter()
+            .filter(|pod| is_controlled_by(*pod, ds_uid))
+            .filter_map(|pod| Some((pod_node_name(&**pod)?, &**pod)))
+            .collect();
+        sorted.sort_unstable_by(|(node_a, a), (node_b, b)| {
+            node_a
+                .cmp(node_b)
+                .then_with(|| a.pod_name().cmp(b.pod_name()))
+        });
+        PodsByNode { sorted }
+    }
+
+    /// Each node with its pods, in node name order.
+    fn iter(&self) -> impl Iterator<Item = (&'a str, &[(&'a str, &'a P)])> {
+        self.sorted
+            .chunk_by(|(a, _), (b, _)| a == b)
+            .map(|pods| (pods[0].0, pods))
+    }
+
+    fn contains(&self, node: &str) -> bool {
+        self.sorted
+            .binary_search_by(|(name, _)| (*name).cmp(node))
+            .is_ok()
+    }
+}
+
+/// A Ready node's live pods, as far as the classification tells them apart.
+enum LivePods<'a, P> {
+    OnlyNew(&'a P),
+    OnlyOld(&'a P),
+    /// None, old and new together, or duplicates.
+    Other,
+}
+
+impl<'a, P: PodFacts> LivePods<'a, P> {
+    fn of(pods: &[(&str, &'a P)], is_live: impl Fn(&P) -> bool, current: &CurrentRevision) -> Self {
+        let (mut new, mut old) = ((0, None), (0, None));
+        for &(_, pod) in pods.iter().filter(|(_, pod)| is_live(pod)) {
+            let side = if current.is_pod_updated(pod) {
+                &mut new
+            } else {
+                &mut old
+            };
+            side.0 += 1;
+            side.1 = Some(pod);
+        }
+        match (new, old) {
+            ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
+            ((0, _), (1, Some(pod))) => LivePods::OnlyOld(pod),
+            _ => LivePods::Other,
         }
     }
-    // Within a node, order by name so plans do not depend on the input order.
-    for pods in by_node.values_mut() {
-        pods.sort_by(|a, b| a.pod_name().cmp(b.pod_name()));
-    }
-    by_node
 }
 
 /// Ready means the Node's `Ready` condition has status `True`.

@@ -38,7 +38,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
-use crate::watch::Watches;
+use crate::watch::{applied, Watches};
 
 /// Field manager / reporting controller, as users see it in Events and managedFields.
 pub const CONTROLLER_NAME: &str = "rollgate-readiness-gates";
@@ -137,6 +137,7 @@ pub fn start(
     // orphan worker, which says so on the pod.
     let services_for_pods = services.clone();
     let services_for_deletions = services.clone();
+    let pod_changes = applied(watches.pod_changes());
     let controller = controller
         // A deleted pod's backend goes at once, not at the next poll.
         .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
@@ -149,7 +150,7 @@ pub fn start(
                 .map(|svc| ObjectRef::from_obj(&*svc))
                 .collect::<Vec<_>>()
         })
-        .watches_shared_stream(watches.pod_changes(), move |pod: Arc<CachedPod>| {
+        .watches_shared_stream(pod_changes, move |pod: Arc<CachedPod>| {
             let ns = pod.namespace().unwrap_or_default();
             let mut refs: Vec<ObjectRef<Service>> = vec![];
             for name in gated_services(&pod) {

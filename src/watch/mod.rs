@@ -14,7 +14,6 @@ pub mod pod;
 pub mod prune;
 pub mod runner;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -22,6 +21,7 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+pub use fanout::Change;
 use fanout::Fanout;
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -34,8 +34,8 @@ use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVI
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
 
-/// What a change subscription yields: each changed object, as the store holds it.
-pub type Changes<K> = async_broadcast::Receiver<Arc<K>>;
+/// What a change subscription yields: each change, with the object before and after.
+pub type Changes<K> = async_broadcast::Receiver<Change<K>>;
 
 /// Objects a subscriber may lag behind before the watch waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
@@ -80,7 +80,6 @@ pub struct Watches {
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
     daemonset_deleted: broadcast::Sender<Gone>,
-    pod_deleted: broadcast::Sender<Arc<CachedPod>>,
 }
 
 impl Watches {
@@ -95,7 +94,6 @@ impl Watches {
             &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
         );
         let (daemonset_deleted, _) = broadcast::channel(256);
-        let (pod_deleted, _) = broadcast::channel(SUBSCRIBER_BUFFER);
         Watches {
             client,
             namespace,
@@ -119,7 +117,6 @@ impl Watches {
             gate,
             synced,
             daemonset_deleted,
-            pod_deleted,
         }
     }
 
@@ -157,30 +154,21 @@ impl Watches {
         self.daemonset_deleted.subscribe()
     }
 
-    /// Pods as they were when deleted. The shared stores' change streams carry no
-    /// deletions, and the readiness gates must deregister a pod the moment it is gone.
-    /// A relist that misses a deletion sends nothing (the gates' periodic poll covers it).
+    /// Pods as they were when deleted. The gates must deregister a pod the moment it is
+    /// gone. A relist that misses a deletion sends nothing (the gates' periodic poll
+    /// covers it).
     pub fn pod_deletions(&self) -> impl Stream<Item = Arc<CachedPod>> + Send + 'static {
-        let rx = self.pod_deleted.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(pod) => return Some((pod, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        self.pod_fanout
+            .subscribe()
+            .filter_map(|change| futures::future::ready(change.deleted()))
     }
 
     /// Nodes whose Ready status changed (and every node once after each full list):
     /// a node coming back must start its upgrade at once.
     pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<CachedNode>> + Send + 'static {
-        let mut last: HashMap<String, bool> = HashMap::new();
-        self.node_fanout.subscribe().filter_map(move |node| {
-            let ready = node.is_ready();
-            let changed = last.insert(node.name_any(), ready) != Some(ready);
-            futures::future::ready(changed.then_some(node))
+        self.node_fanout.subscribe().filter_map(|change| {
+            let transition = change.differs(|before, after| before.is_ready() == after.is_ready());
+            futures::future::ready(if transition { change.applied() } else { None })
         })
     }
 
@@ -201,45 +189,33 @@ impl Watches {
                         name: ds.name_any(),
                     });
                 }
-            })
-            .reflect(self.daemonsets);
+            });
         let daemonsets = self
             .daemonset_fanout
-            .after_reflect(self.stores.daemonsets.clone(), daemonsets)
+            .reflect(self.daemonsets, daemonsets)
             .inspect(gate.observe("daemonsets"));
         // Every pod: the readiness gates need Deployment pods as well as DaemonSet ones.
         // Each is made a `CachedPod` as it arrives, so no full Pod outlives its page.
         let pods = watcher(scoped::<Pod>(&self.client, ns), cfg.clone())
             .default_backoff()
-            .map_ok(|event| convert(event, CachedPod::from))
-            .inspect({
-                let deleted = self.pod_deleted.clone();
-                move |event| {
-                    if let Ok(watcher::Event::Delete(pod)) = event {
-                        let _ = deleted.send(Arc::new(pod.clone()));
-                    }
-                }
-            })
-            .reflect(self.pods);
+            .map_ok(|event| convert(event, CachedPod::from));
         let pods = self
             .pod_fanout
-            .after_reflect(self.stores.pods.clone(), pods)
+            .reflect(self.pods, pods)
             .inspect(gate.observe("pods"));
         let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())
             .default_backoff()
-            .modify(prune::revision)
-            .reflect(self.revisions);
+            .modify(prune::revision);
         let revisions = self
             .revision_fanout
-            .after_reflect(self.stores.revisions.clone(), revisions)
+            .reflect(self.revisions, revisions)
             .inspect(gate.observe("controllerrevisions"));
         let nodes = watcher(Api::<Node>::all(self.client.clone()), cfg.clone())
             .default_backoff()
-            .map_ok(|event| convert(event, CachedNode::from))
-            .reflect(self.nodes);
+            .map_ok(|event| convert(event, CachedNode::from));
         let nodes = self
             .node_fanout
-            .after_reflect(self.stores.nodes.clone(), nodes)
+            .reflect(self.nodes, nodes)
             .inspect(gate.observe("nodes"));
         let jobs = watcher(
             scoped::<Job>(&self.client, ns),
@@ -249,11 +225,10 @@ impl Watches {
             )),
         )
         .default_backoff()
-        .modify(prune::job)
-        .reflect(self.jobs);
+        .modify(prune::job);
         let jobs = self
             .job_fanout
-            .after_reflect(self.stores.jobs.clone(), jobs)
+            .reflect(self.jobs, jobs)
             .inspect(gate.observe("jobs"));
 
         let all = futures::stream::select_all([
@@ -269,6 +244,37 @@ impl Watches {
         }
         tracing::info!("shared watches stopped");
     }
+}
+
+/// Created and updated objects, as the store holds them (deletions left out).
+pub fn applied<K: Send + Sync + 'static>(
+    changes: Changes<K>,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    changes.filter_map(|change| futures::future::ready(change.applied()))
+}
+
+/// Created and updated objects that look different to a reader for which `same` says
+/// when two states are alike (deletions left out).
+pub fn applied_unless<K: Send + Sync + 'static>(
+    changes: Changes<K>,
+    same: impl Fn(&K, &K) -> bool + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    changes.filter_map(move |change| {
+        let differs = change.differs(&same);
+        futures::future::ready(if differs { change.applied() } else { None })
+    })
+}
+
+/// Deleted objects, and created or updated ones that look different through `same`:
+/// the triggers of a controller that counts objects as well as reading them.
+pub fn touched_unless<K: Send + Sync + 'static>(
+    changes: Changes<K>,
+    same: impl Fn(&K, &K) -> bool + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    changes.filter_map(move |change| {
+        let differs = change.differs(&same);
+        futures::future::ready(differs.then(|| change.object()))
+    })
 }
 
 /// `ROLLGATE_STREAMING_LISTS=1` makes the first sync a streaming list (WatchList, API

@@ -403,6 +403,38 @@ impl ControllerProcess {
         self.child.id()
     }
 
+    /// The controller's /metrics text (its port is in its log, once it serves them).
+    pub async fn metrics(&self) -> String {
+        let addr = wait_for(
+            "the metrics address in the controller's log",
+            Duration::from_secs(30),
+            || async {
+                let text = std::fs::read_to_string(&self.log).map_err(|e| e.to_string())?;
+                text.lines()
+                    .find_map(|l| l.split("serving /metrics").nth(1)?.split("addr=").nth(1))
+                    .and_then(|a| {
+                        a.split_whitespace()
+                            .next()?
+                            .parse::<std::net::SocketAddr>()
+                            .ok()
+                    })
+                    .ok_or_else(|| "not served yet".to_string())
+            },
+        )
+        .await;
+        http_request(addr, "GET", "/metrics").await.unwrap().body
+    }
+
+    /// One sample of the controller's metrics, by its full name with labels as printed
+    /// (e.g. `rollgate_daemonset_reconcile_duration_seconds_count`); 0 when absent.
+    pub async fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Simulates a crash: SIGKILL, no chance to clean up.
     pub fn crash(mut self) {
         let _ = self.child.kill();

@@ -26,11 +26,12 @@ use super::plan::{
     Step, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON,
 };
 use crate::daemonset::revision::is_controlled_by;
+use crate::daemonset::triggers::daemonset_unchanged;
 use crate::leader::Leadership;
 use crate::object::label;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
-use crate::watch::{CachedPod, Stores, Watches};
+use crate::watch::{applied, applied_unless, CachedPod, Stores, Watches};
 
 /// Reporting controller name in Events and the field manager of condition writes.
 pub const CONTROLLER_NAME: &str = "rollgate-image-pull";
@@ -234,16 +235,17 @@ pub fn start(
     let (pods_for_ds, pods_for_rev) = (stores.pods.clone(), stores.pods.clone());
     // The store holds every pod of the cluster; only a waiting request needs a reconcile
     // (Job and revision changes still reach the pod through the mappers below).
-    let requests = watches
-        .pod_changes()
+    let requests = applied(watches.pod_changes())
         .filter(|pod| futures::future::ready(has_pending_request(&**pod)));
+    // A DaemonSet's status writes change nothing here: each would scan every pod.
+    let daemonsets = applied_unless(watches.daemonset_changes(), daemonset_unchanged);
     let controller = Controller::for_shared_stream(requests, stores.pods)
-        .owns_shared_stream(watches.job_changes())
+        .owns_shared_stream(applied(watches.job_changes()))
         // A new revision while a request waits: replan (the pull may be stale now).
-        .watches_shared_stream(watches.daemonset_changes(), move |ds| {
+        .watches_shared_stream(daemonsets, move |ds| {
             pending_pods_of(&pods_for_ds, &ds.uid().unwrap_or_default())
         })
-        .watches_shared_stream(watches.revision_changes(), move |rev| {
+        .watches_shared_stream(applied(watches.revision_changes()), move |rev| {
             rev.owner_references()
                 .iter()
                 .filter(|o| o.controller == Some(true) && o.kind == "DaemonSet")

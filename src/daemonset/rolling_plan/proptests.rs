@@ -14,8 +14,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
+use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
 use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
-use k8s_openapi::api::core::v1::Taint;
+use crate::watch::PodFacts;
+use k8s_openapi::api::core::v1::{PodCondition, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const NOW: i64 = 1_000_000;
 
@@ -370,6 +373,178 @@ proptest! {
         }
         let take = allowed.min(expected.candidates.len());
         prop_assert_eq!(&rolling[..], &expected.candidates[..take]);
+    }
+}
+
+/// Per pod: bind a pending pod, write an IP and phase, write container readiness, and
+/// a number that picks the rest.
+type Noise = (bool, bool, bool, u8);
+
+/// A pod after writes the kubelet, the scheduler and the API server make that no
+/// planner reads (`triggers::PlannedPod` leaves them out).
+fn unseen_writes(pod: &Pod, (bind, ip, containers, n): Noise) -> Pod {
+    let mut pod = pod.clone();
+    pod.metadata.resource_version = Some(n.to_string());
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("noise".into(), n.to_string());
+    let node = pod.node_or_affinity_node().map(str::to_string);
+    let spec = pod.spec.get_or_insert_default();
+    if bind && spec.node_name.is_none() {
+        spec.node_name = node;
+    }
+    let status = pod.status.get_or_insert_default();
+    if ip {
+        status.pod_ip = Some(format!("10.64.0.{n}"));
+        status.phase = Some(if n % 2 == 0 { "Running" } else { "Pending" }.into());
+    }
+    if containers {
+        status.container_statuses = Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+            name: "main".into(),
+            ready: n % 2 == 0,
+            ..Default::default()
+        }]);
+    }
+    let conditions = status.conditions.get_or_insert_default();
+    if containers {
+        conditions.push(PodCondition {
+            type_: "ContainersReady".into(),
+            status: if n % 3 == 0 { "True" } else { "False" }.into(),
+            ..Default::default()
+        });
+    }
+    if let Some(ready) = conditions.iter().position(|c| c.type_ == "Ready") {
+        if conditions[ready].status == "True" {
+            conditions[ready].message = Some(format!("noise {n}"));
+        } else {
+            // Not Ready looks the same whether False, Unknown or not written yet.
+            match n % 3 {
+                0 => drop(conditions.remove(ready)),
+                1 => conditions[ready].status = "Unknown".into(),
+                _ => conditions[ready].reason = Some("ContainersNotReady".into()),
+            }
+        }
+    }
+    pod
+}
+
+/// A write some planner reads, picked by `kind` (0: none).
+fn seen_write(pod: &Pod, kind: u8) -> Pod {
+    let mut pod = pod.clone();
+    let conditions = pod
+        .status
+        .get_or_insert_default()
+        .conditions
+        .get_or_insert_default();
+    let ready = conditions.iter().position(|c| c.type_ == "Ready");
+    match (kind % 6, ready) {
+        (1, _) => pod.metadata.deletion_timestamp = Some(Time(at(NOW - 2))),
+        (2, Some(i)) if conditions[i].status == "True" => {
+            conditions[i].last_transition_time = Some(Time(at(NOW - 1)));
+        }
+        (2, _) => conditions.push(PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            last_transition_time: Some(Time(at(NOW - 3600))),
+            ..Default::default()
+        }),
+        (3, Some(i)) => conditions[i].status = "False".into(),
+        (4, _) => {
+            let hash = pod.label(CONTROLLER_REVISION_HASH_LABEL) == Some("new");
+            pod.metadata.labels.get_or_insert_default().insert(
+                CONTROLLER_REVISION_HASH_LABEL.into(),
+                if hash { "old" } else { "new" }.into(),
+            );
+        }
+        (5, _) => pod.spec.get_or_insert_default().node_name = Some(node_name(0)),
+        _ => {}
+    }
+    pod
+}
+
+fn need_upgrade(pod: &Pod, n: u8) -> Pod {
+    let mut pod = pod.clone();
+    if n.is_multiple_of(4) {
+        pod.status
+            .get_or_insert_default()
+            .conditions
+            .get_or_insert_default()
+            .push(PodCondition {
+                type_: crate::daemonset::ota_plan::POD_NEED_UPGRADE_CONDITION.into(),
+                status: if n.is_multiple_of(8) { "True" } else { "False" }.into(),
+                message: Some("hash old".into()),
+                ..Default::default()
+            });
+    }
+    pod
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The upgrade controller skips pod writes that leave `PlannedPod` unchanged
+    /// (`triggers`). That is only safe if no planner reads what it leaves out: after
+    /// writes planners do not read on every pod, and one they may read on one pod, pods
+    /// equal under it must give equal plans, rolling and OTA.
+    #[test]
+    fn pods_equal_as_planned_give_equal_plans(
+        model in model(),
+        noise in prop::collection::vec(any::<Noise>(), 1..32),
+        (target, kind) in (any::<usize>(), 0u8..6),
+    ) {
+        use crate::daemonset::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
+        use crate::daemonset::triggers::pod_unchanged;
+        let noise_of = |i: usize| noise[i % noise.len()];
+        let mut seen = to_input(&model);
+        seen.pods = seen
+            .pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| Arc::new(need_upgrade(pod, noise_of(i).3)))
+            .collect();
+        let mut written = to_input(&model);
+        written.pods = seen
+            .pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| {
+                let pod = unseen_writes(pod, noise_of(i));
+                // One pod also gets a write that planners may read.
+                Arc::new(if i == target % seen.pods.len().max(1) { seen_write(&pod, kind) } else { pod })
+            })
+            .collect();
+        let unchanged = seen
+            .pods
+            .iter()
+            .zip(&written.pods)
+            .all(|(before, after)| pod_unchanged(&**before, &**after));
+        if !unchanged {
+            return Ok(());
+        }
+        prop_assert_eq!(
+            plan_rolling_update(&seen.input()),
+            plan_rolling_update(&written.input())
+        );
+        let now = at(NOW);
+        prop_assert_eq!(
+            plan_need_upgrade_conditions(&seen.ds, seen.current.as_ref(), &seen.pods, now),
+            plan_need_upgrade_conditions(&written.ds, written.current.as_ref(), &written.pods, now)
+        );
+        prop_assert_eq!(
+            plan_stale_condition_removals(&seen.ds, &seen.pods),
+            plan_stale_condition_removals(&written.ds, &written.pods)
+        );
+    }
+
+    /// The other half: writes no planner reads are never seen, so they cost no replan.
+    #[test]
+    fn writes_no_planner_reads_are_not_seen(model in model(), noise in any::<Noise>()) {
+        use crate::daemonset::triggers::pod_unchanged;
+        for pod in to_input(&model).pods {
+            let pod = need_upgrade(&pod, noise.3);
+            prop_assert!(pod_unchanged(&pod, &unseen_writes(&pod, noise)));
+        }
     }
 }
 

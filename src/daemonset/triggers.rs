@@ -1,0 +1,197 @@
+//! Which writes re-plan a DaemonSet. The API server writes a DaemonSet pod five or six
+//! times in a rollout (created, bound, started, Ready, marked for deletion) and the
+//! DaemonSet's status after each of those. A replan per write was most of the upgrade
+//! controller's CPU (the OpenYurt side-by-side measured it). Only a write that changes
+//! what the planners read can change a plan: [`PlannedPod`] and [`daemonset_unchanged`]
+//! say what that is, and a property test proves that pods equal under [`PlannedPod`]
+//! give equal plans.
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::ota_plan::POD_NEED_UPGRADE_CONDITION;
+use super::revision::{
+    controller_uid, CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_GENERATION_LABEL,
+};
+use crate::watch::pod::ConditionView;
+use crate::watch::PodFacts;
+
+/// Everything the upgrade planners (`rolling_plan`, `ota_plan`, `expectations`) read of
+/// a pod. A planner that starts reading another pod field must add it here; the
+/// property test in `rolling_plan/proptests.rs` fails otherwise for the fields it varies.
+#[derive(Debug, PartialEq)]
+pub struct PlannedPod<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    controller: Option<&'a str>,
+    /// `spec.nodeName`, or the affinity node while pending: binding changes nothing.
+    node: Option<&'a str>,
+    terminating: bool,
+    revision_hash: Option<&'a str>,
+    template_generation: Option<&'a str>,
+    /// `Some(since)` while the Ready condition is True. Not-yet-Ready pods look alike
+    /// whatever their other conditions say.
+    ready_since: Option<Option<&'a Time>>,
+    need_upgrade: Option<ConditionView<'a>>,
+}
+
+impl<'a> PlannedPod<'a> {
+    pub fn of(pod: &'a impl PodFacts) -> Self {
+        PlannedPod {
+            namespace: pod.pod_namespace(),
+            name: pod.pod_name(),
+            uid: pod.pod_uid(),
+            controller: controller_uid(pod.metadata()),
+            node: pod.node_or_affinity_node(),
+            terminating: pod.is_terminating(),
+            revision_hash: pod.label(CONTROLLER_REVISION_HASH_LABEL),
+            template_generation: pod.label(POD_TEMPLATE_GENERATION_LABEL),
+            ready_since: pod
+                .condition("Ready")
+                .filter(|ready| ready.status == "True")
+                .map(|ready| ready.last_transition_time),
+            need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
+        }
+    }
+}
+
+/// A pod write the upgrade planners cannot see.
+pub fn pod_unchanged(before: &impl PodFacts, after: &impl PodFacts) -> bool {
+    PlannedPod::of(before) == PlannedPod::of(after)
+}
+
+/// A DaemonSet write the upgrade controller cannot see: only its status moved, and not
+/// `observedGeneration` (the controller waits for it after a template change).
+pub fn daemonset_unchanged(before: &DaemonSet, after: &DaemonSet) -> bool {
+    meta_unchanged(&before.metadata, &after.metadata)
+        && before.spec == after.spec
+        && observed_generation(before) == observed_generation(after)
+}
+
+fn observed_generation(ds: &DaemonSet) -> Option<i64> {
+    ds.status.as_ref()?.observed_generation
+}
+
+/// Every metadata field but `resourceVersion` and `managedFields`.
+fn meta_unchanged(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    a.name == b.name
+        && a.namespace == b.namespace
+        && a.uid == b.uid
+        && a.generation == b.generation
+        && a.annotations == b.annotations
+        && a.labels == b.labels
+        && a.owner_references == b.owner_references
+        && a.finalizers == b.finalizers
+        && a.deletion_timestamp == b.deletion_timestamp
+        && a.deletion_grace_period_seconds == b.deletion_grace_period_seconds
+        && a.creation_timestamp == b.creation_timestamp
+        && a.generate_name == b.generate_name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemonset::testkit::{at, DaemonSetBuilder, PodBuilder};
+    use crate::watch::CachedPod;
+    use k8s_openapi::api::apps::v1::DaemonSetStatus;
+    use k8s_openapi::api::core::v1::{Pod, PodCondition};
+
+    fn status(ds: &mut DaemonSet, ready: i32, observed: i64) {
+        ds.status = Some(DaemonSetStatus {
+            number_ready: ready,
+            observed_generation: Some(observed),
+            ..Default::default()
+        });
+    }
+
+    #[test]
+    fn daemonset_status_counts_are_not_seen_but_observed_generation_is() {
+        let mut before = DaemonSetBuilder::new("edge").build();
+        status(&mut before, 3, 1);
+        let mut after = before.clone();
+        after.metadata.resource_version = Some("99".into());
+        status(&mut after, 4, 1);
+        assert!(daemonset_unchanged(&before, &after), "only counts moved");
+
+        let mut observed = after.clone();
+        status(&mut observed, 4, 2);
+        assert!(
+            !daemonset_unchanged(&after, &observed),
+            "observedGeneration"
+        );
+
+        let mut annotated = after.clone();
+        annotated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("apps.openyurt.io/max-unavailable".into(), "5".into());
+        assert!(!daemonset_unchanged(&after, &annotated), "annotations");
+
+        let mut template = after.clone();
+        template.spec.min_ready_seconds = Some(5);
+        assert!(!daemonset_unchanged(&after, &template), "spec");
+    }
+
+    /// The writes a rollout makes to one pod, as the API server sends them: which of
+    /// them re-plan.
+    #[test]
+    fn of_a_pods_writes_only_creation_readiness_and_deletion_replan() {
+        let ds = DaemonSetBuilder::new("edge").build();
+        let pod = || {
+            PodBuilder::new("edge-a", &ds)
+                .hash("new")
+                .pending_for_node("n1")
+        };
+        let created = pod().build();
+        let bound = pod().on_node("n1").build();
+        let containers = |status: &str| PodCondition {
+            type_: "ContainersReady".into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let mut started = pod()
+            .on_node("n1")
+            .not_ready()
+            .with_condition(containers("False"))
+            .build();
+        let status = started.status.get_or_insert_default();
+        status.pod_ip = Some("10.64.0.9".into());
+        status.phase = Some("Running".into());
+        let mut ready = pod()
+            .on_node("n1")
+            .ready_since(at(100))
+            .with_condition(containers("True"))
+            .build();
+        ready.status.get_or_insert_default().pod_ip = Some("10.64.0.9".into());
+        let marked = Pod {
+            metadata: ObjectMeta {
+                deletion_timestamp: Some(Time(at(200))),
+                ..ready.metadata.clone()
+            },
+            ..ready.clone()
+        };
+        let need_upgrade = pod()
+            .on_node("n1")
+            .ready_since(at(100))
+            .with_condition(PodCondition {
+                type_: POD_NEED_UPGRADE_CONDITION.into(),
+                status: "True".into(),
+                ..Default::default()
+            })
+            .build();
+
+        let steps = [
+            ("bound to its node", &created, &bound, false),
+            ("started, not Ready", &bound, &started, false),
+            ("Ready", &started, &ready, true),
+            ("marked for deletion", &ready, &marked, true),
+            ("PodNeedUpgrade written", &ready, &need_upgrade, true),
+        ];
+        for (step, before, after, replans) in steps {
+            let before = CachedPod::from(before.clone());
+            let after = CachedPod::from(after.clone());
+            assert_eq!(!pod_unchanged(&before, &after), replans, "{step}");
+        }
+    }
+}
