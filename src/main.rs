@@ -2,14 +2,15 @@ use clap::Parser;
 use rollgate::cli::{Cli, Command};
 use rollgate::{agent, daemonset, manager, runtime, telemetry};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    telemetry::init(&cli.logging)?;
-    let shutdown = runtime::Shutdown::install();
-    match cli.command {
-        Command::Controller(args) => manager::run(args, shutdown).await,
-        Command::Agent(args) => agent::run(args, shutdown).await,
-        Command::Status(args) => daemonset::status::run(args, shutdown).await,
-    }
+    runtime::for_command(&cli.command)?.block_on(async {
+        telemetry::init(&cli.logging)?;
+        let shutdown = runtime::Shutdown::install();
+        match cli.command {
+            Command::Controller(args) => manager::run(args, shutdown).await,
+            Command::Agent(args) => agent::run(args, shutdown).await,
+            Command::Status(args) => daemonset::status::run(args, shutdown).await,
+        }
+    })
 }
