@@ -554,7 +554,7 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
     ds_api.create(&PostParams::default(), &ds).await.unwrap();
     wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(60)).await;
     let controller = ControllerProcess::start(&ns.name, &prefix);
-    let settled = wait_for(
+    wait_for(
         "the controller's first reconciles, then none for 3 s",
         Duration::from_secs(60),
         || async {
@@ -570,6 +570,32 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
     )
     .await;
 
+    // Node Ready transitions re-plan every managed DaemonSet, and tests running beside
+    // this one flap their nodes: those are counted and allowed, the writes are not.
+    let flaps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = {
+        let (flaps, nodes_api) = (
+            flaps.clone(),
+            Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()),
+        );
+        tokio::spawn(async move {
+            let mut last: BTreeMap<String, Option<String>> = BTreeMap::new();
+            let mut stream = watcher(nodes_api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(node) | watcher::Event::InitApply(node) = event {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let ready = node_ready_status(&node);
+                    if let Some(before) = last.insert(name, ready.clone()) {
+                        if before != ready {
+                            flaps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled = controller.metric(RECONCILES).await;
     let names: Vec<String> = list_pods(&pods)
         .await
         .into_iter()
@@ -593,10 +619,11 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after_unseen = controller.metric(RECONCILES).await;
-    assert_eq!(
-        after_unseen,
-        settled,
-        "{} pod status writes and 4 DaemonSet status writes no planner reads were reconciled",
+    let flapped = flaps.load(std::sync::atomic::Ordering::SeqCst);
+    counting.abort();
+    assert!(
+        after_unseen - settled <= flapped as f64,
+        "{} pod status writes and 4 DaemonSet status writes no planner reads were reconciled: {settled} -> {after_unseen} reconciles, {flapped} node Ready transitions elsewhere",
         4 * names.len()
     );
 
