@@ -488,19 +488,21 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
 async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Error> {
     let (pods, current) = owned(ds, ctx);
     let updates = plan_need_upgrade_conditions(ds, current.as_ref(), &pods, Timestamp::now());
-    for update in &updates {
-        // Strategic merge on the conditions list (merge key `type`): touches only our
-        // condition, so concurrent kubelet writes are not overwritten.
-        let patch = json!({"status": {"conditions": [update.condition]}});
-        write_status(ctx, &update.namespace, &update.name, &patch).await?;
-    }
-    if !updates.is_empty() {
-        let need = updates
-            .iter()
-            .filter(|u| u.condition.status == "True")
-            .count();
+    let need = updates
+        .iter()
+        .filter(|u| u.condition.status == "True")
+        .count();
+    // Strategic merge on the conditions list (merge key `type`): touches only our
+    // condition, so concurrent kubelet writes are not overwritten.
+    let writes = updates.into_iter().map(|u| StatusWrite {
+        patch: json!({"status": {"conditions": [u.condition]}}),
+        namespace: u.namespace,
+        name: u.name,
+    });
+    let landed = write_statuses(ctx, writes.collect()).await?;
+    if !landed.is_empty() {
         tracing::info!(
-            written = updates.len(),
+            written = landed.len(),
             need_upgrade = need,
             "PodNeedUpgrade conditions written"
         );
@@ -514,13 +516,66 @@ async fn remove_stale_conditions(
     ctx: &Context,
     pods: &[Arc<CachedPod>],
 ) -> Result<Action, Error> {
-    for stale in plan_stale_condition_removals(ds, pods) {
-        let patch = json!({"status": {"conditions": [{"type": POD_NEED_UPGRADE_CONDITION, "$patch": "delete"}]}});
-        if write_status(ctx, &stale.namespace, &stale.name, &patch).await? {
-            tracing::info!(pod = %stale.name, "removed stale PodNeedUpgrade condition");
-        }
+    let writes = plan_stale_condition_removals(ds, pods)
+        .into_iter()
+        .map(|stale| StatusWrite {
+            patch: json!({"status": {"conditions": [{"type": POD_NEED_UPGRADE_CONDITION, "$patch": "delete"}]}}),
+            namespace: stale.namespace,
+            name: stale.name,
+        });
+    for removed in write_statuses(ctx, writes.collect()).await? {
+        tracing::info!(pod = %removed.name, "removed stale PodNeedUpgrade condition");
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// One strategic-merge patch of one pod's status.
+#[derive(Debug, Clone, PartialEq)]
+struct StatusWrite {
+    namespace: String,
+    name: String,
+    patch: serde_json::Value,
+}
+
+/// Status writes of one plan in flight at once: marking 200 pods for OTA one call at a
+/// time made the last pod wait for the 199 before it.
+const STATUS_WRITE_CONCURRENCY: usize = 16;
+
+async fn write_statuses(
+    ctx: &Context,
+    writes: Vec<StatusWrite>,
+) -> Result<Vec<StatusWrite>, Error> {
+    issue_writes(writes, |w| async move {
+        let landed = write_status(ctx, &w.namespace, &w.name, &w.patch).await;
+        (w, landed)
+    })
+    .await
+}
+
+/// Issues every write, `STATUS_WRITE_CONCURRENCY` at a time, and returns those that
+/// landed; a failure is returned once every write has been tried, so one bad pod does
+/// not hold back the others.
+async fn issue_writes<W, Fut>(writes: Vec<StatusWrite>, write: W) -> Result<Vec<StatusWrite>, Error>
+where
+    W: Fn(StatusWrite) -> Fut,
+    Fut: Future<Output = (StatusWrite, Result<bool, Error>)>,
+{
+    let results: Vec<_> = futures::stream::iter(writes.into_iter().map(write))
+        .buffer_unordered(STATUS_WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut landed = Vec::new();
+    let mut failure = None;
+    for (write, result) in results {
+        match result {
+            Ok(true) => landed.push(write),
+            Ok(false) => {}
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    failure.map_or(Ok(landed), Err)
 }
 
 /// A strategic-merge patch of a pod's status. A pod gone or changed meanwhile (404,
@@ -543,5 +598,83 @@ async fn write_status(
             name: name.to_string(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn writes(n: usize) -> Vec<StatusWrite> {
+        (0..n)
+            .map(|i| StatusWrite {
+                namespace: "edge".into(),
+                name: format!("pod-{i}"),
+                patch: json!({}),
+            })
+            .collect()
+    }
+
+    fn refused(w: &StatusWrite) -> Error {
+        Error::WriteCondition {
+            namespace: w.namespace.clone(),
+            name: w.name.clone(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("etcd leader changed", "InternalError")
+                    .with_code(500)
+                    .boxed(),
+            ),
+        }
+    }
+
+    /// Counts the calls in flight, like an API server would see them.
+    #[derive(Default)]
+    struct FakeServer {
+        in_flight: AtomicUsize,
+        most_in_flight: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    impl FakeServer {
+        async fn write(&self, w: StatusWrite) -> (StatusWrite, Result<bool, Error>) {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let result = match w.name.as_str() {
+                "pod-3" => Err(refused(&w)),
+                // Deleted meanwhile (404): skipped, not a failure.
+                "pod-5" => Ok(false),
+                _ => Ok(true),
+            };
+            (w, result)
+        }
+    }
+
+    #[tokio::test]
+    async fn status_writes_of_one_plan_are_in_flight_together() {
+        let server = FakeServer::default();
+        let all = writes(100);
+        let result = issue_writes(all[4..].to_vec(), |w| server.write(w)).await;
+        let landed = result.expect("no write fails");
+        assert_eq!(landed.len(), 95, "all but the one gone meanwhile");
+        // One at a time, marking 200 pods for OTA took 200 round trips.
+        assert_eq!(
+            server.most_in_flight.load(Ordering::SeqCst),
+            STATUS_WRITE_CONCURRENCY
+        );
+    }
+
+    #[tokio::test]
+    async fn one_failed_write_holds_back_no_other() {
+        let server = FakeServer::default();
+        let result = issue_writes(writes(40), |w| server.write(w)).await;
+        match result {
+            Err(Error::WriteCondition { name, .. }) => assert_eq!(name, "pod-3"),
+            other => panic!("the failure must be returned, got {other:?}"),
+        }
+        assert_eq!(server.calls.load(Ordering::SeqCst), 40, "every write tried");
     }
 }
