@@ -133,11 +133,26 @@ struct SizeResults {
     yurt_not_ready_none: Option<Rollout>,
     comeback: BTreeMap<&'static str, Vec<Option<Duration>>>,
     ota: BTreeMap<&'static str, (Option<Duration>, usize, usize)>,
-    /// Per controller: peak RSS, CPU seconds during its all-Ready AdvancedRollingUpdate,
-    /// CPU seconds during its NotReady rollouts.
-    usage: BTreeMap<&'static str, (f64, Option<f64>, Option<f64>)>,
+    usage: BTreeMap<&'static str, ControllerUsage>,
     /// Why a part was not measured.
     skipped: Vec<String>,
+}
+
+/// What one controller process used over its scenarios.
+#[derive(Default)]
+struct ControllerUsage {
+    peak_rss_mb: f64,
+    /// CPU seconds during its all-Ready AdvancedRollingUpdate.
+    cpu_s_aru: Option<f64>,
+    /// CPU seconds during each NotReady rollout, tolerate-all then tolerate-none: apart,
+    /// because a controller that stalls in one does less work there.
+    cpu_s_notready: [Option<f64>; 2],
+}
+
+impl ControllerUsage {
+    fn peak(&mut self, usage: &Usage) {
+        self.peak_rss_mb = self.peak_rss_mb.max(usage.peak_rss_mb);
+    }
 }
 
 async fn run(params: Params) -> Result<String, String> {
@@ -310,9 +325,9 @@ async fn measure_size(
             .insert("rollgate", ota.ota(timeout, Duration::from_secs(10)).await?);
         ota.cleanup().await;
     }
-    let usage = rollgate.stop();
-    r.usage
-        .insert("rollgate", (usage.peak_rss_mb, Some(aru_cpu), None));
+    let usage = r.usage.entry("rollgate").or_default();
+    usage.peak(&rollgate.stop());
+    usage.cpu_s_aru = Some(aru_cpu);
 
     if with_yurt {
         let y = setup.prepare(&format!("{n}/a-openyurt"), aru(true)).await?;
@@ -329,9 +344,9 @@ async fn measure_size(
                 .insert("openyurt", ota.ota(timeout, Duration::from_secs(10)).await?);
             ota.cleanup().await;
         }
-        let usage = yurt.stop();
-        r.usage
-            .insert("openyurt", (usage.peak_rss_mb, Some(aru_cpu), None));
+        let usage = r.usage.entry("openyurt").or_default();
+        usage.peak(&yurt.stop());
+        usage.cpu_s_aru = Some(aru_cpu);
     }
 
     // ---- 10% of the nodes NotReady ----
@@ -398,12 +413,14 @@ async fn measure_size(
     let rc = c.roll(timeout, None).await?;
     let c_took = rc.makespan.unwrap_or(rc.watched);
     r.rollgate_not_ready = Some(rc);
+    let cpu1 = rollgate.usage().cpu_s;
     if let Some(p) = &rg_none {
         r.rollgate_not_ready_none = Some(p.roll(timeout, None).await?);
     }
-    let notready_cpu = rollgate.usage().cpu_s - cpu0;
-    let usage = rollgate.stop();
-    merge_usage(r, "rollgate", usage, notready_cpu);
+    let cpu2 = rollgate.usage().cpu_s;
+    let usage = r.usage.entry("rollgate").or_default();
+    usage.peak(&rollgate.stop());
+    usage.cpu_s_notready = [Some(cpu1 - cpu0), rg_none.as_ref().map(|_| cpu2 - cpu1)];
 
     if let Some(d) = d {
         r.native_not_ready = Some(d.roll(timeout, Some(c_took)).await?);
@@ -414,10 +431,12 @@ async fn measure_size(
         let yurt = ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-notready")).await?;
         let cpu0 = yurt.usage().cpu_s;
         r.yurt_not_ready = Some(ya.roll(timeout, None).await?);
+        let cpu1 = yurt.usage().cpu_s;
         r.yurt_not_ready_none = Some(yn.roll(timeout, None).await?);
-        let notready_cpu = yurt.usage().cpu_s - cpu0;
-        let usage = yurt.stop();
-        merge_usage(r, "openyurt", usage, notready_cpu);
+        let cpu2 = yurt.usage().cpu_s;
+        let usage = r.usage.entry("openyurt").or_default();
+        usage.peak(&yurt.stop());
+        usage.cpu_s_notready = [Some(cpu1 - cpu0), Some(cpu2 - cpu1)];
     }
 
     // ---- the cut-off nodes come back: half with rollgate running, half with yurt-manager ----
@@ -435,6 +454,15 @@ async fn measure_size(
             (first, second)
         };
         let comeback_timeout = Duration::from_secs(90);
+        // Each controller comes back to its own DaemonSets alone. The other's are taken
+        // away meanwhile: rollgate used to finish yurt-manager's stalled tolerate-none
+        // rollout during its own comeback, and that load slowed its pods.
+        let yurts: Vec<&Prepared> = [&y_all, &y_none].into_iter().flatten().collect();
+        let rollgates: Vec<&Prepared> =
+            [Some(&c), rg_none.as_ref()].into_iter().flatten().collect();
+        for p in &yurts {
+            p.set_managed(false).await?;
+        }
         let rollgate =
             ControllerUnderTest::start(Which::Rollgate, &format!("{n}-comeback")).await?;
         let restored = Instant::now();
@@ -451,6 +479,12 @@ async fn measure_size(
         }
         r.comeback.insert("rollgate", times);
         drop(rollgate);
+        for p in &rollgates {
+            p.set_managed(false).await?;
+        }
+        for p in &yurts {
+            p.set_managed(true).await?;
+        }
         if let (Some(ya), Some(yn)) = (&y_all, &y_none) {
             let yurt =
                 ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-comeback")).await?;
@@ -481,12 +515,6 @@ async fn measure_size(
         .map(Prepared::cleanup);
     futures::future::join_all(cleanups).await;
     Ok(())
-}
-
-fn merge_usage(r: &mut SizeResults, who: &'static str, usage: Usage, notready_cpu: f64) {
-    let entry = r.usage.entry(who).or_insert((0.0, None, None));
-    entry.0 = entry.0.max(usage.peak_rss_mb);
-    entry.2 = Some(notready_cpu);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -719,7 +747,7 @@ fn result_entries(
         format!("{v}.aru_batch_gap_p99_ms.openyurt"),
         ms_percentile(&oy_gaps, 99.0),
     );
-    for (shape, rg, oy) in [
+    for (shape_index, (shape, rg, oy)) in [
         (
             "tolerate_all",
             &first.rollgate_not_ready,
@@ -730,12 +758,33 @@ fn result_entries(
             &first.rollgate_not_ready_none,
             &first.yurt_not_ready_none,
         ),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         for (who, r) in [
             ("rollgate", rg.as_ref()),
             ("openyurt", measured_only(measured, oy)),
         ] {
             let k = format!("{v}.notready_{shape}.{who}");
+            let cpu = first
+                .usage
+                .get(who)
+                .and_then(|u| u.cpu_s_notready[shape_index])
+                .filter(|_| r.is_some());
+            put(
+                format!("{k}.cpu_s"),
+                cpu.map_or(Value::Null, |c| round(c, 2)),
+            );
+            // The fair CPU figure when one controller stalls: per pod it did upgrade.
+            let per_pod = cpu
+                .zip(r.map(|r| r.updated))
+                .filter(|(_, updated)| *updated > 0)
+                .map(|(c, updated)| c * 1000.0 / updated as f64);
+            put(
+                format!("{k}.cpu_ms_per_pod_upgraded"),
+                per_pod.map_or(Value::Null, |c| round(c, 1)),
+            );
             put(format!("{k}.makespan_s"), secs(r.and_then(|r| r.makespan)));
             put(
                 format!("{k}.updated"),
@@ -777,15 +826,13 @@ fn result_entries(
         let usage = first.usage.get(who).filter(|_| measured);
         put(
             format!("{v}.peak_rss_mb.{who}"),
-            usage.map_or(Value::Null, |u| round(u.0, 1)),
+            usage.map_or(Value::Null, |u| round(u.peak_rss_mb, 1)),
         );
         put(
             format!("{v}.cpu_s_aru.{who}"),
-            usage.and_then(|u| u.1).map_or(Value::Null, |c| round(c, 2)),
-        );
-        put(
-            format!("{v}.cpu_s_notready.{who}"),
-            usage.and_then(|u| u.2).map_or(Value::Null, |c| round(c, 2)),
+            usage
+                .and_then(|u| u.cpu_s_aru)
+                .map_or(Value::Null, |c| round(c, 2)),
         );
     }
     if let Some(reason) = first.skipped.first() {
@@ -962,11 +1009,15 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
                 fmt_s(*marked)
             ));
         }
-        for (who, (rss, aru, notready)) in &s.usage {
+        for (who, usage) in &s.usage {
+            let cpu = |c: Option<f64>| c.map_or("-".into(), |c| format!("{c:.2}"));
+            let [all, none] = usage.cpu_s_notready;
             out.push_str(&format!(
-                "  {who}: peak RSS {rss:.1} MiB, CPU {} s (all-Ready rollout), {} s (NotReady rollouts)\n",
-                aru.map_or("-".into(), |c| format!("{c:.2}")),
-                notready.map_or("-".into(), |c| format!("{c:.2}")),
+                "  {who}: peak RSS {:.1} MiB, CPU {} s (all-Ready rollout), {} s and {} s (NotReady rollouts: tolerate-all, tolerate-none)\n",
+                usage.peak_rss_mb,
+                cpu(usage.cpu_s_aru),
+                cpu(all),
+                cpu(none),
             ));
         }
         for why in &s.skipped {

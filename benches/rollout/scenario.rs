@@ -219,6 +219,14 @@ impl Prepared {
 
     /// After `restored_at` (heartbeats back on `nodes`): for each node, its Ready
     /// transition -> its new pod Ready. Nodes not upgraded within `timeout` are `None`.
+    /// Hands the DaemonSet to the upgrade controllers (AdvancedRollingUpdate) or takes it
+    /// away (no strategy annotation: plain OnDelete, which neither controller touches).
+    pub async fn set_managed(&self, managed: bool) -> Result<(), String> {
+        let strategy = managed.then_some("AdvancedRollingUpdate");
+        self.patch(json!({"metadata": {"annotations": {STRATEGY: strategy}}}))
+            .await
+    }
+
     pub async fn comeback(
         &self,
         nodes: &[String],
