@@ -164,16 +164,20 @@ fn forget_deleted(
     ctx: Arc<Context>,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
-    let mut deletions = watches.daemonset_deletions();
+    let deletions = watches.daemonset_deletions();
     async move {
+        let mut deletions = std::pin::pin!(deletions);
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let mut stop = std::pin::pin!(shutdown.requested());
         loop {
             tokio::select! {
-                gone = deletions.recv() => match gone {
-                    Ok(gone) => ctx.forget(&gone.uid, &gone.namespace, &gone.name),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return,
+                gone = deletions.next() => match gone {
+                    Some(ds) => ctx.forget(
+                        &ds.uid().unwrap_or_default(),
+                        &ds.namespace().unwrap_or_default(),
+                        &ds.name_any(),
+                    ),
+                    None => return,
                 },
                 _ = sweep.tick() => {
                     let live: std::collections::HashSet<String> = ctx

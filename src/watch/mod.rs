@@ -25,10 +25,10 @@ pub use fanout::Change;
 use fanout::Fanout;
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 pub use node::{CachedNode, NodeFacts};
 pub use pod::{CachedPod, PodFacts};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL};
 use crate::runtime::Shutdown;
@@ -41,14 +41,6 @@ pub type Changes<K> = async_broadcast::Receiver<Change<K>>;
 const SUBSCRIBER_BUFFER: usize = 1024;
 /// List pages stay small: the first sync never holds more than a page of raw objects.
 const PAGE_SIZE: u32 = 250;
-
-/// A deleted object, as controllers need it to forget what they kept about it.
-#[derive(Debug, Clone)]
-pub struct Gone {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-}
 
 /// The shared stores, readable by every controller.
 #[derive(Clone)]
@@ -79,7 +71,6 @@ pub struct Watches {
     job_fanout: Fanout<Job>,
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
-    daemonset_deleted: broadcast::Sender<Gone>,
 }
 
 impl Watches {
@@ -93,7 +84,6 @@ impl Watches {
             "shared watches",
             &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
         );
-        let (daemonset_deleted, _) = broadcast::channel(256);
         Watches {
             client,
             namespace,
@@ -116,7 +106,6 @@ impl Watches {
             job_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             gate,
             synced,
-            daemonset_deleted,
         }
     }
 
@@ -148,27 +137,24 @@ impl Watches {
         self.job_fanout.subscribe()
     }
 
-    /// UIDs of deleted DaemonSets, so controllers can drop what they remember of them.
-    /// A relist that misses a deletion sends nothing: pair with a periodic sweep.
-    pub fn daemonset_deletions(&self) -> broadcast::Receiver<Gone> {
-        self.daemonset_deleted.subscribe()
+    /// Deleted DaemonSets, so controllers can drop what they remember of them. A relist
+    /// that misses a deletion sends nothing: pair with a periodic sweep.
+    pub fn daemonset_deletions(&self) -> impl Stream<Item = Arc<DaemonSet>> + Send + 'static {
+        deleted(self.daemonset_fanout.subscribe())
     }
 
     /// Pods as they were when deleted. The gates must deregister a pod the moment it is
     /// gone. A relist that misses a deletion sends nothing (the gates' periodic poll
     /// covers it).
     pub fn pod_deletions(&self) -> impl Stream<Item = Arc<CachedPod>> + Send + 'static {
-        self.pod_fanout
-            .subscribe()
-            .filter_map(|change| futures::future::ready(change.deleted()))
+        deleted(self.pod_fanout.subscribe())
     }
 
     /// Nodes whose Ready status changed (and every node once after each full list):
     /// a node coming back must start its upgrade at once.
     pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<CachedNode>> + Send + 'static {
-        self.node_fanout.subscribe().filter_map(|change| {
-            let transition = change.differs(|before, after| before.is_ready() == after.is_ready());
-            futures::future::ready(if transition { change.applied() } else { None })
+        applied_unless(self.node_fanout.subscribe(), |before, after| {
+            before.is_ready() == after.is_ready()
         })
     }
 
@@ -177,19 +163,9 @@ impl Watches {
         let cfg = list_config(std::env::var(STREAMING_LISTS_ENV).ok().as_deref());
         let ns = self.namespace.as_deref();
         let gate = &self.gate;
-        let deleted = self.daemonset_deleted.clone();
         let daemonsets = watcher(scoped::<DaemonSet>(&self.client, ns), cfg.clone())
             .default_backoff()
-            .modify(prune::daemonset)
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Delete(ds)) = event {
-                    let _ = deleted.send(Gone {
-                        uid: ds.uid().unwrap_or_default(),
-                        namespace: ds.namespace().unwrap_or_default(),
-                        name: ds.name_any(),
-                    });
-                }
-            });
+            .modify(prune::daemonset);
         let daemonsets = self
             .daemonset_fanout
             .reflect(self.daemonsets, daemonsets)
@@ -246,11 +222,26 @@ impl Watches {
     }
 }
 
+/// The objects `pick` takes from each change; the others are dropped.
+fn picked<K: Send + Sync + 'static>(
+    changes: Changes<K>,
+    pick: impl Fn(Change<K>) -> Option<Arc<K>> + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    changes.filter_map(move |change| futures::future::ready(pick(change)))
+}
+
 /// Created and updated objects, as the store holds them (deletions left out).
 pub fn applied<K: Send + Sync + 'static>(
     changes: Changes<K>,
 ) -> impl Stream<Item = Arc<K>> + Send + 'static {
-    changes.filter_map(|change| futures::future::ready(change.applied()))
+    picked(changes, Change::applied)
+}
+
+/// Deleted objects, as they were last seen.
+pub fn deleted<K: Send + Sync + 'static>(
+    changes: Changes<K>,
+) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    picked(changes, Change::deleted)
 }
 
 /// Created and updated objects that look different to a reader for which `same` says
@@ -259,9 +250,8 @@ pub fn applied_unless<K: Send + Sync + 'static>(
     changes: Changes<K>,
     same: impl Fn(&K, &K) -> bool + Send + 'static,
 ) -> impl Stream<Item = Arc<K>> + Send + 'static {
-    changes.filter_map(move |change| {
-        let differs = change.differs(&same);
-        futures::future::ready(if differs { change.applied() } else { None })
+    picked(changes, move |change| {
+        change.differs(&same).then(|| change.applied()).flatten()
     })
 }
 
@@ -271,9 +261,8 @@ pub fn touched_unless<K: Send + Sync + 'static>(
     changes: Changes<K>,
     same: impl Fn(&K, &K) -> bool + Send + 'static,
 ) -> impl Stream<Item = Arc<K>> + Send + 'static {
-    changes.filter_map(move |change| {
-        let differs = change.differs(&same);
-        futures::future::ready(differs.then(|| change.object()))
+    picked(changes, move |change| {
+        change.differs(&same).then(|| change.object())
     })
 }
 
