@@ -652,6 +652,29 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
         shape.tag(),
         4 * names.len() + 4
     ));
+
+    // A deleted DaemonSet is forgotten: its progress series leave /metrics.
+    let series = format!(
+        "rollgate_daemonset_pods_updated{{namespace=\"{}\",daemonset=\"quiet\"}}",
+        ns.name
+    );
+    assert!(
+        controller.metrics().await.contains(&series),
+        "no {series} while the DaemonSet exists"
+    );
+    ds_api.delete("quiet", &Default::default()).await.unwrap();
+    wait_for(
+        "the deleted DaemonSet's series gone from /metrics",
+        Duration::from_secs(30),
+        || async {
+            if controller.metrics().await.contains(&series) {
+                Err(format!("{series} still served"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
     drop(controller);
     ns.cleanup().await;
     nodes.cleanup().await;
