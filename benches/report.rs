@@ -400,38 +400,33 @@ fn openyurt_section(t: &mut String, r: &Results) {
         " s",
         true,
     );
-    for (shape, label) in [
+    // One figure of one NotReady shape, for both controllers.
+    let shape_row = |t: &mut String, shape: &str, label: &str, field: &str, unit: &str| {
+        let k = |who: &str| format!("{v}.notready_{shape}.{who}.{field}");
+        row(t, label, &k("rollgate"), &k("openyurt"), unit, true);
+    };
+    let shapes = [
         ("tolerate_all", "tolerate-all"),
         ("tolerate_none", "tolerate-none"),
-    ] {
-        let k = |who: &str, f: &str| format!("{v}.notready_{shape}.{who}.{f}");
-        row(
+    ];
+    for (shape, label) in shapes {
+        shape_row(
             t,
+            shape,
             &format!("(b) 10% NotReady, {label}: makespan on the Ready nodes"),
-            &k("rollgate", "makespan_s"),
-            &k("openyurt", "makespan_s"),
+            "makespan_s",
             " s",
-            true,
         );
-        row(
+        let budget = show(r, &format!("{v}.budget"), "");
+        shape_row(
             t,
-            &format!(
-                "(b) {label}: peak unavailable Ready nodes (budget {})",
-                show(r, &format!("{v}.budget"), "")
-            ),
-            &k("rollgate", "peak_unavailable"),
-            &k("openyurt", "peak_unavailable"),
+            shape,
+            &format!("(b) {label}: peak unavailable Ready nodes (budget {budget})"),
+            "peak_unavailable",
             "",
-            true,
         );
-        row(
-            t,
-            &format!("(b) {label}: budget violations"),
-            &k("rollgate", "budget_violations"),
-            &k("openyurt", "budget_violations"),
-            "",
-            true,
-        );
+        let violations = format!("(b) {label}: budget violations");
+        shape_row(t, shape, &violations, "budget_violations", "");
     }
     row(
         t,
@@ -481,28 +476,12 @@ fn openyurt_section(t: &mut String, r: &Results) {
         " s",
         true,
     );
-    for (shape, label) in [
-        ("tolerate_all", "tolerate-all"),
-        ("tolerate_none", "tolerate-none"),
-    ] {
-        let k = |who: &str, f: &str| format!("{v}.notready_{shape}.{who}.{f}");
-        row(
-            t,
-            &format!("(e) CPU seconds during (b) {label}"),
-            &k("rollgate", "cpu_s"),
-            &k("openyurt", "cpu_s"),
-            " s",
-            true,
-        );
+    for (shape, label) in shapes {
+        let cpu = format!("(e) CPU seconds during (b) {label}");
+        shape_row(t, shape, &cpu, "cpu_s", " s");
         // A controller that stalls spends less: per pod it upgraded is the fair figure.
-        row(
-            t,
-            "(e) the same, CPU per pod upgraded",
-            &k("rollgate", "cpu_ms_per_pod_upgraded"),
-            &k("openyurt", "cpu_ms_per_pod_upgraded"),
-            " ms",
-            true,
-        );
+        let per_pod = "(e) the same, CPU per pod upgraded";
+        shape_row(t, shape, per_pod, "cpu_ms_per_pod_upgraded", " ms");
     }
     if let Some(p) = get(r, &format!("{v}.partial")).and_then(Value::as_str) {
         t.push_str(&format!("\nPartial: {p}.\n"));
