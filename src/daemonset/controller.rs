@@ -539,6 +539,7 @@ struct StatusWrite {
     patch: serde_json::Value,
 }
 
+/// A plan's status writes, against the API server.
 async fn write_statuses(
     ctx: &Context,
     writes: Vec<StatusWrite>,
