@@ -603,6 +603,12 @@ fn draw_plots(dir: &Path, timelines: &Value, _font: &'static [u8]) -> Result<Vec
                 .map_err(|e| format!("drawing {}: {e}", path.display()))?;
             files.push(path);
         }
+        if t["comeback"].as_object().is_some_and(|c| !c.is_empty()) {
+            let path = dir.join(format!("vs-openyurt-comeback-{size}-nodes.png"));
+            plot_comeback(&path, size, &t["comeback"], batch_s)
+                .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+            files.push(path);
+        }
     }
     Ok(files)
 }
@@ -803,6 +809,77 @@ fn plot_unavailable(
             });
     }
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present()?;
+    Ok(())
+}
+
+/// (c) The cut-off nodes come back: per controller, how many of their pods are upgraded
+/// how long after their node turned Ready, beside the floor of one pod stop and start.
+fn plot_comeback(path: &Path, size: &str, comeback: &Value, batch_s: f64) -> DrawResult {
+    let mut series: Vec<(String, Vec<f64>, usize)> = comeback
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(who, times)| {
+            let all = times.as_array().cloned().unwrap_or_default();
+            let mut done: Vec<f64> = all.iter().filter_map(Value::as_f64).collect();
+            done.sort_by(f64::total_cmp);
+            let missing = all.len() - done.len();
+            let name = if who == "openyurt" {
+                "yurt-manager"
+            } else {
+                who
+            };
+            (name.to_string(), done, missing)
+        })
+        .collect();
+    // rollgate first, in the first colour, as in the other plots.
+    series.sort_by_key(|(name, ..)| name != "rollgate");
+    let slowest = series
+        .iter()
+        .flat_map(|(_, done, _)| done.iter().copied())
+        .fold(batch_s, f64::max);
+    let most = series
+        .iter()
+        .map(|(_, done, missing)| done.len() + missing)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let until = slowest * 1.15;
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = chart(
+        &root,
+        format!("Cut-off nodes back, {size} nodes: their pods upgraded after the node's return"),
+        (until, "seconds since the node turned Ready"),
+        ((most as f64 * 1.25).ceil(), "returning pods upgraded"),
+    )?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(batch_s, 0.0), (batch_s, most as f64 * 1.25)],
+            BLACK.stroke_width(1),
+        ))?
+        .label(format!("floor: one pod stop + start ({batch_s} s)"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    for (i, (name, done, missing)) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let mut points = vec![(0.0, 0.0)];
+        points.extend(done.iter().enumerate().map(|(k, &t)| (t, (k + 1) as f64)));
+        let max = done.last().copied().unwrap_or(f64::NAN);
+        chart
+            .draw_series(LineSeries::new(
+                steps(&points, until),
+                color.stroke_width(2),
+            ))?
+            .label(format!(
+                "{name}: {} upgraded, the last after {max:.2} s; {missing} not upgraded",
+                done.len()
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }

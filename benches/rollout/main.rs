@@ -888,6 +888,15 @@ fn write_timelines(
                 }),
             );
         }
+        // (c): per controller, each returning pod's node Ready -> upgraded, null when not.
+        let comeback: serde_json::Map<String, Value> = s
+            .comeback
+            .iter()
+            .map(|(who, times)| {
+                let times: Vec<Value> = times.iter().map(|t| secs(*t)).collect();
+                (who.to_string(), json!(times))
+            })
+            .collect();
         map.insert(
             s.nodes.to_string(),
             json!({
@@ -895,6 +904,7 @@ fn write_timelines(
                 "budget": s.budget,
                 "batch_s": round((params.pod_delay + params.stop_delay).as_secs_f64(), 3),
                 "rollouts": size,
+                "comeback": comeback,
             }),
         );
     }
