@@ -116,7 +116,7 @@ async fn run(p: Params) -> Result<String, String> {
         ..EmulatorConfig::default()
     });
     let endpoint = emu.endpoint();
-    let http = alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap();
+    let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
     let emulator = |path: &'static str| {
         let http = http.clone();
         let url = format!("{}/_emulator/{path}", emu.base_url());

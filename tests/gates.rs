@@ -285,7 +285,7 @@ impl Bed {
 
 /// The cloud client's own HTTP builder (it installs the TLS crypto provider).
 fn http() -> reqwest::Client {
-    alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap()
+    alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap()
 }
 
 #[derive(Debug, Clone)]

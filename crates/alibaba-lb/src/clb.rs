@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backends::LoadBalancerBackends;
 use crate::config::{ClientConfig, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::transport::{lenient, params, ApiClient, Params};
-use crate::LoadBalancerBackends;
 
 /// Documented limit of backends per Add/Remove/Set call.
 pub const CLB_BATCH_LIMIT: usize = 20;

@@ -18,8 +18,11 @@ use jiff::Timestamp;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use crate::encode::encode_pairs;
+use crate::encode::{encode_pairs, FORM_CONTENT_TYPE};
 use crate::error::{Error, Result};
+use crate::http::{
+    api_error, build_http_client, decode_error, new_nonce, transport_error, utc_timestamp,
+};
 use crate::secret::Secret;
 
 pub const ENV_ACCESS_KEY_ID: &str = "ALIBABA_CLOUD_ACCESS_KEY_ID";
@@ -215,10 +218,6 @@ impl TemporaryCredentials {
     }
 }
 
-fn plain_http_client(timeout: Duration) -> Result<reqwest::Client> {
-    crate::transport::build_http_client(timeout)
-}
-
 /// RRSA: exchange the projected service-account token for STS credentials.
 pub struct RrsaProvider {
     role_arn: String,
@@ -250,7 +249,7 @@ impl RrsaProvider {
         endpoints: CredentialEndpoints,
     ) -> Result<Self> {
         Ok(Self {
-            http: plain_http_client(endpoints.timeout)?,
+            http: build_http_client(endpoints.timeout)?,
             cache: RefreshCache::new(endpoints.refresh_margin),
             role_arn,
             oidc_provider_arn,
@@ -272,8 +271,8 @@ impl RrsaProvider {
                 ))
             })?;
         let token = Secret::new(token.trim());
-        let timestamp = crate::transport::utc_timestamp();
-        let nonce = crate::transport::new_nonce();
+        let timestamp = utc_timestamp();
+        let nonce = new_nonce();
         let form = [
             ("Action", ACTION),
             ("Format", "JSON"),
@@ -290,26 +289,26 @@ impl RrsaProvider {
         let response = self
             .http
             .post(url)
-            .header("content-type", crate::sign::FORM_CONTENT_TYPE)
+            .header("content-type", FORM_CONTENT_TYPE)
             .body(encode_pairs(form))
             .send()
             .await
-            .map_err(|e| crate::transport::transport_error(ACTION, e))?;
+            .map_err(|e| transport_error(ACTION, e))?;
         let status = response.status().as_u16();
         let body = response
             .bytes()
             .await
-            .map_err(|e| crate::transport::transport_error(ACTION, e))?;
+            .map_err(|e| transport_error(ACTION, e))?;
         if status >= 400 {
-            return Err(crate::transport::api_error(ACTION, status, &body));
+            return Err(api_error(ACTION, status, &body));
         }
         #[derive(Deserialize)]
         #[serde(rename_all = "PascalCase")]
         struct AssumeRoleResponse {
             credentials: TemporaryCredentials,
         }
-        let parsed: AssumeRoleResponse = serde_json::from_slice(&body)
-            .map_err(|e| crate::transport::decode_error(ACTION, &body, e))?;
+        let parsed: AssumeRoleResponse =
+            serde_json::from_slice(&body).map_err(|e| decode_error(ACTION, &body, e))?;
         parsed.credentials.into_cached("STS AssumeRoleWithOIDC")
     }
 }
@@ -346,7 +345,7 @@ const METADATA_ROLE_PATH: &str = "/latest/meta-data/ram/security-credentials/";
 impl EcsRamRoleProvider {
     pub fn new(role_name: Option<String>, endpoints: CredentialEndpoints) -> Result<Self> {
         Ok(Self {
-            http: plain_http_client(endpoints.timeout)?,
+            http: build_http_client(endpoints.timeout)?,
             cache: RefreshCache::new(endpoints.refresh_margin),
             role_name,
             endpoints,

@@ -5,6 +5,9 @@
 //! text, is encoded with upper-case hex. Form decoders on the server side accept this
 //! too, so the same encoder serves query strings and form bodies.
 
+/// The `content-type` of a body made by [`encode_pairs`].
+pub const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
+
 /// Percent-encodes `input` byte by byte (UTF-8), keeping only RFC 3986 unreserved bytes.
 pub fn percent_encode(input: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use crate::backends::LoadBalancerBackends;
 use crate::clb::client_token;
 use crate::config::{ClientConfig, JobPolicy, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::transport::{lenient, params, ApiClient, Params};
-use crate::LoadBalancerBackends;
 
 /// Documented limit of servers per Add/Remove/Update call.
 pub const NLB_BATCH_LIMIT: usize = 40;
@@ -219,7 +219,7 @@ impl NlbClient {
     ) -> Result<(T, String)> {
         form.push(self.region_param());
         if !form.iter().any(|(k, _)| k == "ClientToken") {
-            form.push(("ClientToken".into(), crate::transport::new_nonce()));
+            form.push(("ClientToken".into(), crate::http::new_nonce()));
         }
         let answer = self.api.call(action, &[], &form).await?;
         Ok((answer.body, answer.request_id))

@@ -9,10 +9,9 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::credentials::Credentials;
-use crate::encode::{encode_pairs, percent_encode};
+use crate::encode::{encode_pairs, percent_encode, FORM_CONTENT_TYPE};
 
 pub const V3_ALGORITHM: &str = "ACS3-HMAC-SHA256";
-pub const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
 
 /// Which signature scheme outgoing requests use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

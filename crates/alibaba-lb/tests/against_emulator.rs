@@ -72,7 +72,7 @@ fn client(
 async fn control(emu: &RunningEmulator, path: &str, body: Option<Value>) -> Value {
     // The crate's own builder installs the TLS crypto provider; a bare
     // `reqwest::Client::new()` here panicked whenever this ran before any client was built.
-    let http = alibaba_lb::transport::build_http_client(Duration::from_secs(10)).unwrap();
+    let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
     let url = format!("{}/_emulator/{path}", emu.base_url());
     let request = match body {
         Some(body) => http

@@ -1,0 +1,46 @@
+//! The product-neutral face of the client: the trait the controller programs
+//! against, whether CLB or NLB is behind it. It lives here rather than in lib.rs so
+//! that `clb` and `nlb`, which implement it, need not import the crate root that
+//! re-exports them.
+
+use crate::config::Product;
+use crate::error::Result;
+use crate::model::{
+    Backend, BackendHealth, BackendKey, GroupReading, LoadBalancer, LoadBalancerSpec,
+    ServerGroupRef,
+};
+
+/// What the readiness-gate controller needs from a cloud load balancer.
+#[async_trait::async_trait]
+pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
+    fn product(&self) -> Product;
+
+    /// Attaches to `spec.existing_id` or creates a load balancer, then makes sure
+    /// each listener and its server group exist. Idempotent.
+    async fn ensure_load_balancer(&self, spec: &LoadBalancerSpec) -> Result<LoadBalancer>;
+
+    /// Deletes a load balancer we created (with its listeners).
+    async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()>;
+
+    /// Every backend of the group, ours or not (callers filter by description).
+    async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>>;
+
+    /// Registers backends, in batches the API accepts. Backends already present
+    /// are skipped.
+    async fn add_backends(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()>;
+
+    /// Deregisters backends, in batches.
+    async fn remove_backends(&self, group: &ServerGroupRef, backends: &[BackendKey]) -> Result<()>;
+
+    /// Sets the weight of registered backends (weight 0 drains).
+    async fn set_weights(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()>;
+
+    /// Every backend of the group and its health, from one listing of the group and
+    /// one health report: what a reconcile reads.
+    async fn read_group(&self, group: &ServerGroupRef) -> Result<GroupReading>;
+
+    /// Health of each registered backend as the load balancer sees it.
+    async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
+        Ok(self.read_group(group).await?.health)
+    }
+}
