@@ -1,0 +1,423 @@
+//! The emulated cloud: in-memory CLB and NLB resources, backends whose registration
+//! and health progress with time, asynchronous NLB jobs, and a timeline of backend
+//! events for tests and demos to assert on.
+//!
+//! This file owns the shared state: the resource records, [`World`] that holds them,
+//! and what every part writes or the control endpoints read (ids, the timeline,
+//! temporary keys, health overrides, the snapshot). The API handlers are in `clb` and
+//! `nlb`, the passing of time and the NLB jobs in `simulation`, and reading request
+//! parameters in `params`; each adds its own `impl World` and uses the state here.
+
+mod clb;
+mod nlb;
+mod params;
+mod simulation;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use rand::RngExt as _;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::config::{EmulatorConfig, HealthMode};
+
+pub type Params = BTreeMap<String, String>;
+
+/// An API error as the cloud reports it.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+    fn missing(name: &str) -> Self {
+        Self::new(400, "MissingParameter", format!("The input parameter \"{name}\" that is mandatory for processing this request is not supplied."))
+    }
+    fn invalid(name: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            400,
+            &format!("InvalidParameter.{name}"),
+            format!("The parameter {name} is invalid: {why}"),
+        )
+    }
+}
+
+pub type ApiResult = Result<Value, ApiError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Health {
+    Pending,
+    Healthy,
+    Unhealthy,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendRec {
+    pub server_id: String,
+    pub ip: String,
+    pub port: u16,
+    pub weight: u32,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub description: String,
+    pub registered: bool,
+    pub health: Health,
+    /// Set from the control endpoint; overrides simulated or probed health.
+    pub forced_health: Option<bool>,
+    #[serde(skip)]
+    pub added_at: Instant,
+    #[serde(skip)]
+    pub registered_at: Option<Instant>,
+    #[serde(skip)]
+    pub last_probe: Option<Instant>,
+    #[serde(skip)]
+    pub probe_ok: bool,
+}
+
+impl BackendRec {
+    fn key(&self) -> (String, String, u16) {
+        (self.server_id.clone(), self.ip.clone(), self.port)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClbListener {
+    pub port: u16,
+    pub protocol: String,
+    pub vserver_group_id: String,
+    pub status: String,
+    /// `HealthCheckSwitch` at creation (`on` by default). Off: every backend stays
+    /// `unavailable`, as the real API reports it.
+    pub health_check: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Clb {
+    pub id: String,
+    pub name: String,
+    pub address: String,
+    pub address_type: String,
+    pub listeners: Vec<ClbListener>,
+    #[serde(skip)]
+    pub client_token: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VServerGroup {
+    pub id: String,
+    pub name: String,
+    pub load_balancer_id: String,
+    pub backends: Vec<BackendRec>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Nlb {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub dns_name: String,
+    pub address_type: String,
+    pub vpc_id: String,
+    pub zones: Vec<(String, String)>,
+    #[serde(skip)]
+    pub active_at: Instant,
+    #[serde(skip)]
+    pub client_token: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerGroup {
+    pub id: String,
+    pub name: String,
+    pub group_type: String,
+    pub protocol: String,
+    pub vpc_id: String,
+    pub backends: Vec<BackendRec>,
+    /// `HealthCheckConfig.HealthCheckEnabled` at creation (true by default).
+    pub health_check: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NlbListener {
+    pub id: String,
+    pub load_balancer_id: String,
+    pub port: u16,
+    pub protocol: String,
+    pub server_group_id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum JobOutcome {
+    Succeeded,
+    Failed,
+    /// Never leaves `Processing`: the client must give up and report it.
+    Timeout,
+}
+
+#[derive(Clone, Debug)]
+pub enum JobEffect {
+    AddServers(String, Vec<BackendRec>),
+    RemoveServers(String, Vec<(String, String, u16)>),
+    UpdateServers(String, Vec<BackendRec>),
+    CreateServerGroup(ServerGroup),
+    CreateListener(NlbListener),
+    DeleteLoadBalancer(String),
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Job {
+    pub id: String,
+    pub action: String,
+    pub status: String,
+    pub outcome: JobOutcome,
+    #[serde(skip)]
+    pub finish_at: Instant,
+    #[serde(skip)]
+    pub effect: Option<JobEffect>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// RFC 3339 with milliseconds.
+    pub at: String,
+    pub product: &'static str,
+    pub server_group_id: String,
+    pub server_id: String,
+    pub ip: String,
+    pub port: u16,
+    pub event: &'static str,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Faults {
+    pub throttle_rate: f64,
+    /// `Throttling.User` (HTTP 400) or `ServiceUnavailable` (HTTP 503).
+    pub throttle_code: String,
+    pub server_error_rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct JobSettings {
+    pub fail_rate: f64,
+    pub timeout_rate: f64,
+    pub delay_ms: u64,
+    /// Outcomes for the next jobs, consumed first.
+    pub forced: Vec<JobOutcome>,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Timing {
+    pub registration_delay_ms: u64,
+    pub health_delay_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub requests: u64,
+    pub rejected_signatures: u64,
+    pub injected_throttles: u64,
+    pub injected_server_errors: u64,
+    pub sts_credentials_issued: u64,
+    pub per_action: BTreeMap<String, u64>,
+}
+
+pub struct TemporaryKey {
+    pub secret: String,
+    pub token: String,
+}
+
+pub struct World {
+    pub region: String,
+    pub health_mode: HealthMode,
+    pub timing: Timing,
+    pub jobs_settings: JobSettings,
+    pub faults: Faults,
+    pub static_keys: HashMap<String, String>,
+    pub temporary_keys: HashMap<String, TemporaryKey>,
+    pub sts_duration: Duration,
+    pub seen_nonces: HashSet<String>,
+    pub clbs: BTreeMap<String, Clb>,
+    pub vgroups: BTreeMap<String, VServerGroup>,
+    pub nlbs: BTreeMap<String, Nlb>,
+    pub server_groups: BTreeMap<String, ServerGroup>,
+    pub listeners: BTreeMap<String, NlbListener>,
+    pub jobs: BTreeMap<String, Job>,
+    pub timeline: Vec<Event>,
+    pub stats: Stats,
+    next_id: u64,
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+impl World {
+    pub fn new(config: &EmulatorConfig) -> Self {
+        Self {
+            region: config.region.clone(),
+            health_mode: config.health_mode,
+            timing: Timing {
+                registration_delay_ms: config.registration_delay.as_millis() as u64,
+                health_delay_ms: config.health_delay.as_millis() as u64,
+            },
+            jobs_settings: JobSettings {
+                fail_rate: config.job_fail_rate,
+                timeout_rate: config.job_timeout_rate,
+                delay_ms: config.job_delay.as_millis() as u64,
+                forced: vec![],
+            },
+            faults: Faults {
+                throttle_rate: config.throttle_rate,
+                throttle_code: config.throttle_code.clone(),
+                server_error_rate: config.server_error_rate,
+            },
+            static_keys: config.access_keys.iter().cloned().collect(),
+            temporary_keys: HashMap::new(),
+            sts_duration: config.sts_duration,
+            seen_nonces: HashSet::new(),
+            clbs: BTreeMap::new(),
+            vgroups: BTreeMap::new(),
+            nlbs: BTreeMap::new(),
+            server_groups: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            timeline: Vec::new(),
+            stats: Stats::default(),
+            next_id: 1,
+        }
+    }
+
+    pub fn new_id(&mut self, prefix: &str) -> String {
+        let id = self.next_id;
+        self.next_id += 1;
+        format!("{prefix}-emu{id:06}")
+    }
+
+    fn event(
+        &mut self,
+        product: &'static str,
+        group: &str,
+        b: &BackendRec,
+        event: &'static str,
+        detail: String,
+    ) {
+        tracing::info!(product, group, server_id = %b.server_id, ip = %b.ip, port = b.port, event, detail, "backend event");
+        self.timeline.push(Event {
+            at: now_rfc3339(),
+            product,
+            server_group_id: group.to_string(),
+            server_id: b.server_id.clone(),
+            ip: b.ip.clone(),
+            port: b.port,
+            event,
+            detail,
+        });
+    }
+
+    /// Issues temporary credentials (STS or instance metadata) the emulator will accept.
+    pub fn issue_temporary_key(&mut self) -> Value {
+        let id = format!("STS.{}", self.new_id("key"));
+        let mut rng = rand::rng();
+        let secret = hex::encode(rng.random::<[u8; 16]>());
+        let token = format!("CAIS{}", hex::encode(rng.random::<[u8; 24]>()));
+        let expires = jiff::Timestamp::now()
+            .saturating_add(jiff::SignedDuration::try_from(self.sts_duration).unwrap_or_default())
+            .unwrap_or(jiff::Timestamp::MAX);
+        self.temporary_keys.insert(
+            id.clone(),
+            TemporaryKey {
+                secret: secret.clone(),
+                token: token.clone(),
+            },
+        );
+        self.stats.sts_credentials_issued += 1;
+        json!({
+            "AccessKeyId": id,
+            "AccessKeySecret": secret,
+            "SecurityToken": token,
+            "Expiration": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        })
+    }
+
+    fn new_backend(
+        &self,
+        server_id: String,
+        ip: String,
+        port: u16,
+        weight: u32,
+        kind: String,
+        description: String,
+    ) -> BackendRec {
+        BackendRec {
+            server_id,
+            ip,
+            port,
+            weight,
+            kind,
+            description,
+            registered: false,
+            health: Health::Pending,
+            forced_health: None,
+            added_at: Instant::now(),
+            registered_at: None,
+            last_probe: None,
+            probe_ok: false,
+        }
+    }
+
+    /// Sets or clears (`None`) a health override for every backend at ip:port.
+    pub fn force_health(&mut self, ip: &str, port: u16, healthy: Option<bool>) -> usize {
+        let mut count = 0;
+        for b in self
+            .vgroups
+            .values_mut()
+            .flat_map(|g| g.backends.iter_mut())
+            .chain(
+                self.server_groups
+                    .values_mut()
+                    .flat_map(|g| g.backends.iter_mut()),
+            )
+        {
+            if b.ip == ip && b.port == port {
+                b.forced_health = healthy;
+                count += 1;
+            }
+        }
+        count
+    }
+
+    pub fn snapshot(&self) -> Value {
+        json!({
+            "region": self.region,
+            "timing": self.timing,
+            "faults": self.faults,
+            "jobs_settings": self.jobs_settings,
+            "clb": {
+                "load_balancers": self.clbs.values().collect::<Vec<_>>(),
+                "vserver_groups": self.vgroups.values().collect::<Vec<_>>(),
+            },
+            "nlb": {
+                "load_balancers": self.nlbs.values().collect::<Vec<_>>(),
+                "server_groups": self.server_groups.values().collect::<Vec<_>>(),
+                "listeners": self.listeners.values().collect::<Vec<_>>(),
+                "jobs": self.jobs.values().collect::<Vec<_>>(),
+            },
+            "stats": self.stats,
+        })
+    }
+}
