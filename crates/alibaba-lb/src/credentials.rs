@@ -20,9 +20,7 @@ use tokio::sync::Mutex;
 
 use crate::encode::{encode_pairs, FORM_CONTENT_TYPE};
 use crate::error::{Error, Result};
-use crate::http::{
-    api_error, build_http_client, decode_error, new_nonce, transport_error, utc_timestamp,
-};
+use crate::http::{build_http_client, decode_error, new_nonce, send, utc_timestamp};
 use crate::secret::Secret;
 
 pub const ENV_ACCESS_KEY_ID: &str = "ALIBABA_CLOUD_ACCESS_KEY_ID";
@@ -286,22 +284,12 @@ impl RrsaProvider {
             ("DurationSeconds", "3600"),
         ];
         let url = format!("{}/", self.endpoints.sts_endpoint.trim_end_matches('/'));
-        let response = self
+        let request = self
             .http
             .post(url)
             .header("content-type", FORM_CONTENT_TYPE)
-            .body(encode_pairs(form))
-            .send()
-            .await
-            .map_err(|e| transport_error(ACTION, e))?;
-        let status = response.status().as_u16();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| transport_error(ACTION, e))?;
-        if status >= 400 {
-            return Err(api_error(ACTION, status, &body));
-        }
+            .body(encode_pairs(form));
+        let body = send(ACTION, request).await?;
         #[derive(Deserialize)]
         #[serde(rename_all = "PascalCase")]
         struct AssumeRoleResponse {

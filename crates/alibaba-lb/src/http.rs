@@ -77,6 +77,28 @@ pub fn api_error(action: &str, status: u16, body: &[u8]) -> Error {
     }
 }
 
+/// Sends `request` and reads the whole answer's body. An answer of 400 or above is
+/// the cloud's error document, returned as [`Error::Api`]; no answer at all is
+/// [`Error::Transport`].
+pub async fn send(
+    action: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<impl std::ops::Deref<Target = [u8]>> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(action, e))?;
+    let status = response.status().as_u16();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| transport_error(action, e))?;
+    if status >= 400 {
+        return Err(api_error(action, status, &body));
+    }
+    Ok(body)
+}
+
 pub fn decode_error(action: &str, body: &[u8], error: serde_json::Error) -> Error {
     let request_id = serde_json::from_slice::<serde_json::Value>(body)
         .map(|v| request_id_of(&v))

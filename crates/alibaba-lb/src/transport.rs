@@ -8,10 +8,7 @@ use serde::de::DeserializeOwned;
 use crate::config::{ClientConfig, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::Result;
-use crate::http::{
-    api_error, build_http_client, decode_error, new_nonce, request_id_of, transport_error,
-    utc_timestamp,
-};
+use crate::http::{build_http_client, decode_error, new_nonce, request_id_of, send, utc_timestamp};
 use crate::retry::{RetryPolicy, TokenBucket};
 use crate::sign::{sign, SignatureVersion, UnsignedRequest};
 
@@ -111,18 +108,7 @@ impl ApiClient {
         for (name, value) in &signed.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| transport_error(action, e))?;
-        let status = response.status().as_u16();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| transport_error(action, e))?;
-        if status >= 400 {
-            return Err(api_error(action, status, &body));
-        }
+        let body = send(action, request).await?;
         let value: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| decode_error(action, &body, e))?;
         let request_id = request_id_of(&value);
