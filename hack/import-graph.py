@@ -34,7 +34,6 @@ import sys
 
 TEST_FILE_NAMES = {"tests.rs", "proptests.rs", "testkit.rs"}
 IDENT = r"(?:r#)?[A-Za-z_][A-Za-z0-9_]*"
-PATH_KEYWORDS = {"crate", "super", "self"}
 
 CFG_TEST = re.compile(r"#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
 INNER_CFG_TEST = re.compile(r"#\s*!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]")
