@@ -197,7 +197,6 @@ start kube-scheduler kube-scheduler --config "$CLUSTER_DIR/scheduler.yaml" \
   --bind-address 127.0.0.1 --secure-port 0
 
 sed -e "s/__POD_START_DELAY_MS__/$POD_START_DELAY_MS/g" -e "s/__POD_STOP_DELAY_MS__/$POD_STOP_DELAY_MS/g" \
-  -e "s/__NODE_STATUS_REFRESH_MS__/240000/g" -e "s/__NODE_STATUS_REFRESH_JITTER_MS__/300000/g" \
   "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 # Lease renewed every duration/4; kept well inside the node grace period.
 start kwok kwok --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \
