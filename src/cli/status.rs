@@ -13,12 +13,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::controller::describe;
-use super::ota_plan::POD_NEED_UPGRADE_CONDITION;
-use super::policy::{policy_for, Policy, PolicyDecision};
-use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
-use super::rolling_plan::{plan_rolling_update, RollingInput};
-use crate::cli::StatusArgs;
+use super::StatusArgs;
+use crate::daemonset::describe::describe;
+use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
+use crate::daemonset::revision::{generation_observed, CurrentRevision};
+use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
+use crate::names::POD_NEED_UPGRADE_CONDITION;
+use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
 /// Parses `daemonset/NAME` or `ds/NAME`.
