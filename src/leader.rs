@@ -1,4 +1,5 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
+//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager), and its
+//! flags ([`LeaderArgs`]).
 //!
 //! Every replica watches and keeps its caches warm; only the leader writes. The runner
 //! asks `Leadership::is_leader` before each reconcile and reconciles everything when

@@ -1,3 +1,5 @@
+//! The `rollgate` binary: parse the command line, start the runtime and logging, and
+//! hand over to the mode (`controller`, `agent`, `status`). The modes live in the library.
 use clap::Parser;
 use rollgate::cli::{self, Cli, Command};
 use rollgate::{agent, manager, runtime, telemetry};

@@ -1,5 +1,6 @@
-//! Logging setup: plain text for people, JSON for log pipelines. Logs go to stderr so
-//! that command output (`rollgate status`) stays clean on stdout.
+//! Logging setup and its flags ([`LoggingArgs`]): plain text for people, JSON for log
+//! pipelines. Logs go to stderr so that command output (`rollgate status`) stays clean
+//! on stdout.
 use std::io::IsTerminal;
 
 use clap::{Args, ValueEnum};

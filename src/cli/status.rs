@@ -18,7 +18,7 @@ use crate::daemonset::describe::describe;
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
 use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
-use crate::names::POD_NEED_UPGRADE_CONDITION;
+use crate::names::{POD_NEED_UPGRADE_CONDITION, UPDATE_STRATEGY_ANNOTATION};
 use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
@@ -49,7 +49,7 @@ pub fn summarize(
     let current = CurrentRevision::of(ds, revisions);
     match policy_for(ds) {
         PolicyDecision::Unmanaged => Summary {
-            lines: vec![format!("daemonset/{name} has no apps.openyurt.io/update-strategy annotation: not managed by rollgate")],
+            lines: vec![format!("daemonset/{name} has no {UPDATE_STRATEGY_ANNOTATION} annotation: not managed by rollgate")],
             updated: 0,
             total: 0,
             complete: true,

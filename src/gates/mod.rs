@@ -4,6 +4,9 @@
 //!
 //! observe (Service, shared pod store, cloud groups and health) -> `plan` (pure) ->
 //! apply (backend changes, condition writes on pods/status, Events).
+//!
+//! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
+//! and settings from them ([`from_args`]).
 pub mod cloud;
 pub mod controller;
 pub mod metrics;

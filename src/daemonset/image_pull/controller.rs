@@ -28,9 +28,9 @@ use super::plan::{
 use crate::daemonset::triggers::daemonset_unchanged;
 use crate::leader::Leadership;
 use crate::names::{
-    IMAGE_PULL_CONTROLLER_NAME, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_JOB_NAME_CONFLICT_EVENT,
-    PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON, PULL_JOB_POD_UID_LABEL,
-    PULL_JOB_REVISION_LABEL,
+    IMAGE_PULL_CONTROLLER_NAME, POD_IMAGE_READY_CONDITION, PULL_IMAGE_FAIL_REASON,
+    PULL_IMAGE_JOB_NAME_CONFLICT_EVENT, PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON,
+    PULL_JOB_POD_UID_LABEL, PULL_JOB_REVISION_LABEL,
 };
 use crate::object::{is_controlled_by, label, CachedPod};
 use crate::runtime::Shutdown;
@@ -113,7 +113,7 @@ pub enum Error {
         name: String,
         source: kube::Error,
     },
-    #[error("writing PodImageReady on pod {namespace}/{name}: {source}")]
+    #[error("writing {POD_IMAGE_READY_CONDITION} on pod {namespace}/{name}: {source}")]
     WriteCondition {
         namespace: String,
         name: String,
