@@ -31,7 +31,7 @@ use kube::Api;
 use crate::duration_flag::parse_interval;
 use crate::runtime::Shutdown;
 
-/// The flags of `rollgate agent`.
+// The flags of `rollgate agent` (a plain comment: a doc comment would become its --help text).
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// The node this agent serves; only pods bound to it are visible.
