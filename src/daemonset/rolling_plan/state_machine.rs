@@ -31,7 +31,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::daemonset::expectations::Expectations;
-use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
+use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 
 const NOW: i64 = 1_000_000;
 
