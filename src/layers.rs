@@ -9,7 +9,7 @@ fn layer(module: &str) -> Option<u8> {
     match module {
         "names" | "object" | "revision_message" | "duration_flag" | "metrics" | "telemetry"
         | "runtime" | "sync_gate" | "leader" | "testkit" => Some(0),
-        "watch" => Some(1),
+        "watch" | "apply" => Some(1),
         "daemonset" | "gates" | "agent" => Some(2),
         "manager" | "cli" => Some(3),
         _ => None,

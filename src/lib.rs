@@ -18,7 +18,10 @@
 //!   plumbing (the metrics registry, logging, the async runtime and shutdown, "every
 //!   watch has listed once", leader election);
 //! - [`watch`]: one set of watches and caches for every controller, and the runner of
-//!   reconcilers;
+//!   reconcilers (runs, failures and duration of every controller);
+//! - [`apply`]: how every controller and the agent write: one field manager, condition
+//!   patches that skip a pod gone or changed, exact deletions, a bound on calls in
+//!   flight, Events said once, one write error;
 //! - [`manager`]: the controller-manager, which runs the controllers together;
 //! - [`cli`]: the command line, and the `rollgate status` command.
 //!
@@ -27,10 +30,11 @@
 //! `crate::` path goes down):
 //! 1. the floor: `names`, `object`, `revision_message`, `duration_flag`, `metrics`,
 //!    `telemetry`, `runtime`, `sync_gate`, `leader` (and the tests' `testkit`);
-//! 2. `watch`;
+//! 2. `watch` and `apply`;
 //! 3. the capabilities: `daemonset`, `gates`, `agent`, which never import each other;
 //! 4. `manager` and `cli`, then `main.rs`.
 pub mod agent;
+pub mod apply;
 pub mod cli;
 pub mod daemonset;
 pub mod duration_flag;

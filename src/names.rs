@@ -1,6 +1,6 @@
 //! Every name rollgate shares with the outside world, spelled once: the condition
 //! types and reasons it writes, the labels and annotations it reads and writes, its
-//! controller / field-manager names and its Event reasons.
+//! field manager, its controller names and its Event reasons.
 //!
 //! These strings are a public interface: users' manifests, scripts and dashboards
 //! name them, and OpenYurt's and Alibaba Cloud's tools expect their exact spelling.
@@ -66,13 +66,16 @@ pub const NLB_CLASS: &str = "alibabacloud.com/nlb";
 // rollgate's own names
 // ---------------------------------------------------------------------------------------
 
-/// Reporting controller in Events and field manager of the DaemonSet upgrade controller.
+/// The one field manager of every write rollgate makes (the three controllers and the
+/// node agent), as users see it in `managedFields` (`kubectl get -o yaml
+/// --show-managed-fields`).
+pub const FIELD_MANAGER: &str = "rollgate";
+/// Reporting controller (`reportingController`) in Events of the DaemonSet upgrade
+/// controller.
 pub const DAEMONSET_CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
-/// Reporting controller in Events and field manager of condition writes of the
-/// image-pull controller.
+/// Reporting controller in Events of the image-pull controller.
 pub const IMAGE_PULL_CONTROLLER_NAME: &str = "rollgate-image-pull";
-/// Field manager / reporting controller of the readiness-gate controller, as users see
-/// it in Events and managedFields.
+/// Reporting controller in Events of the readiness-gate controller.
 pub const GATES_CONTROLLER_NAME: &str = "rollgate-readiness-gates";
 
 /// The value of [`MANAGED_BY_LABEL`] on every pull Job, so the controller watches only

@@ -962,7 +962,12 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
     let hash_v1 = hash_of(&v1_pods[0]);
 
     set_image(&ds_api, "edge", V2).await;
-    wait_need_upgrade(&pods, "v1 pods marked out of date", 4, None, |_| "True").await;
+    let marked = wait_need_upgrade(&pods, "v1 pods marked out of date", 4, None, |_| "True").await;
+    // `kubectl get pod -o yaml --show-managed-fields`: rollgate's one field manager owns
+    // the condition it wrote (read fresh: the list above is from the same API server).
+    for pod in &marked {
+        assert_condition_managed_by_rollgate(pod, NEED_UPGRADE);
+    }
     // Two nodes' operators upgrade (the agent deletes the pod; kcm recreates it on v2).
     let upgraded: BTreeSet<String> = v1_pods
         .iter()

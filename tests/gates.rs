@@ -497,6 +497,9 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
             "{message}"
         );
         assert!(message.contains(created.as_deref().unwrap()), "{message}");
+        // `kubectl get pod -o yaml --show-managed-fields`: rollgate's one field manager
+        // owns the gate condition it wrote.
+        assert_condition_managed_by_rollgate(&pod, &format!("{GATE_PREFIX}my-svc"));
     }
     note("2/2 pods 1/1; rollout restart");
     restart(&bed, "my-nginx").await;

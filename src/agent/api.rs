@@ -29,7 +29,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::Api;
 use serde_json::json;
 
@@ -37,6 +36,7 @@ use super::checks::{self, Action, Approval};
 use super::error_chain::error_chain;
 use super::state::NodeState;
 use super::target;
+use crate::apply::Writer;
 
 pub const STATE_AGE_HEADER: &str = "x-rollgate-state-age-seconds";
 pub const STATE_SOURCE_HEADER: &str = "x-rollgate-state-source";
@@ -199,9 +199,10 @@ async fn act(app: &AppState, action: Action, uri: &Uri) -> Response {
             return (refusal.status, refusal.message).into_response();
         }
     };
+    let writer = Writer::new(app.client.clone());
     let written = match action {
-        Action::ImagePull => request_image_pull(&pods, name, &approval).await,
-        Action::Upgrade => delete_pod(&pods, name, &approval).await,
+        Action::ImagePull => request_image_pull(&writer, ns, name, &approval).await,
+        Action::Upgrade => delete_pod(&writer, ns, name, &approval).await,
     };
     match written {
         Ok(()) => {
@@ -223,9 +224,12 @@ async fn act(app: &AppState, action: Action, uri: &Uri) -> Response {
 /// `PodImageReady=False, PullImageRequested, controllerrevision: <hash>`, a new request
 /// each time (also after a failed pull): the controller's pull Job takes it from there.
 /// Strategic merge on conditions (merge key `type`) leaves the kubelet's conditions
-/// alone; `metadata.uid` makes the write fail if the pod was replaced.
+/// alone; `metadata.uid` makes the write fail if the pod was replaced. Written under
+/// rollgate's one field manager, as the controllers write; the API's answer is kept
+/// as it is, since each error has its own HTTP answer here.
 async fn request_image_pull(
-    pods: &Api<Pod>,
+    writer: &Writer,
+    ns: &str,
     name: &str,
     approval: &Approval,
 ) -> Result<(), kube::Error> {
@@ -233,22 +237,20 @@ async fn request_image_pull(
         "metadata": {"uid": approval.uid},
         "status": {"conditions": [checks::pull_request_condition(approval, Timestamp::now())]}
     });
-    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .map(drop)
+    writer.patch_pod_status(ns, name, &patch).await
 }
 
 /// Deletes exactly the pod that was checked; the native DaemonSet controller creates its
 /// replacement at the current revision. Does not wait for the pod to go.
-async fn delete_pod(pods: &Api<Pod>, name: &str, approval: &Approval) -> Result<(), kube::Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(approval.uid.clone()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    pods.delete(name, &params).await.map(drop)
+async fn delete_pod(
+    writer: &Writer,
+    ns: &str,
+    name: &str,
+    approval: &Approval,
+) -> Result<(), kube::Error> {
+    writer
+        .delete_exact::<Pod>(ns, name, Some(&approval.uid), None)
+        .await
 }
 
 /// Maps a failed API call to the answer an operator can act on.

@@ -5,18 +5,14 @@ use std::time::{Duration, Instant};
 
 use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::Controller;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Client, Resource, ResourceExt};
 
 use super::describe::{describe, shorten};
-use super::event_dedup::{EventDedup, Topic};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
@@ -24,6 +20,9 @@ use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, CurrentRevision};
 use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingPlan};
 use super::triggers::{daemonset_unchanged, pod_unchanged};
+use crate::apply::{
+    event, issue_together, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
+};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
@@ -33,74 +32,28 @@ use crate::names::{
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
-use crate::watch::runner::{ReconcileError, Run};
+use crate::watch::runner::{Run, RunMetrics};
 use crate::watch::{applied, applied_unless, touched_unless, Stores, Watches};
-/// API calls of one plan in flight at once (deletions, condition writes): the last pod
-/// of a wave must not wait for every call before it. Marking 200 pods for OTA one call
-/// at a time took 2.44 s.
-const CALLS_IN_FLIGHT: usize = 16;
 /// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("deleting pod {namespace}/{name}: {source}")]
-    DeletePod {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("writing condition on pod {namespace}/{name}: {source}")]
-    WriteCondition {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::DeletePod { .. } => "delete_pod",
-            Error::WriteCondition { .. } => "write_condition",
-        }
-    }
-}
+/// A failed deletion or condition write (see `crate::apply`).
+pub use crate::apply::Error;
 
 pub struct Context {
-    client: Client,
+    writer: Writer,
     stores: Stores,
-    recorder: Recorder,
+    events: Events,
     metrics: DaemonSetMetrics,
     expectations: Mutex<Expectations>,
     said: EventDedup,
 }
 
 impl Context {
-    async fn publish(
-        &self,
-        ds: &DaemonSet,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &ds.object_ref(&())).await {
-            tracing::warn!(error = %e, reason, "could not publish Event");
-        }
-    }
-
     /// Drops everything kept about a DaemonSet that is gone.
     fn forget(&self, uid: &str, namespace: &str, name: &str) {
         self.expectations.lock().unwrap().forget_daemonset(uid);
-        self.said.forget_daemonset(uid);
+        self.said.forget_object(uid);
         self.metrics.forget(namespace, name);
     }
 }
@@ -115,15 +68,11 @@ pub fn start(
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
     let stores = watches.stores.clone();
-    let reporter = Reporter {
-        controller: DAEMONSET_CONTROLLER_NAME.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writer: Writer::new(client.clone()),
         stores: stores.clone(),
-        recorder: Recorder::new(client, reporter),
+        events: Events::new(client, DAEMONSET_CONTROLLER_NAME),
         metrics: daemonset_metrics.clone(),
         expectations: Mutex::default(),
         said: EventDedup::default(),
@@ -151,6 +100,8 @@ pub fn start(
         concurrency,
         synced: watches.synced(),
         errors: daemonset_metrics.reconcile_errors.clone(),
+        metrics: RunMetrics::of(metrics),
+        own_duration: Some(daemonset_metrics.reconcile_duration.clone()),
         leadership,
         shutdown: shutdown.clone(),
     };
@@ -200,8 +151,7 @@ fn forget_deleted(
 
 #[tracing::instrument(skip_all, fields(daemonset = %ds.name_any(), namespace = %ds.namespace().unwrap_or_default()))]
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = match policy_for(&ds) {
+    match policy_for(&ds) {
         PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await,
         PolicyDecision::NotOurs { reason } => {
             warn_once(&ds, &ctx, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, &reason).await;
@@ -241,25 +191,18 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
                 .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
             mark_need_upgrade(&ds, &ctx).await
         }
-    };
-    ctx.metrics
-        .reconcile_duration
-        .observe(started.elapsed().as_secs_f64());
-    result
+    }
 }
 
 async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
     let uid = ds.uid().unwrap_or_default();
-    if ctx.said.first_time(&uid, Topic::Warning, message) {
+    let warning = event(EventType::Warning, reason, "Validate", message.to_string());
+    let reference = ds.object_ref(&());
+    let said = ctx
+        .events
+        .publish_once(&ctx.said, &uid, Topic::Warning, &reference, warning);
+    if said.await {
         tracing::warn!(reason, message, "DaemonSet not acted upon");
-        ctx.publish(
-            ds,
-            EventType::Warning,
-            reason,
-            "Validate",
-            message.to_string(),
-        )
-        .await;
     }
 }
 
@@ -316,19 +259,12 @@ async fn rolling_update(
     }
     record_progress(ds, ctx, &plan);
 
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ds.namespace().unwrap_or_default());
-    // The deletions of one plan are independent: issued together.
+    let ns = ds.namespace().unwrap_or_default();
+    // The deletions of one plan are independent: issued together, each by UID.
     let calls = plan.deletions.iter().cloned().map(|step| {
-        let api = api.clone();
+        let ns = ns.as_str();
         async move {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(step.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let result = api.delete(&step.name, &params).await.map(|_| ());
+            let result = ctx.writer.delete_pod(ns, &step.name, &step.uid).await;
             (step, result)
         }
     });
@@ -337,7 +273,7 @@ async fn rolling_update(
     let mut failure = None;
     for (step, result) in results {
         match result {
-            Ok(_) => {
+            Ok(Outcome::Written) => {
                 tracing::info!(pod = %step.name, node = %step.node, reason = %step.reason, "deleted pod for upgrade");
                 ctx.metrics
                     .pods_deleted
@@ -351,22 +287,18 @@ async fn rolling_update(
             }
             // Gone already, or replaced by a pod of the same name: its node is being
             // replaced all the same.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+            Ok(Outcome::Gone | Outcome::Changed) => {
                 ctx.expectations
                     .lock()
                     .unwrap()
                     .deletion_moot(&uid, &step.uid);
             }
-            Err(source) => {
+            Err(error) => {
                 ctx.expectations
                     .lock()
                     .unwrap()
                     .deletion_failed(&uid, &step.node, &step.uid);
-                failure.get_or_insert(Error::DeletePod {
-                    namespace: step.namespace.clone(),
-                    name: step.name.clone(),
-                    source,
-                });
+                failure.get_or_insert(error);
             }
         }
     }
@@ -388,14 +320,15 @@ async fn rolling_update(
             p.ready_nodes,
             shorten(&names)
         );
-        ctx.publish(
-            ds,
-            EventType::Normal,
-            UPGRADING_PODS_EVENT,
-            "DeletePods",
-            note,
-        )
-        .await;
+        ctx.events
+            .publish(
+                &ds.object_ref(&()),
+                EventType::Normal,
+                UPGRADING_PODS_EVENT,
+                "DeletePods",
+                note,
+            )
+            .await;
     }
     if let Some(e) = failure {
         return Err(e);
@@ -438,18 +371,9 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
     if let Some((reason, note)) = said {
         if ctx.said.first_time(&uid, Topic::Progress, &note) {
             tracing::info!(reason, %note, "rollout progress");
-            let (recorder, reference) = (ctx.recorder.clone(), ds.object_ref(&()));
-            let event = Event {
-                type_: EventType::Normal,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Rollout".into(),
-                secondary: None,
-            };
             // Fire and forget: progress Events must not slow the next deletion.
-            tokio::spawn(async move {
-                let _ = recorder.publish(&event, &reference).await;
-            });
+            let progress = event(EventType::Normal, reason, "Rollout", note);
+            ctx.events.publish_detached(ds.object_ref(&()), progress);
         }
     }
 }
@@ -464,12 +388,10 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
         .count();
     // Strategic merge on the conditions list (merge key `type`): touches only our
     // condition, so concurrent kubelet writes are not overwritten.
-    let writes = updates.into_iter().map(|u| StatusWrite {
-        patch: json!({"status": {"conditions": [u.condition]}}),
-        namespace: u.namespace,
-        name: u.name,
-    });
-    let landed = write_statuses(ctx, writes.collect()).await?;
+    let writes = updates
+        .into_iter()
+        .map(|u| ConditionPatch::set(u.namespace, u.name, None, &u.condition));
+    let landed = ctx.writer.write_conditions(writes.collect()).await?;
     if !landed.is_empty() {
         tracing::info!(
             written = landed.len(),
@@ -488,165 +410,11 @@ async fn remove_stale_conditions(
 ) -> Result<Action, Error> {
     let writes = plan_stale_condition_removals(ds, pods)
         .into_iter()
-        .map(|stale| StatusWrite {
-            patch: json!({"status": {"conditions": [{"type": POD_NEED_UPGRADE_CONDITION, "$patch": "delete"}]}}),
-            namespace: stale.namespace,
-            name: stale.name,
+        .map(|stale| {
+            ConditionPatch::remove(stale.namespace, stale.name, POD_NEED_UPGRADE_CONDITION)
         });
-    for removed in write_statuses(ctx, writes.collect()).await? {
+    for removed in ctx.writer.write_conditions(writes.collect()).await? {
         tracing::info!(pod = %removed.name, "removed stale PodNeedUpgrade condition");
     }
     Ok(Action::requeue(Duration::from_secs(300)))
-}
-
-/// One strategic-merge patch of one pod's status.
-#[derive(Debug, Clone, PartialEq)]
-struct StatusWrite {
-    namespace: String,
-    name: String,
-    patch: serde_json::Value,
-}
-
-/// A plan's status writes, against the API server.
-async fn write_statuses(
-    ctx: &Context,
-    writes: Vec<StatusWrite>,
-) -> Result<Vec<StatusWrite>, Error> {
-    issue_writes(writes, |w| async move {
-        let landed = write_status(ctx, &w.namespace, &w.name, &w.patch).await;
-        (w, landed)
-    })
-    .await
-}
-
-/// Issues every write, `CALLS_IN_FLIGHT` at a time, and returns those that
-/// landed; a failure is returned once every write has been tried, so one bad pod does
-/// not hold back the others.
-async fn issue_writes<W, Fut>(writes: Vec<StatusWrite>, write: W) -> Result<Vec<StatusWrite>, Error>
-where
-    W: Fn(StatusWrite) -> Fut,
-    Fut: Future<Output = (StatusWrite, Result<bool, Error>)>,
-{
-    let results = issue_together(writes.into_iter().map(write)).await;
-    let mut landed = Vec::new();
-    let mut failure = None;
-    for (write, result) in results {
-        match result {
-            Ok(true) => landed.push(write),
-            Ok(false) => {}
-            Err(e) => {
-                failure.get_or_insert(e);
-            }
-        }
-    }
-    failure.map_or(Ok(landed), Err)
-}
-
-/// Runs the calls of one plan, `CALLS_IN_FLIGHT` at a time, and returns every outcome.
-async fn issue_together<F: Future>(calls: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    futures::stream::iter(calls)
-        .buffer_unordered(CALLS_IN_FLIGHT)
-        .collect()
-        .await
-}
-
-/// A strategic-merge patch of a pod's status. A pod gone or changed meanwhile (404,
-/// 409) is skipped: its next event replans. Returns whether the write landed.
-async fn write_status(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    patch: &serde_json::Value,
-) -> Result<bool, Error> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(source) => Err(Error::WriteCondition {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            source,
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    fn writes(n: usize) -> Vec<StatusWrite> {
-        (0..n)
-            .map(|i| StatusWrite {
-                namespace: "edge".into(),
-                name: format!("pod-{i}"),
-                patch: json!({}),
-            })
-            .collect()
-    }
-
-    fn refused(w: &StatusWrite) -> Error {
-        Error::WriteCondition {
-            namespace: w.namespace.clone(),
-            name: w.name.clone(),
-            source: kube::Error::Api(
-                kube::core::Status::failure("etcd leader changed", "InternalError")
-                    .with_code(500)
-                    .boxed(),
-            ),
-        }
-    }
-
-    /// Counts the calls in flight, like an API server would see them.
-    #[derive(Default)]
-    struct FakeServer {
-        in_flight: AtomicUsize,
-        most_in_flight: AtomicUsize,
-        calls: AtomicUsize,
-    }
-
-    impl FakeServer {
-        async fn write(&self, w: StatusWrite) -> (StatusWrite, Result<bool, Error>) {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let result = match w.name.as_str() {
-                "pod-3" => Err(refused(&w)),
-                // Deleted meanwhile (404): skipped, not a failure.
-                "pod-5" => Ok(false),
-                _ => Ok(true),
-            };
-            (w, result)
-        }
-    }
-
-    #[tokio::test]
-    async fn status_writes_of_one_plan_are_in_flight_together() {
-        let server = FakeServer::default();
-        let all = writes(100);
-        let result = issue_writes(all[4..].to_vec(), |w| server.write(w)).await;
-        let landed = result.expect("no write fails");
-        assert_eq!(landed.len(), 95, "all but the one gone meanwhile");
-        // One at a time, marking 200 pods for OTA took 200 round trips.
-        assert_eq!(
-            server.most_in_flight.load(Ordering::SeqCst),
-            CALLS_IN_FLIGHT
-        );
-    }
-
-    #[tokio::test]
-    async fn one_failed_write_holds_back_no_other() {
-        let server = FakeServer::default();
-        let result = issue_writes(writes(40), |w| server.write(w)).await;
-        match result {
-            Err(Error::WriteCondition { name, .. }) => assert_eq!(name, "pod-3"),
-            other => panic!("the failure must be returned, got {other:?}"),
-        }
-        assert_eq!(server.calls.load(Ordering::SeqCst), 40, "every write tried");
-    }
 }

@@ -13,12 +13,10 @@
 //! - [`expectations`]: deletions sent but not yet seen in the cache;
 //! - [`triggers`]: which object changes can change a plan;
 //! - [`describe`]: how a rollout's progress reads to people (Events, `rollgate status`);
-//! - [`event_dedup`]: each Event said once, not on every resync;
 //! - [`metrics`]: the controller's Prometheus metrics;
 //! - [`image_pull`]: the OTA image pre-pull with Jobs.
 pub mod controller;
 pub mod describe;
-pub mod event_dedup;
 pub mod expectations;
 pub mod image_pull;
 pub mod metrics;

@@ -10,11 +10,10 @@ use alibaba_lb::{
     Error as CloudError, ListenerProtocol, ListenerSpec, LoadBalancer, LoadBalancerSpec, Product,
 };
 use futures::Future;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, Controller};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -34,6 +33,7 @@ use super::reasons;
 use super::service::{
     self, address_type, attached_id, created_id, product_for, zone_maps, ClassSelection,
 };
+use crate::apply::{issue_together, Call, ConditionPatch, Events, Outcome, Writer};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
@@ -42,27 +42,27 @@ use crate::names::{
     SERVICE_NOT_LOAD_BALANCER_EVENT,
 };
 use crate::runtime::Shutdown;
-use crate::watch::runner::{ReconcileError, Run};
+use crate::watch::runner::{ReconcileError, Run, RunMetrics};
 use crate::watch::{applied, Watches};
+
+/// The `action` of this controller's Events.
+const EVENT_ACTION: &str = "ReadinessGate";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cloud: {0}")]
     Cloud(#[from] CloudError),
-    #[error("writing {what} of {namespace}/{name}: {source}")]
-    Write {
-        what: &'static str,
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
+    /// A failed write to the API server (see `crate::apply`).
+    #[error(transparent)]
+    Write(#[from] crate::apply::Error),
 }
 
 impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::Cloud(e) => e.metric_label(),
-            Error::Write { .. } => "kube_write",
+            // One kind for every API write, as counted before the apply layer.
+            Error::Write(_) => "kube_write",
         }
     }
 }
@@ -82,12 +82,12 @@ pub struct GateSettings {
 }
 
 pub struct Context {
-    client: Client,
+    writer: Writer,
     pods: Store<CachedPod>,
     services: Store<Service>,
     cloud: Cloud,
     poller: Poller,
-    recorder: Recorder,
+    events: Events,
     metrics: GateMetrics,
     settings: GateSettings,
     /// Pods whose gate named a Service that was not in the store: checked by `orphans`.
@@ -114,17 +114,13 @@ pub fn start(
     let pods = watches.stores.pods.clone();
     let poller = Poller::new(settings.poll_fast, settings.poll_slow);
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
-    let reporter = Reporter {
-        controller: GATES_CONTROLLER_NAME.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        writer: Writer::new(client.clone()),
         pods,
         services: services.clone(),
         cloud: Cloud::new(cloud_clients.0, cloud_clients.1, gate_metrics.clone()),
         poller: poller.clone(),
-        recorder: Recorder::new(client, reporter),
+        events: Events::new(client, GATES_CONTROLLER_NAME),
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
@@ -171,6 +167,8 @@ pub fn start(
         concurrency: settings.concurrency,
         synced: watches.synced(),
         errors: gate_metrics.reconcile_errors.clone(),
+        metrics: RunMetrics::of(metrics),
+        own_duration: None,
         leadership: leadership.clone(),
         shutdown: shutdown.clone(),
     };
@@ -224,14 +222,16 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let spec = match lb_spec(&svc, &facts, product, &ctx.settings) {
         Ok(spec) => spec,
         Err(problem) => {
-            publish(
-                &ctx,
-                &svc.object_ref(&()),
-                EventType::Warning,
-                INVALID_ANNOTATION_EVENT,
-                problem,
-            )
-            .await;
+            let reference = svc.object_ref(&());
+            ctx.events
+                .publish(
+                    &reference,
+                    EventType::Warning,
+                    INVALID_ANNOTATION_EVENT,
+                    EVENT_ACTION,
+                    problem,
+                )
+                .await;
             return Ok(Action::await_change());
         }
     };
@@ -445,10 +445,8 @@ fn gated_pods(ctx: &Context, namespace: &str, service: &str) -> Vec<Arc<CachedPo
         .collect()
 }
 
-/// Condition writes in flight at once: 500 pods turning True in one reconcile must not
-/// wait for each other.
-const WRITE_CONCURRENCY: usize = 32;
-
+/// The plan's condition writes, in flight together (500 pods turning True in one
+/// reconcile must not wait for each other), each followed by its flip latencies.
 async fn write_conditions(
     ctx: &Context,
     svc: &Service,
@@ -456,7 +454,6 @@ async fn write_conditions(
     decided: &GatePlan,
     observed_at: Timestamp,
 ) -> Result<(), Error> {
-    use futures::StreamExt;
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
     let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
@@ -464,18 +461,17 @@ async fn write_conditions(
     // Gates turning True first: they are what a rollout waits for.
     let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
     writes.sort_by_key(|w| !w.status);
-    let pending: Vec<_> = writes
-        .into_iter()
-        .filter_map(|write| {
-            let (pod, view) = by_uid.get(write.uid.as_str()).copied()?;
-            Some(write_one(ctx, &ns, &name, pod, view, write, observed_at))
-        })
-        .collect();
-    let results: Vec<Result<(), Error>> = futures::stream::iter(pending)
-        .buffer_unordered(WRITE_CONCURRENCY)
-        .collect()
-        .await;
-    results.into_iter().collect()
+    // Built in a loop, not a closure over references: the future stays `Send` for any
+    // lifetime the runner needs.
+    let mut calls = Vec::with_capacity(writes.len());
+    for write in writes {
+        if let Some((pod, view)) = by_uid.get(write.uid.as_str()).copied() {
+            calls.push(write_one(ctx, &ns, &name, pod, view, write, observed_at));
+        }
+    }
+    // Every write is tried; the first failure is returned after all were.
+    let outcomes: Result<Vec<Outcome>, Error> = issue_together(calls).await.into_iter().collect();
+    outcomes.map(drop)
 }
 
 /// One condition write, and the flip latencies when it turns the gate True.
@@ -487,10 +483,10 @@ async fn write_one(
     view: &GatePod,
     write: &ConditionWrite,
     observed_at: Timestamp,
-) -> Result<(), Error> {
+) -> Result<Outcome, Error> {
     let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
-    write_condition(ctx, ns, name, write, flipped).await?;
-    if flipped && write.status {
+    let outcome = write_condition(ctx, ns, name, write, flipped).await?;
+    if outcome.landed() && flipped && write.status {
         let done = Timestamp::now();
         if let Some(since) = containers_ready_since(pod) {
             let seconds = done.duration_since(since).as_secs_f64();
@@ -500,18 +496,19 @@ async fn write_one(
         ctx.metrics.flip(ns, name, "load_balancer_healthy", seconds);
         tracing::info!(pod = %write.pod, reason = write.reason.as_str(), "gate True");
     }
-    Ok(())
+    Ok(outcome)
 }
 
 /// Strategic merge on the conditions list (merge key `type`): only our condition is
-/// touched. `lastTransitionTime` moves only when the status does.
+/// touched. `lastTransitionTime` moves only when the status does. A pod gone or
+/// replaced meanwhile is skipped (its next event replans).
 async fn write_condition(
     ctx: &Context,
     namespace: &str,
     service: &str,
     write: &ConditionWrite,
     flipped: bool,
-) -> Result<(), Error> {
+) -> Result<Outcome, Error> {
     let mut condition = json!({
         "type": gate_condition_type(service),
         "status": if write.status { "True" } else { "False" },
@@ -522,26 +519,8 @@ async fn write_condition(
         condition["lastTransitionTime"] =
             json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     }
-    let patch = json!({"metadata": {"uid": write.uid}, "status": {"conditions": [condition]}});
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    match api
-        .patch_status(
-            &write.pod,
-            &PatchParams::default(),
-            &Patch::Strategic(patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        // Gone or replaced meanwhile: its next event replans.
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(source) => Err(Error::Write {
-            what: "gate condition",
-            namespace: namespace.into(),
-            name: write.pod.clone(),
-            source,
-        }),
-    }
+    let patch = ConditionPatch::set(namespace, &write.pod, Some(&write.uid), &condition);
+    Ok(ctx.writer.write_condition(&patch).await?)
 }
 
 /// Gates naming a Service that is not `type: LoadBalancer`.
@@ -590,15 +569,20 @@ async fn hold_orphans(
             .and_then(|v| v.gate.as_ref())
             .map(|g| g.status)
             != Some(false);
-        write_condition(ctx, namespace, service, &write, flipped).await?;
-        publish(
-            ctx,
-            &pod.object_ref(&()),
-            EventType::Warning,
-            event_reason,
-            message.to_string(),
-        )
-        .await;
+        let outcome = write_condition(ctx, namespace, service, &write, flipped).await?;
+        if !outcome.landed() {
+            continue; // a pod gone or replaced is told nothing
+        }
+        let reference = pod.object_ref(&());
+        ctx.events
+            .publish(
+                &reference,
+                EventType::Warning,
+                event_reason,
+                EVENT_ACTION,
+                message.to_string(),
+            )
+            .await;
     }
     Ok(())
 }
@@ -694,30 +678,23 @@ async fn remove_finalizer(svc: &Service, ctx: &Context) -> Result<(), Error> {
     .await
 }
 
+/// A merge patch of the Service's metadata. Gone (404) is fine; a conflict (409, the
+/// `resourceVersion` in the patch is stale) is an error: the finalizer must be in place
+/// before any cloud resource is made, so the reconcile is retried.
 async fn patch_metadata(
     svc: &Service,
     ctx: &Context,
     patch: serde_json::Value,
     what: &'static str,
 ) -> Result<(), Error> {
-    let ns = svc.namespace().unwrap_or_default();
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    match api
-        .patch(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
+    let (ns, name) = (svc.namespace().unwrap_or_default(), svc.name_any());
+    match ctx.writer.merge_patch::<Service>(&ns, &name, &patch).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(source) => Err(Error::Write {
-            what,
-            namespace: ns,
-            name: svc.name_any(),
-            source,
-        }),
+        Err(source) => {
+            tracing::debug!(what, service = %name, "Service patch failed");
+            Err(crate::apply::Error::new(Call::PatchService, &ns, &name, source).into())
+        }
     }
 }
 
@@ -748,14 +725,10 @@ async fn publish_address(svc: &Service, ctx: &Context, address: &str) {
         return;
     }
     let ns = svc.namespace().unwrap_or_default();
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
-    if let Err(error) = api
-        .patch_status(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
+    if let Err(error) = ctx
+        .writer
+        .merge_patch_status::<Service>(&ns, &svc.name_any(), &patch)
         .await
     {
         tracing::warn!(%error, "could not publish the load balancer address");
@@ -823,23 +796,4 @@ fn forget(svc: &Service, ctx: &Context) {
     ctx.poller.forget(&ObjectRef::from_obj(svc));
     ctx.metrics
         .forget(&svc.namespace().unwrap_or_default(), &svc.name_any());
-}
-
-async fn publish(
-    ctx: &Context,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "ReadinessGate".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason, "could not publish Event");
-    }
 }

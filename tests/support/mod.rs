@@ -329,6 +329,39 @@ pub fn pod_condition(pod: &k8s_openapi::api::core::v1::Pod, type_: &str) -> Opti
         .map(|c| c.status.clone())
 }
 
+/// rollgate's one field manager (`names::FIELD_MANAGER`).
+pub const FIELD_MANAGER: &str = "rollgate";
+
+/// The managers whose `metadata.managedFields` entry owns the pod condition of type
+/// `type_` (`f:status` / `f:conditions` / `k:{"type":"<type_>"}`), as `kubectl get pod -o
+/// yaml --show-managed-fields` shows them.
+pub fn condition_managers(pod: &k8s_openapi::api::core::v1::Pod, type_: &str) -> Vec<String> {
+    let key = format!("k:{}", json!({ "type": type_ }));
+    pod.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|fields| fields.0["f:status"]["f:conditions"].get(&key).is_some())
+        })
+        .filter_map(|entry| entry.manager.clone())
+        .collect()
+}
+
+/// Fails unless rollgate's field manager owns the pod condition of type `type_`.
+pub fn assert_condition_managed_by_rollgate(pod: &k8s_openapi::api::core::v1::Pod, type_: &str) {
+    let managers = condition_managers(pod, type_);
+    assert!(
+        managers.iter().any(|m| m == FIELD_MANAGER),
+        "condition {type_} of pod {}: managers {managers:?}, want {FIELD_MANAGER:?}; managedFields: {}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        serde_json::to_string(&pod.metadata.managed_fields).unwrap_or_default()
+    );
+}
+
 pub fn pod_is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
     pod_condition(pod, "Ready").as_deref() == Some("True")
 }

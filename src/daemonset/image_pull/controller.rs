@@ -7,37 +7,38 @@ use std::time::{Duration, Instant};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::Controller;
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use serde_json::json;
 
 use super::job::PullJobSettings;
 use super::plan::{
     classify_name_holder, has_pending_request, plan_image_pull, ImagePullPlan, JobRef, NameHolder,
     Step,
 };
+use crate::apply::{Call, ConditionPatch, Events, Writer, CALLS_IN_FLIGHT};
 use crate::daemonset::triggers::daemonset_unchanged;
 use crate::leader::Leadership;
 use crate::names::{
-    IMAGE_PULL_CONTROLLER_NAME, POD_IMAGE_READY_CONDITION, PULL_IMAGE_FAIL_REASON,
-    PULL_IMAGE_JOB_NAME_CONFLICT_EVENT, PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON,
-    PULL_JOB_POD_UID_LABEL, PULL_JOB_REVISION_LABEL,
+    IMAGE_PULL_CONTROLLER_NAME, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_JOB_NAME_CONFLICT_EVENT,
+    PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON, PULL_JOB_POD_UID_LABEL,
+    PULL_JOB_REVISION_LABEL,
 };
 use crate::object::{is_controlled_by, label, CachedPod};
 use crate::runtime::Shutdown;
-use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
+use crate::watch::runner::{ErrorCounter, Run, RunMetrics};
 use crate::watch::{applied, applied_unless, Stores, Watches};
 /// How long to wait before trying again after a name conflict: a person has to act.
 const NAME_CONFLICT_BACKOFF: Duration = Duration::from_secs(300);
+/// The `action` of this controller's Events.
+const EVENT_ACTION: &str = "PullImage";
 
 // ---------------------------------------------------------------------------------------
 // Observe: the caches and what triggers a reconcile
@@ -93,44 +94,8 @@ fn observe(pod: &CachedPod, stores: &Stores) -> Observed {
 // Errors and metrics
 // ---------------------------------------------------------------------------------------
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("creating image pull Job {namespace}/{name}: {source}")]
-    CreateJob {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("reading image pull Job {namespace}/{name} that holds the name: {source}")]
-    ReadJob {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("deleting image pull Job {namespace}/{name}: {source}")]
-    DeleteJob {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-    #[error("writing {POD_IMAGE_READY_CONDITION} on pod {namespace}/{name}: {source}")]
-    WriteCondition {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::CreateJob { .. } => "create_job",
-            Error::ReadJob { .. } => "read_job",
-            Error::DeleteJob { .. } => "delete_job",
-            Error::WriteCondition { .. } => "write_condition",
-        }
-    }
-}
+/// A failed Job create, read or delete, or condition write (see `crate::apply`).
+pub use crate::apply::Error;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -195,10 +160,12 @@ impl ImagePullMetrics {
 // ---------------------------------------------------------------------------------------
 
 struct Context {
+    /// Reads the Job holding a name (writes go through `writer`).
     client: Client,
+    writer: Writer,
     stores: Stores,
     settings: PullJobSettings,
-    recorder: Recorder,
+    events: Events,
     metrics: ImagePullMetrics,
 }
 
@@ -216,18 +183,15 @@ pub fn start(
     leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
-    let reporter = Reporter {
-        controller: IMAGE_PULL_CONTROLLER_NAME.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     tracing::info!(helper_image = %settings.helper_image, "image pull controller starting");
     let stores = watches.stores.clone();
     let image_pull_metrics = ImagePullMetrics::register(metrics);
     let ctx = Arc::new(Context {
         client: client.clone(),
+        writer: Writer::new(client.clone()),
         stores: stores.clone(),
         settings,
-        recorder: Recorder::new(client, reporter),
+        events: Events::new(client, IMAGE_PULL_CONTROLLER_NAME),
         metrics: image_pull_metrics.clone(),
     });
 
@@ -253,9 +217,12 @@ pub fn start(
         });
     let run = Run {
         name: "image-pull",
-        concurrency: 4,
+        // One write per reconcile, mostly: the bound on calls in flight.
+        concurrency: CALLS_IN_FLIGHT as u16,
         synced: watches.synced(),
         errors: image_pull_metrics.reconcile_errors,
+        metrics: RunMetrics::of(metrics),
+        own_duration: None,
         leadership,
         shutdown,
     };
@@ -289,9 +256,8 @@ async fn reconcile(pod: Arc<CachedPod>, ctx: Arc<Context>) -> Result<Action, Err
 
 async fn apply(pod: &CachedPod, plan: ImagePullPlan, ctx: &Context) -> Result<Action, Error> {
     let ns = pod.namespace().unwrap_or_default();
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     for job in &plan.delete_jobs {
-        delete_job(&jobs, job, "it answers an earlier request or revision").await?;
+        delete_job(ctx, &ns, job, "it answers an earlier request or revision").await?;
     }
     match plan.step {
         Step::Nothing => Ok(Action::await_change()),
@@ -300,7 +266,7 @@ async fn apply(pod: &CachedPod, plan: ImagePullPlan, ctx: &Context) -> Result<Ac
             Ok(Action::requeue(Duration::from_secs(2)))
         }
         Step::WaitForJob { .. } => Ok(Action::requeue(Duration::from_secs(60))),
-        Step::CreateJob { job } => create_job(pod, &jobs, &job, ctx).await,
+        Step::CreateJob { job } => create_job(pod, &ns, &job, ctx).await,
         Step::MarkSucceeded { job, condition } => {
             if !write_condition(pod, &condition, ctx).await? {
                 return Ok(Action::await_change());
@@ -330,54 +296,28 @@ async fn apply(pod: &CachedPod, plan: ImagePullPlan, ctx: &Context) -> Result<Ac
 /// Background propagation (the Job's pod goes too, without waiting for it) and a UID
 /// precondition (a newer Job that took the name is never hit). Gone or replaced already
 /// is fine: the next look at the caches decides again.
-async fn delete_job(jobs: &Api<Job>, job: &JobRef, why: &str) -> Result<(), Error> {
-    let params = DeleteParams {
-        preconditions: job.uid.clone().map(|uid| Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        ..DeleteParams::background()
-    };
-    match jobs.delete(&job.name, &params).await {
-        Ok(_) => {
-            tracing::info!(job = %job.name, why, "deleted image pull Job");
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(source) => Err(Error::DeleteJob {
-            namespace: jobs_namespace(jobs),
-            name: job.name.clone(),
-            source,
-        }),
+async fn delete_job(ctx: &Context, ns: &str, job: &JobRef, why: &str) -> Result<(), Error> {
+    let outcome = ctx
+        .writer
+        .delete_job(ns, &job.name, job.uid.as_deref())
+        .await?;
+    if outcome.landed() {
+        tracing::info!(job = %job.name, why, "deleted image pull Job");
     }
-}
-
-fn jobs_namespace(jobs: &Api<Job>) -> String {
-    jobs.namespace().unwrap_or_default().to_string()
+    Ok(())
 }
 
 /// Creates the pull Job. Only a create the API server accepted (2xx) is counted and
 /// announced; a 409 created nothing, so it is looked into instead (see
 /// [`classify_name_holder`]).
-async fn create_job(
-    pod: &CachedPod,
-    jobs: &Api<Job>,
-    job: &Job,
-    ctx: &Context,
-) -> Result<Action, Error> {
+async fn create_job(pod: &CachedPod, ns: &str, job: &Job, ctx: &Context) -> Result<Action, Error> {
     let name = job.name_any();
-    match jobs.create(&PostParams::default(), job).await {
+    match ctx.writer.create(ns, job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            return resolve_name_conflict(pod, jobs, &name, ctx).await;
+            return resolve_name_conflict(pod, ns, &name, ctx).await;
         }
-        Err(source) => {
-            return Err(Error::CreateJob {
-                namespace: jobs_namespace(jobs),
-                name,
-                source,
-            })
-        }
+        Err(source) => return Err(Error::new(Call::CreateJob, ns, &name, source)),
     }
     ctx.metrics.jobs_created.inc();
     let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
@@ -410,21 +350,16 @@ async fn create_job(
 /// The create answered 409: find out who holds the name, and act on that once.
 async fn resolve_name_conflict(
     pod: &CachedPod,
-    jobs: &Api<Job>,
+    ns: &str,
     name: &str,
     ctx: &Context,
 ) -> Result<Action, Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let holder = match jobs.get_opt(name).await {
         Ok(Some(holder)) => holder,
         // Gone between the create and the read: try again right away.
         Ok(None) => return Ok(Action::requeue(Duration::from_secs(1))),
-        Err(source) => {
-            return Err(Error::ReadJob {
-                namespace: jobs_namespace(jobs),
-                name: name.into(),
-                source,
-            })
-        }
+        Err(source) => return Err(Error::new(Call::ReadJob, ns, name, source)),
     };
     let pods = &ctx.stores.pods;
     let pod_is_cached = |uid: &str| pods.state().iter().any(|p| p.uid().as_deref() == Some(uid));
@@ -434,7 +369,13 @@ async fn resolve_name_conflict(
             Ok(Action::requeue(Duration::from_secs(1)))
         }
         NameHolder::StalePull(stale) => {
-            delete_job(jobs, &stale, "its pod is gone and this pod needs the name").await?;
+            delete_job(
+                ctx,
+                ns,
+                &stale,
+                "its pod is gone and this pod needs the name",
+            )
+            .await?;
             Ok(Action::requeue(Duration::from_secs(1)))
         }
         NameHolder::Conflict { why } => {
@@ -463,102 +404,31 @@ async fn write_condition(
     ctx: &Context,
 ) -> Result<bool, Error> {
     let ns = pod.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({
-        "metadata": {"uid": pod.uid()},
-        "status": {"conditions": [condition]},
-    });
-    let params = PatchParams {
-        field_manager: Some(IMAGE_PULL_CONTROLLER_NAME.into()),
-        ..PatchParams::default()
-    };
-    match api
-        .patch_status(&pod.name_any(), &params, &Patch::Strategic(&patch))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-            tracing::debug!(
-                code = s.code,
-                "pod gone or replaced, PodImageReady not written"
-            );
-            Ok(false)
-        }
-        Err(source) => Err(Error::WriteCondition {
-            namespace: ns,
-            name: pod.name_any(),
-            source,
-        }),
-    }
+    let uid = pod.uid();
+    let write = ConditionPatch::set(ns, pod.name_any(), uid.as_deref(), condition);
+    Ok(ctx.writer.write_condition(&write).await?.landed())
 }
 
 async fn publish(ctx: &Context, pod: &CachedPod, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "PullImage".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
-        tracing::warn!(error = %e, reason, "could not publish Event");
-    }
+    let reference = pod.object_ref(&());
+    ctx.events
+        .publish(&reference, type_, reason, EVENT_ACTION, note)
+        .await;
 }
 
 #[cfg(test)]
 mod tests {
     //! `apply` against a fake API server: what is counted and announced depends on what
     //! the API server answered, not on what was attempted.
-    use std::sync::Mutex;
-
-    use axum::http::{Request, Response};
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    use kube::client::Body;
-    use serde_json::Value;
+    use serde_json::json;
 
     use super::*;
+    use crate::apply::fake_api::{fake_client, status};
     use crate::daemonset::image_pull::job::build_job;
     use crate::daemonset::image_pull::job::tests::daemonset;
     use crate::testkit::PodBuilder;
-
-    /// `METHOD /path` and the request body of every call the fake API server got.
-    type Calls = Arc<Mutex<Vec<(String, Value)>>>;
-
-    /// A client whose API server answers `answer(method, path)` as `(status, body)`.
-    fn fake_client(
-        answer: impl Fn(&str, &str) -> (u16, Value) + Send + Sync + 'static,
-    ) -> (Client, Calls) {
-        let calls: Calls = Arc::default();
-        let answer = Arc::new(answer);
-        let recorded = calls.clone();
-        let service = tower::service_fn(move |request: Request<Body>| {
-            let (answer, recorded) = (answer.clone(), recorded.clone());
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.unwrap_or_default();
-                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let call = format!("{} {}", parts.method, parts.uri.path());
-                let (status, reply) = answer(parts.method.as_str(), parts.uri.path());
-                recorded.lock().unwrap().push((call, sent));
-                Ok::<_, std::convert::Infallible>(
-                    Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                        .unwrap(),
-                )
-            }
-        });
-        (Client::new(service, "default"), calls)
-    }
-
-    fn status(code: u16, reason: &str) -> (u16, Value) {
-        (
-            code,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                   "message": format!("simulated {reason}"), "reason": reason, "code": code}),
-        )
-    }
 
     fn context(client: Client, cached_pods: &[Pod]) -> Context {
         use kube::runtime::{reflector, watcher};
@@ -573,15 +443,12 @@ mod tests {
             nodes: reflector::store().0,
             jobs: reflector::store().0,
         };
-        let reporter = Reporter {
-            controller: IMAGE_PULL_CONTROLLER_NAME.into(),
-            instance: None,
-        };
         Context {
             client: client.clone(),
+            writer: Writer::new(client.clone()),
             stores,
             settings: PullJobSettings::default(),
-            recorder: Recorder::new(client, reporter),
+            events: Events::new(client, IMAGE_PULL_CONTROLLER_NAME),
             metrics: ImagePullMetrics::register(&crate::metrics::Metrics::default()),
         }
     }
@@ -614,26 +481,6 @@ mod tests {
         }
     }
 
-    fn events(calls: &Calls) -> Vec<String> {
-        calls
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(call, _)| call.contains("/events"))
-            .map(|(_, body)| format!("{} {}", body["type"], body["reason"]).replace('"', ""))
-            .collect()
-    }
-
-    fn calls_to(calls: &Calls, prefix: &str) -> Vec<(String, Value)> {
-        calls
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(call, _)| call.starts_with(prefix))
-            .cloned()
-            .collect()
-    }
-
     const JOBS: &str = "/apis/batch/v1/namespaces/edge/jobs";
 
     #[tokio::test]
@@ -651,7 +498,7 @@ mod tests {
             .unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(60)));
         assert_eq!(ctx.metrics.jobs_created.get(), 1);
-        assert_eq!(events(&calls), ["Normal PullImageStarted"]);
+        assert_eq!(calls.events(), ["Normal PullImageStarted"]);
     }
 
     #[tokio::test]
@@ -728,13 +575,16 @@ mod tests {
                 .unwrap();
             assert_eq!(action, case.action, "{what}");
             assert_eq!(ctx.metrics.jobs_created.get(), 0, "{what}");
-            assert_eq!(events(&calls), case.events, "{what}");
+            assert_eq!(calls.events(), case.events, "{what}");
             assert_eq!(ctx.metrics.name_conflicts.get(), case.conflicts, "{what}");
-            let deletes = calls_to(&calls, "DELETE");
+            let deletes = calls.calls_to("DELETE");
             assert_eq!(deletes.len(), case.deletes, "{what}");
-            if let Some((_, body)) = deletes.first() {
-                assert_eq!(body["preconditions"]["uid"], "uid-stale-job", "{what}");
-                assert_eq!(body["propagationPolicy"], "Background", "{what}");
+            if let Some(delete) = deletes.first() {
+                assert_eq!(
+                    delete.body["preconditions"]["uid"], "uid-stale-job",
+                    "{what}"
+                );
+                assert_eq!(delete.body["propagationPolicy"], "Background", "{what}");
             }
         }
     }
@@ -782,7 +632,7 @@ mod tests {
                 })
                 .get();
             assert_eq!(counted, want_count, "{what}");
-            assert_eq!(events(&calls), want_events, "{what}");
+            assert_eq!(calls.events(), want_events, "{what}");
         }
     }
 
@@ -802,12 +652,12 @@ mod tests {
         apply(&CachedPod::from(pod.clone()), plan, &ctx)
             .await
             .unwrap();
-        let deletes = calls_to(&calls, "DELETE");
+        let deletes = calls.calls_to("DELETE");
         assert_eq!(
-            deletes[0].0,
+            deletes[0].line(),
             format!("DELETE {JOBS}/imagepull-agent-x1-old-1")
         );
-        assert_eq!(deletes[0].1["preconditions"]["uid"], "uid-old");
-        assert_eq!(deletes[0].1["propagationPolicy"], "Background");
+        assert_eq!(deletes[0].body["preconditions"]["uid"], "uid-old");
+        assert_eq!(deletes[0].body["propagationPolicy"], "Background");
     }
 }

@@ -1,4 +1,4 @@
-//! Event de-duplication: the last message per DaemonSet and topic, so a Warning or a
+//! Event de-duplication: the last message per object and topic, so a Warning or a
 //! progress Event is published when it changes, not on every resync.
 //!
 //! kube's recorder also merges identical Events into one object with a count; that
@@ -10,7 +10,7 @@ use std::sync::Mutex;
 /// What an Event is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Topic {
-    /// Bad input: the DaemonSet is not acted upon.
+    /// Bad input: the object is not acted upon.
     Warning,
     /// Rollout progress (also marks "a rollout is under way").
     Progress,
@@ -20,11 +20,11 @@ pub enum Topic {
 pub struct EventDedup(Mutex<HashMap<(String, Topic), String>>);
 
 impl EventDedup {
-    /// True when `message` differs from the last one said on `topic` for this
-    /// DaemonSet, and records it.
-    pub fn first_time(&self, ds_uid: &str, topic: Topic, message: &str) -> bool {
+    /// True when `message` differs from the last one said on `topic` about the object
+    /// with this UID, and records it.
+    pub fn first_time(&self, uid: &str, topic: Topic, message: &str) -> bool {
         let mut said = self.0.lock().unwrap();
-        let key = (ds_uid.to_string(), topic);
+        let key = (uid.to_string(), topic);
         if said.get(&key).map(String::as_str) == Some(message) {
             return false;
         }
@@ -32,23 +32,23 @@ impl EventDedup {
         true
     }
 
-    pub fn has_said(&self, ds_uid: &str, topic: Topic) -> bool {
+    pub fn has_said(&self, uid: &str, topic: Topic) -> bool {
         self.0
             .lock()
             .unwrap()
-            .contains_key(&(ds_uid.to_string(), topic))
+            .contains_key(&(uid.to_string(), topic))
     }
 
-    pub fn forget(&self, ds_uid: &str, topic: Topic) {
-        self.0.lock().unwrap().remove(&(ds_uid.to_string(), topic));
+    pub fn forget(&self, uid: &str, topic: Topic) {
+        self.0.lock().unwrap().remove(&(uid.to_string(), topic));
     }
 
-    /// The DaemonSet is gone.
-    pub fn forget_daemonset(&self, ds_uid: &str) {
-        self.0.lock().unwrap().retain(|(uid, _), _| uid != ds_uid);
+    /// The object is gone.
+    pub fn forget_object(&self, gone: &str) {
+        self.0.lock().unwrap().retain(|(uid, _), _| uid != gone);
     }
 
-    /// Keeps only the DaemonSets `live` says still exist.
+    /// Keeps only the objects `live` says still exist.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         self.0.lock().unwrap().retain(|(uid, _), _| live(uid));
     }
@@ -67,7 +67,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn says_each_message_once_per_daemonset_and_topic() {
+    fn says_each_message_once_per_object_and_topic() {
         let said = EventDedup::default();
         assert!(said.first_time("a", Topic::Warning, "bad"));
         assert!(!said.first_time("a", Topic::Warning, "bad"));
@@ -76,7 +76,7 @@ mod tests {
         assert!(said.first_time("a", Topic::Warning, "worse"));
         said.forget("a", Topic::Warning);
         assert!(said.first_time("a", Topic::Warning, "worse"));
-        said.forget_daemonset("a");
+        said.forget_object("a");
         assert!(!said.has_said("a", Topic::Progress));
         assert_eq!(said.len(), 1);
         said.retain(|uid| uid != "b");

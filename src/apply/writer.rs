@@ -1,0 +1,256 @@
+//! Every write under rollgate's one field manager, and the one rule for a write that
+//! finds its object gone or changed.
+use std::fmt::Debug;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::error::{Call, Error};
+use super::in_flight::issue_writes;
+use crate::names::FIELD_MANAGER;
+
+/// Patch parameters of every rollgate patch: its field manager, nothing else.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// Create parameters of every rollgate create.
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+/// What became of a write that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Written,
+    /// 404: the object is gone. Skipped: nothing is left to write to.
+    Gone,
+    /// 409: the object was replaced by one of the same name (the UID in the patch or
+    /// the precondition no longer matches) or changed. Skipped: its event re-plans.
+    Changed,
+}
+
+impl Outcome {
+    /// Whether the API server took the write.
+    pub fn landed(self) -> bool {
+        self == Outcome::Written
+    }
+
+    /// The one place that decides: a 404 or 409 answer skips the write, any other
+    /// error is an error.
+    pub fn of<T>(result: kube::Result<T>) -> kube::Result<Outcome> {
+        match result {
+            Ok(_) => Ok(Outcome::Written),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::Gone),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Changed),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One strategic-merge patch of one pod's conditions (merge key `type`): only the
+/// conditions named are touched, so the kubelet's concurrent writes are not overwritten.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConditionPatch {
+    pub namespace: String,
+    pub name: String,
+    pub patch: Value,
+}
+
+impl ConditionPatch {
+    /// Sets `condition`. With the pod's `uid`, a replaced pod of the same name refuses
+    /// the write (409) instead of taking a condition meant for its predecessor.
+    pub fn set(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        uid: Option<&str>,
+        condition: &impl Serialize,
+    ) -> Self {
+        let mut patch = json!({"status": {"conditions": [condition]}});
+        if let Some(uid) = uid {
+            patch["metadata"] = json!({"uid": uid});
+        }
+        ConditionPatch {
+            namespace: namespace.into(),
+            name: name.into(),
+            patch,
+        }
+    }
+
+    /// Removes the condition of type `condition_type`.
+    pub fn remove(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        condition_type: &str,
+    ) -> Self {
+        ConditionPatch {
+            namespace: namespace.into(),
+            name: name.into(),
+            patch: json!({"status": {"conditions": [{"type": condition_type, "$patch": "delete"}]}}),
+        }
+    }
+}
+
+/// Writes to the API server as rollgate: every patch and create carries
+/// [`FIELD_MANAGER`], every deletion names exactly the object it means (UID).
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+}
+
+impl Writer {
+    pub fn new(client: Client) -> Self {
+        Writer { client }
+    }
+
+    /// A strategic-merge patch of a pod's status, the API's answer as it is (for a
+    /// caller that answers each error itself: the agent).
+    pub async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> kube::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        pods.patch_status(name, &patch_params(), &Patch::Strategic(patch))
+            .await
+            .map(drop)
+    }
+
+    /// One condition patch. A pod gone (404) or replaced or changed (409) meanwhile is
+    /// skipped, and said so in the outcome: its next event re-plans.
+    pub async fn write_condition(&self, write: &ConditionPatch) -> Result<Outcome, Error> {
+        let result = self
+            .patch_pod_status(&write.namespace, &write.name, &write.patch)
+            .await;
+        let outcome = Outcome::of(result)
+            .map_err(|e| Error::new(Call::WriteCondition, &write.namespace, &write.name, e))?;
+        if !outcome.landed() {
+            tracing::debug!(pod = %write.name, namespace = %write.namespace, ?outcome, "pod gone or replaced, condition not written");
+        }
+        Ok(outcome)
+    }
+
+    /// The condition patches of one plan, in flight together (see [`issue_writes`]);
+    /// returns those that landed.
+    pub async fn write_conditions(
+        &self,
+        writes: Vec<ConditionPatch>,
+    ) -> Result<Vec<ConditionPatch>, Error> {
+        issue_writes(writes, |w| async move {
+            let outcome = self.write_condition(&w).await;
+            (w, outcome)
+        })
+        .await
+    }
+
+    /// Deletes exactly the object with this `uid` (a precondition: a newer object that
+    /// took the name is never hit), the API's answer as it is.
+    pub async fn delete_exact<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        propagation: Option<PropagationPolicy>,
+    ) -> kube::Result<()>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid.into()),
+                resource_version: None,
+            }),
+            propagation_policy: propagation,
+            ..DeleteParams::default()
+        };
+        api.delete(name, &params).await.map(drop)
+    }
+
+    /// Deletes exactly the pod with `uid`; gone (404) or replaced (409) already is
+    /// skipped: its node is being replaced all the same.
+    pub async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Outcome, Error> {
+        let result = self
+            .delete_exact::<Pod>(namespace, name, Some(uid), None)
+            .await;
+        Outcome::of(result).map_err(|e| Error::new(Call::DeletePod, namespace, name, e))
+    }
+
+    /// Deletes a Job (and, in the background, its pods) by UID when known; gone or
+    /// replaced already is skipped.
+    pub async fn delete_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<Outcome, Error> {
+        let result = self
+            .delete_exact::<Job>(namespace, name, uid, Some(PropagationPolicy::Background))
+            .await;
+        Outcome::of(result).map_err(|e| Error::new(Call::DeleteJob, namespace, name, e))
+    }
+
+    /// Creates `object` in `namespace`, the API's answer as it is (a 409 means
+    /// different things to different callers).
+    pub async fn create<K>(&self, namespace: &str, object: &K) -> kube::Result<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        api.create(&post_params(), object).await
+    }
+
+    /// A JSON merge patch of an object, the API's answer as it is.
+    pub async fn merge_patch<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> kube::Result<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        api.patch(name, &patch_params(), &Patch::Merge(patch)).await
+    }
+
+    /// A JSON merge patch of an object's status, the API's answer as it is.
+    pub async fn merge_patch_status<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> kube::Result<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        api.patch_status(name, &patch_params(), &Patch::Merge(patch))
+            .await
+    }
+}
