@@ -1,7 +1,7 @@
 //! The calls of one plan, in flight together, up to a bound.
 use futures::{Future, StreamExt};
 
-use super::writer::Outcome;
+use super::outcome::Outcome;
 
 /// API calls of one plan in flight at once (deletions, condition writes, and the
 /// image-pull controller's reconciles, one write each): the last pod of a wave must not

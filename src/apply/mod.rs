@@ -21,6 +21,7 @@ mod error;
 mod event_dedup;
 mod events;
 mod in_flight;
+mod outcome;
 mod writer;
 
 #[cfg(test)]
@@ -32,4 +33,5 @@ pub use error::{Call, Error};
 pub use event_dedup::{EventDedup, Topic};
 pub use events::{event, Events};
 pub use in_flight::{issue_together, issue_writes, CALLS_IN_FLIGHT};
-pub use writer::{patch_params, post_params, ConditionPatch, Outcome, Writer};
+pub use outcome::Outcome;
+pub use writer::{patch_params, post_params, ConditionPatch, Writer};
