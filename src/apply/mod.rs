@@ -34,4 +34,4 @@ pub use event_dedup::{EventDedup, Topic};
 pub use events::{event, Events};
 pub use in_flight::{issue_together, issue_writes, CALLS_IN_FLIGHT};
 pub use outcome::Outcome;
-pub use writer::{patch_params, post_params, ConditionPatch, Writer};
+pub use writer::{patch_params, post_params, ConditionPatch, Namespaced, Part, Writer};

@@ -52,12 +52,12 @@ async fn every_write_carries_the_one_field_manager() {
     writer.create("edge", &Job::default()).await.unwrap();
     let finalizers = json!({"metadata": {"finalizers": ["x"]}});
     writer
-        .merge_patch::<Service>("edge", "svc", &finalizers)
+        .merge_patch::<Service>("edge", "svc", Part::Object, &finalizers)
         .await
         .unwrap();
     let ingress = json!({"status": {"loadBalancer": {}}});
     writer
-        .merge_patch_status::<Service>("edge", "svc", &ingress)
+        .merge_patch::<Service>("edge", "svc", Part::Status, &ingress)
         .await
         .unwrap();
 

@@ -15,6 +15,23 @@ use super::in_flight::issue_writes;
 use super::outcome::Outcome;
 use crate::names::FIELD_MANAGER;
 
+/// A namespaced kind rollgate writes (pods, Jobs, Services).
+pub trait Namespaced:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+    + Clone
+    + DeserializeOwned
+    + Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+        + Clone
+        + DeserializeOwned
+        + Debug
+{
+}
+
 /// Patch parameters of every rollgate patch: its field manager, nothing else.
 pub fn patch_params() -> PatchParams {
     PatchParams {
@@ -86,6 +103,10 @@ impl Writer {
         Writer { client }
     }
 
+    fn api<K: Namespaced>(&self, namespace: &str) -> Api<K> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
     /// A strategic-merge patch of a pod's status, the API's answer as it is (for a
     /// caller that answers each error itself: the agent).
     pub async fn patch_pod_status(
@@ -94,7 +115,7 @@ impl Writer {
         name: &str,
         patch: &Value,
     ) -> kube::Result<()> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pods: Api<Pod> = self.api(namespace);
         pods.patch_status(name, &patch_params(), &Patch::Strategic(patch))
             .await
             .map(drop)
@@ -137,10 +158,9 @@ impl Writer {
         propagation: Option<PropagationPolicy>,
     ) -> kube::Result<()>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
-        K::DynamicType: Default,
+        K: Namespaced,
     {
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<K> = self.api(namespace);
         let params = DeleteParams {
             preconditions: uid.map(|uid| Preconditions {
                 uid: Some(uid.into()),
@@ -184,45 +204,32 @@ impl Writer {
     /// different things to different callers).
     pub async fn create<K>(&self, namespace: &str, object: &K) -> kube::Result<K>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug,
-        K::DynamicType: Default,
+        K: Namespaced + Serialize,
     {
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<K> = self.api(namespace);
         api.create(&post_params(), object).await
     }
 
-    /// A JSON merge patch of an object, the API's answer as it is.
-    pub async fn merge_patch<K>(
+    /// A JSON merge patch of an object or of its status, the API's answer as it is.
+    pub async fn merge_patch<K: Namespaced>(
         &self,
         namespace: &str,
         name: &str,
+        part: Part,
         patch: &Value,
-    ) -> kube::Result<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
-        K::DynamicType: Default,
-    {
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        api.patch(name, &patch_params(), &Patch::Merge(patch)).await
+    ) -> kube::Result<K> {
+        let api: Api<K> = self.api(namespace);
+        let patch = Patch::Merge(patch);
+        match part {
+            Part::Object => api.patch(name, &patch_params(), &patch).await,
+            Part::Status => api.patch_status(name, &patch_params(), &patch).await,
+        }
     }
+}
 
-    /// A JSON merge patch of an object's status, the API's answer as it is.
-    pub async fn merge_patch_status<K>(
-        &self,
-        namespace: &str,
-        name: &str,
-        patch: &Value,
-    ) -> kube::Result<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
-        K::DynamicType: Default,
-    {
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        api.patch_status(name, &patch_params(), &Patch::Merge(patch))
-            .await
-    }
+/// What a patch writes: the object (metadata, spec) or its `status` subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Object,
+    Status,
 }

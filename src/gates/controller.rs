@@ -33,7 +33,7 @@ use super::reasons;
 use super::service::{
     self, address_type, attached_id, created_id, product_for, zone_maps, ClassSelection,
 };
-use crate::apply::{issue_together, Call, ConditionPatch, Events, Outcome, Writer};
+use crate::apply::{issue_together, Call, ConditionPatch, Events, Outcome, Part, Writer};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
@@ -688,7 +688,11 @@ async fn patch_metadata(
     what: &'static str,
 ) -> Result<(), Error> {
     let (ns, name) = (svc.namespace().unwrap_or_default(), svc.name_any());
-    match ctx.writer.merge_patch::<Service>(&ns, &name, &patch).await {
+    match ctx
+        .writer
+        .merge_patch::<Service>(&ns, &name, Part::Object, &patch)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(source) => {
@@ -728,7 +732,7 @@ async fn publish_address(svc: &Service, ctx: &Context, address: &str) {
     let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
     if let Err(error) = ctx
         .writer
-        .merge_patch_status::<Service>(&ns, &svc.name_any(), &patch)
+        .merge_patch::<Service>(&ns, &svc.name_any(), Part::Status, &patch)
         .await
     {
         tracing::warn!(%error, "could not publish the load balancer address");
