@@ -355,6 +355,50 @@ mod tests {
     use axum::http::Request;
     use tower::ServiceExt;
 
+    /// The agent's two writes go as rollgate's one field manager writes: the pull
+    /// request under `fieldManager=rollgate` with the pod's UID, the upgrade as a
+    /// deletion of exactly the pod checked.
+    #[tokio::test]
+    async fn the_agent_writes_as_rollgate_and_names_exactly_the_pod_checked() {
+        use crate::apply::fake_api::fake_client;
+        let (client, seen) = fake_client(|_, _| (200, json!({})));
+        let writer = Writer::new(client);
+        let approval = Approval {
+            uid: "uid-1".into(),
+            current_hash: "new".into(),
+            image_ready_since: None,
+        };
+        request_image_pull(&writer, "edge", "agent-x", &approval)
+            .await
+            .unwrap();
+        delete_pod(&writer, "edge", "agent-x", &approval)
+            .await
+            .unwrap();
+        let calls = seen.calls();
+        assert_eq!(
+            calls[0].line(),
+            "PATCH /api/v1/namespaces/edge/pods/agent-x/status"
+        );
+        assert!(
+            calls[0]
+                .query
+                .split('&')
+                .any(|q| q == "fieldManager=rollgate"),
+            "{}",
+            calls[0].query
+        );
+        assert_eq!(calls[0].body["metadata"]["uid"], "uid-1");
+        assert_eq!(
+            calls[0].body["status"]["conditions"][0]["reason"],
+            "PullImageRequested"
+        );
+        assert_eq!(
+            calls[1].line(),
+            "DELETE /api/v1/namespaces/edge/pods/agent-x"
+        );
+        assert_eq!(calls[1].body["preconditions"]["uid"], "uid-1");
+    }
+
     /// A client whose API server refuses connections (port 1 on loopback): every POST
     /// must end in 503 before any check.
     fn unreachable_client() -> kube::Client {

@@ -418,3 +418,141 @@ async fn remove_stale_conditions(
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The controller's writes against the fake API server (`crate::apply::fake_api`):
+    //! what it sends, under which field manager, and what a pod gone meanwhile becomes.
+    use k8s_openapi::api::core::v1::{Pod, PodCondition};
+    use kube::runtime::{reflector, watcher};
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::apply::fake_api::{fake_client, status};
+    use crate::testkit::{revision, DaemonSetBuilder, PodBuilder};
+
+    fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Context {
+        let (pod_store, mut pod_writer) = reflector::store::<CachedPod>();
+        for pod in pods {
+            pod_writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
+        }
+        let (revision_store, mut revision_writer) = reflector::store();
+        for rev in revisions {
+            revision_writer.apply_watcher_event(&watcher::Event::Apply(rev.clone()));
+        }
+        Context {
+            writer: Writer::new(client.clone()),
+            stores: Stores {
+                pods: pod_store,
+                daemonsets: reflector::store().0,
+                revisions: revision_store,
+                nodes: reflector::store().0,
+                jobs: reflector::store().0,
+            },
+            events: Events::new(client, DAEMONSET_CONTROLLER_NAME),
+            metrics: DaemonSetMetrics::register(&Metrics::default()),
+            expectations: Mutex::default(),
+            said: EventDedup::default(),
+        }
+    }
+
+    fn ota() -> DaemonSet {
+        DaemonSetBuilder::new("agent")
+            .strategy("OTA")
+            .on_delete()
+            .build()
+    }
+
+    #[tokio::test]
+    async fn ota_marks_out_of_date_pods_as_rollgate_and_skips_a_pod_gone_meanwhile() {
+        let ds = ota();
+        let revisions = [revision(&ds, "h1", 1), revision(&ds, "h2", 2)];
+        let pods = [
+            PodBuilder::new("old", &ds).hash("h1").on_node("n1").build(),
+            PodBuilder::new("gone", &ds)
+                .hash("h1")
+                .on_node("n2")
+                .build(),
+            PodBuilder::new("new", &ds).hash("h2").on_node("n3").build(),
+        ];
+        let (client, seen) = fake_client(|_, path| match path {
+            p if p.ends_with("/gone/status") => status(404, "NotFound"),
+            _ => (200, json!({})),
+        });
+        let ctx = context(client, &pods, &revisions);
+        let action = mark_need_upgrade(&ds, &ctx).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+
+        let mut patches = seen.calls_to("PATCH");
+        patches.sort_by_key(|c| c.path.clone());
+        let written: Vec<(String, Value)> = patches
+            .iter()
+            .map(|c| {
+                assert!(
+                    c.query.split('&').any(|q| q == "fieldManager=rollgate"),
+                    "{}: {}",
+                    c.line(),
+                    c.query
+                );
+                let condition = &c.body["status"]["conditions"][0];
+                (c.path.clone(), condition["status"].clone())
+            })
+            .collect();
+        assert_eq!(
+            written,
+            [
+                (
+                    "/api/v1/namespaces/edge/pods/gone/status".into(),
+                    json!("True")
+                ),
+                (
+                    "/api/v1/namespaces/edge/pods/new/status".into(),
+                    json!("False")
+                ),
+                (
+                    "/api/v1/namespaces/edge/pods/old/status".into(),
+                    json!("True")
+                ),
+            ]
+        );
+        // Only our condition, as a strategic merge on the list (no pod UID: the message
+        // names the revision, and a replaced pod is planned again).
+        let body = &patches[2].body;
+        assert!(body.get("metadata").is_none(), "{body}");
+        assert_eq!(body["status"]["conditions"][0]["type"], "PodNeedUpgrade");
+        assert_eq!(
+            body["status"]["conditions"][0]["message"],
+            "controllerrevision: h2"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_daemonset_no_longer_ota_loses_its_conditions() {
+        let ds = DaemonSetBuilder::new("agent").on_delete().build();
+        let marked = PodCondition {
+            type_: POD_NEED_UPGRADE_CONDITION.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        let pods = [
+            PodBuilder::new("marked", &ds)
+                .with_condition(marked)
+                .build(),
+            PodBuilder::new("clean", &ds).build(),
+        ];
+        let (client, seen) = fake_client(|_, _| (200, json!({})));
+        let ctx = context(client, &pods, &[]);
+        let cached: Vec<Arc<CachedPod>> = ctx.stores.pods.state();
+        remove_stale_conditions(&ds, &ctx, &cached).await.unwrap();
+        let patches = seen.calls_to("PATCH");
+        assert_eq!(patches.len(), 1);
+        assert_eq!(
+            patches[0].line(),
+            "PATCH /api/v1/namespaces/edge/pods/marked/status"
+        );
+        assert_eq!(
+            patches[0].body,
+            json!({"status": {"conditions": [{"type": "PodNeedUpgrade", "$patch": "delete"}]}})
+        );
+    }
+}
