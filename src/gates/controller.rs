@@ -801,3 +801,121 @@ fn forget(svc: &Service, ctx: &Context) {
     ctx.metrics
         .forget(&svc.namespace().unwrap_or_default(), &svc.name_any());
 }
+
+#[cfg(test)]
+mod tests {
+    //! The controller's condition writes and Events against the fake API server
+    //! (`crate::apply::fake_api`).
+    use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
+    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, ServiceSpec};
+    use kube::runtime::{reflector, watcher};
+
+    use super::*;
+    use crate::apply::fake_api::{fake_client, status};
+    use crate::testkit::{DaemonSetBuilder, PodBuilder};
+
+    fn context(client: Client, pods: &[Pod]) -> Context {
+        let (pod_store, mut writer) = reflector::store::<CachedPod>();
+        for pod in pods {
+            writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
+        }
+        // Never called here; a loopback endpoint all the same.
+        let mut config = alibaba_lb::ClientConfig::new("cn-hangzhou");
+        config.clb_endpoint = Some("127.0.0.1:1".into());
+        config.nlb_endpoint = Some("127.0.0.1:1".into());
+        let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
+            access_key_id: "id".into(),
+            access_key_secret: "secret".into(),
+            security_token: None,
+        }));
+        let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
+        let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
+        let metrics = GateMetrics::register(&Metrics::default());
+        let settings = GateSettings {
+            cluster_id: "test".into(),
+            classes: ClassSelection::Standard,
+            drain: Duration::from_secs(10),
+            vpc_id: None,
+            concurrency: 1,
+            poll_fast: Duration::from_secs(1),
+            poll_slow: Duration::from_secs(10),
+            namespace: None,
+        };
+        Context {
+            writer: Writer::new(client.clone()),
+            pods: pod_store,
+            services: reflector::store().0,
+            cloud: Cloud::new(clb, nlb, metrics.clone()),
+            poller: Poller::new(settings.poll_fast, settings.poll_slow),
+            events: Events::new(client, GATES_CONTROLLER_NAME),
+            metrics,
+            settings,
+            orphans: mpsc::unbounded_channel().0,
+        }
+    }
+
+    fn gated_pod(name: &str, service: &str) -> Pod {
+        let ds = DaemonSetBuilder::new("web").build();
+        let mut pod = PodBuilder::new(name, &ds).on_node("n1").build();
+        pod.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: gate_condition_type(service),
+        }]);
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_gate_on_a_cluster_ip_service_says_so_as_rollgate_and_a_pod_gone_gets_no_event() {
+        let pods = [gated_pod("web-1", "web"), gated_pod("web-gone", "web")];
+        let (client, seen) = fake_client(|method, path| match (method, path) {
+            (_, p) if p.ends_with("/web-gone/status") => status(404, "NotFound"),
+            ("POST", _) => (201, serde_json::json!({})),
+            _ => (200, serde_json::json!({})),
+        });
+        let ctx = context(client, &pods);
+        let svc = Service {
+            metadata: kube::api::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("edge".into()),
+                uid: Some("uid-svc".into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("ClusterIP".into()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        not_a_load_balancer(&svc, &ctx).await.unwrap();
+
+        let mut patches = seen.calls_to("PATCH");
+        patches.sort_by_key(|c| c.path.clone());
+        assert_eq!(patches.len(), 2, "both pods are written to");
+        for patch in &patches {
+            assert!(
+                patch.query.split('&').any(|q| q == "fieldManager=rollgate"),
+                "{}: {}",
+                patch.line(),
+                patch.query
+            );
+            let condition = &patch.body["status"]["conditions"][0];
+            assert_eq!(condition["type"], "service.readiness.alibabacloud.com/web");
+            assert_eq!(condition["status"], "False");
+            assert_eq!(condition["reason"], "ServiceNotLoadBalancer");
+        }
+        assert_eq!(patches[0].body["metadata"]["uid"], "uid-web-1");
+        // The pod gone meanwhile is skipped: told nothing, so no Warning about it.
+        let events: Vec<_> = seen
+            .calls()
+            .into_iter()
+            .filter(|c| c.path.contains("/events"))
+            .collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].body["reason"], "ServiceNotLoadBalancer");
+        assert_eq!(events[0].body["regarding"]["name"], "web-1");
+        assert_eq!(
+            events[0].body["reportingController"],
+            "rollgate-readiness-gates"
+        );
+        assert_eq!(events[0].body["action"], "ReadinessGate");
+    }
+}
