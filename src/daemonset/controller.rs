@@ -22,7 +22,9 @@ use super::ota_plan::{
 };
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
-use super::rolling_plan::{plan_rolling_update, Blocker, Progress, RollingInput, RollingPlan};
+use super::rolling_plan::{
+    plan_rolling_update, Blocker, Progress, RollingInput, RollingLimits, RollingPlan,
+};
 use super::said_once::{SaidOnce, Topic};
 use super::triggers::{daemonset_unchanged, pod_unchanged};
 use crate::leader::Leadership;
@@ -74,6 +76,7 @@ pub struct Context {
     metrics: DaemonSetMetrics,
     expectations: Mutex<Expectations>,
     said: SaidOnce,
+    limits: RollingLimits,
 }
 
 impl Context {
@@ -111,6 +114,7 @@ pub fn start(
     client: Client,
     metrics: &Metrics,
     concurrency: u16,
+    limits: RollingLimits,
     leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
@@ -127,6 +131,7 @@ pub fn start(
         metrics: daemonset_metrics.clone(),
         expectations: Mutex::default(),
         said: SaidOnce::default(),
+        limits,
     });
 
     let ds_for_nodes = stores.daemonsets.clone();
@@ -303,6 +308,7 @@ async fn rolling_update(
         now: Timestamp::now(),
         expected_deletions: &pending.deletions,
         vacated_by_us: &pending.vacated,
+        limits: ctx.limits,
     });
     // Recorded before any call: an event burst replanning while calls are in flight must
     // already see these pods as gone and their nodes as vacated.
@@ -395,7 +401,8 @@ async fn rolling_update(
         return Err(e);
     }
     Ok(match plan.progress.recheck_after {
-        // minReadySeconds elapsing fires no watch event: come back when it does.
+        // minReadySeconds elapsing, or a stale status wait ending, fires no watch event:
+        // come back when it does.
         Some(after) => Action::requeue(after + Duration::from_millis(100)),
         None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
         None => Action::requeue(Duration::from_secs(300)),
@@ -434,10 +441,29 @@ pub fn describe(progress: &Progress) -> String {
             "; waiting for new pods to become available on: {}",
             shorten(nodes)
         )),
+        Some(Blocker::WaitingForStaleStatus { nodes }) => line.push_str(&format!(
+            "; waiting for the kubelet to report again on node(s) back from NotReady: {}",
+            shorten(nodes)
+        )),
         Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
             "; NotReady nodes waiting (upgraded when Ready again): {}",
             shorten(nodes)
         )),
+    }
+    // Said whatever else blocks: why these nodes' pods are neither replaced nor counted.
+    if !p.stale_status_nodes.is_empty()
+        && !matches!(p.blocked, Some(Blocker::WaitingForStaleStatus { .. }))
+    {
+        line.push_str(&format!(
+            "; pod status from before the node came back, not acted on until the kubelet reports again: {}",
+            shorten(&p.stale_status_nodes)
+        ));
+    }
+    if p.deferred_by_cap > 0 {
+        line.push_str(&format!(
+            "; {} deletion(s) left to the next plan by --max-deletions-per-plan",
+            p.deferred_by_cap
+        ));
     }
     line
 }

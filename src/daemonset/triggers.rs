@@ -32,6 +32,9 @@ pub struct PlannedPod<'a> {
     /// `Some(since)` while the Ready condition is True. Not-yet-Ready pods look alike
     /// whatever their other conditions say.
     ready_since: Option<Option<&'a Time>>,
+    /// When a not-Ready pod was marked so: a status older than its node's return is
+    /// stale (`rolling_plan`), and the kubelet's report after the return must replan.
+    not_ready_since: Option<&'a Time>,
     need_upgrade: Option<ConditionView<'a>>,
 }
 
@@ -50,6 +53,10 @@ impl<'a> PlannedPod<'a> {
                 .condition("Ready")
                 .filter(|ready| ready.status == "True")
                 .map(|ready| ready.last_transition_time),
+            not_ready_since: pod
+                .condition("Ready")
+                .filter(|ready| ready.status != "True")
+                .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
         }
     }

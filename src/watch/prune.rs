@@ -183,6 +183,7 @@ mod tests {
                 now: at(1000),
                 expected_deletions: &Default::default(),
                 vacated_by_us: &Default::default(),
+                limits: Default::default(),
             })
         }
         let full = rolling(&ds, current.as_ref(), &arcs(&full_pods), &arcs(&full_nodes));

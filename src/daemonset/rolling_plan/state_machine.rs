@@ -300,6 +300,7 @@ impl Sim {
             now: at(NOW),
             expected_deletions: &pending.deletions,
             vacated_by_us: &pending.vacated,
+            limits: RollingLimits::default(),
         });
         self.expectations.settle("ds", &plan.settled);
         let seen_ready = self.history[self.nodes_seen].node_ready.clone();
