@@ -11,8 +11,9 @@
 //! - Terminating pods, and pods whose deletion we already issued (`expected_deletions`),
 //!   are not live: they are ignored when classifying and never deleted again.
 //! - Per Ready node: no live pod, an old and a new pod, or duplicates -> unavailable;
-//!   only a new pod -> unavailable unless available; only an old pod that is not
-//!   available -> delete it without using budget; only an old available pod -> candidate.
+//!   only a new pod -> unavailable unless available; only an old available pod ->
+//!   candidate; only an old pod that is not available -> replaced first (below), unless
+//!   its status is stale (below).
 //! - A Ready node that shows no pod at all is *vacated* (unavailable, in the base) when
 //!   rollgate itself deleted its pod and no available replacement has been seen yet
 //!   (`vacated_by_us`), or when the DaemonSet should run there (node selector, required
@@ -20,8 +21,30 @@
 //!   first is empty. Neither reads `status.desiredNumberScheduled`: with tolerations
 //!   that match every taint, NotReady nodes stay in it, and counting them as vacated
 //!   stalls the rollout.
-//! - At most `budget - unavailable` candidates are deleted, in ascending node name order
-//!   so that repeated plans agree and operators can predict the next victims.
+//! - The budget rule: rollgate never leaves more than `budget` Ready nodes without a
+//!   serving pod. A node is *ours* from our deletion of its pod (available or not)
+//!   until any pod serves there again, or until it goes NotReady (then the network
+//!   answers for it); while ours and Ready it counts as unavailable whatever it shows.
+//!   So, with `allowed = budget - unavailable`:
+//!   - an old pod that is not available on a node that is ours (a replacement of an
+//!     earlier template still starting when the next one came, a -> b -> c) is replaced
+//!     at once: its node is counted already, and replacing it adds none;
+//!   - an old pod that is not available on a node not ours yet is replaced first, as it
+//!     serves nothing, but spends one of `allowed`: from this plan on its node counts;
+//!   - then candidates, with what is left of `allowed`.
+//!   When unavailable nodes alone use or exceed the budget, only the first kind is
+//!   replaced: nothing that adds an unavailable node. Deletions are listed old pods not
+//!   available first, then candidates, each in ascending node name order, so that
+//!   repeated plans agree and operators can predict the next victims.
+//! - Stale status: the node-lifecycle controller marks every pod of a cut-off node
+//!   Ready=False, and a returning kubelet takes seconds to report its pods again. An
+//!   old pod whose not-Ready status turned before its node last turned Ready is
+//!   unknown, neither replaced nor counted as a free replacement, until the kubelet
+//!   rewrites it or `stale_status_wait` has passed since the node's return; then it
+//!   counts as it reads. The plan names these nodes and asks for a recheck when the
+//!   wait ends (no watch event fires then).
+//! - On top of the budget, at most `max_deletions_per_plan` deletions, the first ones
+//!   in the order above; the rest is left to the next plan.
 //! - Available = Ready condition True for at least `spec.minReadySeconds`, measured from
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
@@ -105,11 +128,13 @@ impl<P, N> Copy for RollingInput<'_, P, N> {}
 /// The deletions to issue now, and where the rollout stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollingPlan {
-    /// Pods to delete, each with a UID precondition. Budget-free deletions
-    /// (`OldPodNotAvailable`) come first, then candidates in ascending node name order.
+    /// Pods to delete, each with a UID precondition. Old pods that are not available
+    /// (`OldPodNotAvailable`) come first, then candidates, each in ascending node name
+    /// order.
     pub deletions: Vec<PlannedDeletion>,
-    /// Entries of `vacated_by_us` that are settled: an available up-to-date pod runs
-    /// there now, the Node is gone, or the DaemonSet no longer places a pod there.
+    /// Entries of `vacated_by_us` that are settled: an available pod (of any revision)
+    /// runs there now, the Node is gone or NotReady, or the DaemonSet no longer places
+    /// a pod there.
     pub settled: Vec<String>,
     pub progress: Progress,
 }
@@ -135,7 +160,8 @@ pub struct PlannedDeletion {
 /// Why a pod is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DeletionReason {
-    /// An out-of-date pod that is not available serves nothing: replaced without budget.
+    /// An out-of-date pod that is not available serves nothing: replaced before any
+    /// available one, its node counted unavailable from then on.
     OldPodNotAvailable,
     /// An out-of-date available pod, replaced within the max-unavailable budget.
     RollingUpdate,
@@ -173,7 +199,8 @@ pub struct Progress {
     /// Ready nodes of the base that are done.
     pub ready_updated: usize,
     /// Ready nodes counted against the budget before this plan's deletions: no live pod,
-    /// old and new pods, duplicate pods, or an up-to-date pod not yet available.
+    /// old and new pods, duplicate pods, an up-to-date pod not yet available, or a node
+    /// rollgate replaced a pod on whose pod is not available (of whatever revision).
     pub unavailable: usize,
     /// Ready nodes whose only live pod is out of date and available.
     pub candidates: usize,
@@ -194,8 +221,9 @@ pub struct Progress {
     pub missing_nodes_skipped: Vec<String>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
-    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget: no
-    /// watch event fires at that moment, so the controller should requeue after it.
+    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
+    /// the earliest stale status wait ends: no watch event fires at that moment, so the
+    /// controller should requeue after it.
     pub recheck_after: Option<Duration>,
 }
 
@@ -204,8 +232,8 @@ pub struct Progress {
 pub enum Blocker {
     /// Neither a ControllerRevision hash nor a template generation is known yet.
     CurrentRevisionUnknown,
-    /// Out-of-date available pods remain, but these unavailable Ready nodes use the
-    /// whole budget.
+    /// Out-of-date pods remain whose replacement would make one more node unavailable,
+    /// but these unavailable Ready nodes use the whole budget.
     BudgetExhausted { unavailable: Vec<String> },
     /// No out-of-date available pod is left on Ready nodes; these Ready nodes are still
     /// unavailable (pod being recreated, starting, or within `minReadySeconds`).

@@ -147,7 +147,10 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 Just(nodes),
                 Just(tolerate_everything),
                 max_unavailable,
-                prop_oneof![Just(RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN), 1usize..=2],
+                prop_oneof![
+                    Just(RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN),
+                    1usize..=2
+                ],
                 prop::collection::vec(step(nodes), 1..160),
             )
         })
