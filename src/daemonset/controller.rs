@@ -490,6 +490,7 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         Some(Blocker::WaitingForSkippedNodes { .. }) => {
             Some(("WaitingForNotReadyNodes", describe(p)))
         }
+        Some(Blocker::WaitingForStaleStatus { .. }) => Some(("WaitingForStaleStatus", describe(p))),
         Some(Blocker::CurrentRevisionUnknown) => Some(("CurrentRevisionUnknown", describe(p))),
         _ => None,
     };

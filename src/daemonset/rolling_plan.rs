@@ -32,10 +32,11 @@
 //!   - an old pod that is not available on a node not ours yet is replaced first, as it
 //!     serves nothing, but spends one of `allowed`: from this plan on its node counts;
 //!   - then candidates, with what is left of `allowed`.
-//!   When unavailable nodes alone use or exceed the budget, only the first kind is
-//!   replaced: nothing that adds an unavailable node. Deletions are listed old pods not
-//!   available first, then candidates, each in ascending node name order, so that
-//!   repeated plans agree and operators can predict the next victims.
+//! - When unavailable nodes alone use or exceed the budget, only the first kind is
+//!   replaced: nothing that adds an unavailable node.
+//! - Deletions are listed old pods not available first, then candidates, each in
+//!   ascending node name order, so that repeated plans agree and operators can predict
+//!   the next victims.
 //! - Stale status: the node-lifecycle controller marks every pod of a cut-off node
 //!   Ready=False, and a returning kubelet takes seconds to report its pods again. An
 //!   old pod whose not-Ready status turned before its node last turned Ready is
