@@ -32,6 +32,7 @@ test:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	python3 hack/import-graph.py --with-tests src crates/alibaba-lb/src crates/lb-emulator/src
 
 fmt:
 	cargo fmt --all

@@ -332,15 +332,15 @@ async fn measure(bed: &mut Bed, params: &Params) -> Result<String, String> {
          = {:.0} B per cached node with its store entry ({} nodes sampled)\n",
         std::mem::size_of::<k8s_openapi::api::core::v1::Pod>(),
         sizes.heap_full,
-        std::mem::size_of::<rollgate::watch::CachedPod>(),
+        std::mem::size_of::<rollgate::object::CachedPod>(),
         sizes.heap_cached,
-        std::mem::size_of::<kube::runtime::reflector::ObjectRef<rollgate::watch::CachedPod>>(),
+        std::mem::size_of::<kube::runtime::reflector::ObjectRef<rollgate::object::CachedPod>>(),
         sizes.heap_key,
-        store_slot::<rollgate::watch::CachedPod>(),
+        store_slot::<rollgate::object::CachedPod>(),
         sizes.cached_total(),
         std::mem::size_of::<k8s_openapi::api::core::v1::Node>(),
         nodes_in_memory.heap_full,
-        std::mem::size_of::<rollgate::watch::CachedNode>(),
+        std::mem::size_of::<rollgate::object::CachedNode>(),
         nodes_in_memory.heap_cached,
         nodes_in_memory.cached_total(),
         nodes_in_memory.sampled,
@@ -514,16 +514,16 @@ async fn pod_json_sizes(bed: &Bed) -> Result<Sizes, String> {
         .list(&kube::api::ListParams::default().limit(500))
         .await
         .map_err(|e| format!("listing pods: {e}"))?;
-    let mut sizes = weigh(&list.items, rollgate::watch::CachedPod::from);
+    let mut sizes = weigh(&list.items, rollgate::object::CachedPod::from);
     // A Running pod carries more status (conditions, IP, container readiness) than a
     // Pending one: weigh both, so a bed measured before every pod ran can be read right.
     let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
     let (run, other): (Vec<Pod>, Vec<Pod>) = list.items.iter().cloned().partition(running);
     sizes.running = run.len();
     sizes.running_cached =
-        (!run.is_empty()).then(|| weigh(&run, rollgate::watch::CachedPod::from).cached_total());
-    sizes.other_cached =
-        (!other.is_empty()).then(|| weigh(&other, rollgate::watch::CachedPod::from).cached_total());
+        (!run.is_empty()).then(|| weigh(&run, rollgate::object::CachedPod::from).cached_total());
+    sizes.other_cached = (!other.is_empty())
+        .then(|| weigh(&other, rollgate::object::CachedPod::from).cached_total());
     let without: usize = list
         .items
         .iter()
@@ -544,7 +544,7 @@ async fn node_sizes() -> Result<Sizes, String> {
         .list(&kube::api::ListParams::default().limit(200))
         .await
         .map_err(|e| format!("listing nodes: {e}"))?;
-    Ok(weigh(&list.items, rollgate::watch::CachedNode::from))
+    Ok(weigh(&list.items, rollgate::object::CachedNode::from))
 }
 
 fn round1(x: f64) -> f64 {

@@ -118,9 +118,29 @@ fn section_absent(r: &Results, section: &str) -> bool {
     })
 }
 
+/// A run in which the test bed showed a cut-off node Ready is void for every NotReady
+/// figure: say so above everything, with the nodes and times the bench recorded.
+fn ghost_ready_warning(r: &Results) -> String {
+    let ghosts: Vec<&str> = r
+        .iter()
+        .filter(|(k, _)| k.starts_with("rollout.") && k.ends_with(".ghost_ready"))
+        .filter_map(|(_, v)| v.as_array())
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if ghosts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "**INVALID RUN: the test bed showed cut-off nodes Ready before their heartbeat was restored, so the NotReady figures below are void:** {}\n\n",
+        ghosts.join("; ")
+    )
+}
+
 fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
     let mut t = String::from("# rollgate benchmarks\n\n");
     t.push_str(&machine_line(r));
+    t.push_str(&ghost_ready_warning(r));
     rollout_section(&mut t, r, "rollout");
     let mut sizes: Vec<String> = r
         .keys()

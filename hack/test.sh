@@ -26,6 +26,9 @@ log "lint: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "lint: no import cycle in any crate (hack/import-graph.py)"
+python3 hack/import-graph.py --with-tests src crates/alibaba-lb/src crates/lb-emulator/src
+
 log "lint: hadolint of the Dockerfile (venv cached outside the clone)"
 bash hack/hadolint.sh
 

@@ -1,4 +1,5 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
+//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager), and its
+//! flags ([`LeaderArgs`]).
 //!
 //! Every replica watches and keeps its caches warm; only the leader writes. The runner
 //! asks `Leadership::is_leader` before each reconcile and reconciles everything when
@@ -9,6 +10,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use futures::Stream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
@@ -17,13 +19,52 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
-use crate::cli::LeaderArgs;
 use crate::metrics::Metrics;
 
 /// How often a standby looks whether the leader released the Lease.
 const STANDBY_LOOK_EVERY: Duration = Duration::from_secs(1);
 /// A standby that cannot read or take the Lease this many times in a row gives up.
 const STANDBY_MAX_FAILURES: u32 = 30;
+
+/// Leader election: every replica watches, only the Lease holder writes.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// Elect a leader on a Lease before writing. Turn off only for a single replica.
+    #[arg(long, env = "ROLLGATE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the coordination.k8s.io/v1 Lease.
+    #[arg(
+        long,
+        env = "ROLLGATE_LEASE_NAME",
+        default_value = "rollgate-controller"
+    )]
+    pub lease_name: String,
+    /// Namespace of the Lease: the controller's own (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rollgate-system")]
+    pub lease_namespace: String,
+    /// Seconds a leader holds the Lease without renewing it (client-go: 15).
+    #[arg(long, env = "ROLLGATE_LEASE_DURATION", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Seconds between renewals (client-go's renew deadline: 10). Must be below the
+    /// duration; the rest is the margin before the Lease would expire.
+    #[arg(long, env = "ROLLGATE_LEASE_RENEW_EVERY", default_value_t = 10)]
+    pub renew_every: u64,
+    /// This replica's identity in the Lease: the pod name (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl LeaderArgs {
+    /// The pod name, else the host name and process id (runs outside a pod).
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "rollgate".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
 
 /// Whether this process may write now.
 #[derive(Clone)]

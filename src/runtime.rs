@@ -3,20 +3,25 @@
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::cli::Command;
+/// How many threads a mode's async runtime runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// The controller-manager. Its work is a stream of watch events, each decoded,
+    /// stored and handed to the controllers, and on a thread pool every hand-over woke a
+    /// parked thread: a quarter of its CPU went to parking and waking threads. On one
+    /// thread the same 200-node rollout took a third less CPU, at the same speed (the
+    /// OpenYurt side-by-side, issue 13).
+    One,
+    /// The node agent: it answers concurrent HTTP clients, and one thread measured
+    /// worse there.
+    PerCore,
+}
 
-/// The async runtime a mode runs on.
-///
-/// The controller-manager runs on one thread. Its work is a stream of watch events,
-/// each decoded, stored and handed to the controllers, and on a thread pool every
-/// hand-over woke a parked thread: a quarter of its CPU went to parking and waking
-/// threads. On one thread the same 200-node rollout took a third less CPU, at the same
-/// speed (the OpenYurt side-by-side, issue 13). The node agent keeps a worker per core:
-/// it answers concurrent HTTP clients, and one thread measured worse there.
-pub fn for_command(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = match command {
-        Command::Controller(_) => tokio::runtime::Builder::new_current_thread(),
-        Command::Agent(_) | Command::Status(_) => tokio::runtime::Builder::new_multi_thread(),
+/// The async runtime a mode runs on (`cli::Command::workers` says which).
+pub fn build(workers: Workers) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match workers {
+        Workers::One => tokio::runtime::Builder::new_current_thread(),
+        Workers::PerCore => tokio::runtime::Builder::new_multi_thread(),
     };
     builder.enable_all().build()
 }

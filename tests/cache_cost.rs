@@ -10,7 +10,7 @@ use std::mem::size_of;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::ObjectRef;
-use rollgate::watch::{CachedNode, CachedPod};
+use rollgate::object::{CachedNode, CachedPod};
 
 /// Bytes a cached Running DaemonSet pod may cost: the object, its heap, its store key
 /// and slot. Measured 2026-11-30: 2,336 B (1,848 B while Pending; the API object is
@@ -164,7 +164,7 @@ fn a_cached_running_pod_costs_a_fraction_of_the_api_object() {
          store entry ({cached_pending} B while Pending); inline: CachedPod {} B, one cached \
          condition {} B",
         size_of::<CachedPod>(),
-        size_of::<rollgate::watch::pod::CachedCondition>(),
+        size_of::<rollgate::object::pod::CachedCondition>(),
     );
     assert!(
         cached <= POD_CEILING,

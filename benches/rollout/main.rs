@@ -136,6 +136,9 @@ struct SizeResults {
     usage: BTreeMap<&'static str, ControllerUsage>,
     /// Why a part was not measured.
     skipped: Vec<String>,
+    /// Nodes the test bed showed Ready while cut off: any makes this size's NotReady
+    /// figures invalid (see `support::ghost_ready`).
+    ghost_ready: Vec<support::ghost_ready::Ghost>,
 }
 
 /// What one controller process used over its scenarios.
@@ -247,6 +250,12 @@ async fn run_size(
     // Heartbeats back on, whatever happened, before the nodes go.
     for node in &cut {
         nodes.set_heartbeat(node, true).await;
+    }
+    r.ghost_ready = nodes.take_ghost_ready();
+    for ghost in &r.ghost_ready {
+        note(format!(
+            "INVALID RUN: the bed showed a cut-off node Ready: {ghost}"
+        ));
     }
     nodes.cleanup().await;
     outcome?;
@@ -591,6 +600,15 @@ fn result_entries(
         let native_path = a.map(|r| analysis::critical_path(&r.events));
         put(format!("{prefix}.nodes"), json!(s.nodes));
         put(format!("{prefix}.budget"), json!(s.budget));
+        // Empty in a valid run; otherwise every NotReady figure of this size is void.
+        put(
+            format!("{prefix}.ghost_ready"),
+            json!(s
+                .ghost_ready
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()),
+        );
         put(format!("{prefix}.makespan_s"), secs(b_make));
         put(format!("{prefix}.native_makespan_s"), secs(a_make));
         put(format!("{prefix}.vs_native_ratio"), ratio(b_make, a_make));
@@ -1032,6 +1050,11 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
         }
         for why in &s.skipped {
             out.push_str(&format!("  skipped: {why}\n"));
+        }
+        for ghost in &s.ghost_ready {
+            out.push_str(&format!(
+                "  INVALID: the bed showed a cut-off node Ready, so the NotReady figures above are void: {ghost}\n"
+            ));
         }
     }
     if let Err(reason) = &params.yurt {

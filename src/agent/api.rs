@@ -34,7 +34,7 @@ use kube::Api;
 use serde_json::json;
 
 use super::checks::{self, Action, Approval};
-use super::error_chain;
+use super::error_chain::error_chain;
 use super::state::NodeState;
 use super::target;
 

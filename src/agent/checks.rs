@@ -20,18 +20,13 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::daemonset::ota_plan::{
-    need_upgrade_message, revision_in_message, POD_NEED_UPGRADE_CONDITION,
+use crate::names::{
+    POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
+    PULL_IMAGE_REQUESTED_REASON,
 };
-use crate::daemonset::revision::{is_terminating, pod_node_name};
 use crate::object::pod_condition as condition;
-
-/// Pod condition tracking the optional image pre-pull of the current revision.
-pub const POD_IMAGE_READY_CONDITION: &str = "PodImageReady";
-/// Reason written by the agent when an operator asks for a pre-pull.
-pub const PULL_IMAGE_REQUESTED_REASON: &str = "PullImageRequested";
-/// Reason written by the image-pull controller when the pull Job failed.
-pub const PULL_IMAGE_FAIL_REASON: &str = "PullImageFail";
+use crate::object::PodFacts;
+use crate::revision_message::{need_upgrade_message, revision_in_message};
 
 /// What the operator asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,11 +132,11 @@ pub fn check(
     };
     // The node before anything that could tell about another node's pod (terminating,
     // its conditions, its owner).
-    if pod_node_name(pod) != Some(this_node) {
+    if pod.node_or_affinity_node() != Some(this_node) {
         return Err(not_on_this_node(namespace, name, this_node));
     }
 
-    if is_terminating(pod) {
+    if pod.is_terminating() {
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
             format!(

@@ -5,25 +5,59 @@
 //! - `persist`: the state file in `--state-dir` (atomic, rate-limited writes);
 //! - `target`: the namespace and pod name of a POST path, validated before any I/O;
 //! - `checks`: the pure decision whether a POST may act on a pod;
-//! - `api`: the HTTP routes.
+//! - `api`: the HTTP routes;
+//! - `error_chain`: an error and its causes in one line, for bodies and logs;
+//! - [`AgentArgs`]: the flags of `rollgate agent`.
 //!
 //! The agent starts serving before it reaches the API server: a node that boots while
 //! cut off still answers `GET /pods` from its saved state.
 pub mod api;
 pub mod checks;
+mod error_chain;
 pub mod persist;
 pub mod state;
 pub mod target;
 pub mod watch;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
-use crate::cli::AgentArgs;
+use crate::duration_flag::parse_interval;
 use crate::runtime::Shutdown;
+
+// The flags of `rollgate agent` (a plain comment: a doc comment would become its --help text).
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The node this agent serves; only pods bound to it are visible.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Address of the node-local API. Loopback only by design.
+    #[arg(long, env = "ROLLGATE_AGENT_LISTEN", default_value = "127.0.0.1:10267")]
+    pub listen: SocketAddr,
+    /// Where the agent keeps its last known pod state, to answer while cut off.
+    #[arg(
+        long,
+        env = "ROLLGATE_AGENT_STATE_DIR",
+        default_value = "/var/lib/rollgate-agent"
+    )]
+    pub state_dir: PathBuf,
+    /// The shortest time between two writes of the state file (edge nodes often run on
+    /// SD cards): seconds (`10`, `10s`), minutes (`2m`) or milliseconds (`500ms`). The
+    /// file is written only when the state changed, and once more at shutdown.
+    #[arg(
+        long,
+        env = "ROLLGATE_AGENT_STATE_WRITE_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval
+    )]
+    pub state_write_interval: Duration,
+}
 
 pub async fn run(args: AgentArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     // No connection check here (unlike the controller): the API server may be out of
@@ -95,20 +129,4 @@ fn write_config(mut config: kube::Config) -> kube::Config {
     config.reset_reader_on_write = true;
     config.default_retry = false;
     config
-}
-
-/// An error with its causes ("client error (Connect): tcp connect error: Connection
-/// refused ..."): the top-level kube error alone does not say why.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

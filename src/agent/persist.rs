@@ -12,30 +12,17 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::state::NodeState;
+use super::state::{NodeState, SavedState};
 
 /// A burst of changes (a relist, a rollout on the node) is written once.
 const DEBOUNCE: Duration = Duration::from_millis(500);
 /// Owner read/write only: the pod list can carry environment values and annotations.
 const FILE_MODE: u32 = 0o600;
 const DIR_MODE: u32 = 0o700;
-
-/// The file format of `--state-dir/pods.json`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SavedState {
-    pub node_name: String,
-    /// The last moment the saved pods were known to be current.
-    pub current_as_of: Timestamp,
-    pub pod_list: k8s_openapi::List<Pod>,
-}
 
 pub fn state_file(dir: &Path) -> PathBuf {
     dir.join("pods.json")
@@ -203,6 +190,7 @@ async fn write_if_changed(
 mod tests {
     use super::*;
     use crate::agent::state::Source;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::time::SystemTime;

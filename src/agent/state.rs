@@ -14,9 +14,18 @@ use std::time::{Duration, SystemTime};
 use axum::body::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-pub use super::persist::SavedState;
+/// The file format of `--state-dir/pods.json`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedState {
+    pub node_name: String,
+    /// The last moment the saved pods were known to be current.
+    pub current_as_of: Timestamp,
+    pub pod_list: k8s_openapi::List<Pod>,
+}
 
 /// Where the served pods came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +108,7 @@ impl Snapshot {
 pub struct SaveCandidate {
     /// Which version of the state this is (see [`NodeState::generation`]).
     pub generation: u64,
-    /// The file content (`persist::SavedState` as JSON).
+    /// The file content ([`SavedState`] as JSON).
     pub bytes: Vec<u8>,
     /// Whether the watch was connected: the saved "current as of" is then `now`, so
     /// the file ages even when nothing else changed.

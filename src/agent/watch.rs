@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 
-use super::error_chain;
+use super::error_chain::error_chain;
 use super::state::NodeState;
 
 /// Server-side watch timeout: the watch is renewed this often; the watcher also treats a

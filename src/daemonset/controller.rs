@@ -15,32 +15,30 @@ use kube::runtime::Controller;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+use super::describe::{describe, shorten};
+use super::event_dedup::{EventDedup, Topic};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
-use super::ota_plan::{
-    plan_need_upgrade_conditions, plan_stale_condition_removals, POD_NEED_UPGRADE_CONDITION,
-};
+use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
-use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
-use super::rolling_plan::{
-    plan_rolling_update, Blocker, Progress, RollingInput, RollingLimits, RollingPlan,
-};
-use super::said_once::{SaidOnce, Topic};
+use super::revision::{generation_observed, CurrentRevision};
+use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
 use super::triggers::{daemonset_unchanged, pod_unchanged};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::names::{
+    CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME, POD_NEED_UPGRADE_CONDITION,
+    ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT,
+    WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
+};
+use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
-use crate::watch::{applied, applied_unless, touched_unless, CachedPod, Stores, Watches};
-
-/// Field manager / reporting controller name, as users see it in Events and managedFields.
-pub const CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
+use crate::watch::{applied, applied_unless, touched_unless, Stores, Watches};
 /// API calls of one plan in flight at once (deletions, condition writes): the last pod
 /// of a wave must not wait for every call before it. Marking 200 pods for OTA one call
 /// at a time took 2.44 s.
 const CALLS_IN_FLIGHT: usize = 16;
-/// Most names listed in one aggregated Event.
-const EVENT_NAMES_SHOWN: usize = 8;
 /// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -75,7 +73,7 @@ pub struct Context {
     recorder: Recorder,
     metrics: DaemonSetMetrics,
     expectations: Mutex<Expectations>,
-    said: SaidOnce,
+    said: EventDedup,
     limits: RollingLimits,
 }
 
@@ -120,7 +118,7 @@ pub fn start(
 ) -> impl Future<Output = ()> {
     let stores = watches.stores.clone();
     let reporter = Reporter {
-        controller: CONTROLLER_NAME.into(),
+        controller: DAEMONSET_CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
@@ -130,7 +128,7 @@ pub fn start(
         recorder: Recorder::new(client, reporter),
         metrics: daemonset_metrics.clone(),
         expectations: Mutex::default(),
-        said: SaidOnce::default(),
+        said: EventDedup::default(),
         limits,
     });
 
@@ -209,7 +207,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
     let result = match policy_for(&ds) {
         PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await,
         PolicyDecision::NotOurs { reason } => {
-            warn_once(&ds, &ctx, "UpdateStrategyNotOnDelete", &reason).await;
+            warn_once(&ds, &ctx, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, &reason).await;
             remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await
         }
         PolicyDecision::Invalid(error) => {
@@ -394,8 +392,14 @@ async fn rolling_update(
             p.ready_nodes,
             shorten(&names)
         );
-        ctx.publish(ds, EventType::Normal, "UpgradingPods", "DeletePods", note)
-            .await;
+        ctx.publish(
+            ds,
+            EventType::Normal,
+            UPGRADING_PODS_EVENT,
+            "DeletePods",
+            note,
+        )
+        .await;
     }
     if let Some(e) = failure {
         return Err(e);
@@ -407,65 +411,6 @@ async fn rolling_update(
         None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
         None => Action::requeue(Duration::from_secs(300)),
     })
-}
-
-fn shorten(names: &[String]) -> String {
-    let mut s = names
-        .iter()
-        .take(EVENT_NAMES_SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > EVENT_NAMES_SHOWN {
-        s.push_str(&format!(" (+{} more)", names.len() - EVENT_NAMES_SHOWN));
-    }
-    s
-}
-
-/// One line on where a rollout stands, naming what it waits on. Shared with the CLI.
-pub fn describe(progress: &Progress) -> String {
-    let p = progress;
-    let mut line = format!("Ready nodes done {}/{}", p.ready_updated, p.ready_nodes);
-    match &p.blocked {
-        None => line.push_str("; progressing"),
-        Some(Blocker::Complete) => line.push_str("; rollout complete"),
-        Some(Blocker::CurrentRevisionUnknown) => line.push_str(
-            "; waiting: no ControllerRevision or template generation identifies the current revision yet",
-        ),
-        Some(Blocker::BudgetExhausted { unavailable }) => line.push_str(&format!(
-            "; waiting: the budget of {} is used by unavailable node(s): {}",
-            p.budget,
-            shorten(unavailable)
-        )),
-        Some(Blocker::WaitingForAvailability { nodes }) => line.push_str(&format!(
-            "; waiting for new pods to become available on: {}",
-            shorten(nodes)
-        )),
-        Some(Blocker::WaitingForStaleStatus { nodes }) => line.push_str(&format!(
-            "; waiting for the kubelet to report again on node(s) back from NotReady: {}",
-            shorten(nodes)
-        )),
-        Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
-            "; NotReady nodes waiting (upgraded when Ready again): {}",
-            shorten(nodes)
-        )),
-    }
-    // Said whatever else blocks: why these nodes' pods are neither replaced nor counted.
-    if !p.stale_status_nodes.is_empty()
-        && !matches!(p.blocked, Some(Blocker::WaitingForStaleStatus { .. }))
-    {
-        line.push_str(&format!(
-            "; pod status from before the node came back, not acted on until the kubelet reports again: {}",
-            shorten(&p.stale_status_nodes)
-        ));
-    }
-    if p.deferred_by_cap > 0 {
-        line.push_str(&format!(
-            "; {} deletion(s) left to the next plan by --max-deletions-per-plan",
-            p.deferred_by_cap
-        ));
-    }
-    line
 }
 
 /// Updates metrics and, when the rollout's state changes, says so in one Event.
@@ -484,14 +429,18 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
             None
         }
         Some(Blocker::Complete) => Some((
-            "RolloutComplete",
+            ROLLOUT_COMPLETE_EVENT,
             format!("all {} node(s) run the current revision", p.total_nodes),
         )),
         Some(Blocker::WaitingForSkippedNodes { .. }) => {
-            Some(("WaitingForNotReadyNodes", describe(p)))
+            Some((WAITING_FOR_NOT_READY_NODES_EVENT, describe(p)))
         }
-        Some(Blocker::WaitingForStaleStatus { .. }) => Some(("WaitingForStaleStatus", describe(p))),
-        Some(Blocker::CurrentRevisionUnknown) => Some(("CurrentRevisionUnknown", describe(p))),
+        Some(Blocker::CurrentRevisionUnknown) => {
+            Some((CURRENT_REVISION_UNKNOWN_EVENT, describe(p)))
+        }
+        Some(Blocker::WaitingForStaleStatus { .. }) => {
+            Some((WAITING_FOR_STALE_STATUS_EVENT, describe(p)))
+        }
         _ => None,
     };
     if let Some((reason, note)) = said {

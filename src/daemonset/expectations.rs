@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::watch::PodFacts;
+use crate::object::PodFacts;
 
 /// A deletion we issued but have not seen land is forgotten after this long, so a lost
 /// watch event cannot block a rollout forever.
@@ -112,7 +112,7 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{at, DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{at, DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::core::v1::Pod;
 
     fn pods() -> (Arc<Pod>, Arc<Pod>) {

@@ -1,6 +1,24 @@
-//! The DaemonSet upgrade controller: AdvancedRollingUpdate and OTA.
-// controller wiring lives in controller.rs (lead)
+//! The DaemonSet upgrade controller: OpenYurt's AdvancedRollingUpdate and OTA models on
+//! OnDelete DaemonSets, and the OTA image pre-pull.
+//!
+//! observe (shared stores) -> pure plans (`policy`, `rolling_plan`, `ota_plan`,
+//! `image_pull::plan`) -> apply (`controller`, `image_pull::controller`).
+//!
+//! - [`controller`]: the wiring: reconcile one DaemonSet, apply its plan, report;
+//! - [`policy`]: which model a DaemonSet asks for, from its annotations;
+//! - [`revision`]: the current template revision, and which pods are up to date;
+//! - [`rolling_plan`]: AdvancedRollingUpdate: which old pods to delete now;
+//! - [`ota_plan`]: OTA: which pods' `PodNeedUpgrade` condition to write or remove;
+//! - [`placement`]: which nodes a DaemonSet's pods belong on (taints, selectors);
+//! - [`expectations`]: deletions sent but not yet seen in the cache;
+//! - [`triggers`]: which object changes can change a plan;
+//! - [`describe`]: how a rollout's progress reads to people (Events, `rollgate status`);
+//! - [`event_dedup`]: each Event said once, not on every resync;
+//! - [`metrics`]: the controller's Prometheus metrics;
+//! - [`image_pull`]: the OTA image pre-pull with Jobs.
 pub mod controller;
+pub mod describe;
+pub mod event_dedup;
 pub mod expectations;
 pub mod image_pull;
 pub mod metrics;
@@ -9,8 +27,7 @@ pub mod placement;
 pub mod policy;
 pub mod revision;
 pub mod rolling_plan;
-pub mod said_once;
-pub mod status;
-#[cfg(test)]
-pub(crate) mod testkit;
 pub mod triggers;
+
+#[cfg(test)]
+mod cached_objects_tests;

@@ -9,27 +9,10 @@ use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::revision::{is_controlled_by, CurrentRevision};
-use crate::watch::pod::ConditionView;
-use crate::watch::PodFacts;
-
-/// Pod condition type telling the node operator that the pod is out of date.
-pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
-
-/// Condition messages naming a revision (`PodNeedUpgrade`, `PodImageReady`) start so.
-const REVISION_MESSAGE_PREFIX: &str = "controllerrevision: ";
-
-/// The condition message naming the current revision: `controllerrevision: <hash>`.
-pub fn need_upgrade_message(current_hash: &str) -> String {
-    format!("{REVISION_MESSAGE_PREFIX}{current_hash}")
-}
-
-/// The hash a `controllerrevision: <hash>[; ...]` condition message names, if any.
-pub fn revision_in_message(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix(REVISION_MESSAGE_PREFIX)?;
-    let hash = rest.split(';').next().unwrap_or_default().trim();
-    (!hash.is_empty()).then_some(hash)
-}
+use super::revision::CurrentRevision;
+use crate::names::POD_NEED_UPGRADE_CONDITION;
+use crate::object::{is_controlled_by, ConditionView, PodFacts};
+use crate::revision_message::need_upgrade_message;
 
 /// A `PodNeedUpgrade` condition to write on one pod (status subresource).
 #[derive(Debug, Clone, PartialEq)]
@@ -133,7 +116,7 @@ fn need_upgrade_condition(pod: &impl PodFacts) -> Option<ConditionView<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{at, revision, DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{at, revision, DaemonSetBuilder, PodBuilder};
 
     fn ota() -> DaemonSet {
         DaemonSetBuilder::new("agent")

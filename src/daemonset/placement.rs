@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
 
-use crate::watch::NodeFacts;
+use crate::object::NodeFacts;
 
 /// Tolerations the native DaemonSet controller adds to every pod it creates, as
 /// (key, effect). `network-unavailable` is added for hostNetwork pods only.
@@ -180,7 +180,7 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{node, tainted, DaemonSetBuilder};
+    use crate::testkit::{node, tainted, DaemonSetBuilder};
     use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, NodeSelector};
     use std::collections::BTreeMap;
 

@@ -10,10 +10,10 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 
-/// Annotation selecting the upgrade model: `AdvancedRollingUpdate` or `OTA`.
-pub const UPDATE_STRATEGY_ANNOTATION: &str = "apps.openyurt.io/update-strategy";
-/// Annotation bounding AdvancedRollingUpdate: an integer or a percentage.
-pub const MAX_UNAVAILABLE_ANNOTATION: &str = "apps.openyurt.io/max-unavailable";
+use crate::names::{
+    INVALID_MAX_UNAVAILABLE_EVENT, MAX_UNAVAILABLE_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT,
+    UPDATE_STRATEGY_ANNOTATION, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+};
 /// The only `spec.updateStrategy.type` we act on: the native controller then only
 /// recreates pods we delete, so the two controllers never fight.
 pub const ON_DELETE: &str = "OnDelete";
@@ -50,7 +50,7 @@ impl PolicyDecision {
     /// Short CamelCase reason for a Warning Event, or `None` when no warning is due.
     pub fn warning_reason(&self) -> Option<&'static str> {
         match self {
-            PolicyDecision::NotOurs { .. } => Some("UpdateStrategyNotOnDelete"),
+            PolicyDecision::NotOurs { .. } => Some(UPDATE_STRATEGY_NOT_ON_DELETE_EVENT),
             PolicyDecision::Invalid(error) => Some(error.event_reason()),
             PolicyDecision::Unmanaged | PolicyDecision::Managed(_) => None,
         }
@@ -76,8 +76,8 @@ impl PolicyError {
     /// Short CamelCase reason for a Warning Event.
     pub fn event_reason(&self) -> &'static str {
         match self {
-            PolicyError::UnknownStrategy { .. } => "UnknownUpdateStrategy",
-            PolicyError::InvalidMaxUnavailable { .. } => "InvalidMaxUnavailable",
+            PolicyError::UnknownStrategy { .. } => UNKNOWN_UPDATE_STRATEGY_EVENT,
+            PolicyError::InvalidMaxUnavailable { .. } => INVALID_MAX_UNAVAILABLE_EVENT,
         }
     }
 }
@@ -212,7 +212,7 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::DaemonSetBuilder;
+    use crate::testkit::DaemonSetBuilder;
 
     #[test]
     fn max_unavailable_accepted_forms() {

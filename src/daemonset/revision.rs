@@ -1,21 +1,15 @@
-//! Which pods of a DaemonSet are up to date, and where they live.
+//! Which pods of a DaemonSet are up to date: the current template revision.
 //!
 //! We never recompute the template hash: it depends on the Go library version and on
 //! `status.collisionCount`, so we read the hash the native controller wrote on its
 //! newest ControllerRevision instead.
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::object::label;
-use crate::watch::PodFacts;
-
-/// Label on ControllerRevisions and pods naming the template revision's hash.
-pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
-/// Label on pods of older DaemonSets naming the template generation they were built from.
-pub const POD_TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
-/// DaemonSet annotation holding the current template generation.
-pub const TEMPLATE_GENERATION_ANNOTATION: &str = "deprecated.daemonset.template.generation";
+use crate::names::{
+    CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_GENERATION_LABEL, TEMPLATE_GENERATION_ANNOTATION,
+};
+use crate::object::{controller_uid, label, PodFacts};
 
 /// The DaemonSet's current template revision, as far as it can be known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,36 +91,10 @@ pub fn generation_observed(daemonset: &DaemonSet) -> bool {
         .is_some_and(|observed| observed >= generation)
 }
 
-/// Whether `pod`'s controller ownerRef is the DaemonSet with UID `daemonset_uid`.
-pub fn is_controlled_by(pod: &impl PodFacts, daemonset_uid: &str) -> bool {
-    controller_uid(pod.metadata()) == Some(daemonset_uid)
-}
-
-/// The node a DaemonSet pod runs on or is meant for: `spec.nodeName`, else the single
-/// value of the required node-affinity `matchFields` term on `metadata.name` (pending
-/// pods created by the DaemonSet controller are not bound yet).
-pub fn pod_node_name(pod: &impl PodFacts) -> Option<&str> {
-    pod.node_or_affinity_node()
-}
-
-/// Whether the pod has a deletion timestamp (it is going away and no longer counts).
-pub fn is_terminating(pod: &impl PodFacts) -> bool {
-    pod.is_terminating()
-}
-
-pub(crate) fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {
-    metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|owner| owner.controller == Some(true))
-        .map(|owner| owner.uid.as_str())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{revision, DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{revision, DaemonSetBuilder, PodBuilder};
 
     #[test]
     fn newest_owned_revision_wins_even_when_reverted() {
@@ -195,32 +163,6 @@ mod tests {
     fn unknown_revision_without_revisions_or_generation() {
         let ds = DaemonSetBuilder::new("agent").build();
         assert_eq!(CurrentRevision::of(&ds, &[]), None);
-    }
-
-    #[test]
-    fn controller_owner_decides_membership() {
-        let ds = DaemonSetBuilder::new("agent").build();
-        let ds_uid = ds.metadata.uid.as_deref().unwrap();
-        let mine = PodBuilder::new("p", &ds).build();
-        let theirs = PodBuilder::new("q", &ds)
-            .owned_by_uid("someone-else")
-            .build();
-        let mut non_controller = PodBuilder::new("r", &ds).build();
-        non_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
-        assert!(is_controlled_by(&mine, ds_uid));
-        assert!(!is_controlled_by(&theirs, ds_uid));
-        assert!(!is_controlled_by(&non_controller, ds_uid));
-    }
-
-    #[test]
-    fn node_from_node_name_or_pending_affinity() {
-        let ds = DaemonSetBuilder::new("agent").build();
-        let bound = PodBuilder::new("p", &ds).on_node("edge-1").build();
-        let pending = PodBuilder::new("q", &ds).pending_for_node("edge-2").build();
-        let nowhere = PodBuilder::new("r", &ds).build();
-        assert_eq!(pod_node_name(&bound), Some("edge-1"));
-        assert_eq!(pod_node_name(&pending), Some("edge-2"));
-        assert_eq!(pod_node_name(&nowhere), None);
     }
 
     #[test]

@@ -61,8 +61,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
-use super::revision::{is_controlled_by, is_terminating, pod_node_name, CurrentRevision};
-use crate::watch::{CachedNode, CachedPod, NodeFacts, PodFacts};
+use super::revision::CurrentRevision;
+use crate::object::{is_controlled_by, CachedNode, CachedPod, NodeFacts, PodFacts};
 
 #[cfg(test)]
 mod proptests;
@@ -331,7 +331,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
 
     let min_ready = input.daemonset.spec.min_ready_seconds.unwrap_or(0);
     let is_live = |pod: &P| {
-        !is_terminating(pod)
+        !pod.is_terminating()
             && !pod
                 .metadata()
                 .uid
@@ -496,7 +496,7 @@ impl<'a, P: PodFacts> PodsByNode<'a, P> {
         let mut sorted: Vec<(&str, &P)> = pods
             .iter()
             .filter(|pod| is_controlled_by(*pod, ds_uid))
-            .filter_map(|pod| Some((pod_node_name(&**pod)?, &**pod)))
+            .filter_map(|pod| Some((pod.node_or_affinity_node()?, &**pod)))
             .collect();
         sorted.sort_unstable_by(|(node_a, a), (node_b, b)| {
             node_a
@@ -651,7 +651,7 @@ impl OwnedInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::core::v1::Taint;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -8,12 +8,10 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::ota_plan::POD_NEED_UPGRADE_CONDITION;
-use super::revision::{
-    controller_uid, CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_GENERATION_LABEL,
+use crate::names::{
+    CONTROLLER_REVISION_HASH_LABEL, POD_NEED_UPGRADE_CONDITION, POD_TEMPLATE_GENERATION_LABEL,
 };
-use crate::watch::pod::ConditionView;
-use crate::watch::PodFacts;
+use crate::object::{controller_uid, ConditionView, PodFacts};
 
 /// Everything the upgrade planners (`rolling_plan`, `ota_plan`, `expectations`) read of
 /// a pod. A planner that starts reading another pod field must add it here; the
@@ -98,8 +96,8 @@ fn meta_unchanged(a: &ObjectMeta, b: &ObjectMeta) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemonset::testkit::{at, DaemonSetBuilder, PodBuilder};
-    use crate::watch::CachedPod;
+    use crate::object::CachedPod;
+    use crate::testkit::{at, DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::apps::v1::DaemonSetStatus;
     use k8s_openapi::api::core::v1::{Pod, PodCondition};
 

@@ -11,7 +11,7 @@ use alibaba_lb::{
 };
 
 use super::metrics::GateMetrics;
-use super::plan::{CloudFailure, GroupChanges, GroupState};
+use super::model::{CloudFailure, GroupChanges, GroupState};
 
 /// The clients, and what each Service's load balancer looked like when last ensured.
 pub struct Cloud {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::watch::pod::{CachedPod, PodFacts};
+use crate::object::{CachedPod, PodFacts};
 use alibaba_lb::{
     Error as CloudError, ListenerProtocol, ListenerSpec, LoadBalancer, LoadBalancerSpec, Product,
 };
@@ -23,29 +23,27 @@ use tokio::sync::mpsc;
 
 use super::cloud::{self, Cloud};
 use super::metrics::GateMetrics;
-use super::plan::{
-    gate_condition_type, owner_description, plan, plan_without_service, CloudState, ConditionWrite,
-    GatePlan, GatePod, GroupState, PlanInput, ServiceFacts,
+use super::model::{
+    gate_condition_type, owner_description, CloudState, ConditionWrite, GatePlan, GatePod,
+    GroupState, PlanInput, ServiceFacts,
 };
+use super::plan::{plan, plan_without_service};
 use super::pods::{containers_ready_since, gate_pod, gated_services, has_gate, selected_by};
 use super::poller::Poller;
-use super::reasons::{self, Reason};
+use super::reasons;
 use super::service::{
     self, address_type, attached_id, created_id, product_for, zone_maps, ClassSelection,
-    CREATED_ID_ANNOTATION, FINALIZER,
 };
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::names::{
+    GateReason, CREATED_ID_ANNOTATION, GATES_CONTROLLER_NAME, INVALID_ANNOTATION_EVENT,
+    LOAD_BALANCER_FINALIZER, NLB_CLASS, ROLLGATE_NLB_CLASS, SERVICE_NOT_FOUND_EVENT,
+    SERVICE_NOT_LOAD_BALANCER_EVENT,
+};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ReconcileError, Run};
 use crate::watch::{applied, Watches};
-
-/// Field manager / reporting controller, as users see it in Events and managedFields.
-pub const CONTROLLER_NAME: &str = "rollgate-readiness-gates";
-/// Warning Event reasons on pods and Services.
-pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
-pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
-pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -117,7 +115,7 @@ pub fn start(
     let poller = Poller::new(settings.poll_fast, settings.poll_slow);
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
     let reporter = Reporter {
-        controller: CONTROLLER_NAME.into(),
+        controller: GATES_CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
     let ctx = Arc::new(Context {
@@ -192,7 +190,10 @@ pub fn start(
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*svc);
     let product = product_for(&svc, ctx.settings.classes);
-    let holds_finalizer = svc.finalizers().iter().any(|f| f == FINALIZER);
+    let holds_finalizer = svc
+        .finalizers()
+        .iter()
+        .any(|f| f == LOAD_BALANCER_FINALIZER);
     if svc.metadata.deletion_timestamp.is_some() || (product.is_none() && holds_finalizer) {
         if holds_finalizer {
             clean_up(&svc, &ctx).await?;
@@ -557,7 +558,7 @@ async fn not_a_load_balancer(svc: &Service, ctx: &Context) -> Result<(), Error> 
         ctx,
         &ns,
         &name,
-        Reason::ServiceNotLoadBalancer,
+        GateReason::ServiceNotLoadBalancer,
         SERVICE_NOT_LOAD_BALANCER_EVENT,
         &message,
     )
@@ -570,7 +571,7 @@ async fn hold_orphans(
     ctx: &Context,
     namespace: &str,
     service: &str,
-    reason: Reason,
+    reason: GateReason,
     event_reason: &str,
     message: &str,
 ) -> Result<(), Error> {
@@ -648,7 +649,7 @@ async fn orphans(
                         &ctx,
                         &ns,
                         &name,
-                        Reason::ServiceNotFound,
+                        GateReason::ServiceNotFound,
                         SERVICE_NOT_FOUND_EVENT,
                         &message,
                     )
@@ -668,7 +669,7 @@ async fn orphans(
 
 async fn add_finalizer(svc: &Service, ctx: &Context) -> Result<(), Error> {
     let mut finalizers = svc.finalizers().to_vec();
-    finalizers.push(FINALIZER.into());
+    finalizers.push(LOAD_BALANCER_FINALIZER.into());
     patch_metadata(
         svc,
         ctx,
@@ -682,7 +683,7 @@ async fn remove_finalizer(svc: &Service, ctx: &Context) -> Result<(), Error> {
     let finalizers: Vec<&String> = svc
         .finalizers()
         .iter()
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| *f != LOAD_BALANCER_FINALIZER)
         .collect();
     patch_metadata(
         svc,
@@ -772,7 +773,7 @@ async fn clean_up(svc: &Service, ctx: &Context) -> Result<(), Error> {
                 .as_ref()
                 .and_then(|s| s.load_balancer_class.as_deref())
             {
-                Some(service::NLB_CLASS) | Some(service::ROLLGATE_NLB_CLASS) => Product::Nlb,
+                Some(NLB_CLASS) | Some(ROLLGATE_NLB_CLASS) => Product::Nlb,
                 _ => Product::Clb,
             },
         );
@@ -803,7 +804,7 @@ async fn clean_up(svc: &Service, ctx: &Context) -> Result<(), Error> {
                         .filter(|b| b.description == owner)
                         .map(|b| b.key.clone())
                         .collect();
-                    let changes = super::plan::GroupChanges {
+                    let changes = super::model::GroupChanges {
                         remove: ours,
                         ..Default::default()
                     };

@@ -5,7 +5,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
-use super::plan::{GatePlan, GroupState};
+use super::model::{GatePlan, GroupState};
 use crate::metrics::Metrics;
 use crate::watch::runner::ErrorCounter;
 

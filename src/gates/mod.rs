@@ -4,9 +4,13 @@
 //!
 //! observe (Service, shared pod store, cloud groups and health) -> `plan` (pure) ->
 //! apply (backend changes, condition writes on pods/status, Events).
+//!
+//! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
+//! and settings from them ([`from_args`]).
 pub mod cloud;
 pub mod controller;
 pub mod metrics;
+pub mod model;
 pub mod plan;
 pub mod pods;
 pub mod poller;
@@ -14,12 +18,70 @@ pub mod reasons;
 pub mod service;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use alibaba_lb::credentials::{default_chain, process_env, CredentialEndpoints};
 use alibaba_lb::{ClientConfig, LoadBalancerBackends, Network, Product, RateLimit};
+use clap::{Args, ValueEnum};
 
-use crate::cli::{CloudNetwork, GateArgs};
+use crate::duration_flag::parse_interval;
 use controller::GateSettings;
+use service::ClassSelection;
+
+/// The load-balancer readiness gates (Alibaba Cloud CLB/NLB).
+#[derive(Debug, Clone, Args)]
+pub struct GateArgs {
+    /// Region of the load balancers, e.g. `cn-hangzhou`. The readiness-gate controller
+    /// runs only when it is set (so no cloud call is ever made without it).
+    #[arg(long, env = "ALIBABA_CLOUD_REGION_ID")]
+    pub cloud_region: Option<String>,
+    /// `vpc` endpoints (`slb-vpc.<region>.aliyuncs.com`, no internet egress needed) or `public`.
+    #[arg(long, env = "ROLLGATE_CLOUD_NETWORK", value_enum, default_value_t = CloudNetwork::Vpc)]
+    pub cloud_network: CloudNetwork,
+    /// `host[:port]` replacing the regional CLB endpoint (the emulator in tests).
+    #[arg(long, env = "ALIBABA_CLOUD_SLB_ENDPOINT")]
+    pub clb_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional NLB endpoint.
+    #[arg(long, env = "ALIBABA_CLOUD_NLB_ENDPOINT")]
+    pub nlb_endpoint: Option<String>,
+    /// `https`, or `http` for a local emulator only.
+    #[arg(long, env = "ROLLGATE_CLOUD_SCHEME", default_value = "https")]
+    pub cloud_scheme: alibaba_lb::Scheme,
+    /// Cloud calls per second per product (client-side token bucket, bursts of twice that).
+    #[arg(long, env = "ROLLGATE_CLOUD_RATE_LIMIT", default_value_t = 10.0)]
+    pub cloud_rate_limit: f64,
+    /// VPC of created load balancers (NLB needs it; CLB intranet too).
+    #[arg(long, env = "ROLLGATE_CLOUD_VPC_ID")]
+    pub cloud_vpc_id: Option<String>,
+    /// This cluster's id in backend descriptions (`k8s/<port>/<svc>/<ns>/<cluster-id>`):
+    /// rollgate only ever changes backends that carry it.
+    #[arg(long, env = "ROLLGATE_CLUSTER_ID", default_value = "kubernetes")]
+    pub cluster_id: String,
+    /// Which LoadBalancer Services rollgate manages: `standard` (no class = CLB,
+    /// `alibabacloud.com/nlb` = NLB, and rollgate's own classes) or `rollgate` (only
+    /// `rollgate.io/clb` and `rollgate.io/nlb`, beside Alibaba's cloud controller).
+    #[arg(long, env = "ROLLGATE_LOAD_BALANCER_CLASSES", value_enum, default_value_t = ClassSelection::Standard)]
+    pub load_balancer_classes: ClassSelection,
+    /// How long a terminating pod's backend stays at weight 0 before it is removed
+    /// (never longer than the pod's own grace period).
+    #[arg(long, env = "ROLLGATE_GATE_DRAIN_TIME", default_value = "10s", value_parser = parse_interval)]
+    pub gate_drain_time: Duration,
+    /// Health poll interval of a Service while one of its gates is pending.
+    #[arg(long, env = "ROLLGATE_HEALTH_POLL_FAST", default_value = "1s", value_parser = parse_interval)]
+    pub health_poll_fast: Duration,
+    /// Health poll interval of a Service whose gates are all True.
+    #[arg(long, env = "ROLLGATE_HEALTH_POLL_SLOW", default_value = "10s", value_parser = parse_interval)]
+    pub health_poll_slow: Duration,
+    /// How many Services are reconciled at the same time.
+    #[arg(long, env = "ROLLGATE_GATE_CONCURRENCY", default_value_t = 8)]
+    pub gate_concurrency: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudNetwork {
+    Vpc,
+    Public,
+}
 
 /// The CLB and NLB clients.
 pub type CloudClients = (Arc<dyn LoadBalancerBackends>, Arc<dyn LoadBalancerBackends>);

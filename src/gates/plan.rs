@@ -10,194 +10,9 @@ use std::time::Duration;
 use alibaba_lb::{Backend, BackendKey, BackendType, HealthState};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::reasons::{self, Reason};
-
-/// Condition type prefix; the Service name follows (`.../my-svc`).
-pub const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
-/// Weight of a backend in rotation (both APIs take 0..=100).
-pub const IN_ROTATION_WEIGHT: u32 = 100;
-
-/// The gate condition type for a Service.
-pub fn gate_condition_type(service: &str) -> String {
-    format!("{GATE_PREFIX}{service}")
-}
-
-/// The Service named by a gate condition type, if it is one of ours.
-pub fn service_of_gate(condition_type: &str) -> Option<&str> {
-    condition_type
-        .strip_prefix(GATE_PREFIX)
-        .filter(|name| !name.is_empty())
-}
-
-/// The ownership marker rollgate writes into each backend's description (the same
-/// shape the Alibaba cloud controller uses), and the name of the server group it creates.
-pub fn owner_description(port: u16, service: &str, namespace: &str, cluster_id: &str) -> String {
-    format!("k8s/{port}/{service}/{namespace}/{cluster_id}")
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TargetPort {
-    Number(u16),
-    Name(String),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServicePort {
-    pub port: u16,
-    pub protocol: String,
-    pub target: TargetPort,
-}
-
-/// What the plan needs of a Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceFacts {
-    pub namespace: String,
-    pub name: String,
-    pub ports: Vec<ServicePort>,
-    /// Opt-in: a gate already True goes back to False when its backend is lost.
-    pub flip_back: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodPort {
-    pub name: Option<String>,
-    pub container_port: u16,
-    pub protocol: String,
-}
-
-/// The condition as it is on the pod now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GateCondition {
-    pub status: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-/// Pod deletion: when it was asked for and when the pod is killed at the latest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deletion {
-    pub requested_at: Timestamp,
-    pub deadline: Timestamp,
-}
-
-/// What the plan needs of a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GatePod {
-    pub name: String,
-    pub uid: String,
-    pub ip: Option<String>,
-    /// The Service's selector matches the pod's labels.
-    pub selected: bool,
-    /// The pod has a readiness gate naming this Service.
-    pub gated: bool,
-    /// `ContainersReady` is True: the pod is ready but for its gates.
-    pub containers_ready: bool,
-    pub deletion: Option<Deletion>,
-    pub ports: Vec<PodPort>,
-    /// This Service's gate condition, if present.
-    pub gate: Option<GateCondition>,
-}
-
-impl GatePod {
-    /// Registered in the load balancer: selected, not terminating, containers ready.
-    pub fn eligible(&self) -> bool {
-        self.selected && self.deletion.is_none() && self.containers_ready && self.ip.is_some()
-    }
-
-    /// The container port a Service port sends to, named ports resolved.
-    pub fn resolve(&self, port: &ServicePort) -> Option<u16> {
-        match &port.target {
-            TargetPort::Number(n) => Some(*n),
-            TargetPort::Name(name) => self
-                .ports
-                .iter()
-                .find(|p| p.name.as_deref() == Some(name) && p.protocol == port.protocol)
-                .map(|p| p.container_port),
-        }
-    }
-}
-
-/// One Service port's server group, as the cloud reports it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GroupState {
-    pub service_port: u16,
-    pub load_balancer_id: String,
-    pub server_group_id: String,
-    /// Every backend of the group, rollgate's and anyone else's.
-    pub backends: Vec<Backend>,
-    /// Health by backend; a registered backend missing here has no verdict yet.
-    pub health: HashMap<BackendKey, HealthState>,
-}
-
-/// A cloud call that failed, as the condition message shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CloudFailure {
-    pub action: String,
-    pub code: String,
-    pub request_id: String,
-}
-
-/// What the cloud side looks like for this Service.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CloudState {
-    /// One group per Service port (ports the cloud cannot serve are left out).
-    Ready(Vec<GroupState>),
-    /// The load balancer is being created or has no address yet.
-    NotReady { load_balancer_id: Option<String> },
-    /// Reading the groups failed; nothing is changed and no gate moves.
-    Failed(CloudFailure),
-}
-
-pub struct PlanInput<'a> {
-    pub service: &'a ServiceFacts,
-    pub cluster_id: &'a str,
-    pub backend_type: BackendType,
-    pub pods: &'a [GatePod],
-    pub cloud: &'a CloudState,
-    /// Time from termination to removal; never past the pod's own deadline.
-    pub drain: Duration,
-    pub now: Timestamp,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GroupChanges {
-    pub service_port: u16,
-    pub server_group_id: String,
-    pub add: Vec<Backend>,
-    /// Terminating pods: weight 0, still registered (connections drain).
-    pub drain: Vec<Backend>,
-    /// Back to full weight (an owned backend of a live pod found at weight 0).
-    pub restore: Vec<Backend>,
-    pub remove: Vec<BackendKey>,
-}
-
-impl GroupChanges {
-    pub fn is_empty(&self) -> bool {
-        self.add.is_empty()
-            && self.drain.is_empty()
-            && self.restore.is_empty()
-            && self.remove.is_empty()
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConditionWrite {
-    pub pod: String,
-    pub uid: String,
-    pub status: bool,
-    pub reason: Reason,
-    pub message: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GatePlan {
-    pub changes: Vec<GroupChanges>,
-    pub conditions: Vec<ConditionWrite>,
-    /// The earliest drain deadline still ahead: reconcile again then.
-    pub next_deadline: Option<Timestamp>,
-    /// Gates of live pods that are not True after this plan (poll fast while > 0).
-    pub pending_gates: usize,
-}
+use super::model::*;
+use super::reasons;
+use crate::names::GateReason;
 
 /// When a terminating pod's backend is removed: after the drain time, but never after
 /// the pod itself is gone.
@@ -216,13 +31,13 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
         CloudState::Ready(groups) => groups,
         CloudState::NotReady { load_balancer_id } => {
             let message = reasons::load_balancer_not_ready(load_balancer_id.as_deref());
-            out.conditions = hold_gates(input, Reason::LoadBalancerNotReady, &message);
+            out.conditions = hold_gates(input, GateReason::LoadBalancerNotReady, &message);
             out.pending_gates = pending_after(input, &out.conditions);
             return out;
         }
         CloudState::Failed(failure) => {
             let message = reasons::cloud_api_error(failure);
-            out.conditions = hold_gates(input, Reason::CloudApiError, &message);
+            out.conditions = hold_gates(input, GateReason::CloudApiError, &message);
             out.pending_gates = pending_after(input, &out.conditions);
             return out;
         }
@@ -359,13 +174,13 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
         let (status, reason, message) = if !pod.selected {
             (
                 false,
-                Reason::PodNotSelected,
+                GateReason::PodNotSelected,
                 reasons::pod_not_selected(input.service),
             )
         } else if !pod.containers_ready || pod.ip.is_none() {
             (
                 false,
-                Reason::ContainersNotReady,
+                GateReason::ContainersNotReady,
                 reasons::containers_not_ready(),
             )
         } else {
@@ -389,21 +204,23 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                     .map(|(port, group, v)| (*port, *group, verdict_text(v))),
             );
             match worst {
-                PortVerdict::Healthy => (true, Reason::LoadBalancerHealthy, details),
-                PortVerdict::NotChecked => (true, Reason::RegisteredHealthCheckDisabled, details),
+                PortVerdict::Healthy => (true, GateReason::LoadBalancerHealthy, details),
+                PortVerdict::NotChecked => {
+                    (true, GateReason::RegisteredHealthCheckDisabled, details)
+                }
                 bad => {
                     let reason = match bad {
-                        PortVerdict::TargetPortMissing(_) => Reason::TargetPortNotFound,
-                        PortVerdict::NotRegistered => Reason::BackendNotRegistered,
-                        PortVerdict::Unhealthy(_) => Reason::BackendUnhealthy,
-                        _ => Reason::HealthCheckPending,
+                        PortVerdict::TargetPortMissing(_) => GateReason::TargetPortNotFound,
+                        PortVerdict::NotRegistered => GateReason::BackendNotRegistered,
+                        PortVerdict::Unhealthy(_) => GateReason::BackendUnhealthy,
+                        _ => GateReason::HealthCheckPending,
                     };
                     let was_true = pod.gate.as_ref().is_some_and(|g| g.status);
                     if was_true && !input.service.flip_back {
                         // The peers' default: Ready stays, the reason tells what changed.
                         (
                             true,
-                            Reason::BackendLostAfterReady,
+                            GateReason::BackendLostAfterReady,
                             reasons::lost_after_ready(reason, &details),
                         )
                     } else {
@@ -459,7 +276,7 @@ fn verdict_text(v: &PortVerdict) -> String {
 
 /// Cloud not ready or failing: gates not yet True say why; a True gate is never moved
 /// on an error or a guess.
-fn hold_gates(input: &PlanInput<'_>, reason: Reason, message: &str) -> Vec<ConditionWrite> {
+fn hold_gates(input: &PlanInput<'_>, reason: GateReason, message: &str) -> Vec<ConditionWrite> {
     let mut writes = vec![];
     for pod in input
         .pods
@@ -477,7 +294,7 @@ fn hold_gates(input: &PlanInput<'_>, reason: Reason, message: &str) -> Vec<Condi
 /// Gates naming a Service that does not exist or is not a load balancer.
 pub fn plan_without_service(
     pods: &[GatePod],
-    reason: Reason,
+    reason: GateReason,
     message: &str,
 ) -> Vec<ConditionWrite> {
     let mut writes = vec![];
@@ -491,7 +308,7 @@ fn push_if_changed(
     writes: &mut Vec<ConditionWrite>,
     pod: &GatePod,
     status: bool,
-    reason: Reason,
+    reason: GateReason,
     message: String,
 ) {
     let same = pod

@@ -7,11 +7,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use super::plan::{
+use super::model::{
     gate_condition_type, service_of_gate, Deletion, GateCondition, GatePod, PodPort,
 };
 use super::service::{selector, selects};
-use crate::watch::pod::PodFacts;
+use crate::object::PodFacts;
 
 /// The Services named by the pod's readiness gates.
 pub fn gated_services(pod: &impl PodFacts) -> impl Iterator<Item = &str> {

@@ -1,50 +1,8 @@
-//! Every reason a gate condition can carry, and the messages that go with them. The
-//! README's troubleshooting table lists the same names (a test keeps them in step).
-use super::plan::{CloudFailure, GroupState, ServiceFacts, ServicePort};
-
-macro_rules! reasons {
-    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        /// The CamelCase `reason` of a gate condition.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum Reason { $($(#[$doc])* $name),* }
-
-        impl Reason {
-            pub const ALL: &'static [Reason] = &[$(Reason::$name),*];
-            pub fn as_str(self) -> &'static str {
-                match self { $(Reason::$name => stringify!($name)),* }
-            }
-        }
-    };
-}
-
-reasons! {
-    /// True: registered and healthy in every server group of the Service.
-    LoadBalancerHealthy,
-    /// True: registered everywhere, but a listener has health checks off.
-    RegisteredHealthCheckDisabled,
-    /// Still True (default) although a backend was lost or turned unhealthy after Ready.
-    BackendLostAfterReady,
-    /// Waiting for the backend to appear in a server group.
-    BackendNotRegistered,
-    /// Registered; the load balancer has no health verdict yet.
-    HealthCheckPending,
-    /// Registered; the load balancer reports it unhealthy (reason code in the message).
-    BackendUnhealthy,
-    /// The pod's containers are not ready (or it has no IP): it is not registered.
-    ContainersNotReady,
-    /// A named targetPort of the Service is not a port of the pod.
-    TargetPortNotFound,
-    /// The gate names a Service whose selector does not match the pod.
-    PodNotSelected,
-    /// The gate names a Service that does not exist in the pod's namespace.
-    ServiceNotFound,
-    /// The gate names a Service that is not `type: LoadBalancer`.
-    ServiceNotLoadBalancer,
-    /// The load balancer is being created, or has no address yet.
-    LoadBalancerNotReady,
-    /// A cloud call failed (action, error code and request id in the message).
-    CloudApiError,
-}
+//! The messages that go with a gate condition's reasons (the reasons themselves are
+//! public names: `crate::names::GateReason`, listed in the README's troubleshooting
+//! table).
+use super::model::{CloudFailure, GroupState, ServiceFacts, ServicePort};
+use crate::names::{GateReason, FLIP_BACK_ANNOTATION};
 
 pub fn service_not_found(namespace: &str, service: &str) -> String {
     format!(
@@ -83,11 +41,11 @@ pub fn cloud_api_error(failure: &CloudFailure) -> String {
     )
 }
 
-pub fn lost_after_ready(now: Reason, details: &str) -> String {
+pub fn lost_after_ready(now: GateReason, details: &str) -> String {
     format!(
         "{}: the gate stays True (annotation {} flips it back): {details}",
         now.as_str(),
-        super::service::FLIP_BACK_ANNOTATION
+        FLIP_BACK_ANNOTATION
     )
 }
 
@@ -105,23 +63,4 @@ pub fn port_details<'a>(
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_are_camel_case_and_listed_in_the_readme() {
-        let readme = include_str!("../../README.md");
-        for reason in Reason::ALL {
-            let s = reason.as_str();
-            assert!(s.chars().next().unwrap().is_ascii_uppercase(), "{s}");
-            assert!(s.chars().all(|c| c.is_ascii_alphanumeric()), "{s}");
-            assert!(
-                readme.contains(&format!("`{s}`")),
-                "README lacks reason {s}"
-            );
-        }
-    }
 }

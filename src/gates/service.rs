@@ -7,28 +7,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::plan::{ServiceFacts, ServicePort, TargetPort};
-
-/// Attach to this load balancer instead of creating one.
-pub const LOAD_BALANCER_ID_ANNOTATION: &str =
-    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id";
-/// The same, with the legacy prefix older manifests use.
-pub const LEGACY_LOAD_BALANCER_ID_ANNOTATION: &str =
-    "service.beta.kubernetes.io/alicloud-loadbalancer-id";
-const ANNOTATION_PREFIXES: &[&str] = &[
-    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-",
-    "service.beta.kubernetes.io/alicloud-loadbalancer-",
-];
-/// Opt-in: a True gate goes back to False when its backend is lost or unhealthy.
-pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
-/// Where rollgate records a load balancer it created (and so may delete).
-pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
-/// Held while rollgate may still have cloud resources to clean up for the Service.
-pub const FINALIZER: &str = "rollgate.io/load-balancer";
-
-pub const NLB_CLASS: &str = "alibabacloud.com/nlb";
-pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
-pub const ROLLGATE_NLB_CLASS: &str = "rollgate.io/nlb";
+use super::model::{ServiceFacts, ServicePort, TargetPort};
+use crate::names::{
+    CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES, NLB_CLASS,
+    ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
+};
 
 /// Which Services rollgate takes (`--load-balancer-classes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -59,7 +42,7 @@ pub fn product_for(service: &Service, selection: ClassSelection) -> Option<Produ
 /// An annotation under either prefix (`alibaba-cloud-` wins).
 pub fn lb_annotation<'a>(service: &'a Service, suffix: &str) -> Option<&'a str> {
     let annotations = service.metadata.annotations.as_ref()?;
-    ANNOTATION_PREFIXES
+    LOAD_BALANCER_ANNOTATION_PREFIXES
         .iter()
         .find_map(|prefix| annotations.get(&format!("{prefix}{suffix}")))
         .map(|v| v.trim())
@@ -181,6 +164,7 @@ pub fn selects(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{LEGACY_LOAD_BALANCER_ID_ANNOTATION, LOAD_BALANCER_ID_ANNOTATION};
     use k8s_openapi::api::core::v1::{ServicePort as K8sPort, ServiceSpec};
     use kube::api::ObjectMeta;
 

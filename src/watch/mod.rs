@@ -9,8 +9,6 @@
 //! watches until shutdown. A subscription must be consumed: the shared stream waits for
 //! its slowest subscriber.
 pub mod fanout;
-pub mod node;
-pub mod pod;
 pub mod prune;
 pub mod runner;
 
@@ -26,11 +24,10 @@ use fanout::Fanout;
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
-pub use node::{CachedNode, NodeFacts};
-pub use pod::{CachedPod, PodFacts};
 use tokio::sync::watch;
 
-use crate::daemonset::image_pull::job::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL};
+use crate::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PULL_JOB_REVISION_LABEL};
+use crate::object::{CachedNode, CachedPod, NodeFacts};
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
 
@@ -197,7 +194,7 @@ impl Watches {
             scoped::<Job>(&self.client, ns),
             // Only rollgate's own pre-pull Jobs.
             cfg.labels(&format!(
-                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{REVISION_LABEL}"
+                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{PULL_JOB_REVISION_LABEL}"
             )),
         )
         .default_backoff()

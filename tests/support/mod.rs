@@ -4,6 +4,8 @@
 //! without seeing each other's pods.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod ghost_ready;
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -204,16 +206,22 @@ impl TestNamespace {
 }
 
 /// Simulated nodes that belong to one test (label `rollgate.test/owner=<owner>`).
+/// A ghost-Ready guard watches them for their whole life: `cleanup` fails the test when
+/// one of them showed Ready while cut off (see `ghost_ready`).
 pub struct TestNodes {
     pub owner: String,
     pub names: Vec<String>,
     client: Client,
+    guard: ghost_ready::Guard,
 }
 
 impl TestNodes {
     /// Creates `count` nodes with a heartbeat and waits until they are all Ready.
     pub async fn create(client: &Client, prefix: &str, count: usize) -> Self {
         let owner = unique_name(prefix);
+        let guard =
+            ghost_ready::Guard::start(client, &format!("{OWNER_LABEL}={owner}"), HEARTBEAT_LABEL)
+                .await;
         let api: Api<Node> = Api::all(client.clone());
         let mut names = Vec::with_capacity(count);
         for i in 0..count {
@@ -228,6 +236,7 @@ impl TestNodes {
             owner,
             names,
             client: client.clone(),
+            guard,
         };
         for name in &nodes.names {
             nodes.wait_ready(name, true, Duration::from_secs(60)).await;
@@ -267,11 +276,34 @@ impl TestNodes {
         .await
     }
 
+    /// The nodes that showed Ready while cut off so far; they are then reported, and
+    /// `cleanup` no longer fails on them (benches mark their run invalid instead).
+    pub fn take_ghost_ready(&self) -> Vec<ghost_ready::Ghost> {
+        self.guard.take_ghosts()
+    }
+
+    /// Every change of these nodes' Ready condition since they were created.
+    pub fn ready_transitions(&self) -> Vec<ghost_ready::ReadyTransition> {
+        self.guard.transitions()
+    }
+
+    /// Deletes the nodes, then fails if any of them showed Ready while cut off: the
+    /// test bed misbehaved and the test's NotReady steps proved nothing.
     pub async fn cleanup(self) {
-        let api: Api<Node> = Api::all(self.client);
+        let ghosts = self.guard.ghosts();
+        let api: Api<Node> = Api::all(self.client.clone());
         for name in &self.names {
             let _ = api.delete(name, &DeleteParams::default()).await;
         }
+        assert!(
+            ghosts.is_empty(),
+            "the test bed showed cut-off nodes Ready before their heartbeat was restored: {}",
+            ghosts
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
     }
 }
 

@@ -20,23 +20,22 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use serde_json::json;
 
-use super::job::{PullJobSettings, POD_UID_LABEL, REVISION_LABEL};
+use super::job::PullJobSettings;
 use super::plan::{
     classify_name_holder, has_pending_request, plan_image_pull, ImagePullPlan, JobRef, NameHolder,
-    Step, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON,
+    Step,
 };
-use crate::daemonset::revision::is_controlled_by;
 use crate::daemonset::triggers::daemonset_unchanged;
 use crate::leader::Leadership;
-use crate::object::label;
+use crate::names::{
+    IMAGE_PULL_CONTROLLER_NAME, POD_IMAGE_READY_CONDITION, PULL_IMAGE_FAIL_REASON,
+    PULL_IMAGE_JOB_NAME_CONFLICT_EVENT, PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON,
+    PULL_JOB_POD_UID_LABEL, PULL_JOB_REVISION_LABEL,
+};
+use crate::object::{is_controlled_by, label, CachedPod};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ErrorCounter, ReconcileError, Run};
-use crate::watch::{applied, applied_unless, CachedPod, Stores, Watches};
-
-/// Reporting controller name in Events and the field manager of condition writes.
-pub const CONTROLLER_NAME: &str = "rollgate-image-pull";
-/// Event reason when a Job name is held by a Job we must not touch.
-pub const NAME_CONFLICT_REASON: &str = "PullImageJobNameConflict";
+use crate::watch::{applied, applied_unless, Stores, Watches};
 /// How long to wait before trying again after a name conflict: a person has to act.
 const NAME_CONFLICT_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -78,7 +77,7 @@ fn observe(pod: &CachedPod, stores: &Stores) -> Observed {
         .jobs
         .state_filter(|j| {
             j.namespace().as_deref() == Some(ns.as_str())
-                && label(&j.metadata, POD_UID_LABEL) == Some(uid.as_str())
+                && label(&j.metadata, PULL_JOB_POD_UID_LABEL) == Some(uid.as_str())
         })
         .iter()
         .map(|j| (**j).clone())
@@ -114,7 +113,7 @@ pub enum Error {
         name: String,
         source: kube::Error,
     },
-    #[error("writing PodImageReady on pod {namespace}/{name}: {source}")]
+    #[error("writing {POD_IMAGE_READY_CONDITION} on pod {namespace}/{name}: {source}")]
     WriteCondition {
         namespace: String,
         name: String,
@@ -218,7 +217,7 @@ pub fn start(
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
     let reporter = Reporter {
-        controller: CONTROLLER_NAME.into(),
+        controller: IMAGE_PULL_CONTROLLER_NAME.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
     tracing::info!(helper_image = %settings.helper_image, "image pull controller starting");
@@ -391,13 +390,13 @@ async fn create_job(
         })
         .unwrap_or_default();
     let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
-    let revision = label(&job.metadata, REVISION_LABEL).unwrap_or_default();
+    let revision = label(&job.metadata, PULL_JOB_REVISION_LABEL).unwrap_or_default();
     tracing::info!(job = %name, %node, revision, ?images, "image pull Job created");
     publish(
         ctx,
         pod,
         EventType::Normal,
-        "PullImageStarted",
+        PULL_IMAGE_STARTED_EVENT,
         format!(
             "pulling {} image(s) of revision {revision} on node {node} with Job {name}: {}",
             images.len(),
@@ -441,7 +440,14 @@ async fn resolve_name_conflict(
         NameHolder::Conflict { why } => {
             ctx.metrics.name_conflicts.inc();
             tracing::warn!(job = %name, %why, "image pull Job name taken");
-            publish(ctx, pod, EventType::Warning, NAME_CONFLICT_REASON, why).await;
+            publish(
+                ctx,
+                pod,
+                EventType::Warning,
+                PULL_IMAGE_JOB_NAME_CONFLICT_EVENT,
+                why,
+            )
+            .await;
             Ok(Action::requeue(NAME_CONFLICT_BACKOFF))
         }
     }
@@ -463,7 +469,7 @@ async fn write_condition(
         "status": {"conditions": [condition]},
     });
     let params = PatchParams {
-        field_manager: Some(CONTROLLER_NAME.into()),
+        field_manager: Some(IMAGE_PULL_CONTROLLER_NAME.into()),
         ..PatchParams::default()
     };
     match api
@@ -513,7 +519,7 @@ mod tests {
     use super::*;
     use crate::daemonset::image_pull::job::build_job;
     use crate::daemonset::image_pull::job::tests::daemonset;
-    use crate::daemonset::testkit::PodBuilder;
+    use crate::testkit::PodBuilder;
 
     /// `METHOD /path` and the request body of every call the fake API server got.
     type Calls = Arc<Mutex<Vec<(String, Value)>>>;
@@ -568,7 +574,7 @@ mod tests {
             jobs: reflector::store().0,
         };
         let reporter = Reporter {
-            controller: CONTROLLER_NAME.into(),
+            controller: IMAGE_PULL_CONTROLLER_NAME.into(),
             instance: None,
         };
         Context {

@@ -40,22 +40,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::daemonset::placement::daemonset_default_tolerations;
-use crate::watch::PodFacts;
-
-/// Every pull Job carries these labels, so the controller watches only its own Jobs.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY_VALUE: &str = "rollgate";
-/// UID of the pod the Job pulls for (pod names can exceed a label value's 63 chars).
-pub const POD_UID_LABEL: &str = "rollgate.io/image-pull-pod-uid";
-/// `controller-revision-hash` of the revision whose images the Job pulls.
-pub const REVISION_LABEL: &str = "rollgate.io/image-pull-revision";
-/// The request a Job answers: the `lastTransitionTime` of the `PullImageRequested`
-/// condition it was created for. A finished Job answers only that request, so asking
-/// again after a failure pulls again (clock-independent: the agent's clock may differ
-/// from the API server's).
-pub const REQUEST_ANNOTATION: &str = "rollgate.io/image-pull-request";
-pub const POD_NAME_ANNOTATION: &str = "rollgate.io/image-pull-pod";
-pub const NODE_ANNOTATION: &str = "rollgate.io/image-pull-node";
+use crate::names::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, PULL_JOB_NODE_ANNOTATION, PULL_JOB_POD_NAME_ANNOTATION,
+    PULL_JOB_POD_UID_LABEL, PULL_JOB_REQUEST_ANNOTATION, PULL_JOB_REVISION_LABEL,
+};
+use crate::object::PodFacts;
 
 /// Statically linked BusyBox (the musl variant is built with `CONFIG_STATIC=y`): the
 /// default source of the no-op every pulled image runs. A mirror must be the same kind
@@ -143,13 +132,22 @@ pub fn build_job(
     let template = daemonset.spec.template.spec.clone().unwrap_or_default();
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-        (POD_UID_LABEL.to_string(), pod.pod_uid().to_string()),
-        (REVISION_LABEL.to_string(), revision.to_string()),
+        (
+            PULL_JOB_POD_UID_LABEL.to_string(),
+            pod.pod_uid().to_string(),
+        ),
+        (PULL_JOB_REVISION_LABEL.to_string(), revision.to_string()),
     ]);
     let annotations = BTreeMap::from([
-        (POD_NAME_ANNOTATION.to_string(), pod.pod_name().to_string()),
-        (NODE_ANNOTATION.to_string(), node.to_string()),
-        (REQUEST_ANNOTATION.to_string(), requested_at.to_string()),
+        (
+            PULL_JOB_POD_NAME_ANNOTATION.to_string(),
+            pod.pod_name().to_string(),
+        ),
+        (PULL_JOB_NODE_ANNOTATION.to_string(), node.to_string()),
+        (
+            PULL_JOB_REQUEST_ANNOTATION.to_string(),
+            requested_at.to_string(),
+        ),
     ]);
 
     // Init containers too: their images are needed before the new pod can start.
@@ -348,8 +346,8 @@ fn unused_name(base: &str, containers: &[Container]) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
-    use crate::daemonset::testkit::{DaemonSetBuilder, PodBuilder};
+    use crate::names::CONTROLLER_REVISION_HASH_LABEL;
+    use crate::testkit::{DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::apps::v1::DaemonSetStatus;
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
@@ -446,12 +444,12 @@ pub(super) mod tests {
         assert!(job.name_any().starts_with("imagepull-agent-x1-new-"));
         assert_eq!(job.namespace().as_deref(), Some("edge"));
         let labels = job.labels();
-        assert_eq!(labels[REVISION_LABEL], "new");
-        assert_eq!(labels[POD_UID_LABEL], "uid-agent-x1");
+        assert_eq!(labels[PULL_JOB_REVISION_LABEL], "new");
+        assert_eq!(labels[PULL_JOB_POD_UID_LABEL], "uid-agent-x1");
         assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
         assert!(!labels.contains_key(CONTROLLER_REVISION_HASH_LABEL));
         assert_eq!(
-            job.annotations()[REQUEST_ANNOTATION],
+            job.annotations()[PULL_JOB_REQUEST_ANNOTATION],
             "2024-01-01T00:00:00Z"
         );
         let owner = &job.owner_references()[0];
@@ -489,7 +487,7 @@ pub(super) mod tests {
                 .unwrap()
                 .labels
                 .as_ref()
-                .unwrap()[REVISION_LABEL],
+                .unwrap()[PULL_JOB_REVISION_LABEL],
             "new"
         );
 

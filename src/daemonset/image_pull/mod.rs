@@ -11,7 +11,5 @@ pub mod controller;
 pub mod job;
 pub mod plan;
 
-pub use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
-pub use controller::{start, CONTROLLER_NAME};
+pub use controller::start;
 pub use job::{PullJobSettings, DEFAULT_HELPER_IMAGE};
-pub use plan::{PULL_IMAGE_FAIL_REASON, PULL_IMAGE_SUCCESS_REASON};

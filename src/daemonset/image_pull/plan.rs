@@ -9,25 +9,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::job::{
-    build_job, job_name, PullJobSettings, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_UID_LABEL,
-    REQUEST_ANNOTATION, REVISION_LABEL,
+use super::job::{build_job, job_name, PullJobSettings};
+use crate::daemonset::revision::CurrentRevision;
+use crate::names::{
+    CONTROLLER_REVISION_HASH_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_IMAGE_READY_CONDITION,
+    PULL_IMAGE_FAIL_REASON, PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
+    PULL_JOB_POD_UID_LABEL, PULL_JOB_REQUEST_ANNOTATION, PULL_JOB_REVISION_LABEL,
 };
-// The condition's vocabulary is shared with the agent, which writes the requests and
-// reads the failures.
-pub use crate::agent::checks::PULL_IMAGE_FAIL_REASON;
-use crate::agent::checks::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
-use crate::daemonset::ota_plan::{need_upgrade_message, revision_in_message};
-use crate::daemonset::revision::{
-    is_controlled_by, is_terminating, pod_node_name, CurrentRevision,
-    CONTROLLER_REVISION_HASH_LABEL,
-};
-use crate::object::{annotation, label};
-use crate::watch::pod::ConditionView;
-use crate::watch::PodFacts;
-
-/// Reason of `PodImageReady=True` once the current revision's images are on the node.
-pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
+use crate::object::{annotation, is_controlled_by, label, ConditionView, PodFacts};
+use crate::revision_message::{need_upgrade_message, revision_in_message};
 
 /// A Job to delete: the UID goes into the delete's precondition, so a newer Job that
 /// took the same name in the meantime is never the one deleted.
@@ -111,7 +101,7 @@ pub fn plan_image_pull(
     let Some(request) = pending_request(pod) else {
         return ImagePullPlan::only(Step::Nothing);
     };
-    if is_terminating(pod) || !has_daemonset_owner(pod) {
+    if pod.is_terminating() || !has_daemonset_owner(pod) {
         return ImagePullPlan::only(Step::Nothing);
     }
     let Some(ds) = daemonset.filter(|ds| {
@@ -152,7 +142,7 @@ pub fn plan_image_pull(
             )));
         }
     }
-    let Some(node) = pod_node_name(pod) else {
+    let Some(node) = pod.node_or_affinity_node() else {
         return ImagePullPlan::only(Step::MarkFailed {
             job: None,
             condition: fail_condition(
@@ -172,9 +162,9 @@ pub fn plan_image_pull(
             wanted_name_going_away |= job.name_any() == wanted_name;
             continue;
         }
-        let same_revision = label(&job.metadata, REVISION_LABEL) == Some(hash.as_str());
-        let answers_request =
-            annotation(&job.metadata, REQUEST_ANNOTATION) == Some(request.requested_at.as_str());
+        let same_revision = label(&job.metadata, PULL_JOB_REVISION_LABEL) == Some(hash.as_str());
+        let answers_request = annotation(&job.metadata, PULL_JOB_REQUEST_ANNOTATION)
+            == Some(request.requested_at.as_str());
         // A Job still pulling the current revision serves a repeated request too.
         if same_revision && (answers_request || outcome(job).is_none()) && current.is_none() {
             current = Some(job);
@@ -258,8 +248,8 @@ pub fn classify_name_holder(
     pod_is_cached: impl Fn(&str) -> bool,
 ) -> NameHolder {
     let ours = label(&holder.metadata, MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
-        && label(&holder.metadata, POD_UID_LABEL).is_some()
-        && label(&holder.metadata, REVISION_LABEL).is_some();
+        && label(&holder.metadata, PULL_JOB_POD_UID_LABEL).is_some()
+        && label(&holder.metadata, PULL_JOB_REVISION_LABEL).is_some();
     let owner = holder
         .owner_references()
         .iter()
@@ -271,7 +261,7 @@ pub fn classify_name_holder(
         Some(o) if o.uid == pod_uid => NameHolder::Conflict {
             why: format!(
                 "Job {name} is owned by this pod but lacks rollgate's labels \
-                 ({MANAGED_BY_LABEL}={MANAGED_BY_VALUE}, {POD_UID_LABEL}, {REVISION_LABEL}); \
+                 ({MANAGED_BY_LABEL}={MANAGED_BY_VALUE}, {PULL_JOB_POD_UID_LABEL}, {PULL_JOB_REVISION_LABEL}); \
                  delete it to let the pre-pull start"
             ),
         },
@@ -386,7 +376,7 @@ fn outcome(job: &Job) -> Option<Outcome> {
 mod tests {
     use super::*;
     use crate::daemonset::image_pull::job::tests::daemonset;
-    use crate::daemonset::testkit::{at, revision, PodBuilder};
+    use crate::testkit::{at, revision, PodBuilder};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -464,7 +454,7 @@ mod tests {
         let revs = ds.map(revisions).unwrap_or_default();
         let settings = PullJobSettings::default();
         let full = plan_image_pull(pod, ds, &revs, jobs, at(NOW), &settings);
-        let cached = crate::watch::CachedPod::from(pod.clone());
+        let cached = crate::object::CachedPod::from(pod.clone());
         let from_cache = plan_image_pull(&cached, ds, &revs, jobs, at(NOW), &settings);
         assert_eq!(full, from_cache, "the cached pod plans differently");
         full
@@ -862,7 +852,7 @@ mod tests {
                 .labels
                 .as_mut()
                 .unwrap()
-                .insert(POD_UID_LABEL.into(), uid.into());
+                .insert(PULL_JOB_POD_UID_LABEL.into(), uid.into());
             job.metadata.owner_references = Some(vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Pod".into(),

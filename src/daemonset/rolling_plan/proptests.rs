@@ -18,9 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
-use crate::daemonset::revision::CONTROLLER_REVISION_HASH_LABEL;
-use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
-use crate::watch::PodFacts;
+use crate::names::CONTROLLER_REVISION_HASH_LABEL;
+use crate::object::PodFacts;
+use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 use k8s_openapi::api::core::v1::{PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -586,7 +586,7 @@ fn need_upgrade(pod: &Pod, n: u8) -> Pod {
             .conditions
             .get_or_insert_default()
             .push(PodCondition {
-                type_: crate::daemonset::ota_plan::POD_NEED_UPGRADE_CONDITION.into(),
+                type_: crate::names::POD_NEED_UPGRADE_CONDITION.into(),
                 status: if n.is_multiple_of(8) { "True" } else { "False" }.into(),
                 message: Some("hash old".into()),
                 ..Default::default()

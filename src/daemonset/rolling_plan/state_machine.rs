@@ -38,7 +38,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::daemonset::expectations::Expectations;
-use crate::daemonset::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
+use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 
 /// The clock at the start; pods were Ready a minute before, nodes an hour before.
 const START: i64 = 1_000_000;

@@ -186,7 +186,7 @@ proptest! {
         for w in plan.conditions.iter().filter(|w| w.status) {
             let p = pods.iter().find(|p| p.uid == w.uid).unwrap();
             let was_true = p.gate.as_ref().is_some_and(|g| g.status);
-            if was_true && w.reason == Reason::BackendLostAfterReady {
+            if was_true && w.reason == GateReason::BackendLostAfterReady {
                 prop_assert!(!service.flip_back);
                 continue;
             }

@@ -93,7 +93,7 @@ fn a_new_pod_is_registered_and_waits_with_a_reason_that_names_the_group() {
     assert_eq!(plan.changes[0].add, vec![owned("10.0.0.1", 100)]);
     let w = only_write(&plan);
     assert!(!w.status);
-    assert_eq!(w.reason, Reason::BackendNotRegistered);
+    assert_eq!(w.reason, GateReason::BackendNotRegistered);
     assert!(
         w.message.contains("lb-1") && w.message.contains("rsp-1"),
         "{}",
@@ -105,21 +105,21 @@ fn a_new_pod_is_registered_and_waits_with_a_reason_that_names_the_group() {
 #[test]
 fn each_health_state_has_its_own_reason_and_only_healthy_flips_true() {
     let cases = [
-        (HealthState::Pending, false, Reason::HealthCheckPending),
+        (HealthState::Pending, false, GateReason::HealthCheckPending),
         (
             HealthState::Unhealthy {
                 reason: "CONNECT_TIMEOUT".into(),
             },
             false,
-            Reason::BackendUnhealthy,
+            GateReason::BackendUnhealthy,
         ),
-        (HealthState::Unused, false, Reason::BackendUnhealthy),
+        (HealthState::Unused, false, GateReason::BackendUnhealthy),
         (
             HealthState::NotChecked,
             true,
-            Reason::RegisteredHealthCheckDisabled,
+            GateReason::RegisteredHealthCheckDisabled,
         ),
-        (HealthState::Healthy, true, Reason::LoadBalancerHealthy),
+        (HealthState::Healthy, true, GateReason::LoadBalancerHealthy),
     ];
     for (health, status, reason) in cases {
         let cloud = CloudState::Ready(vec![group(
@@ -137,7 +137,7 @@ fn each_health_state_has_its_own_reason_and_only_healthy_flips_true() {
     // Registered but absent from the health report: pending, not healthy.
     let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 100)], &[])]);
     let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
-    assert_eq!(only_write(&plan).reason, Reason::HealthCheckPending);
+    assert_eq!(only_write(&plan).reason, GateReason::HealthCheckPending);
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn every_port_must_be_healthy_before_the_gate_turns_true() {
     let plan = run(&service, &[pod("a", "10.0.0.1")], &cloud);
     let w = only_write(&plan);
     assert!(!w.status);
-    assert_eq!(w.reason, Reason::BackendNotRegistered);
+    assert_eq!(w.reason, GateReason::BackendNotRegistered);
     assert!(w.message.contains("rsp-2"), "{}", w.message);
     let add = &plan
         .changes
@@ -210,13 +210,13 @@ fn after_ready_a_lost_backend_keeps_the_gate_by_default_and_flips_it_with_the_op
     let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
     let w = only_write(&plan);
     assert!(w.status);
-    assert_eq!(w.reason, Reason::BackendLostAfterReady);
+    assert_eq!(w.reason, GateReason::BackendLostAfterReady);
     assert!(w.message.contains("CONNECT_FAIL"), "{}", w.message);
 
     let plan = run(&svc(true), &[p], &cloud);
     let w = only_write(&plan);
     assert!(!w.status);
-    assert_eq!(w.reason, Reason::BackendUnhealthy);
+    assert_eq!(w.reason, GateReason::BackendUnhealthy);
 }
 
 #[test]
@@ -237,7 +237,7 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
     assert!(plan.changes.is_empty());
     let w = only_write(&plan);
     assert_eq!(w.pod, "waiting");
-    assert_eq!(w.reason, Reason::CloudApiError);
+    assert_eq!(w.reason, GateReason::CloudApiError);
     for part in ["DescribeHealthStatus", "Throttling.User", "RID-7"] {
         assert!(w.message.contains(part), "{}", w.message);
     }
@@ -246,7 +246,7 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
     };
     let plan = run(&svc(true), &[ready, waiting], &not_ready);
     let w = only_write(&plan);
-    assert_eq!(w.reason, Reason::LoadBalancerNotReady);
+    assert_eq!(w.reason, GateReason::LoadBalancerNotReady);
     assert!(w.message.contains("nlb-9"));
 }
 
@@ -328,14 +328,14 @@ fn pods_not_ready_or_not_selected_are_not_registered_and_say_why() {
     let plan = run(&svc(false), &[unready, unselected, named], &cloud);
     assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.2", 0).key]);
     assert!(plan.changes[0].add.is_empty());
-    let reasons: BTreeMap<&str, Reason> = plan
+    let reasons: BTreeMap<&str, GateReason> = plan
         .conditions
         .iter()
         .map(|w| (w.pod.as_str(), w.reason))
         .collect();
-    assert_eq!(reasons["unready"], Reason::ContainersNotReady);
-    assert_eq!(reasons["unselected"], Reason::PodNotSelected);
-    assert_eq!(reasons["noport"], Reason::TargetPortNotFound);
+    assert_eq!(reasons["unready"], GateReason::ContainersNotReady);
+    assert_eq!(reasons["unselected"], GateReason::PodNotSelected);
+    assert_eq!(reasons["noport"], GateReason::TargetPortNotFound);
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn gates_of_a_missing_service_say_so_once() {
     let p = pod("a", "10.0.0.1");
     let writes = plan_without_service(
         std::slice::from_ref(&p),
-        Reason::ServiceNotFound,
+        GateReason::ServiceNotFound,
         "Service ns/web does not exist",
     );
     assert_eq!(writes.len(), 1);
@@ -363,7 +363,7 @@ fn gates_of_a_missing_service_say_so_once() {
     });
     assert!(plan_without_service(
         &[p],
-        Reason::ServiceNotFound,
+        GateReason::ServiceNotFound,
         "Service ns/web does not exist"
     )
     .is_empty());

@@ -1,4 +1,4 @@
-//! Saying each thing once: the last message per DaemonSet and topic, so a Warning or a
+//! Event de-duplication: the last message per DaemonSet and topic, so a Warning or a
 //! progress Event is published when it changes, not on every resync.
 //!
 //! kube's recorder also merges identical Events into one object with a count; that
@@ -17,9 +17,9 @@ pub enum Topic {
 }
 
 #[derive(Default)]
-pub struct SaidOnce(Mutex<HashMap<(String, Topic), String>>);
+pub struct EventDedup(Mutex<HashMap<(String, Topic), String>>);
 
-impl SaidOnce {
+impl EventDedup {
     /// True when `message` differs from the last one said on `topic` for this
     /// DaemonSet, and records it.
     pub fn first_time(&self, ds_uid: &str, topic: Topic, message: &str) -> bool {
@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn says_each_message_once_per_daemonset_and_topic() {
-        let said = SaidOnce::default();
+        let said = EventDedup::default();
         assert!(said.first_time("a", Topic::Warning, "bad"));
         assert!(!said.first_time("a", Topic::Warning, "bad"));
         assert!(said.first_time("a", Topic::Progress, "bad"));

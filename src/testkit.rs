@@ -1,4 +1,5 @@
-//! Builders for the Kubernetes objects the DaemonSet planners read (tests only).
+//! Builders for the Kubernetes objects the planners read: DaemonSets, their pods,
+//! ControllerRevisions and nodes (tests only). On the floor, so tests of every layer use it.
 
 use std::collections::BTreeMap;
 
@@ -12,9 +13,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::policy::{MAX_UNAVAILABLE_ANNOTATION, UPDATE_STRATEGY_ANNOTATION};
-use super::revision::{
-    CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_GENERATION_LABEL, TEMPLATE_GENERATION_ANNOTATION,
+use crate::names::{
+    CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, POD_TEMPLATE_GENERATION_LABEL,
+    TEMPLATE_GENERATION_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
 };
 
 pub const NAMESPACE: &str = "edge";

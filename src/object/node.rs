@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::ClusterResourceScope;
 use serde::{Deserialize, Serialize};
 
+use super::meta::label;
 use super::pod::{slim_meta, text, Text};
 
 /// What planners read of a node.
@@ -22,7 +23,7 @@ pub trait NodeFacts {
         self.metadata().name.as_deref().unwrap_or_default()
     }
     fn label(&self, key: &str) -> Option<&str> {
-        crate::object::label(self.metadata(), key)
+        label(self.metadata(), key)
     }
     /// Ready means the `Ready` condition has status `True`.
     fn is_ready(&self) -> bool {

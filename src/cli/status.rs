@@ -13,12 +13,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::controller::describe;
-use super::ota_plan::POD_NEED_UPGRADE_CONDITION;
-use super::policy::{policy_for, Policy, PolicyDecision};
-use super::revision::{generation_observed, is_controlled_by, CurrentRevision};
-use super::rolling_plan::{plan_rolling_update, RollingInput};
-use crate::cli::StatusArgs;
+use super::StatusArgs;
+use crate::daemonset::describe::describe;
+use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
+use crate::daemonset::revision::{generation_observed, CurrentRevision};
+use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
+use crate::names::{POD_NEED_UPGRADE_CONDITION, UPDATE_STRATEGY_ANNOTATION};
+use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
 /// Parses `daemonset/NAME` or `ds/NAME`.
@@ -48,7 +49,7 @@ pub fn summarize(
     let current = CurrentRevision::of(ds, revisions);
     match policy_for(ds) {
         PolicyDecision::Unmanaged => Summary {
-            lines: vec![format!("daemonset/{name} has no apps.openyurt.io/update-strategy annotation: not managed by rollgate")],
+            lines: vec![format!("daemonset/{name} has no {UPDATE_STRATEGY_ANNOTATION} annotation: not managed by rollgate")],
             updated: 0,
             total: 0,
             complete: true,

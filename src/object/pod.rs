@@ -1,5 +1,6 @@
 //! The pod as the shared cache keeps it: [`CachedPod`], and [`PodFacts`], what every
-//! planner reads of a pod, for both the cached and the full API object.
+//! planner reads of a pod (node, owner, terminating, conditions, ports), for both the
+//! cached and the full API object.
 //!
 //! Why a type of its own: `k8s_openapi`'s `Pod` is 2.4 kB before a single field is set
 //! (its `PodSpec` alone is 1.5 kB, each `Container` 2.3 kB), so pruning fields to `None`
@@ -11,10 +12,16 @@
 //! so each controller picks its own pods, e.g. by controller owner reference.
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::NamespaceResourceScope;
 use serde::{Deserialize, Serialize};
+
+use super::meta::{controller_uid, label};
+use crate::names::{
+    POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
+    PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
+};
 
 /// A string that is usually one of a few well-known values (condition types and
 /// statuses, phases, protocols): those cost no allocation.
@@ -31,11 +38,11 @@ const KNOWN: &[&str] = &[
     "PodScheduled",
     "PodReadyToStartContainers",
     "DisruptionTarget",
-    "PodNeedUpgrade",
-    "PodImageReady",
-    "PullImageRequested",
-    "PullImageSuccess",
-    "PullImageFail",
+    POD_NEED_UPGRADE_CONDITION,
+    POD_IMAGE_READY_CONDITION,
+    PULL_IMAGE_REQUESTED_REASON,
+    PULL_IMAGE_SUCCESS_REASON,
+    PULL_IMAGE_FAIL_REASON,
     "Pending",
     "Running",
     "Succeeded",
@@ -111,7 +118,7 @@ pub trait PodFacts {
         self.metadata().uid.as_deref().unwrap_or_default()
     }
     fn label(&self, key: &str) -> Option<&str> {
-        crate::object::label(self.metadata(), key)
+        label(self.metadata(), key)
     }
     /// The pod's condition of this type, if any.
     fn condition(&self, type_: &str) -> Option<ConditionView<'_>> {
@@ -175,6 +182,21 @@ impl<T: PodFacts> PodFacts for $wrapper {
     )*};
 }
 forward_pod_facts!(std::sync::Arc<T>, &T);
+
+/// Whether `pod`'s controller ownerRef is the object (e.g. the DaemonSet) with this UID.
+pub fn is_controlled_by(pod: &impl PodFacts, owner_uid: &str) -> bool {
+    controller_uid(pod.metadata()) == Some(owner_uid)
+}
+
+/// A full pod's condition of this type, if any.
+pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == type_)
+}
 
 /// A pod as the shared cache keeps it. Build one with `CachedPod::from(pod)`.
 ///
@@ -615,7 +637,7 @@ mod tests {
 
     #[test]
     fn a_pending_daemonset_pod_keeps_the_node_it_is_meant_for() {
-        use crate::daemonset::testkit::{DaemonSetBuilder, PodBuilder};
+        use crate::testkit::{DaemonSetBuilder, PodBuilder};
         let ds = DaemonSetBuilder::new("agent").build();
         let pending = PodBuilder::new("q", &ds).pending_for_node("edge-2").build();
         let cached = CachedPod::from(pending);
@@ -624,6 +646,34 @@ mod tests {
         let bound = CachedPod::from(PodBuilder::new("p", &ds).on_node("edge-1").build());
         assert_eq!(bound.node_or_affinity_node(), Some("edge-1"));
         assert_eq!(bound.affinity_node, None);
+    }
+
+    #[test]
+    fn controller_owner_decides_membership() {
+        use crate::testkit::{DaemonSetBuilder, PodBuilder};
+        let ds = DaemonSetBuilder::new("agent").build();
+        let ds_uid = ds.metadata.uid.as_deref().unwrap();
+        let mine = PodBuilder::new("p", &ds).build();
+        let theirs = PodBuilder::new("q", &ds)
+            .owned_by_uid("someone-else")
+            .build();
+        let mut non_controller = PodBuilder::new("r", &ds).build();
+        non_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+        assert!(is_controlled_by(&mine, ds_uid));
+        assert!(!is_controlled_by(&theirs, ds_uid));
+        assert!(!is_controlled_by(&non_controller, ds_uid));
+    }
+
+    #[test]
+    fn node_from_node_name_or_pending_affinity() {
+        use crate::testkit::{DaemonSetBuilder, PodBuilder};
+        let ds = DaemonSetBuilder::new("agent").build();
+        let bound = PodBuilder::new("p", &ds).on_node("edge-1").build();
+        let pending = PodBuilder::new("q", &ds).pending_for_node("edge-2").build();
+        let nowhere = PodBuilder::new("r", &ds).build();
+        assert_eq!(bound.node_or_affinity_node(), Some("edge-1"));
+        assert_eq!(pending.node_or_affinity_node(), Some("edge-2"));
+        assert_eq!(nowhere.node_or_affinity_node(), None);
     }
 
     #[test]

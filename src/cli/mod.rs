@@ -1,0 +1,253 @@
+//! The command line: one clap tree, global logging flags plus one subcommand per mode
+//! (`controller`, `agent`, `status`). Each part owns its flags (`telemetry::LoggingArgs`,
+//! `leader::LeaderArgs`, `gates::GateArgs`, `agent::AgentArgs`); this module puts them
+//! together, and [`status`] is the `rollgate status` command itself.
+pub mod status;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::agent::AgentArgs;
+use crate::duration_flag::parse_interval;
+use crate::gates::GateArgs;
+use crate::leader::LeaderArgs;
+use crate::runtime::Workers;
+use crate::telemetry::LoggingArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rollgate",
+    version,
+    about = "Safe DaemonSet upgrades on edge nodes and load-balancer readiness gates"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub logging: LoggingArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+// Parsed once at start; boxing the controller's flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controllers (DaemonSet upgrades, readiness gates).
+    Controller(ControllerArgs),
+    /// Run the node-local agent API (one per node).
+    Agent(AgentArgs),
+    /// Show an upgrade's progress (`kubectl rollout status` refuses OnDelete DaemonSets).
+    Status(StatusArgs),
+}
+
+impl Command {
+    /// The runtime a mode runs on: the controller-manager on one thread, the agent and
+    /// `status` with a worker per core (see [`Workers`] for the measurements).
+    pub fn workers(&self) -> Workers {
+        match self {
+            Command::Controller(_) => Workers::One,
+            Command::Agent(_) | Command::Status(_) => Workers::PerCore,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// What to show: `daemonset/NAME` (also `ds/NAME`).
+    pub target: String,
+    /// Namespace; defaults to the kubeconfig context's namespace.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Keep watching with a progress bar until the rollout completes.
+    #[arg(short, long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// Address of the HTTP server for /metrics, /livez, /healthz and /readyz.
+    #[arg(long, env = "ROLLGATE_METRICS_ADDR", default_value = "127.0.0.1:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Only manage DaemonSets in this namespace (default: all namespaces). Nodes are
+    /// always watched cluster-wide.
+    #[arg(long, env = "ROLLGATE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// How many DaemonSets are reconciled at the same time.
+    #[arg(long, env = "ROLLGATE_DAEMONSET_CONCURRENCY", default_value_t = 4)]
+    pub daemonset_concurrency: u16,
+    /// Image of the pre-pull Job's no-op helper: a static BusyBox with `/bin/busybox`
+    /// and `/bin/cp`. Air-gapped edge nodes cannot reach the public default: mirror it
+    /// and name the mirror here.
+    #[arg(
+        long,
+        env = "ROLLGATE_PREPULL_HELPER_IMAGE",
+        default_value = crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE,
+        value_parser = parse_image_reference,
+    )]
+    pub prepull_helper_image: String,
+    /// AdvancedRollingUpdate: how long after a node turns Ready again a pod status
+    /// written while it was cut off (Ready=False from the node-lifecycle controller) is
+    /// taken as unknown: such a pod is neither replaced nor counted until the kubelet
+    /// reports on it again or this has passed. The kubelet syncs pod status every
+    /// 10 s; 30 s leaves it three tries.
+    #[arg(long, env = "ROLLGATE_STALE_STATUS_WAIT", default_value = "30s", value_parser = parse_interval)]
+    pub stale_status_wait: Duration,
+    /// AdvancedRollingUpdate: most pods one plan deletes, on top of max-unavailable.
+    /// It bounds the burst of deletions, re-creations and image pulls when a large
+    /// budget opens at once; the next plan follows at the next pod event. 250 is
+    /// OpenYurt's cap, so migrating users lose no speed.
+    #[arg(long, env = "ROLLGATE_MAX_DELETIONS_PER_PLAN", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_deletions_per_plan: u32,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+    #[command(flatten)]
+    pub gates: GateArgs,
+}
+
+/// A container image reference as the kubelet takes it: not empty, no whitespace.
+/// (The registry has the final word on the rest.)
+fn parse_image_reference(value: &str) -> Result<String, String> {
+    let accepted = "expected an image reference such as \
+         registry.example:5000/library/busybox:1.36.1-musl or name@sha256:<digest>";
+    if value.trim().is_empty() {
+        return Err(format!("the image reference is empty; {accepted}"));
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{value:?} contains whitespace or control characters; {accepted}"
+        ));
+    }
+    Ok(value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn agent_defaults_to_the_openyurt_port_on_loopback() {
+        let cli = Cli::parse_from(["rollgate", "agent", "--node-name", "edge-1"]);
+        match cli.command {
+            Command::Agent(a) => assert_eq!(a.listen.to_string(), "127.0.0.1:10267"),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_rolling_limits_default_to_the_planners_defaults_and_refuse_a_zero_cap() {
+        use crate::daemonset::rolling_plan::RollingLimits;
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(RollingLimits {
+                stale_status_wait: c.stale_status_wait,
+                max_deletions_per_plan: c.max_deletions_per_plan as usize,
+            }),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            RollingLimits::default()
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--stale-status-wait",
+                "1m",
+                "--max-deletions-per-plan",
+                "20"
+            ])
+            .unwrap(),
+            RollingLimits {
+                stale_status_wait: Duration::from_secs(60),
+                max_deletions_per_plan: 20
+            }
+        );
+        assert!(parse(&["rollgate", "controller", "--max-deletions-per-plan", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_prepull_helper_image_defaults_to_busybox_and_can_be_a_mirror() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(c.prepull_helper_image),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            crate::daemonset::image_pull::DEFAULT_HELPER_IMAGE
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--prepull-helper-image",
+                "mirror.edge.local/library/busybox:1.36.1-musl"
+            ])
+            .unwrap(),
+            "mirror.edge.local/library/busybox:1.36.1-musl"
+        );
+        for bad in ["", "  ", "busybox latest"] {
+            let error =
+                parse(&["rollgate", "controller", "--prepull-helper-image", bad]).expect_err(bad);
+            assert!(error.contains("expected an image reference"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_state_write_interval_defaults_to_ten_seconds() {
+        // The accepted forms are tested with their parser, `duration_flag`.
+        let cli = Cli::parse_from(["rollgate", "agent", "--node-name", "edge-1"]);
+        match cli.command {
+            Command::Agent(a) => {
+                assert_eq!(a.state_write_interval, std::time::Duration::from_secs(10))
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_log_format_is_accepted_after_the_subcommand() {
+        let cli = Cli::parse_from(["rollgate", "controller", "--log-format", "json"]);
+        assert_eq!(cli.logging.log_format, crate::telemetry::LogFormat::Json);
+    }
+
+    #[test]
+    fn the_readme_documents_every_flag() {
+        use clap::CommandFactory;
+        let readme = include_str!("../../README.md");
+        let flags = &readme[readme.find("### Flags").expect("a Flags section")..];
+        let flags = &flags[..flags[3..].find("\n### ").map_or(flags.len(), |i| i + 3)];
+        let mut missing = Vec::new();
+        let root = Cli::command();
+        let commands = std::iter::once(&root).chain(root.get_subcommands());
+        for command in commands {
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if matches!(long, "help" | "version") {
+                    continue;
+                }
+                if !flags.contains(&format!("`--{long}`")) {
+                    missing.push(format!("{} --{long}", command.get_name()));
+                }
+                if let Some(env) = arg.get_env() {
+                    let env = env.to_string_lossy();
+                    if !flags.contains(&format!("`{env}`")) {
+                        missing.push(format!("{} --{long} env {env}", command.get_name()));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "README.md's Flags table lacks: {missing:?}"
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! How a rollout reads to people: one line on where it stands and what it waits on,
+//! said in the controller's Events and printed by `rollgate status`.
+use super::rolling_plan::{Blocker, Progress};
+
+/// Most names listed in one line (an aggregated Event, a status line).
+const EVENT_NAMES_SHOWN: usize = 8;
+
+/// The first names of a list, and how many more there are.
+pub fn shorten(names: &[String]) -> String {
+    let mut s = names
+        .iter()
+        .take(EVENT_NAMES_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > EVENT_NAMES_SHOWN {
+        s.push_str(&format!(" (+{} more)", names.len() - EVENT_NAMES_SHOWN));
+    }
+    s
+}
+
+/// One line on where a rollout stands, naming what it waits on.
+pub fn describe(progress: &Progress) -> String {
+    let p = progress;
+    let mut line = format!("Ready nodes done {}/{}", p.ready_updated, p.ready_nodes);
+    match &p.blocked {
+        None => line.push_str("; progressing"),
+        Some(Blocker::Complete) => line.push_str("; rollout complete"),
+        Some(Blocker::CurrentRevisionUnknown) => line.push_str(
+            "; waiting: no ControllerRevision or template generation identifies the current revision yet",
+        ),
+        Some(Blocker::BudgetExhausted { unavailable }) => line.push_str(&format!(
+            "; waiting: the budget of {} is used by unavailable node(s): {}",
+            p.budget,
+            shorten(unavailable)
+        )),
+        Some(Blocker::WaitingForAvailability { nodes }) => line.push_str(&format!(
+            "; waiting for new pods to become available on: {}",
+            shorten(nodes)
+        )),
+        Some(Blocker::WaitingForStaleStatus { nodes }) => line.push_str(&format!(
+            "; waiting for the kubelet to report again on node(s) back from NotReady: {}",
+            shorten(nodes)
+        )),
+        Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
+            "; NotReady nodes waiting (upgraded when Ready again): {}",
+            shorten(nodes)
+        )),
+    }
+    // Said whatever else blocks: why these nodes' pods are neither replaced nor counted.
+    if !p.stale_status_nodes.is_empty()
+        && !matches!(p.blocked, Some(Blocker::WaitingForStaleStatus { .. }))
+    {
+        line.push_str(&format!(
+            "; pod status from before the node came back, not acted on until the kubelet reports again: {}",
+            shorten(&p.stale_status_nodes)
+        ));
+    }
+    if p.deferred_by_cap > 0 {
+        line.push_str(&format!(
+            "; {} deletion(s) left to the next plan by --max-deletions-per-plan",
+            p.deferred_by_cap
+        ));
+    }
+    line
+}

@@ -1,0 +1,204 @@
+//! Every name rollgate shares with the outside world, spelled once: the condition
+//! types and reasons it writes, the labels and annotations it reads and writes, its
+//! controller / field-manager names and its Event reasons.
+//!
+//! These strings are a public interface: users' manifests, scripts and dashboards
+//! name them, and OpenYurt's and Alibaba Cloud's tools expect their exact spelling.
+//! Change one only as a breaking change. This module is on the floor of the crate: it
+//! imports nothing of rollgate, so every layer may use it.
+
+// ---------------------------------------------------------------------------------------
+// Kubernetes' own names that rollgate reads or follows
+// ---------------------------------------------------------------------------------------
+
+/// Label on ControllerRevisions and pods naming the template revision's hash.
+pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
+/// Label on pods of older DaemonSets naming the template generation they were built from.
+pub const POD_TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
+/// DaemonSet annotation holding the current template generation.
+pub const TEMPLATE_GENERATION_ANNOTATION: &str = "deprecated.daemonset.template.generation";
+/// The recommended label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+// ---------------------------------------------------------------------------------------
+// OpenYurt's interface (DaemonSet upgrade models, OTA)
+// ---------------------------------------------------------------------------------------
+
+/// Annotation selecting the upgrade model: `AdvancedRollingUpdate` or `OTA`.
+pub const UPDATE_STRATEGY_ANNOTATION: &str = "apps.openyurt.io/update-strategy";
+/// Annotation bounding AdvancedRollingUpdate: an integer or a percentage.
+pub const MAX_UNAVAILABLE_ANNOTATION: &str = "apps.openyurt.io/max-unavailable";
+/// Pod condition type telling the node operator that the pod is out of date.
+pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
+/// Pod condition tracking the optional image pre-pull of the current revision.
+pub const POD_IMAGE_READY_CONDITION: &str = "PodImageReady";
+/// Reason written by the agent when an operator asks for a pre-pull.
+pub const PULL_IMAGE_REQUESTED_REASON: &str = "PullImageRequested";
+/// Reason of `PodImageReady=True` once the current revision's images are on the node.
+pub const PULL_IMAGE_SUCCESS_REASON: &str = "PullImageSuccess";
+/// Reason written by the image-pull controller when the pull Job failed.
+pub const PULL_IMAGE_FAIL_REASON: &str = "PullImageFail";
+/// Condition messages naming a revision (`PodNeedUpgrade`, `PodImageReady`) start so.
+pub const REVISION_MESSAGE_PREFIX: &str = "controllerrevision: ";
+
+// ---------------------------------------------------------------------------------------
+// Alibaba Cloud's interface (load-balancer readiness gates)
+// ---------------------------------------------------------------------------------------
+
+/// Readiness-gate condition type prefix; the Service name follows (`.../my-svc`).
+pub const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
+/// Attach to this load balancer instead of creating one.
+pub const LOAD_BALANCER_ID_ANNOTATION: &str =
+    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id";
+/// The same, with the legacy prefix older manifests use.
+pub const LEGACY_LOAD_BALANCER_ID_ANNOTATION: &str =
+    "service.beta.kubernetes.io/alicloud-loadbalancer-id";
+/// The prefixes of the Service annotations of Alibaba's cloud controller, current first
+/// (the current one wins when both are set).
+pub const LOAD_BALANCER_ANNOTATION_PREFIXES: &[&str] = &[
+    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-",
+    "service.beta.kubernetes.io/alicloud-loadbalancer-",
+];
+/// `spec.loadBalancerClass` of an NLB Service.
+pub const NLB_CLASS: &str = "alibabacloud.com/nlb";
+
+// ---------------------------------------------------------------------------------------
+// rollgate's own names
+// ---------------------------------------------------------------------------------------
+
+/// Reporting controller in Events and field manager of the DaemonSet upgrade controller.
+pub const DAEMONSET_CONTROLLER_NAME: &str = "rollgate-daemonset-upgrade";
+/// Reporting controller in Events and field manager of condition writes of the
+/// image-pull controller.
+pub const IMAGE_PULL_CONTROLLER_NAME: &str = "rollgate-image-pull";
+/// Field manager / reporting controller of the readiness-gate controller, as users see
+/// it in Events and managedFields.
+pub const GATES_CONTROLLER_NAME: &str = "rollgate-readiness-gates";
+
+/// The value of [`MANAGED_BY_LABEL`] on every pull Job, so the controller watches only
+/// its own Jobs.
+pub const MANAGED_BY_VALUE: &str = "rollgate";
+/// Pull Job label: UID of the pod the Job pulls for (pod names can exceed a label
+/// value's 63 chars).
+pub const PULL_JOB_POD_UID_LABEL: &str = "rollgate.io/image-pull-pod-uid";
+/// Pull Job label: `controller-revision-hash` of the revision whose images the Job pulls.
+pub const PULL_JOB_REVISION_LABEL: &str = "rollgate.io/image-pull-revision";
+/// Pull Job annotation: the request a Job answers, the `lastTransitionTime` of the
+/// `PullImageRequested` condition it was created for. A finished Job answers only that
+/// request, so asking again after a failure pulls again (clock-independent: the agent's
+/// clock may differ from the API server's).
+pub const PULL_JOB_REQUEST_ANNOTATION: &str = "rollgate.io/image-pull-request";
+/// Pull Job annotation: the name of the pod the Job pulls for.
+pub const PULL_JOB_POD_NAME_ANNOTATION: &str = "rollgate.io/image-pull-pod";
+/// Pull Job annotation: the node the Job pulls on.
+pub const PULL_JOB_NODE_ANNOTATION: &str = "rollgate.io/image-pull-node";
+
+/// Opt-in Service annotation: a True gate goes back to False when its backend is lost
+/// or unhealthy.
+pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
+/// Where rollgate records a load balancer it created (and so may delete).
+pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
+/// Held while rollgate may still have cloud resources to clean up for the Service.
+pub const LOAD_BALANCER_FINALIZER: &str = "rollgate.io/load-balancer";
+/// `spec.loadBalancerClass` of a CLB Service rollgate manages beside Alibaba's controller.
+pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
+/// `spec.loadBalancerClass` of an NLB Service rollgate manages beside Alibaba's controller.
+pub const ROLLGATE_NLB_CLASS: &str = "rollgate.io/nlb";
+
+// ---------------------------------------------------------------------------------------
+// Event reasons
+// ---------------------------------------------------------------------------------------
+
+/// Warning on a DaemonSet annotated for rollgate whose `updateStrategy` is not OnDelete.
+pub const UPDATE_STRATEGY_NOT_ON_DELETE_EVENT: &str = "UpdateStrategyNotOnDelete";
+/// Warning on a DaemonSet whose update-strategy annotation names no model.
+pub const UNKNOWN_UPDATE_STRATEGY_EVENT: &str = "UnknownUpdateStrategy";
+/// Warning on a DaemonSet whose max-unavailable annotation cannot be read.
+pub const INVALID_MAX_UNAVAILABLE_EVENT: &str = "InvalidMaxUnavailable";
+/// Old pods deleted for an AdvancedRollingUpdate.
+pub const UPGRADING_PODS_EVENT: &str = "UpgradingPods";
+/// Every node runs the current revision.
+pub const ROLLOUT_COMPLETE_EVENT: &str = "RolloutComplete";
+/// The rollout waits for NotReady nodes to come back.
+pub const WAITING_FOR_NOT_READY_NODES_EVENT: &str = "WaitingForNotReadyNodes";
+/// A rollout waits only on pods whose not-Ready status predates their node's return.
+pub const WAITING_FOR_STALE_STATUS_EVENT: &str = "WaitingForStaleStatus";
+/// The rollout waits for the native controller's newest ControllerRevision.
+pub const CURRENT_REVISION_UNKNOWN_EVENT: &str = "CurrentRevisionUnknown";
+/// A pull Job was created for a pod.
+pub const PULL_IMAGE_STARTED_EVENT: &str = "PullImageStarted";
+/// A pull Job's name is held by a Job rollgate must not touch.
+pub const PULL_IMAGE_JOB_NAME_CONFLICT_EVENT: &str = "PullImageJobNameConflict";
+/// Warning: a readiness gate names a Service that does not exist.
+pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
+/// Warning: a readiness gate names a Service that is not `type: LoadBalancer`.
+pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
+/// Warning: a Service's load-balancer annotation cannot be read.
+pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
+
+// ---------------------------------------------------------------------------------------
+// Readiness-gate condition reasons
+// ---------------------------------------------------------------------------------------
+
+macro_rules! gate_reasons {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// The CamelCase `reason` of a readiness-gate condition.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum GateReason { $($(#[$doc])* $name),* }
+
+        impl GateReason {
+            pub const ALL: &'static [GateReason] = &[$(GateReason::$name),*];
+            pub fn as_str(self) -> &'static str {
+                match self { $(GateReason::$name => stringify!($name)),* }
+            }
+        }
+    };
+}
+
+gate_reasons! {
+    /// True: registered and healthy in every server group of the Service.
+    LoadBalancerHealthy,
+    /// True: registered everywhere, but a listener has health checks off.
+    RegisteredHealthCheckDisabled,
+    /// Still True (default) although a backend was lost or turned unhealthy after Ready.
+    BackendLostAfterReady,
+    /// Waiting for the backend to appear in a server group.
+    BackendNotRegistered,
+    /// Registered; the load balancer has no health verdict yet.
+    HealthCheckPending,
+    /// Registered; the load balancer reports it unhealthy (reason code in the message).
+    BackendUnhealthy,
+    /// The pod's containers are not ready (or it has no IP): it is not registered.
+    ContainersNotReady,
+    /// A named targetPort of the Service is not a port of the pod.
+    TargetPortNotFound,
+    /// The gate names a Service whose selector does not match the pod.
+    PodNotSelected,
+    /// The gate names a Service that does not exist in the pod's namespace.
+    ServiceNotFound,
+    /// The gate names a Service that is not `type: LoadBalancer`.
+    ServiceNotLoadBalancer,
+    /// The load balancer is being created, or has no address yet.
+    LoadBalancerNotReady,
+    /// A cloud call failed (action, error code and request id in the message).
+    CloudApiError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_reasons_are_camel_case_and_listed_in_the_readme() {
+        let readme = include_str!("../README.md");
+        for reason in GateReason::ALL {
+            let s = reason.as_str();
+            assert!(s.chars().next().unwrap().is_ascii_uppercase(), "{s}");
+            assert!(s.chars().all(|c| c.is_ascii_alphanumeric()), "{s}");
+            assert!(
+                readme.contains(&format!("`{s}`")),
+                "README lacks reason {s}"
+            );
+        }
+    }
+}
