@@ -57,6 +57,10 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         client.clone(),
         &metrics,
         args.daemonset_concurrency,
+        crate::daemonset::rolling_plan::RollingLimits {
+            stale_status_wait: args.stale_status_wait,
+            max_deletions_per_plan: args.max_deletions_per_plan as usize,
+        },
         leadership.clone(),
         shutdown.clone(),
     );

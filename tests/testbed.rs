@@ -473,9 +473,13 @@ impl PrivateKwok {
         for (placeholder, ms) in delays {
             stages = stages.replace(placeholder, &ms.to_string());
         }
+        let unfilled: Vec<&str> = stages
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && l.contains("__"))
+            .collect();
         assert!(
-            !stages.contains("__"),
-            "{} has a template value this test does not fill in",
+            unfilled.is_empty(),
+            "{} has template values this test does not fill in: {unfilled:?}",
             source.display()
         );
         let dir = tempfile::tempdir().unwrap();
@@ -535,6 +539,10 @@ impl Drop for PrivateKwok {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_updated_just_before_the_cut(
 ) {
+    // The race inside kwok that leaves a job queued is won on a few percent of the
+    // nodes (1-2 of 16 or 32 in each of three runs on the old stage file): with 96 nodes
+    // the old stage file fails nearly every run.
+    const NODES: usize = 96;
     // Any delayed node stage fires 25-27 s after an update: after the Unknown mark
     // (grace 15 s after the last renewal), inside the watched window.
     let refresh = Duration::from_secs(25);
@@ -557,7 +565,7 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     )
     .await;
     let api: Api<Node> = Api::all(client.clone());
-    let names: Vec<String> = (0..8).map(|i| format!("{owner}-n{i}")).collect();
+    let names: Vec<String> = (0..NODES).map(|i| format!("{owner}-n{i}")).collect();
     for name in &names {
         let mut node = kwok_node(name, &owner);
         let labels = node.metadata.labels.as_mut().unwrap();
@@ -567,17 +575,24 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     }
     let all_ready = |want: bool| {
         let api = api.clone();
-        let names = names.clone();
+        let owned = ListParams::default().labels(&format!("{OWNER_LABEL}={owner}"));
         async move {
-            let mut wrong = Vec::new();
-            for name in &names {
-                let node = api.get(name).await.map_err(|e| e.to_string())?;
-                let status = node_ready_status(&node);
-                if (status.as_deref() == Some("True")) != want {
-                    wrong.push(format!("{name}: {status:?}"));
-                }
-            }
-            if wrong.is_empty() {
+            let nodes = api.list(&owned).await.map_err(|e| e.to_string())?;
+            let wrong: Vec<String> = nodes
+                .items
+                .iter()
+                .map(|n| {
+                    (
+                        n.metadata.name.clone().unwrap_or_default(),
+                        node_ready_status(n),
+                    )
+                })
+                .filter(|(_, status)| (status.as_deref() == Some("True")) != want)
+                .map(|(name, status)| format!("{name}: {status:?}"))
+                .collect();
+            if nodes.items.len() != NODES {
+                Err(format!("{} of {NODES} nodes listed", nodes.items.len()))
+            } else if wrong.is_empty() {
                 Ok(())
             } else {
                 Err(wrong.join(", "))
@@ -609,16 +624,23 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
         annotate(round.to_string()).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // The last update and the cut are in flight together (the cut sent a moment later),
+    // so kwok receives the update and the node's departure from its selector in one
+    // burst, as it does on a busy cluster.
     let cut_at = std::time::Instant::now();
-    for name in &names {
+    for (i, name) in names.iter().enumerate() {
+        // The gap between the two varies, since the race inside kwok is of microseconds.
+        let gap = Duration::from_micros(100 + 300 * (i as u64 % 4));
         let busy = json!({"metadata": {"annotations": {"rollgate.test/busy": "last"}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&busy))
-            .await
-            .unwrap();
         let cut = json!({"metadata": {"labels": {PRIVATE_HEARTBEAT: "off"}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&cut))
-            .await
-            .unwrap();
+        let params = PatchParams::default();
+        let (busy, cut) = (Patch::Merge(&busy), Patch::Merge(&cut));
+        let (updated, cut) = tokio::join!(api.patch(name, &params, &busy), async {
+            tokio::time::sleep(gap).await;
+            api.patch(name, &params, &cut).await
+        });
+        updated.unwrap();
+        cut.unwrap();
     }
     note(format!("cut {} nodes right after an update", names.len()));
     wait_for(

@@ -5,10 +5,12 @@
 pub mod status;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::agent::AgentArgs;
+use crate::duration_flag::parse_interval;
 use crate::gates::GateArgs;
 use crate::leader::LeaderArgs;
 use crate::runtime::Workers;
@@ -84,6 +86,19 @@ pub struct ControllerArgs {
         value_parser = parse_image_reference,
     )]
     pub prepull_helper_image: String,
+    /// AdvancedRollingUpdate: how long after a node turns Ready again a pod status
+    /// written while it was cut off (Ready=False from the node-lifecycle controller) is
+    /// taken as unknown: such a pod is neither replaced nor counted until the kubelet
+    /// reports on it again or this has passed. The kubelet syncs pod status every
+    /// 10 s; 30 s leaves it three tries.
+    #[arg(long, env = "ROLLGATE_STALE_STATUS_WAIT", default_value = "30s", value_parser = parse_interval)]
+    pub stale_status_wait: Duration,
+    /// AdvancedRollingUpdate: most pods one plan deletes, on top of max-unavailable.
+    /// It bounds the burst of deletions, re-creations and image pulls when a large
+    /// budget opens at once; the next plan follows at the next pod event. 250 is
+    /// OpenYurt's cap, so migrating users lose no speed.
+    #[arg(long, env = "ROLLGATE_MAX_DELETIONS_PER_PLAN", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_deletions_per_plan: u32,
     #[command(flatten)]
     pub leader: LeaderArgs,
     #[command(flatten)]
@@ -123,6 +138,39 @@ mod tests {
             Command::Agent(a) => assert_eq!(a.listen.to_string(), "127.0.0.1:10267"),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_rolling_limits_default_to_the_planners_defaults_and_refuse_a_zero_cap() {
+        use crate::daemonset::rolling_plan::RollingLimits;
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(RollingLimits {
+                stale_status_wait: c.stale_status_wait,
+                max_deletions_per_plan: c.max_deletions_per_plan as usize,
+            }),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            RollingLimits::default()
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--stale-status-wait",
+                "1m",
+                "--max-deletions-per-plan",
+                "20"
+            ])
+            .unwrap(),
+            RollingLimits {
+                stale_status_wait: Duration::from_secs(60),
+                max_deletions_per_plan: 20
+            }
+        );
+        assert!(parse(&["rollgate", "controller", "--max-deletions-per-plan", "0"]).is_err());
     }
 
     #[test]

@@ -91,6 +91,7 @@ pub fn summarize(
                 now: Timestamp::now(),
                 expected_deletions: &Default::default(),
                 vacated_by_us: &Default::default(),
+                limits: Default::default(),
             });
             let p = &plan.progress;
             let mut lines = vec![format!(

@@ -137,6 +137,7 @@ fn every_planner_decides_the_same_on_cached_objects() {
             now: at(1000),
             expected_deletions: &Default::default(),
             vacated_by_us: &Default::default(),
+            limits: Default::default(),
         })
     }
     let full = rolling(&ds, current.as_ref(), &arcs(&full_pods), &arcs(&full_nodes));

@@ -18,7 +18,7 @@ use super::metrics::{DaemonSetMetrics, DeletionLabels};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, CurrentRevision};
-use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingPlan};
+use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
 use super::triggers::{daemonset_unchanged, pod_unchanged};
 use crate::apply::{
     event, issue_together, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::names::{
     CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME, POD_NEED_UPGRADE_CONDITION,
     ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT,
-    WAITING_FOR_NOT_READY_NODES_EVENT,
+    WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -47,6 +47,7 @@ pub struct Context {
     metrics: DaemonSetMetrics,
     expectations: Mutex<Expectations>,
     said: EventDedup,
+    limits: RollingLimits,
 }
 
 impl Context {
@@ -64,6 +65,7 @@ pub fn start(
     client: Client,
     metrics: &Metrics,
     concurrency: u16,
+    limits: RollingLimits,
     leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
@@ -76,6 +78,7 @@ pub fn start(
         metrics: daemonset_metrics.clone(),
         expectations: Mutex::default(),
         said: EventDedup::default(),
+        limits,
     });
 
     let ds_for_nodes = stores.daemonsets.clone();
@@ -246,6 +249,7 @@ async fn rolling_update(
         now: Timestamp::now(),
         expected_deletions: &pending.deletions,
         vacated_by_us: &pending.vacated,
+        limits: ctx.limits,
     });
     // Recorded before any call: an event burst replanning while calls are in flight must
     // already see these pods as gone and their nodes as vacated.
@@ -334,7 +338,8 @@ async fn rolling_update(
         return Err(e);
     }
     Ok(match plan.progress.recheck_after {
-        // minReadySeconds elapsing fires no watch event: come back when it does.
+        // minReadySeconds elapsing, or a stale status wait ending, fires no watch event:
+        // come back when it does.
         Some(after) => Action::requeue(after + Duration::from_millis(100)),
         None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
         None => Action::requeue(Duration::from_secs(300)),
@@ -365,6 +370,9 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         }
         Some(Blocker::CurrentRevisionUnknown) => {
             Some((CURRENT_REVISION_UNKNOWN_EVENT, describe(p)))
+        }
+        Some(Blocker::WaitingForStaleStatus { .. }) => {
+            Some((WAITING_FOR_STALE_STATUS_EVENT, describe(p)))
         }
         _ => None,
     };

@@ -11,8 +11,9 @@
 //! - Terminating pods, and pods whose deletion we already issued (`expected_deletions`),
 //!   are not live: they are ignored when classifying and never deleted again.
 //! - Per Ready node: no live pod, an old and a new pod, or duplicates -> unavailable;
-//!   only a new pod -> unavailable unless available; only an old pod that is not
-//!   available -> delete it without using budget; only an old available pod -> candidate.
+//!   only a new pod -> unavailable unless available; only an old available pod ->
+//!   candidate; only an old pod that is not available -> replaced first (below), unless
+//!   its status is stale (below).
 //! - A Ready node that shows no pod at all is *vacated* (unavailable, in the base) when
 //!   rollgate itself deleted its pod and no available replacement has been seen yet
 //!   (`vacated_by_us`), or when the DaemonSet should run there (node selector, required
@@ -20,8 +21,31 @@
 //!   first is empty. Neither reads `status.desiredNumberScheduled`: with tolerations
 //!   that match every taint, NotReady nodes stay in it, and counting them as vacated
 //!   stalls the rollout.
-//! - At most `budget - unavailable` candidates are deleted, in ascending node name order
-//!   so that repeated plans agree and operators can predict the next victims.
+//! - The budget rule: rollgate never leaves more than `budget` Ready nodes without a
+//!   serving pod. A node is *ours* from our deletion of its pod (available or not)
+//!   until any pod serves there again, or until it goes NotReady (then the network
+//!   answers for it); while ours and Ready it counts as unavailable whatever it shows.
+//!   So, with `allowed = budget - unavailable`:
+//!   - an old pod that is not available on a node that is ours (a replacement of an
+//!     earlier template still starting when the next one came, a -> b -> c) is replaced
+//!     at once: its node is counted already, and replacing it adds none;
+//!   - an old pod that is not available on a node not ours yet is replaced first, as it
+//!     serves nothing, but spends one of `allowed`: from this plan on its node counts;
+//!   - then candidates, with what is left of `allowed`.
+//! - When unavailable nodes alone use or exceed the budget, only the first kind is
+//!   replaced: nothing that adds an unavailable node.
+//! - Deletions are listed old pods not available first, then candidates, each in
+//!   ascending node name order, so that repeated plans agree and operators can predict
+//!   the next victims.
+//! - Stale status: the node-lifecycle controller marks every pod of a cut-off node
+//!   Ready=False, and a returning kubelet takes seconds to report its pods again. An
+//!   old pod whose not-Ready status turned before its node last turned Ready is
+//!   unknown, neither replaced nor counted as a free replacement, until the kubelet
+//!   rewrites it or `stale_status_wait` has passed since the node's return; then it
+//!   counts as it reads. The plan names these nodes and asks for a recheck when the
+//!   wait ends (no watch event fires then).
+//! - On top of the budget, at most `max_deletions_per_plan` deletions, the first ones
+//!   in the order above; the rest is left to the next plan.
 //! - Available = Ready condition True for at least `spec.minReadySeconds`, measured from
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
@@ -64,6 +88,34 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     /// Nodes whose pod rollgate deleted, with that pod's UID, until an available
     /// replacement is seen there (see `VacatedNodes`).
     pub vacated_by_us: &'a BTreeMap<String, String>,
+    pub limits: RollingLimits,
+}
+
+/// Limits on a plan besides the budget, set by the controller's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollingLimits {
+    /// How long after a node turned Ready again a not-Ready status written before that
+    /// is taken as unknown rather than as "not available" (see `stale_status`).
+    pub stale_status_wait: Duration,
+    /// Most deletions one plan issues, whatever the budget allows.
+    pub max_deletions_per_plan: usize,
+}
+
+impl RollingLimits {
+    /// Three of the kubelet's 10 s pod status syncs: a kubelet that is back re-reports
+    /// its pods well within this, and a pod still not Ready after it is believed.
+    pub const DEFAULT_STALE_STATUS_WAIT: Duration = Duration::from_secs(30);
+    /// OpenYurt's burst, so users who migrate see no slower rollout than they had.
+    pub const DEFAULT_MAX_DELETIONS_PER_PLAN: usize = 250;
+}
+
+impl Default for RollingLimits {
+    fn default() -> Self {
+        RollingLimits {
+            stale_status_wait: Self::DEFAULT_STALE_STATUS_WAIT,
+            max_deletions_per_plan: Self::DEFAULT_MAX_DELETIONS_PER_PLAN,
+        }
+    }
 }
 
 // By hand: derived impls would ask `P` and `N` to be `Copy`, though only references are.
@@ -77,11 +129,13 @@ impl<P, N> Copy for RollingInput<'_, P, N> {}
 /// The deletions to issue now, and where the rollout stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollingPlan {
-    /// Pods to delete, each with a UID precondition. Budget-free deletions
-    /// (`OldPodNotAvailable`) come first, then candidates in ascending node name order.
+    /// Pods to delete, each with a UID precondition. Old pods that are not available
+    /// (`OldPodNotAvailable`) come first, then candidates, each in ascending node name
+    /// order.
     pub deletions: Vec<PlannedDeletion>,
-    /// Entries of `vacated_by_us` that are settled: an available up-to-date pod runs
-    /// there now, the Node is gone, or the DaemonSet no longer places a pod there.
+    /// Entries of `vacated_by_us` that are settled: an available pod (of any revision)
+    /// runs there now, the Node is gone or NotReady, or the DaemonSet no longer places
+    /// a pod there.
     pub settled: Vec<String>,
     pub progress: Progress,
 }
@@ -107,7 +161,8 @@ pub struct PlannedDeletion {
 /// Why a pod is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DeletionReason {
-    /// An out-of-date pod that is not available serves nothing: replaced without budget.
+    /// An out-of-date pod that is not available serves nothing: replaced before any
+    /// available one, its node counted unavailable from then on.
     OldPodNotAvailable,
     /// An out-of-date available pod, replaced within the max-unavailable budget.
     RollingUpdate,
@@ -145,7 +200,8 @@ pub struct Progress {
     /// Ready nodes of the base that are done.
     pub ready_updated: usize,
     /// Ready nodes counted against the budget before this plan's deletions: no live pod,
-    /// old and new pods, duplicate pods, or an up-to-date pod not yet available.
+    /// old and new pods, duplicate pods, an up-to-date pod not yet available, or a node
+    /// rollgate replaced a pod on whose pod is not available (of whatever revision).
     pub unavailable: usize,
     /// Ready nodes whose only live pod is out of date and available.
     pub candidates: usize,
@@ -154,14 +210,21 @@ pub struct Progress {
     pub vacated_nodes: Vec<String>,
     /// `max-unavailable` resolved against `total_nodes`.
     pub budget: usize,
+    /// Ready nodes whose only live pod is out of date and reads not Ready, but was
+    /// marked so before the node came back: unknown, neither replaced nor counted until
+    /// the kubelet reports on it again or `stale_status_wait` has passed.
+    pub stale_status_nodes: Vec<String>,
+    /// Deletions the budget allowed that `max_deletions_per_plan` left to the next plan.
+    pub deferred_by_cap: usize,
     /// NotReady nodes holding a pod of this DaemonSet, by name: not touched.
     pub not_ready_nodes_skipped: Vec<String>,
     /// Node names that pods point to but no Node object exists for: not touched.
     pub missing_nodes_skipped: Vec<String>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
-    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget: no
-    /// watch event fires at that moment, so the controller should requeue after it.
+    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
+    /// the earliest stale status wait ends: no watch event fires at that moment, so the
+    /// controller should requeue after it.
     pub recheck_after: Option<Duration>,
 }
 
@@ -170,12 +233,15 @@ pub struct Progress {
 pub enum Blocker {
     /// Neither a ControllerRevision hash nor a template generation is known yet.
     CurrentRevisionUnknown,
-    /// Out-of-date available pods remain, but these unavailable Ready nodes use the
-    /// whole budget.
+    /// Out-of-date pods remain whose replacement would make one more node unavailable,
+    /// but these unavailable Ready nodes use the whole budget.
     BudgetExhausted { unavailable: Vec<String> },
     /// No out-of-date available pod is left on Ready nodes; these Ready nodes are still
     /// unavailable (pod being recreated, starting, or within `minReadySeconds`).
     WaitingForAvailability { nodes: Vec<String> },
+    /// Nothing else to do now; the out-of-date pods of these Ready nodes read not Ready
+    /// from before their node came back, and wait for the kubelet to report again.
+    WaitingForStaleStatus { nodes: Vec<String> },
     /// Ready nodes are done; out-of-date pods remain on these NotReady or missing nodes
     /// and are upgraded when the nodes are Ready again.
     WaitingForSkippedNodes { nodes: Vec<String> },
@@ -206,13 +272,20 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             Some(true) => {
                 progress.total_nodes += 1;
                 progress.ready_nodes += 1;
-                ready_nodes.push((node, pods));
+                ready_nodes.push((node, pods, nodes[node]));
             }
         }
     }
+    // A node we replaced a pod on that went NotReady since is the network's now: what
+    // it shows when back is counted as it reads (see `replaced_not_available`).
+    let mut settled: Vec<String> = progress
+        .not_ready_nodes_skipped
+        .iter()
+        .filter(|node| input.vacated_by_us.contains_key(node.as_str()))
+        .cloned()
+        .collect();
     // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
     // should run there (its pod is gone and the replacement not created or not seen).
-    let mut settled = Vec::new();
     for (&name, node) in &nodes {
         if pods_by_node.contains(name) {
             continue;
@@ -220,6 +293,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         let ours = input.vacated_by_us.contains_key(name);
         let placed = should_run_on(input.daemonset, node);
         if !is_node_ready(node) {
+            if ours {
+                settled.push(name.to_string());
+            }
             continue;
         }
         if placed || ours {
@@ -263,33 +339,65 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
                 .is_some_and(|uid| input.expected_deletions.contains(uid))
     };
 
-    let mut deletions = Vec::new();
+    let mut recheck_after = |wait: Duration| {
+        let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
+        progress.recheck_after = Some(earliest);
+    };
+    // Out-of-date pods that are not available, on nodes already counted unavailable
+    // because rollgate replaced a pod there (replacing again adds no node), and on
+    // nodes not counted yet (replacing spends budget).
+    let mut replaced_not_available = Vec::new();
+    let mut old_not_available = Vec::new();
     let mut candidates = Vec::new();
     let mut unavailable_nodes = Vec::new();
-    for (node, pods) in ready_nodes {
+    let mut stale_status_nodes = Vec::new();
+    for (node, pods, node_facts) in ready_nodes {
+        // Ours until a pod serves there again: counted unavailable whatever it shows.
+        let ours = input.vacated_by_us.contains_key(node);
         match LivePods::of(pods, is_live, current) {
             LivePods::OnlyNew(new_pod) => match availability(new_pod, min_ready, input.now) {
                 Availability::Available => {
                     progress.updated += 1;
                     progress.ready_updated += 1;
-                    if input.vacated_by_us.contains_key(node) {
+                    if ours {
                         settled.push(node.to_string());
                     }
                 }
                 Availability::AvailableIn(wait) => {
-                    let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
-                    progress.recheck_after = Some(earliest);
+                    recheck_after(wait);
                     unavailable_nodes.push(node.to_string());
                 }
                 Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
             },
             LivePods::OnlyOld(old_pod) => match availability(old_pod, min_ready, input.now) {
-                Availability::Available => candidates.push((node, old_pod)),
-                _ => deletions.push(planned_deletion(
-                    old_pod,
-                    node,
-                    DeletionReason::OldPodNotAvailable,
-                )),
+                Availability::Available => {
+                    // A replacement of an older template serves: the node is no longer
+                    // ours, and its pod is a candidate like any other.
+                    if ours {
+                        settled.push(node.to_string());
+                    }
+                    candidates.push((node, old_pod));
+                }
+                _ => {
+                    let stale = stale_status(
+                        old_pod,
+                        node_facts,
+                        input.limits.stale_status_wait,
+                        input.now,
+                    );
+                    if let Some(wait) = stale {
+                        recheck_after(wait);
+                        stale_status_nodes.push(node.to_string());
+                        if ours {
+                            unavailable_nodes.push(node.to_string());
+                        }
+                    } else if ours {
+                        unavailable_nodes.push(node.to_string());
+                        replaced_not_available.push((node, old_pod));
+                    } else {
+                        old_not_available.push((node, old_pod));
+                    }
+                }
             },
             // No live pod, old and new together, or duplicates: the native controller is
             // still creating or cleaning up here.
@@ -317,16 +425,34 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     unavailable_nodes.sort();
     progress.unavailable = unavailable_nodes.len();
     progress.candidates = candidates.len();
+    progress.stale_status_nodes = stale_status_nodes;
 
+    // The budget rule: a deletion may add a node to the unavailable ones only while
+    // they stay within the budget. Pods serving nothing go first, then available ones.
     let allowed = progress.budget.saturating_sub(progress.unavailable);
-    let chosen = allowed.min(candidates.len());
+    let spendable = old_not_available.len() + candidates.len();
+    let chosen = allowed.min(spendable);
+    let old_chosen = chosen.min(old_not_available.len());
+    let mut deletions: Vec<PlannedDeletion> = replaced_not_available
+        .iter()
+        .chain(&old_not_available[..old_chosen])
+        .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+        .collect();
+    deletions.sort_by(|a, b| a.node.cmp(&b.node));
     deletions.extend(
-        candidates[..chosen]
+        candidates[..chosen - old_chosen]
             .iter()
-            .map(|(node, pod)| planned_deletion(pod, node, DeletionReason::RollingUpdate)),
+            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
     );
+    // On top of the budget: the rest waits for the next plan (our deletions' own pod
+    // events bring it at once), in the same order.
+    let capped = deletions
+        .len()
+        .min(input.limits.max_deletions_per_plan.max(1));
+    progress.deferred_by_cap = deletions.len() - capped;
+    deletions.truncate(capped);
 
-    progress.blocked = if chosen < candidates.len() {
+    progress.blocked = if chosen < spendable {
         Some(Blocker::BudgetExhausted {
             unavailable: unavailable_nodes,
         })
@@ -335,6 +461,10 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     } else if !unavailable_nodes.is_empty() {
         Some(Blocker::WaitingForAvailability {
             nodes: unavailable_nodes,
+        })
+    } else if !progress.stale_status_nodes.is_empty() {
+        Some(Blocker::WaitingForStaleStatus {
+            nodes: progress.stale_status_nodes.clone(),
         })
     } else if skipped_with_old_pods.is_empty() {
         Some(Blocker::Complete)
@@ -449,6 +579,34 @@ fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> 
     }
 }
 
+/// How much longer an out-of-date pod's not-Ready status stays *stale*: unknown rather
+/// than "not available". The node-lifecycle controller marks every pod of a cut-off
+/// node Ready=False; when the node is Ready again, its kubelet needs a few seconds to
+/// report its pods, and a pod that served locally the whole time reads "not Ready"
+/// until then. A status written before the node last turned Ready is stale until the
+/// kubelet rewrites it or `wait` has passed since the node's return; `None` means it
+/// counts as it reads (no times to compare also counts as read).
+fn stale_status(
+    pod: &impl PodFacts,
+    node: &impl NodeFacts,
+    wait: Duration,
+    now: Timestamp,
+) -> Option<Duration> {
+    let marked = pod
+        .condition("Ready")
+        .filter(|ready| ready.status != "True")?
+        .last_transition_time?;
+    let back_since = node.ready_condition()?.1?;
+    if marked.0 >= back_since.0 {
+        return None;
+    }
+    let wait = SignedDuration::try_from(wait).ok()?;
+    let remaining = wait - now.duration_since(back_since.0);
+    Duration::try_from(remaining)
+        .ok()
+        .filter(|left| !left.is_zero())
+}
+
 fn planned_deletion(pod: &impl PodFacts, node: &str, reason: DeletionReason) -> PlannedDeletion {
     PlannedDeletion {
         namespace: pod.pod_namespace().to_string(),
@@ -470,6 +628,7 @@ pub(crate) struct OwnedInput {
     pub now: Timestamp,
     pub expected_deletions: BTreeSet<String>,
     pub vacated_by_us: BTreeMap<String, String>,
+    pub limits: RollingLimits,
 }
 
 #[cfg(test)]
@@ -484,6 +643,7 @@ impl OwnedInput {
             now: self.now,
             expected_deletions: &self.expected_deletions,
             vacated_by_us: &self.vacated_by_us,
+            limits: self.limits,
         }
     }
 }
@@ -494,6 +654,7 @@ mod tests {
     use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
     use k8s_openapi::api::apps::v1::ControllerRevision;
     use k8s_openapi::api::core::v1::Taint;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const NOW: i64 = 1_000_000;
 
@@ -524,6 +685,7 @@ mod tests {
             now: at(NOW),
             expected_deletions: BTreeSet::new(),
             vacated_by_us: BTreeMap::new(),
+            limits: RollingLimits::default(),
         }
     }
 
@@ -720,7 +882,10 @@ mod tests {
     }
 
     #[test]
-    fn unavailable_old_pod_is_deleted_without_using_budget() {
+    fn an_unavailable_old_pod_is_replaced_first_and_spends_budget() {
+        // It serves nothing, so it goes before any available pod; but its node is
+        // without a serving pod from our deletion on, until the replacement is
+        // available, so the deletion spends budget like any other.
         let (ds, revisions) = upgrading(0);
         let pods = vec![
             PodBuilder::new("crashing-n1", &ds)
@@ -731,22 +896,36 @@ mod tests {
             old_available(&ds, "old-n2", "n2"),
             old_available(&ds, "old-n3", "n3"),
         ];
-        let plan = plan(&input(
-            &ds,
-            &revisions,
-            pods,
-            ready_nodes(&["n1", "n2", "n3"]),
-            MaxUnavailable::Count(1),
-        ));
+        let plan_with = |max_unavailable| {
+            plan(&input(
+                &ds,
+                &revisions,
+                pods.clone(),
+                ready_nodes(&["n1", "n2", "n3"]),
+                max_unavailable,
+            ))
+        };
+        let one = plan_with(MaxUnavailable::Count(1));
         assert_eq!(
-            deleted_names(&plan),
+            deleted_names(&one),
+            [("crashing-n1", DeletionReason::OldPodNotAvailable)]
+        );
+        assert_eq!(one.progress.unavailable, 0);
+        assert_eq!(one.progress.candidates, 2);
+        assert_eq!(
+            one.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec![]
+            })
+        );
+        let two = plan_with(MaxUnavailable::Count(2));
+        assert_eq!(
+            deleted_names(&two),
             [
                 ("crashing-n1", DeletionReason::OldPodNotAvailable),
                 ("old-n2", DeletionReason::RollingUpdate)
             ]
         );
-        assert_eq!(plan.progress.unavailable, 0);
-        assert_eq!(plan.progress.candidates, 2);
     }
 
     #[test]
@@ -1371,5 +1550,301 @@ mod tests {
         ));
         assert!(done.is_complete());
         assert_eq!((done.progress.updated, done.progress.total_nodes), (3, 3));
+    }
+
+    /// A DaemonSet whose template went a -> b -> c: revisions 1, 2 and 3.
+    fn three_revisions() -> (DaemonSet, Vec<ControllerRevision>) {
+        let ds = DaemonSetBuilder::new("agent")
+            .strategy("AdvancedRollingUpdate")
+            .on_delete()
+            .build();
+        let revisions = vec![
+            revision(&ds, "a", 1),
+            revision(&ds, "b", 2),
+            revision(&ds, "c", 3),
+        ];
+        (ds, revisions)
+    }
+
+    fn pod_at(ds: &DaemonSet, hash: &str, node: &str, available: bool) -> Pod {
+        let builder = PodBuilder::new(&format!("{hash}-{node}"), ds)
+            .hash(hash)
+            .on_node(node);
+        if available {
+            builder.ready_since(at(NOW - 3600)).build()
+        } else {
+            builder.not_ready().build()
+        }
+    }
+
+    /// The issue's case: 100 nodes at 10%. Ten b-pods are still pulling (rollgate
+    /// deleted the a-pods there) when c is pushed.
+    fn pushed_while_pulling(ds: &DaemonSet) -> (Vec<Pod>, Vec<Node>) {
+        let names: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+        let pods = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                if i < 10 {
+                    pod_at(ds, "b", name, false)
+                } else {
+                    pod_at(ds, "a", name, true)
+                }
+            })
+            .collect();
+        let nodes = names.iter().map(|name| node(name, true)).collect();
+        (pods, nodes)
+    }
+
+    #[test]
+    fn a_template_change_mid_rollout_keeps_the_budget() {
+        let (ds, revisions) = three_revisions();
+        let (pods, nodes) = pushed_while_pulling(&ds);
+        let mut case = input(&ds, &revisions, pods, nodes, MaxUnavailable::Percent(10));
+        case.vacated_by_us = (0..10)
+            .map(|i| (format!("n{i:03}"), format!("uid-a-n{i:03}")))
+            .collect();
+        let plan = plan(&case);
+        assert_eq!(plan.progress.budget, 10);
+        // The b-pods' nodes were counted as our replacements in progress; under c they
+        // still are, and replacing them again costs nothing more.
+        assert_eq!(plan.progress.unavailable, 10);
+        let deleted = deleted_names(&plan);
+        assert_eq!(deleted.len(), 10, "{deleted:?}");
+        assert!(deleted.iter().all(|(name, reason)| name.starts_with("b-")
+            && *reason == DeletionReason::OldPodNotAvailable));
+        assert!(matches!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn a_template_change_mid_rollout_keeps_the_budget_after_a_restart() {
+        // No memory of our deletions: the b-pods are unavailable old pods on nodes not
+        // counted yet, so each replacement spends budget, before any a-pod.
+        let (ds, revisions) = three_revisions();
+        let (pods, nodes) = pushed_while_pulling(&ds);
+        let plan = plan(&input(
+            &ds,
+            &revisions,
+            pods,
+            nodes,
+            MaxUnavailable::Percent(10),
+        ));
+        assert_eq!(plan.progress.unavailable, 0);
+        let deleted = deleted_names(&plan);
+        assert_eq!(deleted.len(), 10, "{deleted:?}");
+        assert!(deleted.iter().all(|(name, _)| name.starts_with("b-")));
+    }
+
+    #[test]
+    fn when_unavailable_nodes_alone_exceed_the_budget_only_counted_nodes_are_replaced() {
+        // Budget 2. n1..n3: c-pods starting (3 unavailable, over the budget). n4: our
+        // b replacement, not available, c pushed since: counted, so replacing it again
+        // adds nothing. n5: an a-pod crashing on its own: replacing it would make one
+        // more node ours, so it waits. n6: an available a-pod waits as well.
+        let (ds, revisions) = three_revisions();
+        let pods = vec![
+            pod_at(&ds, "c", "n1", false),
+            pod_at(&ds, "c", "n2", false),
+            pod_at(&ds, "c", "n3", false),
+            pod_at(&ds, "b", "n4", false),
+            pod_at(&ds, "a", "n5", false),
+            pod_at(&ds, "a", "n6", true),
+        ];
+        let mut case = input(
+            &ds,
+            &revisions,
+            pods,
+            ready_nodes(&["n1", "n2", "n3", "n4", "n5", "n6"]),
+            MaxUnavailable::Count(2),
+        );
+        case.vacated_by_us = BTreeMap::from([("n4".into(), "uid-a-n4".into())]);
+        let plan = plan(&case);
+        assert_eq!(
+            deleted_names(&plan),
+            [("b-n4", DeletionReason::OldPodNotAvailable)]
+        );
+        assert_eq!(plan.progress.unavailable, 4);
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: vec!["n1".into(), "n2".into(), "n3".into(), "n4".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn a_replaced_node_is_settled_once_any_available_pod_serves_there_or_it_goes_not_ready() {
+        // n1: our b replacement became available, c pushed since: it serves, so it is
+        // no longer ours. n2: cut off since our deletion: the network's now.
+        let (ds, revisions) = three_revisions();
+        let mut case = input(
+            &ds,
+            &revisions,
+            vec![pod_at(&ds, "b", "n1", true), pod_at(&ds, "b", "n2", false)],
+            vec![node("n1", true), node("n2", false)],
+            MaxUnavailable::Count(1),
+        );
+        case.vacated_by_us = BTreeMap::from([
+            ("n1".into(), "uid-a-n1".into()),
+            ("n2".into(), "uid-a-n2".into()),
+        ]);
+        let plan = plan(&case);
+        assert_eq!(plan.settled, ["n1", "n2"]);
+        assert_eq!(plan.progress.unavailable, 0);
+        assert_eq!(
+            deleted_names(&plan),
+            [("b-n1", DeletionReason::RollingUpdate)]
+        );
+    }
+
+    /// A node Ready again since `seconds_ago`, after a cut.
+    fn back_since(name: &str, seconds_ago: i64) -> Node {
+        let mut back = node(name, true);
+        let conditions = back
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .expect("a Ready condition");
+        conditions[0].last_transition_time = Some(Time(at(NOW - seconds_ago)));
+        back
+    }
+
+    /// An old pod whose Ready condition turned False `seconds_ago`.
+    fn marked_not_ready(ds: &DaemonSet, name: &str, node: &str, seconds_ago: i64) -> Pod {
+        PodBuilder::new(name, ds)
+            .hash("old")
+            .on_node(node)
+            .with_condition(k8s_openapi::api::core::v1::PodCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: Some("NodeNotReady".into()),
+                last_transition_time: Some(Time(at(NOW - seconds_ago))),
+                ..Default::default()
+            })
+            .build()
+    }
+
+    /// Twelve nodes back from a cut `back_for` seconds ago, their old pods marked not
+    /// Ready 100 s ago by the node-lifecycle controller; eight more never cut off.
+    fn comeback(ds: &DaemonSet, back_for: i64) -> OwnedInput {
+        let revisions = vec![revision(ds, "old", 1), revision(ds, "new", 2)];
+        let mut pods = Vec::new();
+        let mut nodes = Vec::new();
+        for i in 1..=12 {
+            let name = format!("back-{i:02}");
+            pods.push(marked_not_ready(ds, &format!("old-{name}"), &name, 100));
+            nodes.push(back_since(&name, back_for));
+        }
+        for i in 1..=8 {
+            let name = format!("home-{i:02}");
+            pods.push(old_available(ds, &format!("old-{name}"), &name));
+            nodes.push(node(&name, true));
+        }
+        input(ds, &revisions, pods, nodes, MaxUnavailable::Count(3))
+    }
+
+    #[test]
+    fn pods_marked_not_ready_while_their_node_was_cut_off_are_unknown_until_the_wait_ends() {
+        let (ds, _) = upgrading(0);
+        let plan = plan(&comeback(&ds, 10));
+        // The returning pods are neither replaced nor counted; the rest moves on.
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-home-01", DeletionReason::RollingUpdate),
+                ("old-home-02", DeletionReason::RollingUpdate),
+                ("old-home-03", DeletionReason::RollingUpdate)
+            ]
+        );
+        assert_eq!(plan.progress.unavailable, 0);
+        assert_eq!(plan.progress.stale_status_nodes.len(), 12);
+        assert_eq!(plan.progress.stale_status_nodes[0], "back-01");
+        // Nothing else wakes the controller when the wait ends.
+        assert_eq!(plan.progress.recheck_after, Some(Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn after_the_wait_pods_still_not_ready_are_replaced_within_the_budget() {
+        let (ds, _) = upgrading(0);
+        let plan = plan(&comeback(&ds, 40));
+        assert!(plan.progress.stale_status_nodes.is_empty());
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-back-01", DeletionReason::OldPodNotAvailable),
+                ("old-back-02", DeletionReason::OldPodNotAvailable),
+                ("old-back-03", DeletionReason::OldPodNotAvailable)
+            ]
+        );
+        assert_eq!(plan.progress.recheck_after, None);
+    }
+
+    #[test]
+    fn a_kubelet_report_after_the_comeback_ends_the_wait_for_its_pod() {
+        let (ds, _) = upgrading(0);
+        let mut case = comeback(&ds, 10);
+        // back-01's kubelet reported its pod Ready; back-02's reported it not Ready.
+        case.pods[0] = Arc::new(old_available(&ds, "old-back-01", "back-01"));
+        case.pods[1] = Arc::new(marked_not_ready(&ds, "old-back-02", "back-02", 5));
+        case.max_unavailable = MaxUnavailable::Count(2);
+        let plan = plan(&case);
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-back-02", DeletionReason::OldPodNotAvailable),
+                ("old-back-01", DeletionReason::RollingUpdate)
+            ]
+        );
+        assert_eq!(plan.progress.stale_status_nodes.len(), 10);
+    }
+
+    #[test]
+    fn a_rollout_that_waits_only_on_stale_status_says_so() {
+        let (ds, revisions) = upgrading(0);
+        let plan = plan(&input(
+            &ds,
+            &revisions,
+            vec![
+                new_available(&ds, "new-n1", "n1"),
+                marked_not_ready(&ds, "old-n2", "n2", 100),
+            ],
+            vec![node("n1", true), back_since("n2", 10)],
+            MaxUnavailable::Count(1),
+        ));
+        assert!(plan.deletions.is_empty());
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::WaitingForStaleStatus {
+                nodes: vec!["n2".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn deletions_per_plan_are_capped_on_top_of_the_budget() {
+        let (ds, revisions) = upgrading(0);
+        let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+        let pods = names
+            .iter()
+            .map(|n| old_available(&ds, &format!("old-{n}"), n))
+            .collect();
+        let nodes = names.iter().map(|n| node(n, true)).collect();
+        let mut case = input(&ds, &revisions, pods, nodes, MaxUnavailable::Count(10));
+        case.limits.max_deletions_per_plan = 4;
+        let plan = plan(&case);
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-n0", DeletionReason::RollingUpdate),
+                ("old-n1", DeletionReason::RollingUpdate),
+                ("old-n2", DeletionReason::RollingUpdate),
+                ("old-n3", DeletionReason::RollingUpdate)
+            ]
+        );
+        assert_eq!(plan.progress.deferred_by_cap, 6);
+        assert_eq!(plan.progress.blocked, None);
     }
 }

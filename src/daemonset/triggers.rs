@@ -30,6 +30,9 @@ pub struct PlannedPod<'a> {
     /// `Some(since)` while the Ready condition is True. Not-yet-Ready pods look alike
     /// whatever their other conditions say.
     ready_since: Option<Option<&'a Time>>,
+    /// When a not-Ready pod was marked so: a status older than its node's return is
+    /// stale (`rolling_plan`), and the kubelet's report after the return must replan.
+    not_ready_since: Option<&'a Time>,
     need_upgrade: Option<ConditionView<'a>>,
 }
 
@@ -48,6 +51,10 @@ impl<'a> PlannedPod<'a> {
                 .condition("Ready")
                 .filter(|ready| ready.status == "True")
                 .map(|ready| ready.last_transition_time),
+            not_ready_since: pod
+                .condition("Ready")
+                .filter(|ready| ready.status != "True")
+                .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
         }
     }
@@ -191,5 +198,33 @@ mod tests {
             let after = CachedPod::from(after.clone());
             assert_eq!(!pod_unchanged(&before, &after), replans, "{step}");
         }
+    }
+
+    /// After a cut: the node-lifecycle controller's Ready=False and the kubelet's own
+    /// report once the node is back differ only in when the status turned, and the
+    /// rolling planner reads that (a status older than the node's return is stale).
+    #[test]
+    fn a_not_ready_status_rewritten_after_a_comeback_replans() {
+        let ds = DaemonSetBuilder::new("edge").build();
+        let not_ready_since = |since: i64, reason: &str| {
+            CachedPod::from(
+                PodBuilder::new("edge-a", &ds)
+                    .hash("old")
+                    .on_node("n1")
+                    .with_condition(PodCondition {
+                        type_: "Ready".into(),
+                        status: "False".into(),
+                        reason: Some(reason.into()),
+                        last_transition_time: Some(Time(at(since))),
+                        ..Default::default()
+                    })
+                    .build(),
+            )
+        };
+        let marked_during_cut = not_ready_since(100, "NodeNotReady");
+        let reported_after = not_ready_since(300, "ContainersNotReady");
+        let reworded = not_ready_since(100, "ContainersNotReady");
+        assert!(!pod_unchanged(&marked_during_cut, &reported_after));
+        assert!(pod_unchanged(&marked_during_cut, &reworded));
     }
 }

@@ -5,6 +5,10 @@
 //! agents, CNI) and ones that tolerate none. NotReady nodes carry the unreachable taints
 //! the node-lifecycle controller sets; some Ready nodes carry a `dedicated` taint.
 //!
+//! Three revisions are in play (a template changed twice), nodes may be back from a
+//! cut with pod status written before their return, and some nodes are remembered as
+//! ones rollgate replaced a pod on.
+//!
 //! States are generated as a small model, turned into Kubernetes objects with the test
 //! builders, and the expected counts are recomputed from the model (an oracle that does
 //! not share code with the planner).
@@ -32,7 +36,12 @@ enum NodeState {
 #[derive(Debug, Clone)]
 struct ModelPod {
     updated: bool,
+    /// Out of date by two templates (`older`) rather than one (`old`).
+    two_behind: bool,
     ready: bool,
+    /// Not Ready since before its node came back (marked by the node-lifecycle
+    /// controller during a cut); otherwise a not-Ready pod has no transition time.
+    marked_while_cut: bool,
     ready_long_ago: bool,
     terminating: bool,
     deletion_expected: bool,
@@ -45,6 +54,10 @@ struct ModelNode {
     state: NodeState,
     /// A `dedicated=edge:NoSchedule` taint (only a tolerate-everything DaemonSet runs here).
     dedicated: bool,
+    /// Ready again for 10 s after a cut (the stale status wait is 30 s).
+    back_recently: bool,
+    /// In `vacated_by_us`: rollgate deleted a pod here and saw no available one since.
+    replaced_by_us: bool,
     pods: Vec<ModelPod>,
 }
 
@@ -55,12 +68,13 @@ struct Model {
     min_ready_seconds: i32,
     rotate_pods_by: usize,
     tolerate_everything: bool,
+    max_deletions_per_plan: usize,
 }
 
 fn model_pod() -> impl Strategy<Value = ModelPod> {
     (
-        any::<bool>(),
-        prop::bool::weighted(0.8),
+        (any::<bool>(), any::<bool>()),
+        (prop::bool::weighted(0.8), any::<bool>()),
         any::<bool>(),
         prop::bool::weighted(0.15),
         prop::bool::weighted(0.15),
@@ -69,8 +83,8 @@ fn model_pod() -> impl Strategy<Value = ModelPod> {
     )
         .prop_map(
             |(
-                updated,
-                ready,
+                (updated, two_behind),
+                (ready, marked_while_cut),
                 ready_long_ago,
                 terminating,
                 deletion_expected,
@@ -78,7 +92,9 @@ fn model_pod() -> impl Strategy<Value = ModelPod> {
                 pending_by_affinity,
             )| ModelPod {
                 updated,
+                two_behind,
                 ready,
+                marked_while_cut,
                 ready_long_ago,
                 terminating,
                 deletion_expected,
@@ -100,11 +116,22 @@ fn model_node() -> impl Strategy<Value = ModelNode> {
         2 => 2usize..=3,
     ]
     .prop_flat_map(|count| prop::collection::vec(model_pod(), count));
-    (state, prop::bool::weighted(0.2), pods).prop_map(|(state, dedicated, pods)| ModelNode {
+    (
         state,
-        dedicated,
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.2),
         pods,
-    })
+    )
+        .prop_map(
+            |(state, dedicated, back_recently, replaced_by_us, pods)| ModelNode {
+                state,
+                dedicated,
+                back_recently,
+                replaced_by_us,
+                pods,
+            },
+        )
 }
 
 fn model() -> impl Strategy<Value = Model> {
@@ -118,15 +145,27 @@ fn model() -> impl Strategy<Value = Model> {
         prop_oneof![Just(0), Just(30)],
         0usize..16,
         any::<bool>(),
+        prop_oneof![
+            Just(RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN),
+            1usize..=3
+        ],
     )
         .prop_map(
-            |(nodes, max_unavailable, min_ready_seconds, rotate_pods_by, tolerate_everything)| {
+            |(
+                nodes,
+                max_unavailable,
+                min_ready_seconds,
+                rotate_pods_by,
+                tolerate_everything,
+                max_deletions_per_plan,
+            )| {
                 Model {
                     nodes,
                     max_unavailable,
                     min_ready_seconds,
                     rotate_pods_by,
                     tolerate_everything,
+                    max_deletions_per_plan,
                 }
             },
         )
@@ -157,13 +196,22 @@ fn to_input(model: &Model) -> OwnedInput {
         builder = builder.tolerate_everything();
     }
     let ds = builder.build();
-    let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+    let revisions = vec![
+        revision(&ds, "older", 1),
+        revision(&ds, "old", 2),
+        revision(&ds, "new", 3),
+    ];
     let mut pods = Vec::new();
     let mut nodes = Vec::new();
     let mut expected_deletions = BTreeSet::new();
+    let mut vacated_by_us = BTreeMap::new();
     for (node_index, model_node) in model.nodes.iter().enumerate() {
         let name = node_name(node_index);
+        if model_node.replaced_by_us {
+            vacated_by_us.insert(name.clone(), format!("uid-deleted-{name}"));
+        }
         let mut made = match model_node.state {
+            NodeState::Ready if model_node.back_recently => Some(back_since(&name, NOW - 10)),
             NodeState::Ready => Some(node(&name, true)),
             NodeState::NotReady => Some(tainted(
                 tainted(
@@ -179,8 +227,13 @@ fn to_input(model: &Model) -> OwnedInput {
         }
         nodes.extend(made.map(Arc::new));
         for (pod_index, p) in model_node.pods.iter().enumerate() {
-            let mut builder = PodBuilder::new(&format!("n{node_index}-p{pod_index}"), &ds)
-                .hash(if p.updated { "new" } else { "old" });
+            let hash = match (p.updated, p.two_behind) {
+                (true, _) => "new",
+                (false, false) => "old",
+                (false, true) => "older",
+            };
+            let mut builder =
+                PodBuilder::new(&format!("n{node_index}-p{pod_index}"), &ds).hash(hash);
             builder = if p.pending_by_affinity {
                 builder.pending_for_node(&name)
             } else {
@@ -192,6 +245,13 @@ fn to_input(model: &Model) -> OwnedInput {
                 } else {
                     NOW - 5
                 }))
+            } else if p.marked_while_cut {
+                builder.with_condition(PodCondition {
+                    type_: "Ready".into(),
+                    status: "False".into(),
+                    last_transition_time: Some(Time(at(NOW - 100))),
+                    ..Default::default()
+                })
             } else {
                 builder.not_ready()
             };
@@ -219,8 +279,26 @@ fn to_input(model: &Model) -> OwnedInput {
         nodes,
         max_unavailable: model.max_unavailable,
         expected_deletions,
-        vacated_by_us: BTreeMap::new(),
+        vacated_by_us,
+        limits: RollingLimits {
+            max_deletions_per_plan: model.max_deletions_per_plan,
+            ..RollingLimits::default()
+        },
     }
+}
+
+/// A Ready node whose Ready condition turned True at `since`.
+fn back_since(name: &str, since: i64) -> Node {
+    let mut back = node(name, true);
+    if let Some(ready) = back
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.first_mut())
+    {
+        ready.last_transition_time = Some(Time(at(since)));
+    }
+    back
 }
 
 /// What the spec says about a model, computed directly from it.
@@ -229,7 +307,13 @@ struct Oracle {
     unavailable: usize,
     /// Old available pods alone on a Ready node, in node order.
     candidates: Vec<String>,
-    old_not_available: BTreeSet<String>,
+    /// Old pods alone on a Ready node, not available, status not stale, on a node not
+    /// counted yet (replacing one spends budget), in node order.
+    old_not_available: Vec<String>,
+    /// The same on nodes rollgate replaced a pod on: counted already, replaced freely.
+    replaced_not_available: Vec<String>,
+    /// Ready nodes whose old pod reads not Ready from before the node came back.
+    stale: Vec<String>,
     /// Pods that may be deleted at all: live, ours, old, on a Ready node.
     deletable: BTreeSet<String>,
     on_skipped_nodes: BTreeSet<String>,
@@ -241,7 +325,9 @@ fn oracle(model: &Model) -> Oracle {
     let mut base = 0usize;
     let mut unavailable = 0;
     let mut candidates = Vec::new();
-    let mut old_not_available = BTreeSet::new();
+    let mut old_not_available = Vec::new();
+    let mut replaced_not_available = Vec::new();
+    let mut stale = Vec::new();
     let mut deletable = BTreeSet::new();
     let mut on_skipped_nodes = BTreeSet::new();
     for (node_index, model_node) in model.nodes.iter().enumerate() {
@@ -254,7 +340,7 @@ fn oracle(model: &Model) -> Oracle {
         if ours.is_empty() {
             // No pod in view on a Ready node the DaemonSet targets: vacated.
             let targeted = model.tolerate_everything || !model_node.dedicated;
-            if model_node.state == NodeState::Ready && targeted {
+            if model_node.state == NodeState::Ready && (targeted || model_node.replaced_by_us) {
                 base += 1;
                 unavailable += 1;
             }
@@ -289,10 +375,19 @@ fn oracle(model: &Model) -> Oracle {
             }
             [(pod_index, p)] => {
                 let uid = pod_uid(node_index, *pod_index);
+                let ours = model_node.replaced_by_us;
                 if available(p) {
                     candidates.push(uid);
+                } else if !p.ready && p.marked_while_cut && model_node.back_recently {
+                    stale.push(node_name(node_index));
+                    if ours {
+                        unavailable += 1;
+                    }
+                } else if ours {
+                    unavailable += 1;
+                    replaced_not_available.push(uid);
                 } else {
-                    old_not_available.insert(uid);
+                    old_not_available.push(uid);
                 }
             }
             _ => unavailable += 1,
@@ -307,6 +402,8 @@ fn oracle(model: &Model) -> Oracle {
         unavailable,
         candidates,
         old_not_available,
+        replaced_not_available,
+        stale,
         deletable,
         on_skipped_nodes,
     }
@@ -353,26 +450,42 @@ proptest! {
             );
         }
 
-        let by_reason = |reason| -> Vec<String> {
-            plan.deletions
-                .iter()
-                .filter(|d| d.reason == reason)
-                .map(|d| d.uid.clone())
-                .collect()
-        };
-        let free = by_reason(DeletionReason::OldPodNotAvailable);
-        prop_assert_eq!(free.into_iter().collect::<BTreeSet<_>>(), expected.old_not_available);
+        prop_assert_eq!(&plan.progress.stale_status_nodes, &expected.stale);
 
-        // Available old pods: never beyond what the budget leaves, and as many as it
-        // allows (the plan must make progress), first in node name order.
-        let rolling = by_reason(DeletionReason::RollingUpdate);
+        // The budget rule: deletions that make one more node unavailable (old pods not
+        // available on nodes not counted yet, then candidates) never go beyond what the
+        // budget leaves, and go as far as it allows (the plan must make progress).
+        // Old pods not available on counted nodes add no node and are all replaced.
         let allowed = expected.budget.saturating_sub(expected.unavailable);
-        prop_assert!(rolling.len() <= allowed);
-        if !rolling.is_empty() {
-            prop_assert!(expected.unavailable + rolling.len() <= expected.budget);
-        }
-        let take = allowed.min(expected.candidates.len());
-        prop_assert_eq!(&rolling[..], &expected.candidates[..take]);
+        let spendable: Vec<&String> = expected
+            .old_not_available
+            .iter()
+            .chain(&expected.candidates)
+            .collect();
+        let spent = &spendable[..allowed.min(spendable.len())];
+        let mut not_available: Vec<(&String, DeletionReason)> = expected
+            .replaced_not_available
+            .iter()
+            .chain(spent.iter().copied().filter(|uid| expected.old_not_available.contains(uid)))
+            .map(|uid| (uid, DeletionReason::OldPodNotAvailable))
+            .collect();
+        // Pod uids start with their node's name, and node names sort like nodes.
+        not_available.sort();
+        let mut want: Vec<(&String, DeletionReason)> = not_available;
+        want.extend(
+            spent
+                .iter()
+                .copied()
+                .filter(|uid| expected.candidates.contains(uid))
+                .map(|uid| (uid, DeletionReason::RollingUpdate)),
+        );
+        // On top of the budget, the per-plan cap keeps the first ones.
+        let deferred = want.len().saturating_sub(model.max_deletions_per_plan);
+        want.truncate(model.max_deletions_per_plan);
+        let got: Vec<(&String, DeletionReason)> =
+            plan.deletions.iter().map(|d| (&d.uid, d.reason)).collect();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(plan.progress.deferred_by_cap, deferred);
     }
 }
 
@@ -418,10 +531,12 @@ fn unseen_writes(pod: &Pod, (bind, ip, containers, n): Noise) -> Pod {
         if conditions[ready].status == "True" {
             conditions[ready].message = Some(format!("noise {n}"));
         } else {
-            // Not Ready looks the same whether False, Unknown or not written yet.
+            // Not Ready looks the same whether False, Unknown or not written yet; only
+            // when it turned so is read (stale status), so that time stays.
+            let marked_at = conditions[ready].last_transition_time.is_some();
             match n % 3 {
-                0 => drop(conditions.remove(ready)),
-                1 => conditions[ready].status = "Unknown".into(),
+                0 if !marked_at => drop(conditions.remove(ready)),
+                0 | 1 => conditions[ready].status = "Unknown".into(),
                 _ => conditions[ready].reason = Some("ContainersNotReady".into()),
             }
         }
@@ -553,7 +668,9 @@ fn oracle_agrees_on_a_hand_made_state() {
     // Guards the oracle itself: n0 Ready with an old available pod, n1 NotReady.
     let old_available = ModelPod {
         updated: false,
+        two_behind: false,
         ready: true,
+        marked_while_cut: false,
         ready_long_ago: true,
         terminating: false,
         deletion_expected: false,
@@ -565,11 +682,15 @@ fn oracle_agrees_on_a_hand_made_state() {
             ModelNode {
                 state: NodeState::Ready,
                 dedicated: false,
+                back_recently: false,
+                replaced_by_us: false,
                 pods: vec![old_available.clone()],
             },
             ModelNode {
                 state: NodeState::NotReady,
                 dedicated: false,
+                back_recently: false,
+                replaced_by_us: false,
                 pods: vec![old_available],
             },
         ],
@@ -577,6 +698,7 @@ fn oracle_agrees_on_a_hand_made_state() {
         min_ready_seconds: 0,
         rotate_pods_by: 0,
         tolerate_everything: true,
+        max_deletions_per_plan: RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN,
     };
     let expected = oracle(&model);
     assert_eq!(expected.budget, 1);

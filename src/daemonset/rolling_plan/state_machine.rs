@@ -1,55 +1,95 @@
 //! A property test over many steps: a simulated cluster (the truth) changes in random
 //! order while the planner sees caches that lag behind it, as a real controller does.
 //!
-//! - Nodes flap Ready and NotReady. A NotReady node's pods turn unready, as the node
-//!   lifecycle controller makes them.
+//! - The template changes during the rollout: up to four revisions (a -> b -> c -> d),
+//!   so pods of an earlier replacement can still be starting when the next one lands.
+//! - Nodes flap Ready and NotReady. A pod keeps serving on a cut-off node, but the node
+//!   lifecycle controller marks it Ready=False. When the node is back, that status stays
+//!   until its kubelet reports again (a step of its own, some steps later); a report
+//!   rewrites what the pod really shows, and turns the status only when it changed, as
+//!   the API server keeps `lastTransitionTime` for an unchanged status.
 //! - The native DaemonSet controller creates the missing pod of a node, at the current
 //!   revision, when the DaemonSet should run there (a DaemonSet that tolerates nothing
 //!   gets no new pod on a NotReady node, which is tainted unreachable).
-//! - Pods start (turn Ready on a Ready node) and terminating pods go away, in any order.
+//! - Pods start (turn Ready on a Ready node whose kubelet reports) and terminating pods
+//!   go away, in any order; time passes.
 //! - The controller reconciles on a pod cache and a node cache that each lag behind the
 //!   truth by a random number of steps, never going backwards; it uses the same
 //!   `Expectations` and planner as the real controller, and its deletions mark pods
 //!   terminating in the truth (UID precondition: a pod already gone is a 404).
 //!
-//! Checked on the truth after every step:
-//! - no more than `budget` Ready nodes are without an available pod because of our
-//!   deletions. A node that has been NotReady since our deletion (or flapped while the
-//!   planner's node cache could not show it yet) is the network's doing, not ours, and
-//!   the spec skips NotReady nodes (never counted, never touched);
-//!   Deleting an old pod the planner saw unavailable costs no budget (the spec's rule):
-//!   that node was not serving before;
-//! - no deletion on a node the planner saw NotReady, and no pod deleted twice;
-//! - once the flapping stops, every node ends with one available up-to-date pod.
+//! Checked on the truth after every step, the budget rule: no more than `budget` Ready
+//! nodes are without a serving pod because of our deletions. A node is ours from any
+//! deletion of ours there (an available pod, or one not available: replacing it is
+//! ours too) until a pod created since serves there. A node that has been NotReady since
+//! our deletion (or flapped while the planner's node cache could not show it yet) is the
+//! network's doing, not ours: the spec skips NotReady nodes (never counted, never
+//! touched). Also: no deletion on a node the planner saw NotReady, no pod deleted
+//! twice, and once the flapping stops, every node ends with one available pod of the
+//! last revision.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
 
 use super::*;
 use crate::daemonset::expectations::Expectations;
 use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 
-const NOW: i64 = 1_000_000;
+/// The clock at the start; pods were Ready a minute before, nodes an hour before.
+const START: i64 = 1_000_000;
+/// The templates pushed in order; the first is what every pod runs at the start.
+const TEMPLATES: [&str; 4] = ["a", "b", "c", "d"];
+/// Shorter than the default so that scenarios see it end.
+const STALE_STATUS_WAIT: i64 = 6;
 
 #[derive(Debug, Clone)]
 struct SimPod {
     uid: u32,
     node: usize,
-    updated: bool,
-    ready: bool,
+    /// Index in `TEMPLATES`.
+    template: usize,
+    /// Its containers run and are ready on the node, whatever the API shows.
+    serving: bool,
+    /// The Ready condition as the API shows it, and when it last turned (none until
+    /// the kubelet first writes it).
+    shown_ready: bool,
+    shown_since: Option<i64>,
     terminating: bool,
+}
+
+impl SimPod {
+    /// Writes the Ready condition as the API server does: a new time only on change.
+    fn show_ready(&mut self, ready: bool, now: i64) {
+        if self.shown_ready != ready || self.shown_since.is_none() {
+            self.shown_since = Some(now);
+        }
+        self.shown_ready = ready;
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SimNode {
+    ready: bool,
+    /// When the Ready condition last turned.
+    ready_since: i64,
+    /// Its kubelet has reported its pods since the node last turned Ready.
+    reported: bool,
 }
 
 /// The truth at one moment.
 #[derive(Debug, Clone)]
 struct World {
-    node_ready: Vec<bool>,
+    nodes: Vec<SimNode>,
     pods: Vec<SimPod>,
     next_uid: u32,
+    /// Index in `TEMPLATES` of the current revision.
+    template: usize,
+    clock: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -58,6 +98,12 @@ enum Step {
     NativeCreates(usize),
     Start(usize),
     Finish(usize),
+    /// A node's kubelet reports on its pods again after the node came back.
+    Report(usize),
+    /// The template changes: the next revision becomes current.
+    Push,
+    /// Seconds pass.
+    Tick(i64),
     /// Reconcile after the pod and node caches caught up by these many steps.
     Reconcile {
         pods_catch_up: usize,
@@ -71,6 +117,9 @@ fn step(nodes: usize) -> impl Strategy<Value = Step> {
         3 => (0..nodes).prop_map(Step::NativeCreates),
         3 => (0..nodes * 2).prop_map(Step::Start),
         3 => (0..nodes * 2).prop_map(Step::Finish),
+        2 => (0..nodes).prop_map(Step::Report),
+        1 => Just(Step::Push),
+        2 => (1i64..=3).prop_map(Step::Tick),
         4 => (0usize..4, 0usize..4).prop_map(|(p, n)| Step::Reconcile {
             pods_catch_up: p,
             nodes_catch_up: n,
@@ -83,6 +132,7 @@ struct Scenario {
     nodes: usize,
     tolerate_everything: bool,
     max_unavailable: MaxUnavailable,
+    max_deletions_per_plan: usize,
     steps: Vec<Step>,
 }
 
@@ -97,15 +147,22 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 Just(nodes),
                 Just(tolerate_everything),
                 max_unavailable,
-                prop::collection::vec(step(nodes), 1..120),
+                prop_oneof![
+                    Just(RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN),
+                    1usize..=2
+                ],
+                prop::collection::vec(step(nodes), 1..160),
             )
         })
         .prop_map(
-            |(nodes, tolerate_everything, max_unavailable, steps)| Scenario {
-                nodes,
-                tolerate_everything,
-                max_unavailable,
-                steps,
+            |(nodes, tolerate_everything, max_unavailable, max_deletions_per_plan, steps)| {
+                Scenario {
+                    nodes,
+                    tolerate_everything,
+                    max_unavailable,
+                    max_deletions_per_plan,
+                    steps,
+                }
             },
         )
 }
@@ -116,16 +173,19 @@ fn node_name(i: usize) -> String {
 
 struct Sim {
     ds: DaemonSet,
-    current: CurrentRevision,
+    /// The current revision as the planner reads it, per index in `TEMPLATES`.
+    currents: Vec<CurrentRevision>,
     tolerate_everything: bool,
     max_unavailable: MaxUnavailable,
+    limits: RollingLimits,
     /// Every state of the truth so far; the caches show one of them.
     history: Vec<World>,
     pods_seen: usize,
     nodes_seen: usize,
     expectations: Expectations,
-    /// Nodes our deletion left without an available pod, while Ready since then.
-    disrupted_by_us: BTreeSet<usize>,
+    /// Nodes our deletion left without a serving pod, while Ready since then: node ->
+    /// the first uid a replacement can have.
+    disrupted_by_us: BTreeMap<usize, u32>,
     deleted_uids: BTreeSet<u32>,
 }
 
@@ -138,32 +198,53 @@ impl Sim {
             builder = builder.tolerate_everything();
         }
         let ds = builder.build();
-        let revisions = [revision(&ds, "old", 1), revision(&ds, "new", 2)];
-        let current = CurrentRevision::of(&ds, &revisions).expect("revision known");
+        let revisions: Vec<_> = TEMPLATES
+            .iter()
+            .zip(1..)
+            .map(|(hash, number)| revision(&ds, hash, number))
+            .collect();
+        let currents = (1..=TEMPLATES.len())
+            .map(|known| CurrentRevision::of(&ds, &revisions[..known]).expect("revision known"))
+            .collect();
         let pods = (0..s.nodes)
             .map(|i| SimPod {
                 uid: i as u32,
                 node: i,
-                updated: false,
-                ready: true,
+                template: 0,
+                serving: true,
+                shown_ready: true,
+                shown_since: Some(START - 60),
                 terminating: false,
             })
             .collect();
+        let nodes = (0..s.nodes)
+            .map(|_| SimNode {
+                ready: true,
+                ready_since: START - 3600,
+                reported: true,
+            })
+            .collect();
         let world = World {
-            node_ready: vec![true; s.nodes],
+            nodes,
             pods,
             next_uid: s.nodes as u32,
+            template: 0,
+            clock: START,
         };
         Sim {
             ds,
-            current,
+            currents,
             tolerate_everything: s.tolerate_everything,
             max_unavailable: s.max_unavailable,
+            limits: RollingLimits {
+                stale_status_wait: Duration::from_secs(STALE_STATUS_WAIT as u64),
+                max_deletions_per_plan: s.max_deletions_per_plan,
+            },
             history: vec![world],
             pods_seen: 0,
             nodes_seen: 0,
             expectations: Expectations::default(),
-            disrupted_by_us: BTreeSet::new(),
+            disrupted_by_us: BTreeMap::new(),
             deleted_uids: BTreeSet::new(),
         }
     }
@@ -173,7 +254,7 @@ impl Sim {
     }
 
     /// Applies a change to the truth as a new moment in history.
-    fn change(&mut self, f: impl FnOnce(&mut World, &mut BTreeSet<usize>)) {
+    fn change(&mut self, f: impl FnOnce(&mut World, &mut BTreeMap<usize, u32>)) {
         let mut next = self.truth().clone();
         f(&mut next, &mut self.disrupted_by_us);
         self.history.push(next);
@@ -183,22 +264,33 @@ impl Sim {
         let tolerate_everything = self.tolerate_everything;
         match *step {
             Step::Flap(i) => self.change(|w, disrupted| {
-                w.node_ready[i] = !w.node_ready[i];
-                if !w.node_ready[i] {
+                let now = w.clock;
+                let node = &mut w.nodes[i];
+                node.ready = !node.ready;
+                node.ready_since = now;
+                node.reported = false;
+                if !node.ready {
                     disrupted.remove(&i);
+                    // The node lifecycle controller: every pod of the node not Ready,
+                    // though it may serve on.
                     for pod in w.pods.iter_mut().filter(|p| p.node == i) {
-                        pod.ready = false;
+                        pod.show_ready(false, now);
                     }
                 }
             }),
             Step::NativeCreates(i) => self.change(|w, _| {
                 let has_pod = w.pods.iter().any(|p| p.node == i && !p.terminating);
-                if !has_pod && (w.node_ready[i] || tolerate_everything) {
+                let node = &w.nodes[i];
+                if !has_pod && (node.ready || tolerate_everything) {
+                    // The kubelet writes the first status of a pod it can see.
+                    let reporting = node.ready && node.reported;
                     w.pods.push(SimPod {
                         uid: w.next_uid,
                         node: i,
-                        updated: true,
-                        ready: false,
+                        template: w.template,
+                        serving: false,
+                        shown_ready: false,
+                        shown_since: reporting.then_some(w.clock),
                         terminating: false,
                     });
                     w.next_uid += 1;
@@ -208,11 +300,17 @@ impl Sim {
                 if w.pods.is_empty() {
                     return;
                 }
+                let now = w.clock;
                 let k = k % w.pods.len();
                 let pod = &mut w.pods[k];
-                if w.node_ready[pod.node] && !pod.terminating {
-                    pod.ready = true;
-                    if pod.updated {
+                let node = &w.nodes[pod.node];
+                if node.ready && node.reported && !pod.terminating {
+                    pod.serving = true;
+                    pod.show_ready(true, now);
+                    if disrupted
+                        .get(&pod.node)
+                        .is_some_and(|&first_replacement| pod.uid >= first_replacement)
+                    {
                         disrupted.remove(&pod.node);
                     }
                 }
@@ -225,6 +323,21 @@ impl Sim {
                     w.pods.remove(terminating[k % terminating.len()]);
                 }
             }),
+            Step::Report(i) => self.change(|w, _| {
+                let now = w.clock;
+                let node = &mut w.nodes[i];
+                if node.ready && !node.reported {
+                    node.reported = true;
+                    for pod in w.pods.iter_mut().filter(|p| p.node == i) {
+                        let serving = pod.serving;
+                        pod.show_ready(serving, now);
+                    }
+                }
+            }),
+            Step::Push => self.change(|w, _| {
+                w.template = (w.template + 1).min(TEMPLATES.len() - 1);
+            }),
+            Step::Tick(seconds) => self.change(|w, _| w.clock += seconds),
             Step::Reconcile {
                 pods_catch_up,
                 nodes_catch_up,
@@ -240,15 +353,16 @@ impl Sim {
             .map(|p| {
                 let name = format!("p{}", p.uid);
                 let mut b = PodBuilder::new(&name, &self.ds)
-                    .hash(if p.updated { "new" } else { "old" })
-                    .on_node(&node_name(p.node));
-                b = if p.ready {
-                    b.ready_since(at(NOW - 60))
-                } else {
-                    b.not_ready()
-                };
+                    .hash(TEMPLATES[p.template])
+                    .on_node(&node_name(p.node))
+                    .with_condition(PodCondition {
+                        type_: "Ready".into(),
+                        status: if p.shown_ready { "True" } else { "False" }.into(),
+                        last_transition_time: p.shown_since.map(|t| Time(at(t))),
+                        ..Default::default()
+                    });
                 if p.terminating {
-                    b = b.terminating(at(NOW - 1));
+                    b = b.terminating(at(START - 1));
                 }
                 Arc::new(b.build())
             })
@@ -262,12 +376,20 @@ impl Sim {
             ..Default::default()
         };
         self.history[self.nodes_seen]
-            .node_ready
+            .nodes
             .iter()
             .enumerate()
-            .map(|(i, &ready)| {
-                let n = node(&node_name(i), ready);
-                Arc::new(if ready {
+            .map(|(i, sim_node)| {
+                let mut n = node(&node_name(i), sim_node.ready);
+                if let Some(ready) = n
+                    .status
+                    .as_mut()
+                    .and_then(|s| s.conditions.as_mut())
+                    .and_then(|cs| cs.first_mut())
+                {
+                    ready.last_transition_time = Some(Time(at(sim_node.ready_since)));
+                }
+                Arc::new(if sim_node.ready {
                     n
                 } else {
                     tainted(
@@ -291,18 +413,27 @@ impl Sim {
         let nodes = self.view_nodes();
         let now = Instant::now();
         let pending = self.expectations.pending("ds", &pods, now);
+        // The revision comes from its own watch; it is taken as current here, so that
+        // only the budget rule is under test (the rollback race is another check).
+        let current = &self.currents[self.truth().template];
         let plan = plan_rolling_update(&RollingInput {
             daemonset: &self.ds,
-            current: Some(&self.current),
+            current: Some(current),
             pods: &pods,
             nodes: &nodes,
             max_unavailable: self.max_unavailable,
-            now: at(NOW),
+            now: at(self.truth().clock),
             expected_deletions: &pending.deletions,
             vacated_by_us: &pending.vacated,
+            limits: self.limits,
         });
+        prop_assert!(plan.deletions.len() <= self.limits.max_deletions_per_plan);
         self.expectations.settle("ds", &plan.settled);
-        let seen_ready = self.history[self.nodes_seen].node_ready.clone();
+        let seen_ready: Vec<bool> = self.history[self.nodes_seen]
+            .nodes
+            .iter()
+            .map(|n| n.ready)
+            .collect();
         for deletion in &plan.deletions {
             let uid: u32 = deletion
                 .uid
@@ -339,16 +470,18 @@ impl Sim {
             // any controller; the node's state is then the network's doing.
             let steady = self.history[self.nodes_seen..]
                 .iter()
-                .all(|w| w.node_ready[node]);
-            // A pod the planner saw unavailable is replaced without budget (the spec's
-            // rule, and Kubernetes' own): its node was not serving before the deletion.
-            let spends_budget = deletion.reason == DeletionReason::RollingUpdate;
+                .all(|w| w.nodes[node].ready);
             self.change(|w, disrupted| {
+                let now = w.clock;
+                let first_replacement = w.next_uid;
                 let pod = w.pods.iter_mut().find(|p| p.uid == uid).expect("present");
                 pod.terminating = true;
-                pod.ready = false;
-                if steady && spends_budget {
-                    disrupted.insert(node);
+                pod.serving = false;
+                pod.show_ready(false, now);
+                // Whatever it showed: replacing a pod that is not available is ours too.
+                // A node already ours stays ours once.
+                if steady {
+                    disrupted.entry(node).or_insert(first_replacement);
                 }
             });
         }
@@ -357,30 +490,34 @@ impl Sim {
 
     fn check_budget(&self) -> Result<(), TestCaseError> {
         let truth = self.truth();
-        let nodes = truth.node_ready.len();
+        let nodes = truth.nodes.len();
         let unavailable_by_us = self
             .disrupted_by_us
-            .iter()
-            .filter(|&&i| truth.node_ready[i])
+            .keys()
+            .filter(|&&i| truth.nodes[i].ready)
             .count();
         let budget = self.max_unavailable.budget(nodes);
         prop_assert!(
             unavailable_by_us <= budget,
-            "{unavailable_by_us} Ready nodes unavailable because of our deletions, budget {budget}: {:?}",
+            "{unavailable_by_us} Ready nodes without a serving pod because of our deletions, budget {budget}: {:?}",
             self.disrupted_by_us
         );
         Ok(())
     }
 
-    /// Everything Ready, caches caught up, the world given time: the rollout finishes.
+    /// Everything Ready and reported, caches caught up, the world given time: the
+    /// rollout finishes.
     fn converge(&mut self) -> Result<(), TestCaseError> {
-        let n = self.truth().node_ready.len();
+        let n = self.truth().nodes.len();
         for i in 0..n {
-            if !self.truth().node_ready[i] {
+            if !self.truth().nodes[i].ready {
                 self.apply(&Step::Flap(i))?;
             }
         }
         for _round in 0..(4 * n + 8) {
+            for i in 0..n {
+                self.apply(&Step::Report(i))?;
+            }
             let len = self.truth().pods.len() + 1;
             for k in 0..len {
                 self.apply(&Step::Finish(k))?;
@@ -391,6 +528,7 @@ impl Sim {
             for k in 0..self.truth().pods.len() {
                 self.apply(&Step::Start(k))?;
             }
+            self.apply(&Step::Tick(1))?;
             self.apply(&Step::Reconcile {
                 pods_catch_up: usize::MAX / 2,
                 nodes_catch_up: usize::MAX / 2,
@@ -399,7 +537,7 @@ impl Sim {
             let truth = self.truth();
             let done = (0..n).all(|i| {
                 let pods: Vec<&SimPod> = truth.pods.iter().filter(|p| p.node == i).collect();
-                matches!(pods.as_slice(), [p] if p.updated && p.ready && !p.terminating)
+                matches!(pods.as_slice(), [p] if p.template == truth.template && p.serving && !p.terminating)
             });
             if done {
                 return Ok(());
@@ -424,21 +562,68 @@ proptest! {
     }
 }
 
+fn scripted(nodes: usize, max_unavailable: MaxUnavailable) -> Sim {
+    Sim::new(&Scenario {
+        nodes,
+        tolerate_everything: true,
+        max_unavailable,
+        max_deletions_per_plan: RollingLimits::DEFAULT_MAX_DELETIONS_PER_PLAN,
+        steps: vec![],
+    })
+}
+
+const CAUGHT_UP: Step = Step::Reconcile {
+    pods_catch_up: usize::MAX / 2,
+    nodes_catch_up: usize::MAX / 2,
+};
+
 #[test]
 fn the_simulation_can_see_a_budget_violation() {
     // Guards the checker: two deletions on Ready nodes with a budget of one must fail.
-    let s = Scenario {
-        nodes: 3,
-        tolerate_everything: true,
-        max_unavailable: MaxUnavailable::Count(1),
-        steps: vec![],
-    };
-    let mut sim = Sim::new(&s);
+    let mut sim = scripted(3, MaxUnavailable::Count(1));
     sim.change(|w, disrupted| {
         for i in 0..2 {
             w.pods[i].terminating = true;
-            disrupted.insert(i);
+            disrupted.insert(i, w.next_uid);
         }
     });
     assert!(sim.check_budget().is_err());
+}
+
+/// Runs steps, checking the budget after each; the first violation is returned.
+fn run(sim: &mut Sim, steps: &[Step]) -> Result<(), TestCaseError> {
+    for step in steps {
+        sim.apply(step)?;
+        sim.check_budget()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_template_pushed_while_replacements_start_keeps_the_budget() {
+    // 10 nodes, budget 2: a -> b deletes two a-pods; their b-pods are created but have
+    // not started when c is pushed.
+    let mut sim = scripted(10, MaxUnavailable::Count(2));
+    let mut steps = vec![Step::Push, CAUGHT_UP];
+    steps.extend((0..10).map(|_| Step::Finish(0)));
+    steps.extend((0..10).map(Step::NativeCreates));
+    steps.extend([Step::Push, CAUGHT_UP, CAUGHT_UP]);
+    run(&mut sim, &steps).expect("the budget holds");
+    sim.converge().expect("the rollout finishes");
+}
+
+#[test]
+fn nodes_back_from_a_cut_keep_the_budget_while_their_kubelets_report() {
+    // 12 nodes cut off with old pods that serve on, back at once, budget 3 (issue #23):
+    // replans before any kubelet reported, then after the wait, then the reports.
+    let mut sim = scripted(12, MaxUnavailable::Count(3));
+    let mut steps: Vec<Step> = (0..12).map(Step::Flap).collect();
+    steps.push(Step::Push);
+    steps.extend((0..12).map(Step::Flap));
+    steps.extend([CAUGHT_UP, Step::Tick(2), CAUGHT_UP]);
+    steps.extend([Step::Tick(STALE_STATUS_WAIT), CAUGHT_UP, CAUGHT_UP]);
+    steps.extend((0..6).map(Step::Report));
+    steps.extend([CAUGHT_UP, CAUGHT_UP]);
+    run(&mut sim, &steps).expect("the budget holds");
+    sim.converge().expect("the rollout finishes");
 }
