@@ -461,6 +461,7 @@ mod tests {
             metrics: DaemonSetMetrics::register(&Metrics::default()),
             expectations: Mutex::default(),
             said: EventDedup::default(),
+            limits: RollingLimits::default(),
         }
     }
 
