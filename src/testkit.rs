@@ -20,6 +20,20 @@ use crate::names::{
 
 pub const NAMESPACE: &str = "edge";
 
+/// A reflector store holding `objects`, for tests of code that reads the shared stores.
+pub fn store_of<K>(objects: impl IntoIterator<Item = K>) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use kube::runtime::{reflector, watcher};
+    let (store, mut writer) = reflector::store();
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::Apply(object));
+    }
+    store
+}
+
 /// A timestamp `seconds` after the epoch, to keep test clocks readable.
 pub fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(seconds).expect("valid test timestamp")

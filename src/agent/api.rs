@@ -379,14 +379,7 @@ mod tests {
             calls[0].line(),
             "PATCH /api/v1/namespaces/edge/pods/agent-x/status"
         );
-        assert!(
-            calls[0]
-                .query
-                .split('&')
-                .any(|q| q == "fieldManager=rollgate"),
-            "{}",
-            calls[0].query
-        );
+        assert_eq!(calls[0].field_manager(), Some("rollgate"));
         assert_eq!(calls[0].body["metadata"]["uid"], "uid-1");
         assert_eq!(
             calls[0].body["status"]["conditions"][0]["reason"],

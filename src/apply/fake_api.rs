@@ -25,6 +25,13 @@ impl Call {
     pub fn line(&self) -> String {
         format!("{} {}", self.method, self.path)
     }
+
+    /// The `fieldManager` of the query, if any.
+    pub fn field_manager(&self) -> Option<&str> {
+        self.query
+            .split('&')
+            .find_map(|q| q.strip_prefix("fieldManager="))
+    }
 }
 
 /// What the fake API server saw.

@@ -64,12 +64,7 @@ async fn every_write_carries_the_one_field_manager() {
     let calls = seen.calls();
     assert_eq!(calls.len(), 6);
     for call in &calls {
-        assert!(
-            call.query.split('&').any(|q| q == "fieldManager=rollgate"),
-            "{} without the field manager: {:?}",
-            call.line(),
-            call.query
-        );
+        assert_eq!(call.field_manager(), Some("rollgate"), "{}", call.line());
     }
     assert_eq!(FIELD_MANAGER, "rollgate");
     // Condition writes are strategic merges on pods/status.

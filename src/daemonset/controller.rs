@@ -432,30 +432,21 @@ mod tests {
     //! The controller's writes against the fake API server (`crate::apply::fake_api`):
     //! what it sends, under which field manager, and what a pod gone meanwhile becomes.
     use k8s_openapi::api::core::v1::{Pod, PodCondition};
-    use kube::runtime::{reflector, watcher};
     use serde_json::{json, Value};
 
     use super::*;
     use crate::apply::fake_api::{fake_client, status};
-    use crate::testkit::{revision, DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{revision, store_of, DaemonSetBuilder, PodBuilder};
 
     fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Context {
-        let (pod_store, mut pod_writer) = reflector::store::<CachedPod>();
-        for pod in pods {
-            pod_writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
-        }
-        let (revision_store, mut revision_writer) = reflector::store();
-        for rev in revisions {
-            revision_writer.apply_watcher_event(&watcher::Event::Apply(rev.clone()));
-        }
         Context {
             writer: Writer::new(client.clone()),
             stores: Stores {
-                pods: pod_store,
-                daemonsets: reflector::store().0,
-                revisions: revision_store,
-                nodes: reflector::store().0,
-                jobs: reflector::store().0,
+                pods: store_of(pods.iter().cloned().map(CachedPod::from)),
+                daemonsets: store_of([]),
+                revisions: store_of(revisions.iter().cloned()),
+                nodes: store_of([]),
+                jobs: store_of([]),
             },
             events: Events::new(client, DAEMONSET_CONTROLLER_NAME),
             metrics: DaemonSetMetrics::register(&Metrics::default()),
@@ -497,12 +488,7 @@ mod tests {
         let written: Vec<(String, Value)> = patches
             .iter()
             .map(|c| {
-                assert!(
-                    c.query.split('&').any(|q| q == "fieldManager=rollgate"),
-                    "{}: {}",
-                    c.line(),
-                    c.query
-                );
+                assert_eq!(c.field_manager(), Some("rollgate"), "{}", c.line());
                 let condition = &c.body["status"]["conditions"][0];
                 (c.path.clone(), condition["status"].clone())
             })

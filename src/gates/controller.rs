@@ -808,17 +808,12 @@ mod tests {
     //! (`crate::apply::fake_api`).
     use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
     use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, ServiceSpec};
-    use kube::runtime::{reflector, watcher};
 
     use super::*;
     use crate::apply::fake_api::{fake_client, status};
-    use crate::testkit::{DaemonSetBuilder, PodBuilder};
+    use crate::testkit::{store_of, DaemonSetBuilder, PodBuilder};
 
     fn context(client: Client, pods: &[Pod]) -> Context {
-        let (pod_store, mut writer) = reflector::store::<CachedPod>();
-        for pod in pods {
-            writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
-        }
         // Never called here; a loopback endpoint all the same.
         let mut config = alibaba_lb::ClientConfig::new("cn-hangzhou");
         config.clb_endpoint = Some("127.0.0.1:1".into());
@@ -843,8 +838,8 @@ mod tests {
         };
         Context {
             writer: Writer::new(client.clone()),
-            pods: pod_store,
-            services: reflector::store().0,
+            pods: store_of(pods.iter().cloned().map(CachedPod::from)),
+            services: store_of([]),
             cloud: Cloud::new(clb, nlb, metrics.clone()),
             poller: Poller::new(settings.poll_fast, settings.poll_slow),
             events: Events::new(client, GATES_CONTROLLER_NAME),
@@ -891,12 +886,7 @@ mod tests {
         patches.sort_by_key(|c| c.path.clone());
         assert_eq!(patches.len(), 2, "both pods are written to");
         for patch in &patches {
-            assert!(
-                patch.query.split('&').any(|q| q == "fieldManager=rollgate"),
-                "{}: {}",
-                patch.line(),
-                patch.query
-            );
+            assert_eq!(patch.field_manager(), Some("rollgate"), "{}", patch.line());
             let condition = &patch.body["status"]["conditions"][0];
             assert_eq!(condition["type"], "service.readiness.alibabacloud.com/web");
             assert_eq!(condition["status"], "False");

@@ -428,20 +428,15 @@ mod tests {
     use crate::apply::fake_api::{fake_client, status};
     use crate::daemonset::image_pull::job::build_job;
     use crate::daemonset::image_pull::job::tests::daemonset;
-    use crate::testkit::PodBuilder;
+    use crate::testkit::{store_of, PodBuilder};
 
     fn context(client: Client, cached_pods: &[Pod]) -> Context {
-        use kube::runtime::{reflector, watcher};
-        let (pods, mut writer) = reflector::store::<CachedPod>();
-        for pod in cached_pods {
-            writer.apply_watcher_event(&watcher::Event::Apply(CachedPod::from(pod.clone())));
-        }
         let stores = Stores {
-            pods,
-            daemonsets: reflector::store().0,
-            revisions: reflector::store().0,
-            nodes: reflector::store().0,
-            jobs: reflector::store().0,
+            pods: store_of(cached_pods.iter().cloned().map(CachedPod::from)),
+            daemonsets: store_of([]),
+            revisions: store_of([]),
+            nodes: store_of([]),
+            jobs: store_of([]),
         };
         Context {
             client: client.clone(),
