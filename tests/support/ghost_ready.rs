@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
 use super::node_ready_status;
@@ -143,7 +143,9 @@ impl Guard {
         let origin = Instant::now();
         let task = tokio::spawn(async move {
             let mut listed = Some(listed_tx);
-            let mut stream = watcher(api, config).boxed();
+            // With backoff: a watch error (and, at runtime shutdown, a closed client)
+            // must not become a loop that never yields.
+            let mut stream = watcher(api, config).default_backoff().boxed();
             while let Some(event) = stream.next().await {
                 let at = origin.elapsed();
                 let mut tracker = shared.lock().unwrap();
