@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
 use crate::support::{node_ready_status, pod_condition, pod_is_ready, OWNER_LABEL};
@@ -157,7 +157,9 @@ impl BudgetWatcher {
         let node_config = watcher::Config::default().labels(&format!("{OWNER_LABEL}={owner}"));
         let s = state.clone();
         let node_task = tokio::spawn(async move {
-            let mut stream = watcher(nodes, node_config).boxed();
+            // Backoff on errors: without it, a watch error (the client closing at shutdown)
+            // turns this loop into one that never yields.
+            let mut stream = watcher(nodes, node_config).default_backoff().boxed();
             while let Some(event) = stream.next().await {
                 let now = Instant::now();
                 let mut st = s.lock().unwrap();
@@ -184,7 +186,9 @@ impl BudgetWatcher {
         let s = state.clone();
         let target = new_image.to_string();
         let pod_task = tokio::spawn(async move {
-            let mut stream = watcher(pods, watcher::Config::default()).boxed();
+            let mut stream = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(event) = stream.next().await {
                 let now = Instant::now();
                 let mut st = s.lock().unwrap();
