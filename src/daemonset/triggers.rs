@@ -61,8 +61,22 @@ impl<'a> PlannedPod<'a> {
 }
 
 /// A pod write the upgrade planners cannot see.
+///
+/// One write they could see is skipped on purpose: a pod's *first* not-Ready status.
+/// The kubelet writes it within a second of starting every new pod (`Ready=False`,
+/// ContainersNotReady), so seeing it cost one replan per pod of a rollout. The time in
+/// it is read only to tell a stale status (marked before the node last turned Ready)
+/// from a fresh one. A kubelet writes it on a Ready node, so it is fresh, and plans the
+/// same as no status at all. The node-lifecycle controller writes one only on a node
+/// that is not Ready, whose return replans anyway. A later rewrite of the time (the
+/// kubelet's report after a comeback) is still seen.
 pub fn pod_unchanged(before: &impl PodFacts, after: &impl PodFacts) -> bool {
-    PlannedPod::of(before) == PlannedPod::of(after)
+    let before = PlannedPod::of(before);
+    let mut after = PlannedPod::of(after);
+    if before.not_ready_since.is_none() && before.ready_since.is_none() {
+        after.not_ready_since = None;
+    }
+    before == after
 }
 
 /// A DaemonSet write the upgrade controller cannot see: only its status moved, and not
@@ -155,9 +169,16 @@ mod tests {
             status: status.into(),
             ..Default::default()
         };
+        // As a kubelet first writes it: Ready=False, with the time it turned so.
         let mut started = pod()
             .on_node("n1")
-            .not_ready()
+            .with_condition(PodCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: Some("ContainersNotReady".into()),
+                last_transition_time: Some(Time(at(50))),
+                ..Default::default()
+            })
             .with_condition(containers("False"))
             .build();
         let status = started.status.get_or_insert_default();

@@ -527,7 +527,18 @@ fn unseen_writes(pod: &Pod, (bind, ip, containers, n): Noise) -> Pod {
             ..Default::default()
         });
     }
-    if let Some(ready) = conditions.iter().position(|c| c.type_ == "Ready") {
+    let ready = conditions.iter().position(|c| c.type_ == "Ready");
+    if ready.is_none() && n % 5 == 0 {
+        // A kubelet's first status of a pod it started: fresh (`pod_unchanged`).
+        conditions.push(PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("ContainersNotReady".into()),
+            last_transition_time: Some(Time(at(NOW))),
+            ..Default::default()
+        });
+    }
+    if let Some(ready) = ready {
         if conditions[ready].status == "True" {
             conditions[ready].message = Some(format!("noise {n}"));
         } else {
