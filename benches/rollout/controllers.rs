@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{controller_kubeconfig, derived_kubeconfig, free_local_port, note, repo_root};
+use crate::support::{
+    controller_kubeconfig, derived_kubeconfig, free_local_port, http_request, note, repo_root,
+};
 
 /// Where the OpenYurt baseline is looked for when `YURT_MANAGER` is not set.
 pub const DEFAULT_YURT_MANAGER: &str = "../shared/baselines/openyurt-v1.7.0/yurt-manager";
@@ -61,6 +63,7 @@ pub struct ControllerUnderTest {
     pub which: Which,
     child: Child,
     pub log: PathBuf,
+    metrics: std::net::SocketAddr,
 }
 
 fn clock_ticks() -> f64 {
@@ -121,17 +124,14 @@ impl ControllerUnderTest {
         let log = dir.join(format!("{tag}-{}.log", which.name()));
         let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_local_port()));
         let (mut command, ready_line) = match which {
             Which::Rollgate => {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_rollgate"));
-                c.args([
-                    "controller",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                    "--leader-elect=false",
-                ])
-                .env("KUBECONFIG", controller_kubeconfig())
-                .env("ROLLGATE_LOG", "info");
+                c.args(["controller", "--leader-elect=false"])
+                    .arg(format!("--metrics-addr={metrics}"))
+                    .env("KUBECONFIG", controller_kubeconfig())
+                    .env("ROLLGATE_LOG", "info");
                 (c, "caches synced")
             }
             Which::OpenYurt => {
@@ -145,7 +145,7 @@ impl ControllerUnderTest {
                         "--disable-independent-webhooks=*",
                         "--leader-elect=false",
                     ])
-                    .arg(format!("--metrics-addr=127.0.0.1:{}", free_local_port()))
+                    .arg(format!("--metrics-addr={metrics}"))
                     .arg(format!(
                         "--health-probe-addr=127.0.0.1:{}",
                         free_local_port()
@@ -168,7 +168,12 @@ impl ControllerUnderTest {
             child.id(),
             log.display()
         ));
-        let mut controller = ControllerUnderTest { which, child, log };
+        let mut controller = ControllerUnderTest {
+            which,
+            child,
+            log,
+            metrics,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = std::fs::read_to_string(&controller.log).unwrap_or_default();
@@ -196,6 +201,28 @@ impl ControllerUnderTest {
     /// Peak RSS and CPU so far.
     pub fn usage(&self) -> Usage {
         usage_of(self.child.id())
+    }
+
+    /// Reconciles of the DaemonSet upgrade controller so far, from its own counter:
+    /// `rollgate_reconciles_total` (daemonset-upgrade) or controller-runtime's
+    /// `controller_runtime_reconcile_total` (yurt-manager runs its pod updater alone).
+    /// A count, unlike CPU seconds, does not move with the machine's load. `None` when
+    /// the metrics cannot be read.
+    pub async fn reconciles(&self) -> Option<f64> {
+        let text = http_request(self.metrics, "GET", "/metrics")
+            .await
+            .ok()?
+            .body;
+        let series = match self.which {
+            Which::Rollgate => "rollgate_reconciles_total{controller=\"daemonset-upgrade\"",
+            Which::OpenYurt => "controller_runtime_reconcile_total{",
+        };
+        let samples: Vec<f64> = text
+            .lines()
+            .filter(|line| line.starts_with(series))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse().ok())
+            .collect();
+        (!samples.is_empty()).then(|| samples.iter().sum())
     }
 
     /// Stops it (SIGKILL: nothing to hand over in a benchmark) and returns its usage.

@@ -147,6 +147,8 @@ struct ControllerUsage {
     peak_rss_mb: f64,
     /// CPU seconds during its all-Ready AdvancedRollingUpdate.
     cpu_s_aru: Option<f64>,
+    /// Reconciles (plans) during that rollout: what the CPU is spent on, as a count.
+    reconciles_aru: Option<f64>,
     /// CPU seconds during each NotReady rollout, tolerate-all then tolerate-none: apart,
     /// because a controller that stalls in one does less work there.
     cpu_s_notready: [Option<f64>; 2],
@@ -293,6 +295,7 @@ async fn measure_size(
     let mut natives = Vec::new();
     let mut rollgates = Vec::new();
     let mut aru_cpu = 0.0;
+    let mut aru_reconciles = None;
     let mut rollgate = None;
     for round in 1..=params.repeats {
         let tag = if params.repeats > 1 {
@@ -312,8 +315,10 @@ async fn measure_size(
         // One controller at a time: rollgate runs only while its own rollouts do.
         let running = ControllerUnderTest::start(Which::Rollgate, &format!("{n}-ready")).await?;
         let cpu0 = running.usage().cpu_s;
+        let reconciles0 = running.reconciles().await;
         rollgates.push(b.roll(timeout, None).await?);
         aru_cpu = running.usage().cpu_s - cpu0;
+        aru_reconciles = reconciles_since(reconciles0, running.reconciles().await);
         b.cleanup().await;
         if round < params.repeats {
             running.stop();
@@ -337,13 +342,16 @@ async fn measure_size(
     let usage = r.usage.entry("rollgate").or_default();
     usage.peak(&rollgate.stop());
     usage.cpu_s_aru = Some(aru_cpu);
+    usage.reconciles_aru = aru_reconciles;
 
     if with_yurt {
         let y = setup.prepare(&format!("{n}/a-openyurt"), aru(true)).await?;
         let yurt = ControllerUnderTest::start(Which::OpenYurt, &format!("{n}-ready")).await?;
         let cpu0 = yurt.usage().cpu_s;
+        let reconciles0 = yurt.reconciles().await;
         r.yurt = Some(y.roll(timeout, None).await?);
         let aru_cpu = yurt.usage().cpu_s - cpu0;
+        let aru_reconciles = reconciles_since(reconciles0, yurt.reconciles().await);
         y.cleanup().await;
         if vs_openyurt_full {
             let ota = setup
@@ -356,6 +364,7 @@ async fn measure_size(
         let usage = r.usage.entry("openyurt").or_default();
         usage.peak(&yurt.stop());
         usage.cpu_s_aru = Some(aru_cpu);
+        usage.reconciles_aru = aru_reconciles;
     }
 
     // ---- 10% of the nodes NotReady ----
@@ -852,6 +861,12 @@ fn result_entries(
                 .and_then(|u| u.cpu_s_aru)
                 .map_or(Value::Null, |c| round(c, 2)),
         );
+        put(
+            format!("{v}.reconciles_aru.{who}"),
+            usage
+                .and_then(|u| u.reconciles_aru)
+                .map_or(Value::Null, |c| json!(c)),
+        );
     }
     if let Some(reason) = first.skipped.first() {
         put(format!("{v}.partial"), json!(reason));
@@ -1041,11 +1056,12 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
             let cpu = |c: Option<f64>| c.map_or("-".into(), |c| format!("{c:.2}"));
             let [all, none] = usage.cpu_s_notready;
             out.push_str(&format!(
-                "  {who}: peak RSS {:.1} MiB, CPU {} s (all-Ready rollout), {} s and {} s (NotReady rollouts: tolerate-all, tolerate-none)\n",
+                "  {who}: peak RSS {:.1} MiB, CPU {} s (all-Ready rollout), {} s and {} s (NotReady rollouts: tolerate-all, tolerate-none); {} reconciles in the all-Ready rollout\n",
                 usage.peak_rss_mb,
                 cpu(usage.cpu_s_aru),
                 cpu(all),
                 cpu(none),
+                usage.reconciles_aru.map_or("-".into(), |c| format!("{c:.0}")),
             ));
         }
         for why in &s.skipped {
@@ -1061,4 +1077,9 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
         out.push_str(&format!("\nvs OpenYurt: not measured: {reason}\n"));
     }
     out
+}
+
+/// Reconciles between two readings of a controller's counter, when both were read.
+fn reconciles_since(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some(after? - before.unwrap_or(0.0))
 }
