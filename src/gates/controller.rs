@@ -141,7 +141,8 @@ fn step(service: &ServiceSnapshot) -> Step {
 
 #[tracing::instrument(skip_all, fields(service = %svc.name_any(), namespace = %svc.namespace().unwrap_or_default()))]
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // The one look at the API object; everything below reads the snapshot.
+    // The one look at the API object; everything below reads the snapshot (the
+    // object is dropped, so nothing can go back to it).
     let service = ServiceSnapshot::read(&svc, ctx.settings.classes);
     drop(svc);
     let product = match step(&service) {
