@@ -12,7 +12,7 @@ use crate::cli::ControllerArgs;
 use crate::leader::{Election, Leadership};
 use crate::metrics::Metrics;
 use crate::runtime::{self, Shutdown};
-use crate::watch::Watches;
+use crate::watch::{ServiceWatch, Watches};
 
 #[derive(Clone)]
 struct Health {
@@ -50,8 +50,14 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         .as_ref()
         .map_or_else(Leadership::always, |e| e.leadership.clone());
 
+    // The readiness gates are on with a cloud region; only they need the Services.
+    let gates = crate::gates::from_args(&args.gates)?;
+    let service_watch = match gates {
+        Some(_) => ServiceWatch::On,
+        None => ServiceWatch::Off,
+    };
     // One set of watches for every controller; each subscribes before they start.
-    let watches = Watches::new(client.clone(), args.watch_namespace.clone());
+    let watches = Watches::new(client.clone(), args.watch_namespace.clone(), service_watch);
     let daemonsets = crate::daemonset::controller::start(
         &watches,
         client.clone(),
@@ -64,25 +70,22 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         leadership.clone(),
         shutdown.clone(),
     );
-    let gates: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-        match crate::gates::from_args(&args.gates)? {
-            Some((clouds, settings)) => Box::pin(crate::gates::controller::start(
-                &watches,
-                client.clone(),
-                &metrics,
-                clouds,
-                crate::gates::controller::GateSettings {
-                    namespace: args.watch_namespace.clone(),
-                    ..settings
-                },
-                leadership.clone(),
-                shutdown.clone(),
-            )),
-            None => {
-                tracing::info!("readiness gates off: no --cloud-region");
-                Box::pin(std::future::ready(()))
-            }
-        };
+    let gates: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match gates {
+        // Its Services are the shared watches', in `--watch-namespace` like the rest.
+        Some((clouds, settings)) => Box::pin(crate::gates::controller::start(
+            &watches,
+            client.clone(),
+            &metrics,
+            clouds,
+            settings,
+            leadership.clone(),
+            shutdown.clone(),
+        )),
+        None => {
+            tracing::info!("readiness gates off: no --cloud-region");
+            Box::pin(std::future::ready(()))
+        }
+    };
     let image_pull = crate::daemonset::image_pull::start(
         &watches,
         client,
@@ -94,8 +97,9 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         shutdown.clone(),
     );
     {
-        // /readyz: true once every shared cache holds its first full list (a standby
-        // is ready: it can take over), false again as soon as shutdown starts.
+        // /readyz: true once every shared cache holds its first full list (the
+        // Services' too when the gates run; a standby is ready: it can take over),
+        // false again as soon as shutdown starts.
         let (mut synced, ready, stop) = (watches.synced(), ready.clone(), shutdown.clone());
         tokio::spawn(async move {
             let synced = tokio::select! {

@@ -7,15 +7,22 @@
 //!
 //! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
+pub mod cleanup;
 pub mod cloud;
+pub mod conditions;
+pub mod context;
 pub mod controller;
+pub mod lb_spec;
 pub mod metrics;
 pub mod model;
+pub mod orphans;
 pub mod plan;
 pub mod pods;
 pub mod poller;
 pub mod reasons;
 pub mod service;
+pub mod service_writes;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,7 +131,6 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
             .health_poll_fast
             .max(std::time::Duration::from_millis(100)),
         poll_slow: args.health_poll_slow.max(args.health_poll_fast),
-        namespace: None,
     };
     Ok(Some(((clb, nlb), settings)))
 }

@@ -1,17 +1,19 @@
 //! Observe, pod side: which Services a pod concerns (its gates, the selectors that
-//! match it), and the plan's view of a pod. Reads pods through `PodFacts`, so the
+//! match it), the pods a Service's reconcile looks at, and the plan's view of a pod. Reads pods through `PodFacts`, so the
 //! shared store's slim `CachedPod` and a full API `Pod` give the same answers.
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::runtime::reflector::Store;
 use kube::ResourceExt;
 
 use super::model::{
     gate_condition_type, service_of_gate, Deletion, GateCondition, GatePod, PodPort,
 };
-use super::service::{selector, selects};
-use crate::object::PodFacts;
+use super::service::{selector, selects, ServiceSnapshot};
+use crate::object::{CachedPod, PodFacts};
 
 /// The Services named by the pod's readiness gates.
 pub fn gated_services(pod: &impl PodFacts) -> impl Iterator<Item = &str> {
@@ -32,6 +34,25 @@ fn labels(pod: &impl PodFacts) -> &BTreeMap<String, String> {
 pub fn selected_by(pod: &impl PodFacts, service: &Service) -> bool {
     service.namespace().as_deref() == Some(pod.pod_namespace())
         && selects(selector(service), labels(pod))
+}
+
+/// The pods a reconcile of `service` looks at: selected by it, or gated on it.
+pub fn service_pods(
+    pods: &Store<CachedPod>,
+    service: &ServiceSnapshot,
+) -> Vec<(Arc<CachedPod>, GatePod)> {
+    let facts = &service.facts;
+    pods.state()
+        .into_iter()
+        .filter(|p| p.pod_namespace() == facts.namespace)
+        .filter_map(|p| {
+            let selected = selects(service.selector.as_ref(), labels(&*p));
+            (selected || has_gate(&*p, &facts.name)).then(|| {
+                let view = gate_pod(&*p, &facts.name, selected);
+                (p, view)
+            })
+        })
+        .collect()
 }
 
 /// The plan's view of `pod` for `service`.

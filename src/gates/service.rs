@@ -1,17 +1,102 @@
 //! The Service side of the public interface: which Services rollgate owns (class and
 //! the coexistence setting), the annotations it reads, and the facts the plan needs.
+//! A reconcile reads its Service once, here, into a [`ServiceSnapshot`]; nothing after
+//! that looks at the API object again.
 use std::collections::BTreeMap;
 
 use alibaba_lb::{AddressType, Product, ZoneVSwitch};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::model::{ServiceFacts, ServicePort, TargetPort};
 use crate::names::{
-    CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES, NLB_CLASS,
-    ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
+    CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
+    LOAD_BALANCER_FINALIZER, NLB_CLASS, ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
 };
+
+/// Everything a reconcile needs of its Service, read once at its top.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceSnapshot {
+    /// The plan's view: namespace, name, ports, the flip-back opt-in.
+    pub facts: ServiceFacts,
+    /// What Events about the Service name.
+    pub reference: ObjectReference,
+    pub uid: String,
+    pub resource_version: Option<String>,
+    /// `spec.type`, `ClusterIP` when unset.
+    pub type_: String,
+    /// The product under the class selection in force; `None`: not rollgate's.
+    pub product: Option<Product>,
+    /// The product a load balancer made for this Service has, whatever the class
+    /// selection is now (what cleanup deletes with).
+    pub made_with: Product,
+    pub deleting: bool,
+    pub finalizers: Vec<String>,
+    /// The load balancer the user named (`...-loadbalancer-id`).
+    pub attached_id: Option<String>,
+    /// The load balancer rollgate created earlier (its own annotation).
+    pub created_id: Option<String>,
+    /// `zone-maps`, or why it is not valid.
+    pub zones: Result<Vec<ZoneVSwitch>, String>,
+    /// `address-type`, or why it is not valid.
+    pub address_type: Result<AddressType, String>,
+    /// `spec.selector`; `None` (absent or empty) selects no pod.
+    pub selector: Option<BTreeMap<String, String>>,
+    /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
+    pub published_address: Option<String>,
+}
+
+impl ServiceSnapshot {
+    pub fn read(service: &Service, selection: ClassSelection) -> Self {
+        let spec = service.spec.as_ref();
+        ServiceSnapshot {
+            facts: facts(service),
+            reference: service.object_ref(&()),
+            uid: service.uid().unwrap_or_default(),
+            resource_version: service.resource_version(),
+            type_: spec
+                .and_then(|s| s.type_.clone())
+                .unwrap_or_else(|| "ClusterIP".into()),
+            product: product_for(service, selection),
+            made_with: made_with(service),
+            deleting: service.metadata.deletion_timestamp.is_some(),
+            finalizers: service.finalizers().to_vec(),
+            attached_id: attached_id(service).map(str::to_string),
+            created_id: created_id(service).map(str::to_string),
+            zones: zone_maps(service),
+            address_type: address_type(service),
+            selector: selector(service).cloned(),
+            published_address: service
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .and_then(|i| i.first())
+                .and_then(|i| i.ip.clone().or_else(|| i.hostname.clone())),
+        }
+    }
+
+    /// The Service's key in the store and in the poller.
+    pub fn key(&self) -> ObjectRef<Service> {
+        ObjectRef::new(&self.facts.name).within(&self.facts.namespace)
+    }
+
+    /// `type: LoadBalancer`, of any class.
+    pub fn is_load_balancer(&self) -> bool {
+        self.type_ == "LoadBalancer"
+    }
+
+    pub fn holds_finalizer(&self) -> bool {
+        self.finalizers.iter().any(|f| f == LOAD_BALANCER_FINALIZER)
+    }
+
+    /// The load balancer to use: the one the user named, else the one rollgate made.
+    pub fn existing_id(&self) -> Option<&str> {
+        self.attached_id.as_deref().or(self.created_id.as_deref())
+    }
+}
 
 /// Which Services rollgate takes (`--load-balancer-classes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,6 +121,19 @@ pub fn product_for(service: &Service, selection: ClassSelection) -> Option<Produ
         (None, ClassSelection::Standard) => Some(Product::Clb),
         (Some(NLB_CLASS), ClassSelection::Standard) => Some(Product::Nlb),
         _ => None,
+    }
+}
+
+/// The product of a load balancer made for `service` under any class selection: NLB
+/// for the NLB classes, else CLB (also for a Service that is no longer a LoadBalancer).
+fn made_with(service: &Service) -> Product {
+    let class = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_class.as_deref());
+    match class {
+        Some(NLB_CLASS) | Some(ROLLGATE_NLB_CLASS) => Product::Nlb,
+        _ => Product::Clb,
     }
 }
 
@@ -337,6 +435,88 @@ mod tests {
         assert!(address_type(&svc)
             .unwrap_err()
             .contains("internet, intranet"));
+    }
+
+    /// The shared watch prunes Services (`crate::watch::prune::service`): a reconcile
+    /// must read the same snapshot from the pruned object as from the full one.
+    #[test]
+    fn a_pruned_service_reads_the_same_as_the_full_one() {
+        use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut full = service(
+            "LoadBalancer",
+            Some(NLB_CLASS),
+            &[
+                (LOAD_BALANCER_ID_ANNOTATION, "lb-1"),
+                (CREATED_ID_ANNOTATION, "lb-0"),
+                (FLIP_BACK_ANNOTATION, "true"),
+                (
+                    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps",
+                    "z1:vsw-1,z2:vsw-2",
+                ),
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration",
+                    "{\"kind\":\"Service\"}",
+                ),
+            ],
+        );
+        full.metadata.uid = Some("uid-1".into());
+        full.metadata.resource_version = Some("7".into());
+        full.metadata.finalizers = Some(vec![LOAD_BALANCER_FINALIZER.into()]);
+        full.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            ..Default::default()
+        }]);
+        full.spec.as_mut().unwrap().selector =
+            Some([("app".to_string(), "web".to_string())].into());
+        full.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    hostname: Some("nlb.example".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+        let mut pruned = full.clone();
+        crate::watch::prune::service(&mut pruned);
+        assert_ne!(pruned, full, "something was pruned");
+        for selection in [ClassSelection::Standard, ClassSelection::Rollgate] {
+            assert_eq!(
+                ServiceSnapshot::read(&pruned, selection),
+                ServiceSnapshot::read(&full, selection),
+                "{selection:?}"
+            );
+        }
+        let read = ServiceSnapshot::read(&pruned, ClassSelection::Standard);
+        assert_eq!(read.attached_id.as_deref(), Some("lb-1"));
+        assert_eq!(read.created_id.as_deref(), Some("lb-0"));
+        assert_eq!(read.published_address.as_deref(), Some("nlb.example"));
+        assert!(read.holds_finalizer() && read.facts.flip_back);
+        assert_eq!(read.zones.as_ref().map(Vec::len), Ok(2));
+    }
+
+    #[test]
+    fn a_load_balancer_is_made_with_nlb_only_for_the_nlb_classes_whatever_the_selection() {
+        for (type_, class, want) in [
+            ("LoadBalancer", None, Product::Clb),
+            ("LoadBalancer", Some(NLB_CLASS), Product::Nlb),
+            ("LoadBalancer", Some(ROLLGATE_NLB_CLASS), Product::Nlb),
+            ("LoadBalancer", Some(ROLLGATE_CLB_CLASS), Product::Clb),
+            ("LoadBalancer", Some("example.com/other"), Product::Clb),
+            // Left the LoadBalancer type: cleanup still knows what it made.
+            ("ClusterIP", Some(NLB_CLASS), Product::Nlb),
+            ("ClusterIP", None, Product::Clb),
+        ] {
+            let svc = service(type_, class, &[]);
+            for selection in [ClassSelection::Standard, ClassSelection::Rollgate] {
+                assert_eq!(
+                    ServiceSnapshot::read(&svc, selection).made_with,
+                    want,
+                    "{type_} {class:?} {selection:?}"
+                );
+            }
+        }
     }
 
     #[test]

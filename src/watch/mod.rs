@@ -8,6 +8,9 @@
 //! Order of use: `Watches::new`, then every controller subscribes, then `run` drives the
 //! watches until shutdown. A subscription must be consumed: the shared stream waits for
 //! its slowest subscriber.
+//!
+//! Services are watched only when a controller needs them (the readiness gates, see
+//! [`ServiceWatch`]); then they are pruned, shared and waited for like every other kind.
 pub mod fanout;
 pub mod prune;
 pub mod runner;
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 
 pub use fanout::Change;
 use fanout::Fanout;
@@ -52,35 +55,47 @@ pub struct Stores {
     pub jobs: Store<Job>,
 }
 
+/// Whether the Services are watched: only the readiness gates read them, so a process
+/// without the gates neither lists them nor waits for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceWatch {
+    Off,
+    On,
+}
+
 pub struct Watches {
     client: Client,
     namespace: Option<String>,
     pub stores: Stores,
+    /// Every Service in the watched namespaces ([`Watches::services`]); not in
+    /// [`Stores`], which the DaemonSet controllers' test contexts build whole.
+    service_store: Store<Service>,
     daemonsets: Writer<DaemonSet>,
     pods: Writer<CachedPod>,
     revisions: Writer<ControllerRevision>,
     nodes: Writer<CachedNode>,
     jobs: Writer<Job>,
+    services: Writer<Service>,
+    service_watch: ServiceWatch,
     daemonset_fanout: Fanout<DaemonSet>,
     pod_fanout: Fanout<CachedPod>,
     revision_fanout: Fanout<ControllerRevision>,
     node_fanout: Fanout<CachedNode>,
     job_fanout: Fanout<Job>,
+    service_fanout: Fanout<Service>,
     gate: Arc<SyncGate>,
     synced: watch::Receiver<bool>,
 }
 
 impl Watches {
-    pub fn new(client: Client, namespace: Option<String>) -> Self {
+    pub fn new(client: Client, namespace: Option<String>, service_watch: ServiceWatch) -> Self {
         let (ds_store, daemonsets) = reflector::store();
         let (pod_store, pods) = reflector::store();
         let (rev_store, revisions) = reflector::store();
         let (node_store, nodes) = reflector::store();
         let (job_store, jobs) = reflector::store();
-        let (gate, synced) = SyncGate::new(
-            "shared watches",
-            &["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"],
-        );
+        let (service_store, services) = reflector::store();
+        let (gate, synced) = SyncGate::new("shared watches", &synced_streams(service_watch));
         Watches {
             client,
             namespace,
@@ -91,22 +106,27 @@ impl Watches {
                 nodes: node_store,
                 jobs: job_store,
             },
+            service_store,
             daemonsets,
             pods,
             revisions,
             nodes,
             jobs,
+            services,
+            service_watch,
             daemonset_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             pod_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             revision_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             node_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             job_fanout: Fanout::new(SUBSCRIBER_BUFFER),
+            service_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             gate,
             synced,
         }
     }
 
-    /// Flips to true once every watch delivered its first full list.
+    /// Flips to true once every watch delivered its first full list (the Services' too,
+    /// when watched): what `/readyz` and every controller wait for.
     pub fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
     }
@@ -132,6 +152,23 @@ impl Watches {
 
     pub fn job_changes(&self) -> Changes<Job> {
         self.job_fanout.subscribe()
+    }
+
+    /// The shared store of every Service in the watched namespaces; empty when
+    /// Services are not watched ([`ServiceWatch::Off`]).
+    pub fn services(&self) -> Store<Service> {
+        self.service_store.clone()
+    }
+
+    /// Every Service change. Call before `run`, and keep consuming it; Services must
+    /// be watched ([`ServiceWatch::On`]), or nothing ever comes.
+    pub fn service_changes(&self) -> Changes<Service> {
+        debug_assert_eq!(
+            self.service_watch,
+            ServiceWatch::On,
+            "Services are not watched: Watches::new(.., ServiceWatch::On)"
+        );
+        self.service_fanout.subscribe()
     }
 
     /// Deleted DaemonSets, so controllers can drop what they remember of them. A relist
@@ -193,7 +230,7 @@ impl Watches {
         let jobs = watcher(
             scoped::<Job>(&self.client, ns),
             // Only rollgate's own pre-pull Jobs.
-            cfg.labels(&format!(
+            cfg.clone().labels(&format!(
                 "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{PULL_JOB_REVISION_LABEL}"
             )),
         )
@@ -204,19 +241,39 @@ impl Watches {
             .reflect(self.jobs, jobs)
             .inspect(gate.observe("jobs"));
 
-        let all = futures::stream::select_all([
+        let mut streams = vec![
             drain(daemonsets),
             drain(pods),
             drain(revisions),
             drain(nodes),
             drain(jobs),
-        ]);
+        ];
+        if self.service_watch == ServiceWatch::On {
+            let services = watcher(scoped::<Service>(&self.client, ns), cfg)
+                .default_backoff()
+                .modify(prune::service);
+            let services = self
+                .service_fanout
+                .reflect(self.services, services)
+                .inspect(gate.observe("services"));
+            streams.push(drain(services));
+        }
+        let all = futures::stream::select_all(streams);
         tokio::select! {
             _ = all.for_each(|()| futures::future::ready(())) => {}
             _ = shutdown.requested() => {}
         }
         tracing::info!("shared watches stopped");
     }
+}
+
+/// The watches `synced` waits for.
+fn synced_streams(service_watch: ServiceWatch) -> Vec<&'static str> {
+    let mut streams = vec!["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"];
+    if service_watch == ServiceWatch::On {
+        streams.push("services");
+    }
+    streams
 }
 
 /// The objects `pick` takes from each change; the others are dropped.
@@ -312,8 +369,101 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
     use super::*;
+    use crate::apply::fake_api::{fake_client, status, Seen};
     use kube::runtime::watcher::InitialListStrategy;
+
+    /// The collection path of every kind the watches list, Services last.
+    const LISTED: [&str; 6] = [
+        "/apis/apps/v1/daemonsets",
+        "/api/v1/pods",
+        "/apis/apps/v1/controllerrevisions",
+        "/api/v1/nodes",
+        "/apis/batch/v1/jobs",
+        "/api/v1/services",
+    ];
+
+    /// An API server with nothing in it, whose Service list fails until `services_up`.
+    fn empty_cluster(services_up: Arc<AtomicBool>) -> (Client, Arc<Seen>) {
+        fake_client(move |method, path| {
+            if path == "/api/v1/services" && !services_up.load(Ordering::SeqCst) {
+                return status(503, "ServiceUnavailable");
+            }
+            match method {
+                // A list (and a watch, which then fails to decode and is retried later).
+                "GET" => (
+                    200,
+                    serde_json::json!({"apiVersion": "v1", "kind": "List",
+                        "metadata": {"resourceVersion": "1"}, "items": []}),
+                ),
+                _ => status(405, "MethodNotAllowed"),
+            }
+        })
+    }
+
+    fn stop_signal() -> (watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown::from_receiver(rx))
+    }
+
+    /// `/readyz` (and every controller) waits on `synced`: with the Services watched,
+    /// it must stay false while the Service list has not come, though every other kind
+    /// has listed.
+    #[tokio::test]
+    async fn synced_waits_for_the_service_watch_to_list() {
+        let services_up = Arc::new(AtomicBool::new(false));
+        let (client, seen) = empty_cluster(services_up.clone());
+        let watches = Watches::new(client, None, ServiceWatch::On);
+        let mut synced = watches.synced();
+        let (stop, shutdown) = stop_signal();
+        let run = tokio::spawn(watches.run(shutdown));
+
+        // Every kind asked for at least once (the others answered, Services refused).
+        let asked = |path: &str| seen.calls().iter().any(|c| c.path == path);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !LISTED.iter().all(|p| asked(p)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("every kind is listed");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !*synced.borrow(),
+            "synced (so /readyz) before the Service watch listed"
+        );
+
+        services_up.store(true, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(20), synced.wait_for(|s| *s))
+            .await
+            .expect("synced once the Services list")
+            .unwrap();
+        let _ = stop.send(true);
+        run.await.unwrap();
+    }
+
+    /// Without the gates no Service is listed, and nothing waits for them.
+    #[tokio::test]
+    async fn services_are_neither_listed_nor_waited_for_when_not_watched() {
+        let (client, seen) = empty_cluster(Arc::new(AtomicBool::new(false)));
+        let watches = Watches::new(client, None, ServiceWatch::Off);
+        let mut synced = watches.synced();
+        let (stop, shutdown) = stop_signal();
+        let run = tokio::spawn(watches.run(shutdown));
+        tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| *s))
+            .await
+            .expect("synced without Services")
+            .unwrap();
+        assert!(
+            !seen.calls().iter().any(|c| c.path == "/api/v1/services"),
+            "Services listed though not watched"
+        );
+        let _ = stop.send(true);
+        run.await.unwrap();
+    }
 
     #[test]
     fn streaming_lists_only_when_asked_for() {

@@ -4,9 +4,11 @@
 //! `crate::object::node`). The kinds here are few or small, so they stay API objects
 //! with the fields nobody reads dropped. The DaemonSet planners' tests
 //! (`daemonset::cached_objects_tests`) prove each planner decides the same on the cached
-//! objects as on the full ones.
+//! objects as on the full ones; the gates' (`gates::service`) that a reconcile reads the
+//! same of a pruned Service as of the full one.
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Metadata every reader may use; annotations and managedFields are dropped.
@@ -37,5 +39,18 @@ pub fn job(job: &mut Job) {
     job.metadata.managed_fields = None;
     if let Some(spec) = job.spec.as_mut() {
         spec.template = Default::default();
+    }
+}
+
+/// `kubectl apply`'s copy of the whole object: nobody reads it back.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Services (for the readiness gates): annotations carry the public interface, the
+/// finalizers and `status.loadBalancer` are read and written, so only managedFields and
+/// `kubectl apply`'s copy of the object go.
+pub fn service(service: &mut Service) {
+    service.metadata.managed_fields = None;
+    if let Some(annotations) = service.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
     }
 }

@@ -1,0 +1,118 @@
+//! What every part of the readiness-gate controller shares: its settings (from the
+//! command line), the reconcile's error, and the context a reconcile runs with (stores,
+//! cloud, poller, writer, Events, metrics).
+use std::time::Duration;
+
+use alibaba_lb::Error as CloudError;
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::mpsc;
+
+use super::cloud::Cloud;
+use super::metrics::GateMetrics;
+use super::poller::Poller;
+use super::service::ClassSelection;
+use crate::apply::{Events, Writer};
+use crate::object::CachedPod;
+use crate::watch::runner::ReconcileError;
+
+/// The `action` of this controller's Events.
+pub const EVENT_ACTION: &str = "ReadinessGate";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    /// A failed write to the API server (see `crate::apply`).
+    #[error(transparent)]
+    Write(#[from] crate::apply::Error),
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Cloud(e) => e.metric_label(),
+            // One kind for every API write, as counted before the apply layer.
+            Error::Write(_) => "kube_write",
+        }
+    }
+}
+
+/// Settings from the command line.
+#[derive(Clone, Debug)]
+pub struct GateSettings {
+    pub cluster_id: String,
+    pub classes: ClassSelection,
+    pub drain: Duration,
+    pub vpc_id: Option<String>,
+    pub concurrency: u16,
+    pub poll_fast: Duration,
+    pub poll_slow: Duration,
+}
+
+pub struct Context {
+    pub writer: Writer,
+    /// The shared pod store (`crate::watch`).
+    pub pods: Store<CachedPod>,
+    /// The shared Service store (`crate::watch`).
+    pub services: Store<Service>,
+    pub cloud: Cloud,
+    pub poller: Poller,
+    pub events: Events,
+    pub metrics: GateMetrics,
+    pub settings: GateSettings,
+    /// Pods whose gate named a Service that was not in the store: checked by
+    /// `super::orphans`.
+    pub orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
+}
+
+/// A context for tests: the writer and Events on `client` (a fake API server), `pods`
+/// and `services` as the shared stores, and cloud clients that are never called.
+#[cfg(test)]
+pub fn test_context(
+    client: kube::Client,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    services: &[Service],
+) -> Context {
+    use std::sync::Arc;
+
+    use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
+    use alibaba_lb::Product;
+
+    use crate::metrics::Metrics;
+    use crate::names::GATES_CONTROLLER_NAME;
+    use crate::testkit::store_of;
+
+    // Never called here; a loopback endpoint all the same.
+    let mut config = alibaba_lb::ClientConfig::new("cn-hangzhou");
+    config.clb_endpoint = Some("127.0.0.1:1".into());
+    config.nlb_endpoint = Some("127.0.0.1:1".into());
+    let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
+        access_key_id: "id".into(),
+        access_key_secret: "secret".into(),
+        security_token: None,
+    }));
+    let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
+    let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
+    let metrics = GateMetrics::register(&Metrics::default());
+    let settings = GateSettings {
+        cluster_id: "test".into(),
+        classes: ClassSelection::Standard,
+        drain: Duration::from_secs(10),
+        vpc_id: None,
+        concurrency: 1,
+        poll_fast: Duration::from_secs(1),
+        poll_slow: Duration::from_secs(10),
+    };
+    Context {
+        writer: Writer::new(client.clone()),
+        pods: store_of(pods.iter().cloned().map(CachedPod::from)),
+        services: store_of(services.iter().cloned()),
+        cloud: Cloud::new(clb, nlb, metrics.clone()),
+        poller: Poller::new(settings.poll_fast, settings.poll_slow),
+        events: Events::new(client, GATES_CONTROLLER_NAME),
+        metrics,
+        settings,
+        orphans: mpsc::unbounded_channel().0,
+    }
+}

@@ -1,0 +1,248 @@
+//! What rollgate asks the cloud for, for one Service (pure): its load balancer (the one
+//! named or created earlier, else a new one with a stable name), the address type and
+//! zones, and a listener and server group per Service port.
+use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
+
+use super::model::owner_description;
+use super::service::ServiceSnapshot;
+use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
+
+/// Created load balancers' names are cut to this many bytes (both APIs' limit).
+const NAME_LIMIT: usize = 80;
+
+/// The load balancer spec of `service` for `product`, or why its annotations do not
+/// make one (said in a Warning Event, nothing is asked of the cloud).
+pub fn lb_spec(
+    service: &ServiceSnapshot,
+    product: Product,
+    cluster_id: &str,
+    vpc_id: Option<&str>,
+) -> Result<LoadBalancerSpec, String> {
+    let zones = service.zones.clone()?;
+    if product == Product::Nlb && service.existing_id().is_none() && zones.len() < 2 {
+        return Err(format!(
+            "an NLB needs at least two zones: set the annotation {}zone-maps to \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\"",
+            LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+        ));
+    }
+    let facts = &service.facts;
+    let uid = &service.uid;
+    let mut name = format!(
+        "k8s-{cluster_id}-{}-{}-{}",
+        facts.namespace,
+        facts.name,
+        &uid[..uid.len().min(8)]
+    );
+    name.truncate(NAME_LIMIT);
+    Ok(LoadBalancerSpec {
+        name,
+        existing_id: service.existing_id().map(str::to_string),
+        address_type: service.address_type.clone()?,
+        vpc_id: vpc_id.map(str::to_string),
+        zones,
+        listeners: facts
+            .ports
+            .iter()
+            .map(|p| ListenerSpec {
+                port: p.port,
+                protocol: if p.protocol == "UDP" {
+                    ListenerProtocol::Udp
+                } else {
+                    ListenerProtocol::Tcp
+                },
+                server_group_name: owner_description(
+                    p.port,
+                    &facts.name,
+                    &facts.namespace,
+                    cluster_id,
+                ),
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use alibaba_lb::{AddressType, ZoneVSwitch};
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::gates::service::ClassSelection;
+    use crate::names::{CREATED_ID_ANNOTATION, LOAD_BALANCER_ID_ANNOTATION};
+
+    const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
+    const ADDRESS: &str = "service.beta.kubernetes.io/alicloud-loadbalancer-address-type";
+
+    fn snapshot(name: &str, uid: &str, annotations: &[(&str, &str)]) -> ServiceSnapshot {
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                uid: Some(uid.into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(vec![
+                    ServicePort {
+                        port: 80,
+                        ..Default::default()
+                    },
+                    ServicePort {
+                        port: 53,
+                        protocol: Some("UDP".into()),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        ServiceSnapshot::read(&svc, ClassSelection::Standard)
+    }
+
+    fn zone(zone_id: &str, vswitch_id: &str) -> ZoneVSwitch {
+        ZoneVSwitch {
+            zone_id: zone_id.into(),
+            vswitch_id: vswitch_id.into(),
+        }
+    }
+
+    /// What a spec is, in the few fields a case is about.
+    #[derive(Debug, PartialEq)]
+    struct Shape {
+        existing_id: Option<String>,
+        address_type: AddressType,
+        zones: usize,
+    }
+
+    fn shape(spec: &LoadBalancerSpec) -> Shape {
+        Shape {
+            existing_id: spec.existing_id.clone(),
+            address_type: spec.address_type,
+            zones: spec.zones.len(),
+        }
+    }
+
+    fn ok(
+        existing_id: Option<&str>,
+        address_type: AddressType,
+        zones: usize,
+    ) -> Result<Shape, &'static str> {
+        Ok(Shape {
+            existing_id: existing_id.map(str::to_string),
+            address_type,
+            zones,
+        })
+    }
+
+    /// What the case is about, the product, the annotations, and the spec's shape or
+    /// the words the refusal must contain.
+    type Case<'a> = (
+        &'a str,
+        Product,
+        &'a [(&'a str, &'a str)],
+        Result<Shape, &'a str>,
+    );
+
+    #[test]
+    fn the_annotations_decide_which_load_balancer_and_what_is_refused() {
+        use AddressType::*;
+        let two_zones = "cn-hangzhou-k:vsw-1,cn-hangzhou-j:vsw-2";
+        let nlb_needs = "an NLB needs at least two zones";
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            ("a CLB of no annotation is created, internet",
+             Product::Clb, &[], ok(None, Internet, 0)),
+            ("a CLB takes no zone",
+             Product::Clb, &[(ZONES, "cn-hangzhou-k:vsw-1")], ok(None, Internet, 1)),
+            ("intranet is asked for under the legacy prefix",
+             Product::Clb, &[(ADDRESS, "Intranet")], ok(None, Intranet, 0)),
+            ("a new NLB needs two zones",
+             Product::Nlb, &[(ZONES, "cn-hangzhou-k:vsw-1")], Err(nlb_needs)),
+            ("a new NLB of no zone at all is refused too",
+             Product::Nlb, &[], Err(nlb_needs)),
+            ("an NLB of two zones is created",
+             Product::Nlb, &[(ZONES, two_zones)], ok(None, Internet, 2)),
+            ("an attached NLB needs no zone",
+             Product::Nlb, &[(LOAD_BALANCER_ID_ANNOTATION, "nlb-user")], ok(Some("nlb-user"), Internet, 0)),
+            ("an NLB rollgate created earlier is found again without zones",
+             Product::Nlb, &[(CREATED_ID_ANNOTATION, "nlb-made")], ok(Some("nlb-made"), Internet, 0)),
+            ("the named load balancer wins over the one rollgate made",
+             Product::Clb, &[(LOAD_BALANCER_ID_ANNOTATION, "lb-user"), (CREATED_ID_ANNOTATION, "lb-made")], ok(Some("lb-user"), Internet, 0)),
+            ("a malformed zone map is refused, even on a CLB",
+             Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry \"cn-hangzhou-k\" is not valid")),
+            ("a malformed zone map is said before the missing zones",
+             Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry")),
+            ("an unknown address type is refused",
+             Product::Clb, &[(ADDRESS, "public")], Err("address-type \"public\" is not valid")),
+        ];
+        for (case, product, annotations, want) in cases {
+            let got = lb_spec(
+                &snapshot("web", "0123456789ab", annotations),
+                *product,
+                "c1",
+                None,
+            );
+            match (got, want) {
+                (Ok(spec), Ok(want)) => assert_eq!(&shape(&spec), want, "{case}"),
+                (Err(problem), Err(want)) => {
+                    assert!(problem.contains(want), "{case}: {problem}")
+                }
+                (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_listener_and_a_group_per_port_named_after_their_owner() {
+        let spec = lb_spec(
+            &snapshot("web", "0123456789ab", &[(ZONES, "z1:vsw-1,z2:vsw-2")]),
+            Product::Nlb,
+            "c1",
+            Some("vpc-1"),
+        )
+        .unwrap();
+        assert_eq!(spec.name, "k8s-c1-shop-web-01234567");
+        assert_eq!(spec.vpc_id.as_deref(), Some("vpc-1"));
+        assert_eq!(spec.zones, vec![zone("z1", "vsw-1"), zone("z2", "vsw-2")]);
+        assert_eq!(
+            spec.listeners,
+            vec![
+                ListenerSpec {
+                    port: 80,
+                    protocol: ListenerProtocol::Tcp,
+                    server_group_name: "k8s/80/web/shop/c1".into(),
+                },
+                ListenerSpec {
+                    port: 53,
+                    protocol: ListenerProtocol::Udp,
+                    server_group_name: "k8s/53/web/shop/c1".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn names_stay_within_the_limit_and_a_short_uid_is_taken_whole() {
+        let long = "a".repeat(100);
+        let spec = lb_spec(
+            &snapshot(&long, "0123456789ab", &[]),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        assert_eq!(spec.name.len(), NAME_LIMIT);
+        assert!(spec.name.starts_with("k8s-c1-shop-aaaa"), "{}", spec.name);
+        let spec = lb_spec(&snapshot("web", "u1", &[]), Product::Clb, "c1", None).unwrap();
+        assert_eq!(spec.name, "k8s-c1-shop-web-u1");
+    }
+}
