@@ -528,6 +528,21 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
 
     note("deleting the Service");
     bed.delete_service("my-svc").await;
+    // The pods still serve (other Services, the ClusterIP that replaced the load
+    // balancer): their True gates stay True and say the Service is gone. Turning them
+    // False would take every pod out of every endpoint list at once.
+    let pods = wait_gate(
+        &bed,
+        "nginx",
+        "my-svc",
+        "gates still True, saying ServiceNotFound",
+        |s, r| s == "True" && r == "ServiceNotFound",
+    )
+    .await;
+    assert!(
+        pods.iter().all(pod_is_ready),
+        "every pod stays Ready after its load balancer's Service is deleted"
+    );
     let state = bed.emulator("state").await;
     let key = if class.is_some() { "nlb" } else { "clb" };
     let remaining: Vec<&str> = state[key]["load_balancers"]
@@ -840,6 +855,39 @@ async fn wait_gate(
         }
     })
     .await
+}
+
+/// A Service changed from LoadBalancer to ClusterIP (the cluster now reaches the pods
+/// another way): the pods stay Ready, their gates True with a reason that says the
+/// Service is no longer a load balancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
+    let bed = Bed::new("gates-to-clusterip", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 1).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.services()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "gates still True, saying ServiceNotLoadBalancer",
+        |s, r| s == "True" && r == "ServiceNotLoadBalancer",
+    )
+    .await;
+    assert_eq!(pods.len(), 2);
+    assert!(
+        pods.iter().all(pod_is_ready),
+        "no pod leaves Ready when its Service stops being a load balancer"
+    );
+    bed.cleanup().await;
 }
 
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the

@@ -70,7 +70,7 @@ async fn hold_orphans(
             .find(|v| v.uid == write.uid)
             .and_then(|v| v.gate.as_ref())
             .map(|g| g.status)
-            != Some(false);
+            != Some(write.status);
         let outcome = write_condition(ctx, namespace, service, &write, flipped).await?;
         if !outcome.landed() {
             continue; // a pod gone or replaced is told nothing

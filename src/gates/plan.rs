@@ -215,19 +215,23 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                         PortVerdict::Unhealthy(_) => GateReason::BackendUnhealthy,
                         _ => GateReason::HealthCheckPending,
                     };
-                    let was_true = pod.gate.as_ref().is_some_and(|g| g.status);
-                    if was_true && !input.service.flip_back {
-                        // The peers' default: Ready stays, the reason tells what changed.
-                        (
-                            true,
-                            GateReason::BackendLostAfterReady,
-                            reasons::lost_after_ready(reason, &details),
-                        )
-                    } else {
-                        (false, reason, details)
-                    }
+                    (false, reason, details)
                 }
             }
+        };
+        // A True gate follows the flip-back setting whatever the cause, the pod's own
+        // containers included: left True (the peers' default), a pod whose containers
+        // blip is Ready again the moment they are, not a health cycle later. The
+        // reason tells what changed.
+        let was_true = pod.gate.as_ref().is_some_and(|g| g.status);
+        let (status, reason, message) = if !status && was_true && !input.service.flip_back {
+            (
+                true,
+                GateReason::BackendLostAfterReady,
+                reasons::lost_after_ready(reason, &message),
+            )
+        } else {
+            (status, reason, message)
         };
         push_if_changed(&mut writes, pod, status, reason, message);
     }
@@ -292,6 +296,12 @@ fn hold_gates(input: &PlanInput<'_>, reason: GateReason, message: &str) -> Vec<C
 }
 
 /// Gates naming a Service that does not exist or is not a load balancer.
+///
+/// A True gate stays True, whatever the flip-back setting: the Service was deleted or
+/// turned into a ClusterIP one, and the pods behind it still serve. Turning every gate
+/// False would take every pod out of whatever replaced the load balancer at once: an
+/// outage caused by the gate itself. Its reason and message say the load balancer is
+/// gone. A gate that was never True says why it will not turn True.
 pub fn plan_without_service(
     pods: &[GatePod],
     reason: GateReason,
@@ -299,7 +309,12 @@ pub fn plan_without_service(
 ) -> Vec<ConditionWrite> {
     let mut writes = vec![];
     for pod in pods.iter().filter(|p| p.gated && p.deletion.is_none()) {
-        push_if_changed(&mut writes, pod, false, reason, message.to_string());
+        if pod.gate.as_ref().is_some_and(|g| g.status) {
+            let kept = reasons::kept_without_load_balancer(message);
+            push_if_changed(&mut writes, pod, true, reason, kept);
+        } else {
+            push_if_changed(&mut writes, pod, false, reason, message.to_string());
+        }
     }
     writes
 }

@@ -16,6 +16,13 @@ pub fn service_not_load_balancer(namespace: &str, service: &str, type_: &str) ->
     )
 }
 
+/// A True gate kept while its Service is gone or no longer a load balancer.
+pub fn kept_without_load_balancer(why: &str) -> String {
+    format!(
+        "{why}. The gate stays True: turning it False would make this pod not Ready and drop it from the endpoints of every Service"
+    )
+}
+
 pub fn pod_not_selected(service: &ServiceFacts) -> String {
     format!(
         "the pod's labels do not match the selector of Service {}/{}, so it is not a backend",

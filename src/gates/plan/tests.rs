@@ -369,6 +369,64 @@ fn gates_of_a_missing_service_say_so_once() {
     .is_empty());
 }
 
+/// The Service deleted or turned into a ClusterIP one: its pods still serve, so a True
+/// gate stays True (no outage caused by the gate), and a gate never True says why.
+#[test]
+fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
+    let gone = "Service ns/web does not exist";
+    let mut ready = pod("ready", "10.0.0.1");
+    ready.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let waiting = pod("waiting", "10.0.0.2");
+    for reason in [
+        GateReason::ServiceNotFound,
+        GateReason::ServiceNotLoadBalancer,
+    ] {
+        let writes = plan_without_service(&[ready.clone(), waiting.clone()], reason, gone);
+        let of = |name: &str| writes.iter().find(|w| w.pod == name).unwrap();
+        assert!(of("ready").status, "{reason:?}: a True gate stays True");
+        assert_eq!(of("ready").reason, reason);
+        assert!(
+            of("ready").message.contains("stays True"),
+            "{}",
+            of("ready").message
+        );
+        assert!(!of("waiting").status);
+        assert_eq!(of("waiting").message, gone);
+    }
+}
+
+/// Every cause follows the flip-back setting, the pod's own containers included: with
+/// the default a True gate stays True while the containers blip, so the pod is Ready
+/// again as soon as they are.
+#[test]
+fn a_true_gate_follows_flip_back_when_the_containers_blip() {
+    let cloud = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    )]);
+    let mut p = pod("a", "10.0.0.1");
+    p.containers_ready = false;
+    p.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
+    let w = only_write(&plan);
+    assert!(w.status, "kept True by default");
+    assert_eq!(w.reason, GateReason::BackendLostAfterReady);
+    assert!(w.message.contains("ContainersNotReady"), "{}", w.message);
+
+    let plan = run(&svc(true), &[p], &cloud);
+    let w = only_write(&plan);
+    assert!(!w.status, "flipped with the opt-in");
+    assert_eq!(w.reason, GateReason::ContainersNotReady);
+}
+
 #[test]
 fn gate_names_map_to_services() {
     assert_eq!(
