@@ -30,35 +30,6 @@ const HASH_LABEL: &str = "controller-revision-hash";
 const V1: &str = "registry.local/edge-agent:v1";
 const V2: &str = "registry.local/edge-agent:v2";
 
-/// The two shapes of edge DaemonSets users deploy. Their pods stay on a NotReady node
-/// either way (the DaemonSet controller adds NoExecute tolerations), but only a
-/// DaemonSet that tolerates every taint keeps NotReady nodes (tainted `unreachable`,
-/// NoSchedule) in `status.desiredNumberScheduled`.
-#[derive(Clone, Copy, Debug)]
-enum Shape {
-    /// `tolerations: [{operator: Exists}]`, the usual shape of node agents.
-    ToleratesAll,
-    /// No tolerations of its own.
-    ToleratesNone,
-}
-
-impl Shape {
-    fn tolerations(self) -> serde_json::Value {
-        match self {
-            Shape::ToleratesAll => json!([{"operator": "Exists"}]),
-            Shape::ToleratesNone => json!([]),
-        }
-    }
-
-    /// Short tag for names (namespaces, nodes, logs).
-    fn tag(self) -> &'static str {
-        match self {
-            Shape::ToleratesAll => "all",
-            Shape::ToleratesNone => "none",
-        }
-    }
-}
-
 fn edge_daemonset(
     name: &str,
     nodes: &TestNodes,

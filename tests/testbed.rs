@@ -550,6 +550,7 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     let _kwok = PrivateKwok::start(&[
         ("__POD_START_DELAY_MS__", 1000),
         ("__POD_STOP_DELAY_MS__", 500),
+        ("__POD_REREPORT_DELAY_MS__", 0),
         ("__NODE_STATUS_REFRESH_MS__", refresh.as_millis() as u64),
         (
             "__NODE_STATUS_REFRESH_JITTER_MS__",
