@@ -144,12 +144,19 @@ async fn bed(prefix: &str, count: usize, budget: usize, shape: Shape) -> Bed {
 }
 
 impl Bed {
-    fn watch(&self) -> Watcher {
-        Watcher::start(
+    async fn watch(&self) -> Watcher {
+        let watcher = Watcher::start(
             &self.client,
             &format!("{OWNER_LABEL}={}", self.nodes.owner),
             &self.ns.name,
-        )
+        );
+        watcher.wait_armed().await;
+        assert!(
+            watcher.unavailable_now().is_empty(),
+            "premise: every Ready node serves before the rollout: {:?}",
+            watcher.unavailable_now()
+        );
+        watcher
     }
 
     async fn cleanup(self, controller: ControllerProcess) {
@@ -167,7 +174,7 @@ async fn template_changes_mid_rollout(shape: Shape) {
     const NODES: usize = 8;
     const BUDGET: usize = 2;
     let bed = bed("budget-abc", NODES, BUDGET, shape).await;
-    let watcher = bed.watch();
+    let watcher = bed.watch().await;
     let controller = ControllerProcess::start(&bed.ns.name, &format!("abc-{}", shape.tag()));
 
     // b takes far longer to start than the test needs to push c.
@@ -256,7 +263,7 @@ async fn comeback_of_many_nodes(shape: Shape) {
     )
     .await;
 
-    let watcher = bed.watch();
+    let watcher = bed.watch().await;
     let controller = ControllerProcess::start(&bed.ns.name, &format!("back-{}", shape.tag()));
     set_revision(&bed.dss, B, "3s").await;
     note("template changed to b while every node is away");

@@ -31,6 +31,9 @@ pub struct Counter {
     /// The unavailable nodes when the peak was first reached.
     pub at_peak: Vec<String>,
     pub observations: usize,
+    /// Counting starts once both initial lists are in: before, a node listed before
+    /// its pods would look bare.
+    armed: bool,
 }
 
 impl Counter {
@@ -72,7 +75,16 @@ impl Counter {
             .collect()
     }
 
+    /// Both initial lists are in: count from here on.
+    pub fn arm(&mut self) {
+        self.armed = true;
+        self.update();
+    }
+
     fn update(&mut self) {
+        if !self.armed {
+            return;
+        }
         self.observations += 1;
         let now = self.unavailable();
         if now.len() > self.peak {
@@ -103,7 +115,8 @@ enum Seen {
 }
 
 impl Watcher {
-    /// Counts the nodes labelled `node_selector` and the pods of `namespace`.
+    /// Counts the nodes labelled `node_selector` and the pods of `namespace`, from the
+    /// moment both are listed; `wait_armed` waits for that.
     pub fn start(client: &Client, node_selector: &str, namespace: &str) -> Self {
         let nodes: Api<Node> = Api::all(client.clone());
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -117,9 +130,17 @@ impl Watcher {
         let state = counter.clone();
         let task = tokio::spawn(async move {
             let mut events = stream::select(node_events, pod_events).boxed();
+            let (mut nodes_listed, mut pods_listed) = (false, false);
             while let Some(seen) = events.next().await {
                 let mut c = state.lock().unwrap();
                 match seen {
+                    Seen::Node(watcher::Event::InitDone) | Seen::Pod(watcher::Event::InitDone) => {
+                        nodes_listed |= matches!(seen, Seen::Node(_));
+                        pods_listed |= matches!(seen, Seen::Pod(_));
+                        if nodes_listed && pods_listed {
+                            c.arm();
+                        }
+                    }
                     Seen::Node(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
                         let name = n.metadata.name.clone().unwrap_or_default();
                         c.node(&name, node_ready_status(&n).as_deref() == Some("True"));
@@ -147,6 +168,21 @@ impl Watcher {
         (c.peak, c.at_peak.clone())
     }
 
+    /// Waits until both initial lists are in and the count has started.
+    pub async fn wait_armed(&self) {
+        super::wait_for(
+            "the unavailable-node watcher's first lists",
+            std::time::Duration::from_secs(30),
+            || async {
+                match self.counter.lock().unwrap().armed {
+                    true => Ok(()),
+                    false => Err("not listed yet".to_string()),
+                }
+            },
+        )
+        .await
+    }
+
     pub fn unavailable_now(&self) -> Vec<String> {
         self.counter.lock().unwrap().unavailable()
     }
@@ -172,6 +208,8 @@ mod tests {
         for n in ["a", "b", "c", "d"] {
             c.node(n, true);
         }
+        assert_eq!(c.peak, 0, "nothing counted before both lists are in");
+        c.arm();
         assert_eq!(c.unavailable(), ["a", "b", "c", "d"], "no pods yet");
         for (uid, n) in [("1", "a"), ("2", "b"), ("3", "c"), ("4", "d")] {
             c.pod(uid, Some((n.into(), true)));
