@@ -32,7 +32,10 @@ const START_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 const REREPORT_DELAY: &str = "pod-rereport.stage.kwok.x-k8s.io/delay";
 /// How long a returning kubelet takes to re-report its pods: a few seconds, like a real
 /// one, and far longer than a controller needs to replan on the node's return.
-const REREPORT: &str = "6s";
+/// `ROLLGATE_TEST_REREPORT_DELAY` overrides it (e.g. `0s`, the bed's old behaviour).
+fn rereport_delay() -> String {
+    std::env::var("ROLLGATE_TEST_REREPORT_DELAY").unwrap_or_else(|_| "6s".into())
+}
 
 fn daemonset(nodes: &TestNodes, budget: usize, shape: Shape) -> DaemonSet {
     serde_json::from_value(json!({
@@ -46,7 +49,7 @@ fn daemonset(nodes: &TestNodes, budget: usize, shape: Shape) -> DaemonSet {
             "template": {
                 "metadata": {
                     "labels": {"app": "edge"},
-                    "annotations": {START_DELAY: "3s", REREPORT_DELAY: REREPORT}
+                    "annotations": {START_DELAY: "3s", REREPORT_DELAY: rereport_delay()}
                 },
                 "spec": {
                     "nodeSelector": nodes.selector(),
