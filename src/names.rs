@@ -130,6 +130,8 @@ pub const ROLLOUT_COMPLETE_EVENT: &str = "RolloutComplete";
 pub const WAITING_FOR_NOT_READY_NODES_EVENT: &str = "WaitingForNotReadyNodes";
 /// A rollout waits only on pods whose not-Ready status predates their node's return.
 pub const WAITING_FOR_STALE_STATUS_EVENT: &str = "WaitingForStaleStatus";
+/// Warning: old pods are kept on nodes where the DaemonSet no longer places a pod.
+pub const OLD_PODS_ON_UNPLACED_NODES_EVENT: &str = "OldPodsOnUnplacedNodes";
 /// The rollout waits for the native controller's newest ControllerRevision.
 pub const CURRENT_REVISION_UNKNOWN_EVENT: &str = "CurrentRevisionUnknown";
 /// A pull Job was created for a pod.

@@ -56,6 +56,12 @@ pub fn describe(progress: &Progress) -> String {
             shorten(&p.stale_status_nodes)
         ));
     }
+    if !p.unplaced_nodes.is_empty() {
+        line.push_str(&format!(
+            "; old pods kept where the DaemonSet no longer places a pod (taint, node selector or affinity; nothing would recreate them): {}",
+            shorten(&p.unplaced_nodes)
+        ));
+    }
     if p.deferred_by_cap > 0 {
         line.push_str(&format!(
             "; {} deletion(s) left to the next plan by --max-deletions-per-plan",
