@@ -70,3 +70,29 @@ pub fn describe(progress: &Progress) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_kept_for_placement_are_named_whatever_else_blocks() {
+        for blocked in [Some(Blocker::Complete), None] {
+            let p = Progress {
+                unplaced_nodes: vec!["edge-7".into()],
+                blocked: blocked.clone(),
+                ..Default::default()
+            };
+            let line = describe(&p);
+            assert!(
+                line.contains("no longer places a pod") && line.contains("edge-7"),
+                "{blocked:?}: {line}"
+            );
+        }
+        let none = describe(&Progress {
+            blocked: Some(Blocker::Complete),
+            ..Default::default()
+        });
+        assert!(!none.contains("no longer places"), "{none}");
+    }
+}
