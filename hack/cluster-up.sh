@@ -9,6 +9,11 @@
 #   NODES               simulated nodes to have (default 3)
 #   POD_START_DELAY_MS  time from a pod's creation to its containers being ready (default 2000)
 #   POD_STOP_DELAY_MS   time a deleted pod takes to go away (default 500)
+#   POD_REREPORT_DELAY_MS  time the simulated kubelet of a node coming back takes to
+#                       report its pods Ready again, after the node-lifecycle controller
+#                       marked them NotReady during the cut (default 0: at once; a real
+#                       kubelet takes seconds). Per pod: annotation
+#                       pod-rereport.stage.kwok.x-k8s.io/delay (e.g. "5s").
 #   NODE_GRACE_SECONDS  heartbeat loss before a node is NotReady (default 15)
 #   CLUSTER_DIR         state folder (default target/cluster)
 #   APISERVER_PORT, ETCD_PORT  (default 36443, 32379)
@@ -21,6 +26,7 @@ source "$here/versions.env"
 NODES=${NODES:-3}
 POD_START_DELAY_MS=${POD_START_DELAY_MS:-2000}
 POD_STOP_DELAY_MS=${POD_STOP_DELAY_MS:-500}
+POD_REREPORT_DELAY_MS=${POD_REREPORT_DELAY_MS:-0}
 NODE_GRACE_SECONDS=${NODE_GRACE_SECONDS:-15}
 CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
 APISERVER_PORT=${APISERVER_PORT:-36443}
@@ -197,6 +203,7 @@ start kube-scheduler kube-scheduler --config "$CLUSTER_DIR/scheduler.yaml" \
   --bind-address 127.0.0.1 --secure-port 0
 
 sed -e "s/__POD_START_DELAY_MS__/$POD_START_DELAY_MS/g" -e "s/__POD_STOP_DELAY_MS__/$POD_STOP_DELAY_MS/g" \
+  -e "s/__POD_REREPORT_DELAY_MS__/$POD_REREPORT_DELAY_MS/g" \
   "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 # Lease renewed every duration/4; kept well inside the node grace period.
 start kwok kwok --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \

@@ -92,6 +92,7 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         &metrics,
         crate::daemonset::image_pull::PullJobSettings {
             helper_image: args.prepull_helper_image.clone(),
+            deadline: args.prepull_deadline,
         },
         leadership,
         shutdown.clone(),

@@ -95,6 +95,10 @@ pub const PULL_JOB_REQUEST_ANNOTATION: &str = "rollgate.io/image-pull-request";
 pub const PULL_JOB_POD_NAME_ANNOTATION: &str = "rollgate.io/image-pull-pod";
 /// Pull Job annotation: the node the Job pulls on.
 pub const PULL_JOB_NODE_ANNOTATION: &str = "rollgate.io/image-pull-node";
+/// DaemonSet annotation: how long its pull Jobs may take (`600`, `600s`, `90m`, `2h`),
+/// instead of `--prepull-deadline`. rollgate's own domain, like the other pull names:
+/// OpenYurt has no such setting, and an `apps.openyurt.io` name would suggest it does.
+pub const PULL_DEADLINE_ANNOTATION: &str = "rollgate.io/image-pull-deadline";
 
 /// Opt-in Service annotation: a True gate goes back to False when its backend is lost
 /// or unhealthy.
@@ -126,10 +130,14 @@ pub const ROLLOUT_COMPLETE_EVENT: &str = "RolloutComplete";
 pub const WAITING_FOR_NOT_READY_NODES_EVENT: &str = "WaitingForNotReadyNodes";
 /// A rollout waits only on pods whose not-Ready status predates their node's return.
 pub const WAITING_FOR_STALE_STATUS_EVENT: &str = "WaitingForStaleStatus";
+/// Warning: old pods are kept on nodes where the DaemonSet no longer places a pod.
+pub const OLD_PODS_ON_UNPLACED_NODES_EVENT: &str = "OldPodsOnUnplacedNodes";
 /// The rollout waits for the native controller's newest ControllerRevision.
 pub const CURRENT_REVISION_UNKNOWN_EVENT: &str = "CurrentRevisionUnknown";
 /// A pull Job was created for a pod.
 pub const PULL_IMAGE_STARTED_EVENT: &str = "PullImageStarted";
+/// Warning on a DaemonSet whose pull-deadline annotation cannot be read.
+pub const INVALID_PULL_DEADLINE_EVENT: &str = "InvalidImagePullDeadline";
 /// A pull Job's name is held by a Job rollgate must not touch.
 pub const PULL_IMAGE_JOB_NAME_CONFLICT_EVENT: &str = "PullImageJobNameConflict";
 /// Warning: a readiness gate names a Service that does not exist.

@@ -30,35 +30,6 @@ const HASH_LABEL: &str = "controller-revision-hash";
 const V1: &str = "registry.local/edge-agent:v1";
 const V2: &str = "registry.local/edge-agent:v2";
 
-/// The two shapes of edge DaemonSets users deploy. Their pods stay on a NotReady node
-/// either way (the DaemonSet controller adds NoExecute tolerations), but only a
-/// DaemonSet that tolerates every taint keeps NotReady nodes (tainted `unreachable`,
-/// NoSchedule) in `status.desiredNumberScheduled`.
-#[derive(Clone, Copy, Debug)]
-enum Shape {
-    /// `tolerations: [{operator: Exists}]`, the usual shape of node agents.
-    ToleratesAll,
-    /// No tolerations of its own.
-    ToleratesNone,
-}
-
-impl Shape {
-    fn tolerations(self) -> serde_json::Value {
-        match self {
-            Shape::ToleratesAll => json!([{"operator": "Exists"}]),
-            Shape::ToleratesNone => json!([]),
-        }
-    }
-
-    /// Short tag for names (namespaces, nodes, logs).
-    fn tag(self) -> &'static str {
-        match self {
-            Shape::ToleratesAll => "all",
-            Shape::ToleratesNone => "none",
-        }
-    }
-}
-
 fn edge_daemonset(
     name: &str,
     nodes: &TestNodes,
@@ -1463,4 +1434,102 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() {
     );
     drop(standby);
     ns.cleanup().await;
+}
+
+/// Issue 23, item 4: a node tainted NoSchedule after the DaemonSet's pod started there,
+/// with a taint the template does not tolerate. The native controller keeps that pod
+/// running but would not recreate it, so the rollout must not delete it: it upgrades
+/// the other nodes, keeps the old pod, and says so in a Warning Event and in `rollgate
+/// status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_pod_where_the_daemonset_no_longer_places_one_is_kept_and_reported() {
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "placement", 3).await;
+    let ns = TestNamespace::new(&client, "placement").await;
+    let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "1"});
+    ds_api
+        .create(
+            &PostParams::default(),
+            &edge_daemonset(
+                "edge",
+                &nodes,
+                annotations,
+                "OnDelete",
+                Shape::ToleratesNone,
+            ),
+        )
+        .await
+        .unwrap();
+    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    let dedicated = nodes.names[0].clone();
+    let taint =
+        json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}});
+    nodes_api
+        .patch(&dedicated, &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .unwrap();
+    let kept: Pod = list_pods(&pods)
+        .await
+        .into_iter()
+        .find(|p| node_of(p).as_deref() == Some(dedicated.as_str()))
+        .expect("the pod on the node to be tainted");
+    note(format!(
+        "{dedicated} tainted dedicated=db:NoSchedule; {} runs on",
+        name_of(&kept)
+    ));
+
+    let controller = ControllerProcess::start(&ns.name, "placement");
+    set_image(&ds_api, "edge", V2).await;
+    wait_pods_ready_on(&pods, &nodes.names[1..], V2, Duration::from_secs(120)).await;
+    let warning = wait_for(
+        "a Warning OldPodsOnUnplacedNodes naming the node",
+        Duration::from_secs(30),
+        || async {
+            let events = events_for(&client, &ns.name, "edge").await;
+            events
+                .iter()
+                .find(|(t, r, m)| {
+                    t == "Warning" && r == "OldPodsOnUnplacedNodes" && m.contains(&dedicated)
+                })
+                .cloned()
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    note(format!("Event: {}", warning.2));
+    // The old pod stays: deleting it would have removed the DaemonSet from the node.
+    holds_for(
+        "the old pod on the tainted node to stay",
+        Duration::from_secs(3),
+        || async {
+            let p = pods.get(&name_of(&kept)).await.map_err(|e| e.to_string())?;
+            match (p.metadata.deletion_timestamp.is_some(), image_of(&p) == V1) {
+                (false, true) => Ok(()),
+                other => Err(format!("(terminating, old image): {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !pod_delete_counts(&ns.name, CONTROLLER_USER).contains_key(&name_of(&kept)),
+        "the controller never deleted the kept pod"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rollgate"))
+        .args(["status", "daemonset/edge", "-n", &ns.name])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    note(format!("rollgate status:\n{text}"));
+    assert!(
+        text.contains("no longer places a pod") && text.contains(&dedicated),
+        "status names the kept node: {text}"
+    );
+    let status = controller.stop();
+    assert!(status.success(), "controller exits cleanly: {status:?}");
+    ns.cleanup().await;
+    nodes.cleanup().await;
 }

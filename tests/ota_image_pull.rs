@@ -7,6 +7,8 @@
 //! The test stands in for the node agent's `imagepull` (it writes the request condition
 //! itself). kwok runs the Job's pod: it succeeds ~0.5 s after starting, and fails with
 //! `ErrImagePull` when an image name contains `unpullable` (hack/kwok-stages.yaml).
+//! A second test pulls on a node with a NoExecute taint that only the live pod tolerates,
+//! with a deadline set by the DaemonSet's annotation.
 //! Needs `make cluster-up`; `cargo test --test ota_image_pull -- --nocapture` narrates.
 mod support;
 
@@ -339,10 +341,17 @@ async fn pre_pull_job_reports_success_and_failure() {
     assert_eq!(
         images,
         [
-            ("registry.local/agent:v2".to_string(), "Always".to_string()),
-            ("registry.local/setup:v2".to_string(), "Always".to_string()),
+            (
+                "registry.local/agent:v2".to_string(),
+                "IfNotPresent".to_string()
+            ),
+            (
+                "registry.local/setup:v2".to_string(),
+                "IfNotPresent".to_string()
+            ),
         ],
-        "the new container and init container images, always pulled"
+        "the new container and init container images; one already on the node (side-loaded \
+         on an air-gapped node) counts as pulled"
     );
     for c in &pod_spec.containers {
         let command = c.command.clone().unwrap_or_default();
@@ -494,6 +503,296 @@ async fn pre_pull_job_reports_success_and_failure() {
     )
     .await;
 
+    drop(controller);
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
+const DEADLINE_ANNOTATION: &str = "rollgate.io/image-pull-deadline";
+const MAINTENANCE_TAINT: &str = "rollgate.test/maintenance";
+/// Who deletes pods for kube-controller-manager's DaemonSet controller.
+const DAEMONSET_CONTROLLER_USER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+
+/// Holds off the native DaemonSet controller's pod deletions in `ns` (see the test below
+/// for why); removed by `drop_hold`.
+async fn hold_daemonset_controller_deletions(client: &kube::Client, ns: &str) -> String {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let name = format!("hold-ds-deletions-{ns}");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"rollgate.test/e2e": "true"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                   "operations": ["DELETE"], "resources": ["pods"]}]
+            },
+            "validations": [{
+                "expression": format!("request.userInfo.username != '{DAEMONSET_CONTROLLER_USER}'"),
+                "message": "held off by the e2e test: the window of a not-yet-synced DaemonSet controller"
+            }]
+        }
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"rollgate.test/e2e": "true"}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]}
+    }))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    name
+}
+
+async fn drop_hold(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let dp = kube::api::DeleteParams::default();
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(name, &dp)
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .delete(name, &dp)
+        .await;
+}
+
+/// A server-side dry-run DELETE of `pod` as the DaemonSet controller: refused once the
+/// hold is in force.
+fn daemonset_controller_may_delete(ns: &str, pod: &str) -> bool {
+    std::process::Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig_path())
+        .args(["-n", ns, "delete", "pod", pod, "--dry-run=server"])
+        .args(["--as", DAEMONSET_CONTROLLER_USER])
+        .output()
+        .expect("running kubectl")
+        .status
+        .success()
+}
+
+async fn set_deadline_annotation(dss: &Api<DaemonSet>, name: &str, value: &str) {
+    let patch = json!({"metadata": {"annotations": {DEADLINE_ANNOTATION: value}}});
+    dss.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // The controller reads the annotation from its DaemonSet cache when the request
+    // arrives: give the watch a moment to deliver the change first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Issue 23, item 6. Tolerations a webhook injects into a pod, or an operator adds to
+/// it in place, are on the live pod only, never in the template. The pull Job must
+/// carry them: its pod is bound to the node by name, and a NoExecute taint it does not
+/// tolerate gets it rejected by the kubelet, or evicted by the taint-eviction controller
+/// (which is what the bed has). Here the node gets such a taint after the pod was given
+/// its toleration in place; the pull must run there and succeed.
+///
+/// kube-controller-manager's DaemonSet controller checks a node's NoExecute taints
+/// against the *template's* tolerations, and deletes a daemon pod whose template does
+/// not tolerate one, so the window in which such a pod meets such a taint closes within
+/// a second on its own. The test holds that controller's pod deletions off in its
+/// namespace (a ValidatingAdmissionPolicy on its user) to keep the window open; nothing
+/// of rollgate's is held.
+///
+/// The deadline comes from the DaemonSet's annotation: a value that does not parse
+/// answers the request `PullImageFail` with a Warning Event on the DaemonSet naming the
+/// accepted forms, and once fixed the Job carries it as `activeDeadlineSeconds`.
+#[tokio::test]
+async fn pre_pull_on_a_node_tainted_for_the_live_pod_only_with_the_annotations_deadline() {
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "imgtaint", 1).await;
+    let node = nodes.names[0].clone();
+    let ns = TestNamespace::new(&client, "imgtaint").await;
+    let n = ns.name.clone();
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &n);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &n);
+    let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let controller = ControllerProcess::start(&n, "image-pull-taint");
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &n);
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": SERVICE_ACCOUNT}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    // The template tolerates NoSchedule `edge` only: nothing about the maintenance taint.
+    dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
+        .await
+        .unwrap();
+    let pod = wait_for(
+        "the pod, marked up to date",
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=edge-agent"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            match list.as_slice() {
+                [p] if condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False") => {
+                    Ok(p.clone())
+                }
+                _ => Err(describe_pods(&list)),
+            }
+        },
+    )
+    .await;
+    let pod_name = pod.metadata.name.clone().unwrap();
+    let v1 = hash_of(&pod);
+
+    // The pod is given a toleration in place (a pod's tolerations may be added to).
+    let maintenance =
+        json!({"key": MAINTENANCE_TAINT, "operator": "Exists", "effect": "NoExecute"});
+    let add = json!([{"op": "add", "path": "/spec/tolerations/-", "value": maintenance}]);
+    pods.patch(
+        &pod_name,
+        &PatchParams::default(),
+        &Patch::<()>::Json(serde_json::from_value(add).unwrap()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("adding a toleration to {pod_name} in place: {e}"));
+    note(format!(
+        "{pod_name} tolerates {MAINTENANCE_TAINT}:NoExecute; its template does not"
+    ));
+
+    let hold = hold_daemonset_controller_deletions(&client, &n).await;
+    wait_for(
+        "the hold on the DaemonSet controller's deletions to be in force",
+        Duration::from_secs(30),
+        || async {
+            if daemonset_controller_may_delete(&n, &pod_name) {
+                Err("a dry-run delete as the DaemonSet controller still passes".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let taint = json!({"spec": {"taints": [{"key": MAINTENANCE_TAINT, "value": "on", "effect": "NoExecute"}]}});
+    nodes_api
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .unwrap();
+    note(format!("{node} tainted {MAINTENANCE_TAINT}=on:NoExecute"));
+    // Premise: the pod stays (it tolerates the taint); a pod that does not is evicted.
+    holds_for(
+        "the pod to stay on the tainted node",
+        Duration::from_secs(3),
+        || async {
+            let p = pods.get(&pod_name).await.map_err(|e| e.to_string())?;
+            match p.metadata.deletion_timestamp {
+                None => Ok(()),
+                Some(_) => Err("deleted".into()),
+            }
+        },
+    )
+    .await;
+
+    set_images(
+        &dss,
+        "edge-agent",
+        "registry.local/setup:v2",
+        "registry.local/agent:v2",
+    )
+    .await;
+    let v2 = wait_new_revision(&pods, "edge-agent", &[&v1]).await;
+
+    // A deadline that does not parse: no Job, an answer, a Warning on the DaemonSet.
+    set_deadline_annotation(&dss, "edge-agent", "45 minutes").await;
+    request_image_pull(&pods, &pod_name, &v2).await;
+    let message = wait_image_ready(&pods, &pod_name, "False", "PullImageFail").await;
+    note(format!("bad deadline: {IMAGE_READY}=False: {message}"));
+    assert!(
+        message.contains(DEADLINE_ANNOTATION) && message.contains("\"45 minutes\""),
+        "names the annotation and the value: {message}"
+    );
+    let warning = wait_for(
+        "a Warning InvalidImagePullDeadline on the DaemonSet",
+        Duration::from_secs(15),
+        || async {
+            let events = events_for(&client, &n, "edge-agent").await;
+            events
+                .iter()
+                .find(|(t, r, _)| t == "Warning" && r == "InvalidImagePullDeadline")
+                .cloned()
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    assert!(
+        warning.2.contains("600, 600s, 90m, 2h"),
+        "names the accepted forms: {warning:?}"
+    );
+    assert!(
+        jobs_of(&jobs, &pod).await.is_empty(),
+        "no Job for a bad deadline"
+    );
+
+    // Fixed: asking again pulls, with that deadline, on the tainted node.
+    set_deadline_annotation(&dss, "edge-agent", "45m").await;
+    request_image_pull(&pods, &pod_name, &v2).await;
+    let job = new_job_of(&jobs, &pod, &[]).await;
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.active_deadline_seconds,
+        Some(45 * 60),
+        "the annotation's deadline"
+    );
+    let pod_spec = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod_spec.node_name.as_deref(), Some(node.as_str()));
+    let tolerated: Vec<String> = pod_spec
+        .tolerations
+        .iter()
+        .flatten()
+        .map(|t| format!("{:?}:{:?}", t.key, t.effect))
+        .collect();
+    assert!(
+        pod_spec.tolerations.iter().flatten().any(|t| {
+            t.key.as_deref() == Some(MAINTENANCE_TAINT) && t.effect.as_deref() == Some("NoExecute")
+        }),
+        "the live pod's toleration reached the Job: {tolerated:?}"
+    );
+    assert!(
+        pod_spec
+            .tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.key.as_deref() == Some("edge")),
+        "and the template's: {tolerated:?}"
+    );
+    let message = wait_image_ready(&pods, &pod_name, "True", "PullImageSuccess").await;
+    assert_eq!(message, format!("controllerrevision: {v2}"));
+    note(format!(
+        "pulled on the tainted node: {IMAGE_READY}=True ({message})"
+    ));
+    // Its pod ran to the end on the tainted node: the taint-eviction controller left it.
+    let job_pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    let job_name = job.metadata.name.clone().unwrap();
+    let ran: Vec<Pod> = job_pods
+        .list(&ListParams::default().labels(&format!("job-name={job_name}")))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        !ran.is_empty()
+            && ran.iter().all(|p| {
+                p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+            }),
+        "the Job's pods: {}",
+        describe_pods(&ran)
+    );
+
+    drop_hold(&client, &hold).await;
     drop(controller);
     ns.cleanup().await;
     nodes.cleanup().await;

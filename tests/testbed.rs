@@ -221,6 +221,91 @@ async fn a_node_whose_heartbeat_stops_goes_not_ready_and_comes_back() {
     nodes.cleanup().await;
 }
 
+/// Issue 23, item 7: a returning kubelet re-reports its pods some seconds after the
+/// node is back, not within milliseconds. While a node is cut off the node-lifecycle
+/// controller marks its pods Ready=False (their containers keep running); with the
+/// re-report delay (`pod-rereport.stage.kwok.x-k8s.io/delay`, cluster default
+/// `POD_REREPORT_DELAY_MS`) the pod reads Ready=False for that long after the node is
+/// Ready again, then Ready. A pod without the annotation follows the cluster default
+/// (0 unless cluster-up.sh was given one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_kubelet_re_reports_its_pods_after_the_re_report_delay() {
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "bed-rereport", 1).await;
+    let node = nodes.names[0].clone();
+    let ns = TestNamespace::new(&client, "bed-rereport").await;
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let mut ds = daemonset("agent", &nodes, "registry.local/agent:v1");
+    ds.spec
+        .template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .annotations = Some(
+        [(
+            "pod-rereport.stage.kwok.x-k8s.io/delay".to_string(),
+            "8s".to_string(),
+        )]
+        .into(),
+    );
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    let ready = |want: bool| {
+        let pods = pods.clone();
+        async move {
+            let live = live_pods(&pods, "agent").await?;
+            match live.as_slice() {
+                [p] if pod_is_ready(p) == want => Ok(p.metadata.name.clone().unwrap()),
+                _ => Err(describe_pods(&live)),
+            }
+        }
+    };
+    let name = wait_for("the pod Ready", Duration::from_secs(60), || ready(true)).await;
+
+    nodes.set_heartbeat(&node, false).await;
+    nodes
+        .wait_ready(&node, false, Duration::from_secs(60))
+        .await;
+    wait_for(
+        "the pod marked not Ready by the node-lifecycle controller",
+        Duration::from_secs(60),
+        || ready(false),
+    )
+    .await;
+    let p = pods.get(&name).await.unwrap();
+    assert_eq!(
+        pod_condition(&p, "ContainersReady").as_deref(),
+        Some("True"),
+        "premise: only Ready is marked, the containers run on"
+    );
+    nodes.set_heartbeat(&node, true).await;
+    nodes.wait_ready(&node, true, Duration::from_secs(60)).await;
+    note(format!(
+        "{node} Ready again; {name} still reads Ready=False"
+    ));
+    // Well inside the 8 s: the node is back, the kubelet has not re-reported yet.
+    holds_for(
+        "the pod to read not Ready right after its node's return",
+        Duration::from_secs(3),
+        || async {
+            let p = pods.get(&name).await.map_err(|e| e.to_string())?;
+            match pod_is_ready(&p) {
+                false => Ok(()),
+                true => Err("re-reported Ready before the delay".into()),
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "the pod re-reported Ready after the delay",
+        Duration::from_secs(60),
+        || ready(true),
+    )
+    .await;
+    note(format!("{name} re-reported Ready"));
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_with_a_readiness_gate_stays_not_ready_until_the_gate_is_true() {
     let client = client().await;
@@ -550,6 +635,7 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     let _kwok = PrivateKwok::start(&[
         ("__POD_START_DELAY_MS__", 1000),
         ("__POD_STOP_DELAY_MS__", 500),
+        ("__POD_REREPORT_DELAY_MS__", 0),
         ("__NODE_STATUS_REFRESH_MS__", refresh.as_millis() as u64),
         (
             "__NODE_STATUS_REFRESH_JITTER_MS__",

@@ -8,6 +8,7 @@ use crate::watch::runner::ReconcileError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
     DeletePod,
+    ReadPod,
     WriteCondition,
     CreateJob,
     ReadJob,
@@ -20,6 +21,7 @@ impl Call {
     pub fn metric_label(self) -> &'static str {
         match self {
             Call::DeletePod => "delete_pod",
+            Call::ReadPod => "read_pod",
             Call::WriteCondition => "write_condition",
             Call::CreateJob => "create_job",
             Call::ReadJob => "read_job",
@@ -31,6 +33,7 @@ impl Call {
     fn doing(self) -> &'static str {
         match self {
             Call::DeletePod => "deleting pod",
+            Call::ReadPod => "reading pod",
             Call::WriteCondition => "writing a condition on pod",
             Call::CreateJob => "creating Job",
             Call::ReadJob => "reading Job",

@@ -14,6 +14,8 @@ pub enum Topic {
     Warning,
     /// Rollout progress (also marks "a rollout is under way").
     Progress,
+    /// Nodes a rollout leaves out because the DaemonSet no longer places a pod there.
+    Placement,
 }
 
 #[derive(Default)]

@@ -86,6 +86,16 @@ pub struct ControllerArgs {
         value_parser = parse_image_reference,
     )]
     pub prepull_helper_image: String,
+    /// How long a pre-pull Job may take before it fails (`PullImageFail`): `600`,
+    /// `600s`, `90m`, `2h`. A DaemonSet's annotation `rollgate.io/image-pull-deadline`
+    /// overrides it: size it for the image over the slowest link.
+    #[arg(
+        long,
+        env = "ROLLGATE_PREPULL_DEADLINE",
+        default_value = "600s",
+        value_parser = crate::daemonset::image_pull::deadline::parse_deadline,
+    )]
+    pub prepull_deadline: Duration,
     /// AdvancedRollingUpdate: how long after a node turns Ready again a pod status
     /// written while it was cut off (Ready=False from the node-lifecycle controller) is
     /// taken as unknown: such a pod is neither replaced nor counted until the kubelet
@@ -199,6 +209,25 @@ mod tests {
                 parse(&["rollgate", "controller", "--prepull-helper-image", bad]).expect_err(bad);
             assert!(error.contains("expected an image reference"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_prepull_deadline_defaults_to_the_builders_and_takes_the_annotations_forms() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(c.prepull_deadline),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            crate::daemonset::image_pull::DEFAULT_DEADLINE
+        );
+        assert_eq!(
+            parse(&["rollgate", "controller", "--prepull-deadline", "2h"]).unwrap(),
+            Duration::from_secs(7200)
+        );
+        let error = parse(&["rollgate", "controller", "--prepull-deadline", "0"]).unwrap_err();
+        assert!(error.contains("600, 600s, 90m, 2h"), "{error}");
     }
 
     #[test]

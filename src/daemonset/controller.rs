@@ -26,9 +26,9 @@ use crate::apply::{
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
-    CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME, POD_NEED_UPGRADE_CONDITION,
-    ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT,
-    WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
+    CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME, OLD_PODS_ON_UNPLACED_NODES_EVENT,
+    POD_NEED_UPGRADE_CONDITION, ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+    UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -363,7 +363,14 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         }
         Some(Blocker::Complete) => Some((
             ROLLOUT_COMPLETE_EVENT,
-            format!("all {} node(s) run the current revision", p.total_nodes),
+            match p.unplaced_nodes.len() {
+                0 => format!("all {} node(s) run the current revision", p.total_nodes),
+                kept => format!(
+                    "all {} node(s) run the current revision; old pods kept on {kept} node(s) where the DaemonSet no longer places a pod: {}",
+                    p.total_nodes,
+                    shorten(&p.unplaced_nodes)
+                ),
+            },
         )),
         Some(Blocker::WaitingForSkippedNodes { .. }) => {
             Some((WAITING_FOR_NOT_READY_NODES_EVENT, describe(p)))
@@ -376,6 +383,24 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         }
         _ => None,
     };
+    // Said once per set of nodes, beside the progress: these nodes stay old for good.
+    if !p.unplaced_nodes.is_empty() {
+        let note = format!(
+            "old pods kept on {} node(s) where the DaemonSet no longer places a pod (a taint it does not tolerate, or its node selector or affinity): {}; not replaced, since nothing would recreate them",
+            p.unplaced_nodes.len(),
+            shorten(&p.unplaced_nodes)
+        );
+        if ctx.said.first_time(&uid, Topic::Placement, &note) {
+            tracing::warn!(nodes = ?p.unplaced_nodes, "old pods kept on unplaced nodes");
+            let warning = event(
+                EventType::Warning,
+                OLD_PODS_ON_UNPLACED_NODES_EVENT,
+                "Rollout",
+                note,
+            );
+            ctx.events.publish_detached(ds.object_ref(&()), warning);
+        }
+    }
     if let Some((reason, note)) = said {
         if ctx.said.first_time(&uid, Topic::Progress, &note) {
             tracing::info!(reason, %note, "rollout progress");

@@ -56,6 +56,12 @@ pub fn describe(progress: &Progress) -> String {
             shorten(&p.stale_status_nodes)
         ));
     }
+    if !p.unplaced_nodes.is_empty() {
+        line.push_str(&format!(
+            "; old pods kept where the DaemonSet no longer places a pod (taint, node selector or affinity; nothing would recreate them): {}",
+            shorten(&p.unplaced_nodes)
+        ));
+    }
     if p.deferred_by_cap > 0 {
         line.push_str(&format!(
             "; {} deletion(s) left to the next plan by --max-deletions-per-plan",
@@ -63,4 +69,30 @@ pub fn describe(progress: &Progress) -> String {
         ));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_kept_for_placement_are_named_whatever_else_blocks() {
+        for blocked in [Some(Blocker::Complete), None] {
+            let p = Progress {
+                unplaced_nodes: vec!["edge-7".into()],
+                blocked: blocked.clone(),
+                ..Default::default()
+            };
+            let line = describe(&p);
+            assert!(
+                line.contains("no longer places a pod") && line.contains("edge-7"),
+                "{blocked:?}: {line}"
+            );
+        }
+        let none = describe(&Progress {
+            blocked: Some(Blocker::Complete),
+            ..Default::default()
+        });
+        assert!(!none.contains("no longer places"), "{none}");
+    }
 }

@@ -1,11 +1,13 @@
 //! Which nodes should run a DaemonSet's pod: the pod template's node selector, required
 //! node affinity and tolerations, matched against a Node's labels, name and taints.
 //!
-//! The planner needs this for one case only: a Ready node that shows no pod of the
-//! DaemonSet. If the DaemonSet should run there, the node is vacated (its old pod gone,
+//! The planner needs this for two cases. A Ready node that shows no pod of the
+//! DaemonSet: if the DaemonSet should run there, the node is vacated (its old pod gone,
 //! the replacement not created yet) and counts against the budget. Getting this wrong in
 //! the "should not run" direction only matters after a restart, because rollgate also
-//! remembers the nodes it vacated itself.
+//! remembers the nodes it vacated itself. And a Ready node with an old pod where the
+//! DaemonSet no longer places one: the pod is kept (the native controller would not
+//! recreate it).
 //!
 //! Mirrors the native DaemonSet controller's rules: NoSchedule and NoExecute taints must
 //! be tolerated (PreferNoSchedule never blocks), and the tolerations that controller adds

@@ -3,7 +3,8 @@
 //!
 //! Rules (see the spec, `upgrade-models.md`):
 //! - Percentage base: nodes that have a pod of this DaemonSet (terminating pods
-//!   included), NotReady nodes included, plus Ready nodes that are vacated (below).
+//!   included), NotReady nodes included, plus Ready nodes that are vacated (below),
+//!   minus Ready nodes left out for placement (below).
 //!   Pods bound to a Node object that does not exist are not counted: there is no node
 //!   to keep available, and a smaller base only makes the budget more conservative.
 //! - Only Ready nodes are classified; NotReady and missing nodes are listed as skipped,
@@ -46,6 +47,12 @@
 //!   wait ends (no watch event fires then).
 //! - On top of the budget, at most `max_deletions_per_plan` deletions, the first ones
 //!   in the order above; the rest is left to the next plan.
+//! - Placement: a Ready node whose only live pod is out of date, but where the DaemonSet
+//!   no longer places a pod (a new NoSchedule taint it does not tolerate, a narrowed
+//!   node selector or affinity: `placement`), is left alone. The native controller
+//!   keeps such a pod running but would not recreate it, so replacing it would only
+//!   remove it. The node is out of the rollout (neither in the base nor counted) and is
+//!   named in `Progress::unplaced_nodes`.
 //! - Available = Ready condition True for at least `spec.minReadySeconds`, measured from
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
@@ -216,6 +223,10 @@ pub struct Progress {
     pub stale_status_nodes: Vec<String>,
     /// Deletions the budget allowed that `max_deletions_per_plan` left to the next plan.
     pub deferred_by_cap: usize,
+    /// Ready nodes whose only live pod is out of date where the DaemonSet no longer
+    /// places a pod (taint, selector, affinity): kept, not replaced (nothing would
+    /// recreate it), and left out of the rollout's counts.
+    pub unplaced_nodes: Vec<String>,
     /// NotReady nodes holding a pod of this DaemonSet, by name: not touched.
     pub not_ready_nodes_skipped: Vec<String>,
     /// Node names that pods point to but no Node object exists for: not touched.
@@ -354,7 +365,18 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     for (node, pods, node_facts) in ready_nodes {
         // Ours until a pod serves there again: counted unavailable whatever it shows.
         let ours = input.vacated_by_us.contains_key(node);
-        match LivePods::of(pods, is_live, current) {
+        let live = LivePods::of(pods, is_live, current);
+        if matches!(live, LivePods::OnlyOld(_)) && !should_run_on(input.daemonset, node_facts) {
+            // Deleting it would remove the DaemonSet from the node: leave it, and say so.
+            progress.unplaced_nodes.push(node.to_string());
+            progress.total_nodes -= 1;
+            progress.ready_nodes -= 1;
+            if ours {
+                settled.push(node.to_string());
+            }
+            continue;
+        }
+        match live {
             LivePods::OnlyNew(new_pod) => match availability(new_pod, min_ready, input.now) {
                 Availability::Available => {
                     progress.updated += 1;
@@ -421,6 +443,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             .filter(|node| skipped_with_old_pods.contains(node))
             .count();
 
+    // Nodes left out for placement are not in the base either (a smaller base only
+    // makes the budget more conservative).
+    progress.budget = input.max_unavailable.budget(progress.total_nodes);
     unavailable_nodes.extend(progress.vacated_nodes.iter().cloned());
     unavailable_nodes.sort();
     progress.unavailable = unavailable_nodes.len();
@@ -761,6 +786,146 @@ mod tests {
                 unavailable: vec![]
             })
         );
+    }
+
+    /// Item 4 of issue 23: an old pod on a node where the DaemonSet no longer places a
+    /// pod is kept (the native controller would not recreate it), reported, and left
+    /// out of the rollout's counts; everything else upgrades as usual.
+    #[test]
+    fn old_pods_where_the_daemonset_no_longer_places_one_are_kept_and_reported() {
+        let (ds, revisions) = upgrading(0);
+        let untolerated = Taint {
+            key: "dedicated".into(),
+            value: Some("db".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let soft = Taint {
+            effect: "PreferNoSchedule".into(),
+            ..untolerated.clone()
+        };
+        let mut selective = ds.clone();
+        selective
+            .spec
+            .template
+            .spec
+            .get_or_insert_with(Default::default)
+            .node_selector = Some(BTreeMap::from([("pool".to_string(), "edge".to_string())]));
+        let edge = |name: &str| {
+            let mut n = node(name, true);
+            n.metadata.labels = Some(BTreeMap::from([("pool".into(), "edge".into())]));
+            n
+        };
+        struct Case {
+            what: &'static str,
+            ds: DaemonSet,
+            nodes: Vec<Node>,
+            pods: Vec<Pod>,
+            budget: u32,
+            deleted: Vec<&'static str>,
+            unplaced: Vec<&'static str>,
+            total: usize,
+            blocked: Option<Blocker>,
+        }
+        let cases = [
+            Case {
+                what: "a NoSchedule taint the template does not tolerate: kept, the rest upgrades",
+                ds: ds.clone(),
+                nodes: vec![
+                    tainted(node("n1", true), untolerated.clone()),
+                    node("n2", true),
+                    node("n3", true),
+                ],
+                pods: vec![
+                    old_available(&ds, "old-n1", "n1"),
+                    old_available(&ds, "old-n2", "n2"),
+                    old_available(&ds, "old-n3", "n3"),
+                ],
+                budget: 5,
+                deleted: vec!["old-n2", "old-n3"],
+                unplaced: vec!["n1"],
+                total: 2,
+                blocked: None,
+            },
+            Case {
+                what: "a PreferNoSchedule taint never blocks placement: upgraded",
+                ds: ds.clone(),
+                nodes: vec![tainted(node("n1", true), soft)],
+                pods: vec![old_available(&ds, "old-n1", "n1")],
+                budget: 1,
+                deleted: vec!["old-n1"],
+                unplaced: vec![],
+                total: 1,
+                blocked: None,
+            },
+            Case {
+                what: "a node selector narrowed away from a node: kept, even when not available",
+                ds: selective.clone(),
+                nodes: vec![node("core-1", true), edge("edge-1")],
+                pods: vec![
+                    PodBuilder::new("old-core-1", &selective)
+                        .hash("old")
+                        .on_node("core-1")
+                        .not_ready()
+                        .build(),
+                    old_available(&selective, "old-edge-1", "edge-1"),
+                ],
+                budget: 1,
+                deleted: vec!["old-edge-1"],
+                unplaced: vec!["core-1"],
+                total: 1,
+                blocked: None,
+            },
+            Case {
+                what: "only unplaced old pods left: the rollout is complete and says why",
+                ds: ds.clone(),
+                nodes: vec![
+                    tainted(node("n1", true), untolerated.clone()),
+                    node("n2", true),
+                ],
+                pods: vec![
+                    old_available(&ds, "old-n1", "n1"),
+                    new_available(&ds, "new-n2", "n2"),
+                ],
+                budget: 1,
+                deleted: vec![],
+                unplaced: vec!["n1"],
+                total: 1,
+                blocked: Some(Blocker::Complete),
+            },
+            Case {
+                what: "a new pod on such a node is simply done",
+                ds: ds.clone(),
+                nodes: vec![tainted(node("n1", true), untolerated.clone())],
+                pods: vec![new_available(&ds, "new-n1", "n1")],
+                budget: 1,
+                deleted: vec![],
+                unplaced: vec![],
+                total: 1,
+                blocked: Some(Blocker::Complete),
+            },
+        ];
+        for case in cases {
+            let what = case.what;
+            let plan = plan(&input(
+                &case.ds,
+                &revisions,
+                case.pods,
+                case.nodes,
+                MaxUnavailable::Count(case.budget),
+            ));
+            let deleted: Vec<&str> = plan.deletions.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(deleted, case.deleted, "{what}");
+            assert_eq!(plan.progress.unplaced_nodes, case.unplaced, "{what}");
+            assert_eq!(plan.progress.total_nodes, case.total, "{what}");
+            assert!(
+                plan.progress.updated <= plan.progress.total_nodes
+                    && plan.progress.ready_updated <= plan.progress.ready_nodes,
+                "{what}: the counts add up: {:?}",
+                plan.progress
+            );
+            assert_eq!(plan.progress.blocked, case.blocked, "{what}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod ghost_ready;
+pub mod unavailable;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -50,6 +51,35 @@ where
         Err(e) => {
             eprintln!("{name}: ERROR: {e}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The two shapes of edge DaemonSets users deploy. Their pods stay on a NotReady node
+/// either way (the DaemonSet controller adds NoExecute tolerations), but only a
+/// DaemonSet that tolerates every taint keeps NotReady nodes (tainted `unreachable`,
+/// NoSchedule) in `status.desiredNumberScheduled`.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    /// `tolerations: [{operator: Exists}]`, the usual shape of node agents.
+    ToleratesAll,
+    /// No tolerations of its own.
+    ToleratesNone,
+}
+
+impl Shape {
+    pub fn tolerations(self) -> serde_json::Value {
+        match self {
+            Shape::ToleratesAll => json!([{"operator": "Exists"}]),
+            Shape::ToleratesNone => json!([]),
+        }
+    }
+
+    /// Short tag for names (namespaces, nodes, logs).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Shape::ToleratesAll => "all",
+            Shape::ToleratesNone => "none",
         }
     }
 }
@@ -437,7 +467,7 @@ impl ControllerProcess {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{tag}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollgate"))
+        let child = std::process::Command::new(controller_binary())
             .args([
                 "controller",
                 "--watch-namespace",
@@ -533,6 +563,16 @@ impl Drop for ControllerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `rollgate` binary `ControllerProcess` runs: this build's, or
+/// `ROLLGATE_TEST_CONTROLLER_BIN` (e.g. a build of an older commit, to show that a test
+/// fails on the code before a fix).
+pub fn controller_binary() -> PathBuf {
+    std::env::var_os("ROLLGATE_TEST_CONTROLLER_BIN")
+        .filter(|b| !b.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rollgate")))
 }
 
 /// Runs kubectl against the test cluster; a failure panics with its stderr.

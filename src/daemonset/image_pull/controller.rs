@@ -1,5 +1,6 @@
 //! Wiring: per pod, observe (the shared stores, `crate::watch`) -> [`plan_image_pull`]
-//! -> `apply` (Job create/delete, one condition write, Events, metrics).
+//! -> `apply` (Job create/delete, one condition write, Events, metrics). Creating a Job
+//! reads the live pod once (its tolerations, which the shared cache does not keep).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -18,7 +19,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::job::PullJobSettings;
+use super::job::{with_pod_tolerations, PullJobSettings};
 use super::plan::{
     classify_name_holder, has_pending_request, plan_image_pull, ImagePullPlan, JobRef, NameHolder,
     Step,
@@ -27,9 +28,9 @@ use crate::apply::{Call, ConditionPatch, Events, Writer, CALLS_IN_FLIGHT};
 use crate::daemonset::triggers::daemonset_unchanged;
 use crate::leader::Leadership;
 use crate::names::{
-    IMAGE_PULL_CONTROLLER_NAME, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_JOB_NAME_CONFLICT_EVENT,
-    PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON, PULL_JOB_POD_UID_LABEL,
-    PULL_JOB_REVISION_LABEL,
+    IMAGE_PULL_CONTROLLER_NAME, INVALID_PULL_DEADLINE_EVENT, PULL_IMAGE_FAIL_REASON,
+    PULL_IMAGE_JOB_NAME_CONFLICT_EVENT, PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON,
+    PULL_JOB_POD_UID_LABEL, PULL_JOB_REVISION_LABEL,
 };
 use crate::object::{is_controlled_by, label, CachedPod};
 use crate::runtime::Shutdown;
@@ -290,6 +291,31 @@ async fn apply(pod: &CachedPod, plan: ImagePullPlan, ctx: &Context) -> Result<Ac
             publish(ctx, pod, EventType::Warning, PULL_IMAGE_FAIL_REASON, note).await;
             Ok(Action::await_change())
         }
+        Step::InvalidDeadline {
+            error,
+            daemonset,
+            condition,
+        } => {
+            // On the DaemonSet, where the annotation is to be fixed (de-duplicated by
+            // the recorder however many pods ask).
+            ctx.events
+                .publish(
+                    &daemonset,
+                    EventType::Warning,
+                    INVALID_PULL_DEADLINE_EVENT,
+                    EVENT_ACTION,
+                    error.to_string(),
+                )
+                .await;
+            if !write_condition(pod, &condition, ctx).await? {
+                return Ok(Action::await_change());
+            }
+            ctx.metrics.count_result("failure");
+            tracing::warn!(%error, "image pre-pull refused");
+            let note = condition.message.clone().unwrap_or_default();
+            publish(ctx, pod, EventType::Warning, PULL_IMAGE_FAIL_REASON, note).await;
+            Ok(Action::await_change())
+        }
     }
 }
 
@@ -312,6 +338,20 @@ async fn delete_job(ctx: &Context, ns: &str, job: &JobRef, why: &str) -> Result<
 /// [`classify_name_holder`]).
 async fn create_job(pod: &CachedPod, ns: &str, job: &Job, ctx: &Context) -> Result<Action, Error> {
     let name = job.name_any();
+    // One GET of the live pod for its tolerations (see `job::with_pod_tolerations`).
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pod_name = pod.name_any();
+    let live = match pods.get_opt(&pod_name).await {
+        Ok(live) => live,
+        Err(source) => return Err(Error::new(Call::ReadPod, ns, &pod_name, source)),
+    };
+    let Some(live) = live.filter(|l| l.metadata.uid == pod.uid()) else {
+        // Gone or replaced since the cache saw it: the pod's own events decide again.
+        tracing::debug!(pod = %pod_name, "pod gone or replaced before its pull Job was made");
+        return Ok(Action::await_change());
+    };
+    let pod_tolerations = live.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    let job = &with_pod_tolerations(job.clone(), &pod_tolerations);
     match ctx.writer.create(ns, job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -462,6 +502,7 @@ mod tests {
             "edge-1",
             "2024-01-01T00:00:00Z",
             &PullJobSettings::default(),
+            PullJobSettings::default().deadline,
         );
         job.metadata.uid = Some("uid-job".into());
         job
@@ -477,13 +518,24 @@ mod tests {
     }
 
     const JOBS: &str = "/apis/batch/v1/namespaces/edge/jobs";
+    const POD: &str = "/api/v1/namespaces/edge/pods/agent-x1";
+
+    /// The API server's copy of `pod`, as a GET answers it.
+    fn live(pod: &Pod) -> serde_json::Value {
+        let mut value = serde_json::to_value(pod).unwrap();
+        value["apiVersion"] = json!("v1");
+        value["kind"] = json!("Pod");
+        value
+    }
 
     #[tokio::test]
     async fn a_created_job_is_counted_and_announced() {
         let pod = pod();
         let job = pull_job(&pod);
         let reply = serde_json::to_value(&job).unwrap();
+        let live = live(&pod);
         let (client, calls) = fake_client(move |method, path| match (method, path) {
+            ("GET", POD) => (200, live.clone()),
             ("POST", JOBS) => (201, reply.clone()),
             _ => (201, json!({})),
         });
@@ -494,6 +546,103 @@ mod tests {
         assert_eq!(action, Action::requeue(Duration::from_secs(60)));
         assert_eq!(ctx.metrics.jobs_created.get(), 1);
         assert_eq!(calls.events(), ["Normal PullImageStarted"]);
+    }
+
+    /// The Job tolerates what the live pod tolerates: one GET of the pod right before the
+    /// create, whose tolerations (a webhook's, or added in place) reach the Job's body.
+    /// A pod gone or replaced meanwhile gets no Job.
+    #[tokio::test]
+    async fn the_job_is_made_with_the_live_pods_tolerations_read_once() {
+        let cached = pod();
+        let job = pull_job(&cached);
+        let injected = json!({"key": "edge.example/maintenance", "operator": "Exists",
+                              "effect": "NoExecute"});
+        let mut with_injected = live(&cached);
+        with_injected["spec"]["tolerations"] = json!([injected.clone()]);
+        let mut replaced = live(&cached);
+        replaced["metadata"]["uid"] = json!("uid-agent-x1-recreated");
+        let cases = [
+            ("the live pod tolerates more", (200, with_injected), 1),
+            ("the pod is gone", status(404, "NotFound"), 0),
+            (
+                "the pod was replaced under the same name",
+                (200, replaced),
+                0,
+            ),
+        ];
+        for (what, answer, want_creates) in cases {
+            let reply = serde_json::to_value(&job).unwrap();
+            let (client, calls) = fake_client(move |method, path| match (method, path) {
+                ("GET", POD) => answer.clone(),
+                ("POST", JOBS) => (201, reply.clone()),
+                _ => (201, json!({})),
+            });
+            let ctx = context(client, &[]);
+            apply(&CachedPod::from(cached.clone()), create_plan(&job), &ctx)
+                .await
+                .unwrap();
+            assert_eq!(calls.calls_to("GET").len(), 1, "{what}: one read");
+            let creates = calls.calls_to(&format!("POST {JOBS}"));
+            assert_eq!(creates.len(), want_creates, "{what}");
+            assert_eq!(
+                ctx.metrics.jobs_created.get(),
+                want_creates as u64,
+                "{what}"
+            );
+            if let Some(create) = creates.first() {
+                let tolerations = create.body["spec"]["template"]["spec"]["tolerations"]
+                    .as_array()
+                    .unwrap()
+                    .clone();
+                assert!(tolerations.contains(&injected), "{what}: {tolerations:?}");
+                // The template's own are still there, first.
+                assert_eq!(tolerations[0]["key"], "edge", "{what}: {tolerations:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_deadline_annotation_warns_on_the_daemonset_and_answers_the_pod() {
+        let pod = pod();
+        let ds = daemonset();
+        let error = crate::daemonset::image_pull::deadline::InvalidPullDeadline {
+            value: "90 minutes".into(),
+        };
+        let condition = PodCondition {
+            type_: "PodImageReady".into(),
+            status: "False".into(),
+            reason: Some(PULL_IMAGE_FAIL_REASON.into()),
+            message: Some(format!("controllerrevision: new; {error}")),
+            ..Default::default()
+        };
+        let plan = ImagePullPlan {
+            delete_jobs: vec![],
+            step: Step::InvalidDeadline {
+                error,
+                daemonset: ds.object_ref(&()),
+                condition,
+            },
+        };
+        let (client, calls) = fake_client(|_, _| (200, json!({})));
+        let ctx = context(client, &[]);
+        apply(&CachedPod::from(pod), plan, &ctx).await.unwrap();
+        assert_eq!(
+            calls.events(),
+            ["Warning InvalidImagePullDeadline", "Warning PullImageFail"]
+        );
+        let warning = &calls
+            .calls_to("POST")
+            .into_iter()
+            .find(|c| c.path.contains("/events"))
+            .unwrap();
+        assert_eq!(warning.body["regarding"]["kind"], "DaemonSet");
+        let note = warning.body["note"].as_str().unwrap();
+        assert!(
+            note.contains("600, 600s, 90m, 2h") && note.contains("90 minutes"),
+            "{note}"
+        );
+        assert!(calls.calls_to("POST /apis/batch").is_empty(), "no Job");
+        assert_eq!(calls.calls_to("PATCH").len(), 1, "the request is answered");
     }
 
     #[tokio::test]
@@ -558,7 +707,9 @@ mod tests {
             let (what, holder) = (case.what, case.holder);
             let holder = serde_json::to_value(&holder).unwrap();
             let item = format!("{JOBS}/{name}");
+            let live_pod = live(&pod);
             let (client, calls) = fake_client(move |method, path| match (method, path) {
+                ("GET", POD) => (200, live_pod.clone()),
                 ("POST", JOBS) => status(409, "AlreadyExists"),
                 ("GET", p) if p == item => (200, holder.clone()),
                 ("DELETE", p) if p == item => (200, holder.clone()),

@@ -11,9 +11,31 @@
 //! pulled image runs that file (BusyBox picks the applet from `argv[0]`; a static binary
 //! needs no libc or loader from the image). The pulled images are the Job's regular
 //! containers, one per template container *and* init container, with
-//! `imagePullPolicy: Always`, so the Job succeeds exactly when every image was pulled and
-//! could be started. (OpenKruise's ImagePullJob avoids running anything by pulling
-//! through the CRI from a node daemon; we have no privileged node daemon, so a Job it is.)
+//! `imagePullPolicy: IfNotPresent`, so the Job succeeds exactly when every image is on
+//! the node and could be started. (OpenKruise's ImagePullJob avoids running anything by
+//! pulling through the CRI from a node daemon; we have no privileged node daemon, so a
+//! Job it is.)
+//!
+//! ## Why `IfNotPresent`, not `Always`
+//!
+//! The question a pre-pull answers is "can the new pod start here without a long
+//! download?". On an air-gapped edge node the images are side-loaded (`ctr image
+//! import`) and no registry can be reached: `Always` makes the kubelet ask the registry
+//! first, fails, and reports `PullImageFail` for an image that is right there.
+//! `IfNotPresent` counts an image already on the node as pulled, and pulls one that is
+//! not. The price: a *moved* mutable tag (`:latest` pushed again) already on the node is
+//! not fetched again by the pre-pull; a template that uses such tags with `Always` has its
+//! pod pull at start anyway. Version tags or digests, the norm for edge fleets, have no
+//! such gap.
+//!
+//! ## Tolerations
+//!
+//! The Job's pod is bound with `nodeName`, so no scheduler checks taints, but the kubelet
+//! still rejects (and the taint manager evicts) a pod that does not tolerate a NoExecute
+//! taint of the node. The Job carries the template's tolerations, the ones the DaemonSet
+//! controller adds to every pod, and the live pod's (read with one GET when the Job is
+//! made, [`with_pod_tolerations`]): admission webhooks add tolerations to the pod that
+//! the template never had, and the pod is the proof that the node accepts them.
 //!
 //! Price: the helper image must be pullable on the node. Air-gapped edge nodes cannot
 //! reach the public default, so it is a flag (`--prepull-helper-image`): mirror it. If it
@@ -31,6 +53,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, LocalObjectReference, PodSecurityContext,
     PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
@@ -56,9 +80,11 @@ pub const NOOP_DIR: &str = "/.rollgate-image-pull";
 const NOOP_VOLUME: &str = "rollgate-noop";
 pub(super) const NOOP_INSTALLER: &str = "rollgate-install-noop";
 
-/// A pull that has not finished after this long fails (a missing image makes the kubelet
-/// back off and retry forever; the deadline turns that into an answer).
-pub const JOB_DEADLINE_SECONDS: i64 = 600;
+/// The default of `--prepull-deadline`: a pull that has not finished after this long
+/// fails (a missing image makes the kubelet back off and retry forever; the deadline
+/// turns that into an answer). Enough for a few hundred MB on a fast link; slow links
+/// and big images set their own (see `deadline`).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 /// One retry with a fresh pod (e.g. the first was evicted); pull errors are retried by
 /// the kubelet inside the pod.
 pub const JOB_BACKOFF_LIMIT: i32 = 1;
@@ -75,12 +101,15 @@ const MAX_REVISION_IN_NAME: usize = 20;
 pub struct PullJobSettings {
     /// Image of the no-op installer: a static BusyBox (see the module docs).
     pub helper_image: String,
+    /// The Job's `activeDeadlineSeconds` unless the DaemonSet's annotation says otherwise.
+    pub deadline: Duration,
 }
 
 impl Default for PullJobSettings {
     fn default() -> Self {
         Self {
             helper_image: DEFAULT_HELPER_IMAGE.into(),
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }
@@ -120,7 +149,8 @@ fn request_digest(pod_uid: &str, revision: &str, requested_at: &str) -> String {
     format!("{:08x}", (hash ^ (hash >> 32)) as u32)
 }
 
-/// The Job pulling the DaemonSet's current images on `node` for `pod`.
+/// The Job pulling the DaemonSet's current images on `node` for `pod`, given up after
+/// `deadline` (whole seconds, at least one).
 pub fn build_job(
     pod: &impl PodFacts,
     daemonset: &DaemonSet,
@@ -128,6 +158,7 @@ pub fn build_job(
     node: &str,
     requested_at: &str,
     settings: &PullJobSettings,
+    deadline: Duration,
 ) -> Job {
     let template = daemonset.spec.template.spec.clone().unwrap_or_default();
     let labels = BTreeMap::from([
@@ -159,7 +190,9 @@ pub fn build_job(
         .map(|c| Container {
             name: c.name.clone(),
             image: c.image.clone(),
-            image_pull_policy: Some("Always".into()),
+            // An image already on the node counts (side-loaded on air-gapped nodes): see
+            // the module docs.
+            image_pull_policy: Some("IfNotPresent".into()),
             command: Some(vec![format!("{NOOP_DIR}/true")]),
             // An explicit command with no args ignores the image's ENTRYPOINT and CMD.
             args: None,
@@ -210,7 +243,7 @@ pub fn build_job(
             ..Default::default()
         },
         spec: Some(JobSpec {
-            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+            active_deadline_seconds: Some(deadline.as_secs().clamp(1, i64::MAX as u64) as i64),
             backoff_limit: Some(JOB_BACKOFF_LIMIT),
             ttl_seconds_after_finished: Some(JOB_TTL_SECONDS),
             completions: Some(1),
@@ -319,18 +352,36 @@ fn pull_secrets(pod: &impl PodFacts, template: &PodSpec) -> Option<Vec<LocalObje
 }
 
 /// The template's tolerations plus the ones the DaemonSet controller adds to every pod
-/// it creates (NoExecute for not-ready/unreachable nodes, and the pressure taints):
-/// the same set the pod carries, without reading it from the pod, whose tolerations the
-/// shared cache does not keep. No duplicates.
+/// it creates (NoExecute for not-ready/unreachable nodes, and the pressure taints). The
+/// live pod's are added when the Job is made ([`with_pod_tolerations`]): the shared
+/// cache does not keep them. No duplicates.
 fn tolerations(template: &PodSpec) -> Option<Vec<Toleration>> {
-    let mut all: Vec<Toleration> = Vec::new();
     let defaults = daemonset_default_tolerations(template.host_network == Some(true));
-    for t in template.tolerations.iter().flatten().chain(defaults.iter()) {
-        if !all.contains(t) {
-            all.push(t.clone());
+    merged_tolerations(template.tolerations.iter().flatten().chain(defaults.iter()))
+}
+
+fn merged_tolerations<'a>(all: impl Iterator<Item = &'a Toleration>) -> Option<Vec<Toleration>> {
+    let mut merged: Vec<Toleration> = Vec::new();
+    for t in all {
+        if !merged.contains(t) {
+            merged.push(t.clone());
         }
     }
-    (!all.is_empty()).then_some(all)
+    (!merged.is_empty()).then_some(merged)
+}
+
+/// `job` with the live pod's tolerations added after its own (no duplicates): those an
+/// admission webhook injected into the pod, or a user added to it in place, which the
+/// template lacks. Without them the kubelet rejects the Job's pod on a node with a
+/// NoExecute taint that only the pod tolerates. Tolerations only ever widen where a pod
+/// may run, and the pod already runs on this node, so adding them grants the Job nothing
+/// the pod did not have.
+pub fn with_pod_tolerations(mut job: Job, pod_tolerations: &[Toleration]) -> Job {
+    if let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        let own = spec.tolerations.take().unwrap_or_default();
+        spec.tolerations = merged_tolerations(own.iter().chain(pod_tolerations));
+    }
+    job
 }
 
 fn unused_name(base: &str, containers: &[Container]) -> String {
@@ -418,6 +469,7 @@ pub(super) mod tests {
             "edge-1",
             "2024-01-01T00:00:00Z",
             &PullJobSettings::default(),
+            DEFAULT_DEADLINE,
         )
     }
 
@@ -461,7 +513,7 @@ pub(super) mod tests {
         assert_eq!(owner.block_owner_deletion, Some(false));
 
         let spec = job.spec.as_ref().unwrap();
-        assert_eq!(spec.active_deadline_seconds, Some(JOB_DEADLINE_SECONDS));
+        assert_eq!(spec.active_deadline_seconds, Some(600));
         assert_eq!(spec.backoff_limit, Some(1));
         assert_eq!(spec.ttl_seconds_after_finished, Some(JOB_TTL_SECONDS));
         let pod_spec = pod_spec(&job);
@@ -506,7 +558,13 @@ pub(super) mod tests {
             ]
         );
         for c in &pod_spec.containers {
-            assert_eq!(c.image_pull_policy.as_deref(), Some("Always"), "{}", c.name);
+            // Side-loaded images on air-gapped nodes count as pulled.
+            assert_eq!(
+                c.image_pull_policy.as_deref(),
+                Some("IfNotPresent"),
+                "{}",
+                c.name
+            );
             // The Job's own no-op, never the image's entrypoint or a shell.
             assert_eq!(
                 c.command.as_deref(),
@@ -537,8 +595,9 @@ pub(super) mod tests {
         let pod = pod_on_edge_1(&ds);
         let settings = PullJobSettings {
             helper_image: "mirror.edge.local/library/busybox:1.36.1-musl".into(),
+            ..Default::default()
         };
-        let job = build_job(&pod, &ds, "new", "edge-1", "", &settings);
+        let job = build_job(&pod, &ds, "new", "edge-1", "", &settings, DEFAULT_DEADLINE);
         let installer = &pod_spec(&job).init_containers.as_ref().unwrap()[0];
         assert_eq!(
             installer.image.as_deref(),
@@ -699,6 +758,74 @@ pub(super) mod tests {
             capped.contains(&format!("-{}-", "r".repeat(20))),
             "{capped}"
         );
+    }
+
+    #[test]
+    fn the_deadline_given_is_the_jobs_active_deadline() {
+        let ds = daemonset();
+        let pod = pod_on_edge_1(&ds);
+        for (deadline, want) in [
+            (Duration::from_secs(5400), 5400),
+            (Duration::from_secs(1), 1),
+            // Never 0, which would fail the Job before it starts.
+            (Duration::from_millis(200), 1),
+        ] {
+            let job = build_job(
+                &pod,
+                &ds,
+                "new",
+                "edge-1",
+                "",
+                &PullJobSettings::default(),
+                deadline,
+            );
+            assert_eq!(
+                job.spec.unwrap().active_deadline_seconds,
+                Some(want),
+                "{deadline:?}"
+            );
+        }
+    }
+
+    fn toleration(key: &str, effect: &str) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            effect: Some(effect.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_live_pods_tolerations_are_added_to_the_templates() {
+        let ds = daemonset();
+        let pod = pod_on_edge_1(&ds);
+        let built = build(&pod, &ds);
+        let before = pod_spec(&built).tolerations.clone().unwrap();
+        let injected = toleration("edge.example/maintenance", "NoExecute");
+        // The live pod has the template's and the defaults too, and one a webhook added.
+        let mut live = before.clone();
+        live.insert(1, injected.clone());
+        let job = with_pod_tolerations(built, &live);
+        let after = pod_spec(&job).tolerations.clone().unwrap();
+        assert_eq!(&after[..before.len()], &before[..], "the Job's own first");
+        assert_eq!(
+            after[before.len()..],
+            [injected],
+            "then only what was missing"
+        );
+
+        // Without the live pod's, the NoExecute taint only it tolerates is not tolerated.
+        let template_only = build(&pod, &ds);
+        assert!(!pod_spec(&template_only)
+            .tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.key.as_deref() == Some("edge.example/maintenance")));
+
+        // A pod with no tolerations of its own changes nothing.
+        let same = with_pod_tolerations(build(&pod, &ds), &[]);
+        assert_eq!(pod_spec(&same).tolerations.as_ref(), Some(&before));
     }
 
     #[test]

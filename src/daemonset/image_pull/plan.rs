@@ -4,11 +4,12 @@
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::api::core::v1::{ObjectReference, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
+use super::deadline::{deadline_of, InvalidPullDeadline};
 use super::job::{build_job, job_name, PullJobSettings};
 use crate::daemonset::revision::CurrentRevision;
 use crate::names::{
@@ -63,6 +64,14 @@ pub enum Step {
     /// The pull failed (or cannot even start): `PodImageReady=False, PullImageFail`.
     MarkFailed {
         job: Option<String>,
+        condition: PodCondition,
+    },
+    /// The DaemonSet's pull-deadline annotation cannot be read: no Job, the request is
+    /// answered `PullImageFail` (saying why), and the DaemonSet gets a Warning naming the
+    /// accepted forms. Asking again after the fix pulls.
+    InvalidDeadline {
+        error: InvalidPullDeadline,
+        daemonset: ObjectReference,
         condition: PodCondition,
     },
 }
@@ -206,16 +215,25 @@ pub fn plan_image_pull(
         None if wanted_name_going_away => {
             wait(&format!("Job {wanted_name} is still being deleted"))
         }
-        // A name per request: the new Job does not wait for the old ones to go.
-        None => Step::CreateJob {
-            job: Box::new(build_job(
-                pod,
-                ds,
-                &hash,
-                node,
-                &request.requested_at,
-                settings,
-            )),
+        // A name per request: the new Job does not wait for the old ones to go. The
+        // deadline is read only here: a Job already made keeps the one it was made with.
+        None => match deadline_of(ds, settings.deadline) {
+            Ok(deadline) => Step::CreateJob {
+                job: Box::new(build_job(
+                    pod,
+                    ds,
+                    &hash,
+                    node,
+                    &request.requested_at,
+                    settings,
+                    deadline,
+                )),
+            },
+            Err(error) => Step::InvalidDeadline {
+                condition: fail_condition(&hash, &error.to_string(), now),
+                daemonset: ds.object_ref(&()),
+                error,
+            },
         },
     };
     ImagePullPlan { delete_jobs, step }
@@ -425,6 +443,7 @@ mod tests {
             "edge-1",
             &at(requested_at).to_string(),
             &PullJobSettings::default(),
+            PullJobSettings::default().deadline,
         );
         job.metadata.uid = Some(format!("uid-job-{hash}-{requested_at}"));
         job
@@ -468,6 +487,7 @@ mod tests {
             Step::WaitForJob { name } => format!("wait-for {name}"),
             Step::MarkSucceeded { job, .. } => format!("succeeded {job}"),
             Step::MarkFailed { job, .. } => format!("failed {}", job.as_deref().unwrap_or("-")),
+            Step::InvalidDeadline { error, .. } => format!("invalid deadline {:?}", error.value),
         }
     }
 
@@ -828,6 +848,7 @@ mod tests {
         let pod = requested(&ds, "new");
         let settings = PullJobSettings {
             helper_image: "mirror.local/busybox:1.36.1-musl".into(),
+            ..Default::default()
         };
         let revs = revisions(&ds);
         let step = plan_image_pull(&pod, Some(&ds), &revs, &[], at(NOW), &settings).step;
@@ -839,6 +860,72 @@ mod tests {
             spec.init_containers.unwrap()[0].image.as_deref(),
             Some("mirror.local/busybox:1.36.1-musl")
         );
+    }
+
+    #[test]
+    fn the_deadline_comes_from_the_daemonsets_annotation_else_the_flag() {
+        use crate::names::PULL_DEADLINE_ANNOTATION;
+        use std::time::Duration;
+        let annotated = |value: &str| {
+            let mut ds = daemonset();
+            ds.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(PULL_DEADLINE_ANNOTATION.into(), value.into());
+            ds
+        };
+        let step_for = |ds: &DaemonSet, settings: &PullJobSettings| {
+            let pod = requested(ds, "new");
+            let revs = revisions(ds);
+            plan_image_pull(&pod, Some(ds), &revs, &[], at(NOW), settings).step
+        };
+        let deadline_of_job =
+            |ds: &DaemonSet, settings: &PullJobSettings| match step_for(ds, settings) {
+                Step::CreateJob { job } => Some(job.spec.unwrap().active_deadline_seconds),
+                _ => None,
+            };
+        let flag = PullJobSettings {
+            deadline: Duration::from_secs(1200),
+            ..Default::default()
+        };
+        assert_eq!(deadline_of_job(&daemonset(), &flag), Some(Some(1200)));
+        assert_eq!(
+            deadline_of_job(&daemonset(), &PullJobSettings::default()),
+            Some(Some(600))
+        );
+        assert_eq!(deadline_of_job(&annotated("90m"), &flag), Some(Some(5400)));
+
+        // Bad input: no Job, the request is answered, the DaemonSet is named.
+        let bad = annotated("90 minutes");
+        let Step::InvalidDeadline {
+            error,
+            daemonset,
+            condition,
+        } = step_for(&bad, &flag)
+        else {
+            panic!("expected an invalid deadline");
+        };
+        assert_eq!(error.value, "90 minutes");
+        assert_eq!(daemonset.name.as_deref(), Some("agent"));
+        assert_eq!(daemonset.kind.as_deref(), Some("DaemonSet"));
+        assert_eq!(condition.status, "False");
+        assert_eq!(condition.reason.as_deref(), Some(PULL_IMAGE_FAIL_REASON));
+        let message = condition.message.unwrap();
+        assert!(
+            message.starts_with("controllerrevision: new; "),
+            "{message}"
+        );
+        assert!(
+            message.contains(PULL_DEADLINE_ANNOTATION) && message.contains("600, 600s, 90m, 2h"),
+            "{message}"
+        );
+
+        // A Job already pulling keeps going whatever the annotation says now.
+        let pod = requested(&bad, "new");
+        let running = job_for(&pod, &bad, "new", REQUESTED);
+        let revs = revisions(&bad);
+        let step = plan_image_pull(&pod, Some(&bad), &revs, &[running], at(NOW), &flag).step;
+        assert!(matches!(step, Step::WaitForJob { .. }), "{step:?}");
     }
 
     #[test]

@@ -337,9 +337,10 @@ fn oracle(model: &Model) -> Oracle {
             .enumerate()
             .filter(|(_, p)| !p.owned_by_other_daemonset)
             .collect();
+        // Whether the DaemonSet places a pod on this node.
+        let targeted = model.tolerate_everything || !model_node.dedicated;
         if ours.is_empty() {
             // No pod in view on a Ready node the DaemonSet targets: vacated.
-            let targeted = model.tolerate_everything || !model_node.dedicated;
             if model_node.state == NodeState::Ready && (targeted || model_node.replaced_by_us) {
                 base += 1;
                 unavailable += 1;
@@ -362,6 +363,14 @@ fn oracle(model: &Model) -> Oracle {
             .collect();
         let available =
             |p: &ModelPod| p.ready && (model.min_ready_seconds == 0 || p.ready_long_ago);
+        // Placement: a lone old pod where the DaemonSet no longer places one is kept, and
+        // its node is out of the rollout.
+        if let [(_, p)] = live.as_slice() {
+            if !p.updated && !targeted {
+                base -= 1;
+                continue;
+            }
+        }
         for (pod_index, p) in &live {
             if !p.updated {
                 deletable.insert(pod_uid(node_index, *pod_index));
