@@ -33,9 +33,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use config::{EmulatorConfig, HealthMode};
-pub use world::ecs::{EciRegistration, EniRegistration, DEFAULT_VPC_CIDR, DEFAULT_VPC_ID};
+pub use world::ecs::{EciRegistration, EniRegistration};
 use world::{ApiError, Params, World};
-pub use world::{JobOutcome, Vpc};
+pub use world::{JobOutcome, Vpc, DEFAULT_VPC_CIDR, DEFAULT_VPC_ID};
 
 pub const CLB_VERSION: &str = "2014-05-15";
 pub const NLB_VERSION: &str = "2022-04-30";

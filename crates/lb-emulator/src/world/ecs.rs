@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::params::{flat_list, get, ipv4};
-use super::{ApiError, ApiResult, Eci, Eni, Params, Vpc, World};
+use super::{ApiError, ApiResult, Eci, Eni, Params, Vpc, World, DEFAULT_VPC_ID};
 
 /// `PrivateIpAddress.N` and `NetworkInterfaceId.N`: N from 1 to 100 (SDK model).
 const MAX_FILTER_VALUES: usize = 100;
@@ -17,11 +17,6 @@ const MIN_PAGE: usize = 10;
 const MAX_PAGE: usize = 500;
 /// ENI states ECS knows (the `Status` filter's valid values).
 const ENI_STATES: [&str; 5] = ["Available", "Attaching", "InUse", "Detaching", "Deleting"];
-
-/// The VPC every emulator starts with, so a test that does not care about CIDRs
-/// still has one: the whole 10.0.0.0/8 that simulated pod IPs come from.
-pub const DEFAULT_VPC_ID: &str = "vpc-emulator";
-pub const DEFAULT_VPC_CIDR: &str = "10.0.0.0/8";
 
 /// What a test registers through `POST /_emulator/enis`.
 #[derive(Debug, serde::Deserialize)]
@@ -75,15 +70,6 @@ impl World {
                 }))
             }
             other => Err(unknown_action(other)),
-        }
-    }
-
-    pub(super) fn default_vpc() -> Vpc {
-        Vpc {
-            vpc_id: DEFAULT_VPC_ID.into(),
-            cidr_block: DEFAULT_VPC_CIDR.into(),
-            secondary_cidr_blocks: vec![],
-            user_cidrs: vec![],
         }
     }
 

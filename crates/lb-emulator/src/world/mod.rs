@@ -146,6 +146,11 @@ impl Clb {
     }
 }
 
+/// The VPC every emulator starts with, so a test that does not care about CIDRs
+/// still has one: the whole 10.0.0.0/8 that simulated pod IPs come from.
+pub const DEFAULT_VPC_ID: &str = "vpc-emulator";
+pub const DEFAULT_VPC_CIDR: &str = "10.0.0.0/8";
+
 /// A VPC of the emulated account, with the CIDR blocks `DescribeVpcAttribute` reports.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Vpc {
@@ -364,7 +369,15 @@ impl World {
             nlbs: BTreeMap::new(),
             server_groups: BTreeMap::new(),
             listeners: BTreeMap::new(),
-            vpcs: BTreeMap::from([(ecs::DEFAULT_VPC_ID.to_string(), World::default_vpc())]),
+            vpcs: BTreeMap::from([(
+                DEFAULT_VPC_ID.to_string(),
+                Vpc {
+                    vpc_id: DEFAULT_VPC_ID.into(),
+                    cidr_block: DEFAULT_VPC_CIDR.into(),
+                    secondary_cidr_blocks: vec![],
+                    user_cidrs: vec![],
+                },
+            )]),
             enis: BTreeMap::new(),
             ecis: BTreeMap::new(),
             jobs: BTreeMap::new(),
