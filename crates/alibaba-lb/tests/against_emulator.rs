@@ -740,3 +740,127 @@ async fn tcp_health_mode_reports_a_pod_ip_unhealthy_without_probing_it() {
     .await;
     assert_eq!(health[0].key, backend.key);
 }
+
+fn network(emu: &RunningEmulator, signature: SignatureVersion) -> VpcNetwork {
+    VpcNetwork::new(
+        &client_config(emu, signature),
+        static_credentials(KEY_SECRET),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn pod_ips_map_to_enis_in_batches_of_100_and_unheld_ips_are_absent() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    // 230 pod IPs, two per ENI, except the last 10 (left out: no ENI holds them)
+    // and one ENI that is detached (Available), which no load balancer takes.
+    let ips: Vec<String> = (0..240)
+        .map(|i| format!("10.30.{}.{}", i / 200, i % 200 + 1))
+        .collect();
+    let mut expected = HashMap::new();
+    for pair in ips[..230].chunks(2) {
+        let status = if pair[0] == ips[0] {
+            "Available"
+        } else {
+            "InUse"
+        };
+        let eni = control(
+            &emu,
+            "enis",
+            Some(json!({"private_ips": pair, "status": status})),
+        )
+        .await;
+        if status == "InUse" {
+            for ip in pair {
+                expected.insert(
+                    ip.clone(),
+                    eni["network_interface_id"].as_str().unwrap().to_string(),
+                );
+            }
+        }
+    }
+    let before = control(&emu, "state", None).await;
+    for signature in [SignatureVersion::V3, SignatureVersion::RpcV1] {
+        let found = network(&emu, signature)
+            .eni_ids(lb_emulator::DEFAULT_VPC_ID, &ips)
+            .await
+            .unwrap();
+        assert_eq!(found, expected);
+    }
+    let after = control(&emu, "state", None).await;
+    let calls = after["stats"]["per_action"]["DescribeNetworkInterfaces"]
+        .as_u64()
+        .unwrap()
+        - before["stats"]["per_action"]["DescribeNetworkInterfaces"]
+            .as_u64()
+            .unwrap_or(0);
+    assert_eq!(calls, 6, "240 IPs are 3 calls of at most 100, per signer");
+    // Another VPC holds none of them.
+    let elsewhere = network(&emu, SignatureVersion::V3)
+        .eni_ids("vpc-other", &ips)
+        .await
+        .unwrap();
+    assert!(elsewhere.is_empty());
+}
+
+#[tokio::test]
+async fn vpc_cidr_blocks_are_read_and_an_unknown_vpc_is_not_found() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    control(
+        &emu,
+        "vpcs",
+        Some(json!({"vpc_id": "vpc-bed", "cidr_block": "192.168.0.0/16",
+                    "secondary_cidr_blocks": ["10.8.0.0/16"], "user_cidrs": ["172.16.0.0/12"]})),
+    )
+    .await;
+    let blocks = network(&emu, SignatureVersion::V3)
+        .cidr_blocks("vpc-bed")
+        .await
+        .unwrap();
+    assert_eq!(blocks.cidr_block, "192.168.0.0/16");
+    assert_eq!(
+        blocks.secondary_cidr_blocks,
+        vec!["10.8.0.0/16".to_string()]
+    );
+    assert_eq!(blocks.user_cidrs, vec!["172.16.0.0/12".to_string()]);
+    assert!(blocks.contains("10.8.3.4") && blocks.contains("192.168.9.9"));
+    assert!(
+        !blocks.contains("10.244.1.5"),
+        "an overlay pod IP is outside"
+    );
+    let err = network(&emu, SignatureVersion::RpcV1)
+        .cidr_blocks("vpc-nosuch")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn ecs_and_vpc_calls_are_retried_through_throttling() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let ips: Vec<String> = (1..=30).map(|i| format!("10.31.0.{i}")).collect();
+    for ip in &ips {
+        control(&emu, "enis", Some(json!({"private_ips": [ip]}))).await;
+    }
+    control(
+        &emu,
+        "faults",
+        Some(json!({"throttle_rate": 0.5, "throttle_code": "Throttling.User"})),
+    )
+    .await;
+    let network = network(&emu, SignatureVersion::V3);
+    for _ in 0..5 {
+        let found = network
+            .eni_ids(lb_emulator::DEFAULT_VPC_ID, &ips)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 30);
+        let blocks = network
+            .cidr_blocks(lb_emulator::DEFAULT_VPC_ID)
+            .await
+            .unwrap();
+        assert_eq!(blocks.cidr_block, lb_emulator::DEFAULT_VPC_CIDR);
+    }
+    let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
+    assert!(stats["injected_throttles"] > 0, "{stats:?}");
+}
