@@ -1016,3 +1016,27 @@ async fn vpc_attribute_of_an_unknown_vpc_is_404_and_vpc_id_is_required() {
         "MissingParameter",
     );
 }
+
+/// Every test the README's fidelity table names exists, so the table cannot point at
+/// a test that was renamed or never written.
+#[test]
+fn the_fidelity_table_names_only_tests_that_exist() {
+    let readme = include_str!("../README.md");
+    let here = include_str!("fidelity.rs");
+    let ecs_unit = include_str!("../src/world/ecs.rs");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.chars().nth(2).is_some_and(|c| c.is_ascii_digit()))
+        .collect();
+    assert!(rows.len() >= 25, "table rows: {}", rows.len());
+    for row in rows {
+        let last = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        let name = last.split('`').nth(1).expect("a test name in backticks");
+        let name = name.rsplit("::").next().unwrap();
+        let defined = format!("fn {name}(");
+        assert!(
+            here.contains(&defined) || ecs_unit.contains(&defined),
+            "the table names {name}, which is not a test"
+        );
+    }
+}
