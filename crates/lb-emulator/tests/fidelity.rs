@@ -965,6 +965,33 @@ async fn nlb_listener_protocol_must_fit_the_group_protocol() {
     .unwrap();
 }
 
+#[tokio::test]
+async fn nlb_group_takes_one_server_change_at_a_time() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    bed.control("jobs", json!({"delay_ms": 1500})).await;
+    let g = group.server_group_id.as_str();
+    add_servers(&bed, g, &[("10.1.14.1", "Ip", "")])
+        .await
+        .unwrap();
+    refused(
+        add_servers(&bed, g, &[("10.1.14.2", "Ip", "")]).await,
+        400,
+        "IncorrectStatus.serverGroup",
+    );
+    bed.control("jobs", json!({"delay_ms": 20})).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // The client waits for each job, so its batches never collide.
+    let many: Vec<Backend> = (0..90)
+        .map(|i| {
+            let ip = format!("10.1.15.{}", i + 1);
+            backend(BackendType::Ip, &ip, &ip, "")
+        })
+        .collect();
+    client.add_backends(&group, &many).await.unwrap();
+    assert_eq!(client.list_backends(&group).await.unwrap().len(), 91);
+}
+
 // ------------------------------------------------------------------ ECS / VPC
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 //! Requests are checked as the API reference and SDK model describe them: server
 //! types that fit the group type, ENIs and ECIs that exist, run and sit in the
 //! group's VPC, IPs that are IPs, at most 200 servers per call, no server twice,
-//! documented description and name shapes, and listeners only in front of server
-//! groups whose protocol can carry theirs.
+//! documented description and name shapes, listeners only in front of server groups
+//! whose protocol can carry theirs, and one server change at a time per group.
 
 use std::time::Duration;
 
@@ -199,7 +199,7 @@ impl World {
                 let related: Vec<&str> = self.listeners.values().filter(|l| l.server_group_id == g.id).map(|l| l.load_balancer_id.as_str()).collect();
                 json!({
                     "ServerGroupId": g.id, "ServerGroupName": g.name, "ServerGroupType": g.group_type,
-                    "ServerGroupStatus": "Available", "Protocol": g.protocol, "VpcId": g.vpc_id,
+                    "ServerGroupStatus": if self.group_busy(&g.id, Instant::now()) { "Configuring" } else { "Available" }, "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
                     "Scheduler": "Wrr", "RelatedLoadBalancerIds": related, "Tags": [],
                     "HealthCheck": {"HealthCheckEnabled": g.health_check, "HealthCheckType": "TCP", "HealthyThreshold": 2, "UnhealthyThreshold": 2},
@@ -378,6 +378,16 @@ impl World {
         with_attributes: bool,
     ) -> Result<(String, Vec<BackendRec>), ApiError> {
         let group = self.server_group(p)?;
+        if self.group_busy(&group.id, Instant::now()) {
+            return Err(ApiError::new(
+                400,
+                "IncorrectStatus.serverGroup",
+                format!(
+                    "The status of servergroup [{}] is incorrect: a change is in progress.",
+                    group.id
+                ),
+            ));
+        }
         let items = flat_list(p, "Servers");
         if items.is_empty() {
             return Err(ApiError::nlb_missing("Servers"));
