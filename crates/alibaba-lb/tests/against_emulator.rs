@@ -864,3 +864,23 @@ async fn ecs_and_vpc_calls_are_retried_through_throttling() {
     let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
     assert!(stats["injected_throttles"] > 0, "{stats:?}");
 }
+
+#[tokio::test]
+async fn a_busy_nlb_group_is_retried_until_the_other_change_is_done() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let other = client(&emu, Product::Nlb, SignatureVersion::V3);
+    let (first, group) = nlb_group(&emu).await;
+    control(&emu, "jobs", Some(json!({"delay_ms": 150}))).await;
+    let all = backends(&emu, Product::Nlb, 2).await;
+    // Two writers on one group: the second finds it Configuring and retries.
+    let (a, b) = tokio::join!(
+        first.add_backends(&group, &all[..1]),
+        other.add_backends(&group, &all[1..]),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(first.list_backends(&group).await.unwrap().len(), 2);
+    let state = control(&emu, "state", None).await;
+    let jobs = state["nlb"]["jobs"].as_array().unwrap().len();
+    assert!(jobs >= 3, "group and listener jobs plus two adds: {jobs}");
+}
