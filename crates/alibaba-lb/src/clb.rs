@@ -21,6 +21,8 @@ pub const CLB_BATCH_LIMIT: usize = 20;
 pub struct ClbClient {
     api: ApiClient,
     region: String,
+    /// `LoadBalancerSpec` for instances we create.
+    spec: Option<String>,
     /// Whether each listener runs health checks, as last read, and when: asked only
     /// while a backend is `unavailable`, which lasts until the first check completes.
     listener_checks: Mutex<HashMap<ListenerKey, (bool, Instant)>>,
@@ -199,6 +201,7 @@ impl ClbClient {
         Ok(Self {
             api: ApiClient::new(config, Product::Clb, credentials)?,
             region: config.region.clone(),
+            spec: config.clb_spec.clone().filter(|s| !s.is_empty()),
             listener_checks: Mutex::default(),
         })
     }
@@ -399,6 +402,9 @@ impl LoadBalancerBackends for ClbClient {
                         client_token(&["clb", &self.region, &spec.name]),
                     ),
                 ]);
+                if let Some(clb_spec) = &self.spec {
+                    query.push(("LoadBalancerSpec".into(), clb_spec.clone()));
+                }
                 if spec.address_type == AddressType::Intranet {
                     if let Some(vpc) = &spec.vpc_id {
                         query.push(("VpcId".into(), vpc.clone()));

@@ -8,6 +8,12 @@ use crate::sign::SignatureVersion;
 
 pub const CLB_API_VERSION: &str = "2014-05-15";
 pub const NLB_API_VERSION: &str = "2022-04-30";
+pub const ECS_API_VERSION: &str = "2014-05-26";
+pub const VPC_API_VERSION: &str = "2016-04-28";
+/// The CLB specification created load balancers get unless configured otherwise.
+/// ENI and ECI backends need a high-performance instance, and an instance created
+/// without a spec is shared-resource (no longer sold, per the SDK model).
+pub const DEFAULT_CLB_SPEC: &str = "slb.s1.small";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Product {
@@ -16,17 +22,47 @@ pub enum Product {
 }
 
 impl Product {
+    pub fn api_version(self) -> &'static str {
+        Service::from(self).api_version()
+    }
+}
+
+/// Every Alibaba Cloud API this crate calls: the two load-balancer products, and ECS
+/// and VPC, which map pod IPs to ENIs and tell the VPC's CIDR blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Clb,
+    Nlb,
+    Ecs,
+    Vpc,
+}
+
+impl From<Product> for Service {
+    fn from(product: Product) -> Self {
+        match product {
+            Product::Clb => Service::Clb,
+            Product::Nlb => Service::Nlb,
+        }
+    }
+}
+
+impl Service {
+    /// `<prefix>.<region>.aliyuncs.com`, and `<prefix>-vpc.<region>...` inside a VPC.
     fn endpoint_prefix(self) -> &'static str {
         match self {
-            Product::Clb => "slb",
-            Product::Nlb => "nlb",
+            Service::Clb => "slb",
+            Service::Nlb => "nlb",
+            Service::Ecs => "ecs",
+            Service::Vpc => "vpc",
         }
     }
 
     pub fn api_version(self) -> &'static str {
         match self {
-            Product::Clb => CLB_API_VERSION,
-            Product::Nlb => NLB_API_VERSION,
+            Service::Clb => CLB_API_VERSION,
+            Service::Nlb => NLB_API_VERSION,
+            Service::Ecs => ECS_API_VERSION,
+            Service::Vpc => VPC_API_VERSION,
         }
     }
 }
@@ -95,6 +131,13 @@ pub struct ClientConfig {
     pub clb_endpoint: Option<String>,
     /// `host[:port]` replacing the regional NLB endpoint (`ALIBABA_CLOUD_NLB_ENDPOINT`).
     pub nlb_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional ECS endpoint.
+    pub ecs_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional VPC endpoint.
+    pub vpc_endpoint: Option<String>,
+    /// `LoadBalancerSpec` of CLB instances we create ([`DEFAULT_CLB_SPEC`]); `None`
+    /// sends none, which makes a shared-resource instance that refuses ENI backends.
+    pub clb_spec: Option<String>,
     pub signature: SignatureVersion,
     pub retry: RetryPolicy,
     pub rate_limit: RateLimit,
@@ -110,6 +153,9 @@ impl ClientConfig {
             scheme: Scheme::default(),
             clb_endpoint: None,
             nlb_endpoint: None,
+            ecs_endpoint: None,
+            vpc_endpoint: None,
+            clb_spec: Some(DEFAULT_CLB_SPEC.to_string()),
             signature: SignatureVersion::default(),
             retry: RetryPolicy::default(),
             rate_limit: RateLimit::default(),
@@ -118,11 +164,15 @@ impl ClientConfig {
         }
     }
 
-    /// `host[:port]` for the product: the override if set, else the regional one.
-    pub fn endpoint_host(&self, product: Product) -> Result<String> {
-        let overridden = match product {
-            Product::Clb => &self.clb_endpoint,
-            Product::Nlb => &self.nlb_endpoint,
+    /// `host[:port]` for the product or service: the override if set, else the
+    /// regional one.
+    pub fn endpoint_host(&self, service: impl Into<Service>) -> Result<String> {
+        let service = service.into();
+        let overridden = match service {
+            Service::Clb => &self.clb_endpoint,
+            Service::Nlb => &self.nlb_endpoint,
+            Service::Ecs => &self.ecs_endpoint,
+            Service::Vpc => &self.vpc_endpoint,
         };
         if let Some(host) = overridden.as_deref().filter(|h| !h.is_empty()) {
             // Accept a pasted URL as well as a bare host.
@@ -146,7 +196,7 @@ impl ClientConfig {
         };
         Ok(format!(
             "{}{network}.{}.aliyuncs.com",
-            product.endpoint_prefix(),
+            service.endpoint_prefix(),
             self.region
         ))
     }
@@ -175,6 +225,23 @@ mod tests {
         assert_eq!(
             config.endpoint_host(Product::Nlb).unwrap(),
             "nlb-vpc.cn-hangzhou.aliyuncs.com"
+        );
+        assert_eq!(
+            config.endpoint_host(Service::Ecs).unwrap(),
+            "ecs-vpc.cn-hangzhou.aliyuncs.com"
+        );
+        assert_eq!(
+            config.endpoint_host(Service::Vpc).unwrap(),
+            "vpc-vpc.cn-hangzhou.aliyuncs.com"
+        );
+        config.network = Network::Public;
+        assert_eq!(
+            config.endpoint_host(Service::Ecs).unwrap(),
+            "ecs.cn-hangzhou.aliyuncs.com"
+        );
+        assert_eq!(
+            config.endpoint_host(Service::Vpc).unwrap(),
+            "vpc.cn-hangzhou.aliyuncs.com"
         );
     }
 

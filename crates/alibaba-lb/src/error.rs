@@ -81,13 +81,28 @@ pub const THROTTLING_CODES: &[&str] = &[
     "ServiceUnavailable",
 ];
 
+/// Codes for "busy, try again": another change on the same resource is still in
+/// progress (NLB `IncorrectStatus.serverGroup`, `Conflict.Lock`; CLB
+/// `BackendServer.configuring`) or the service is busy (`SystemBusy`, both error
+/// tables). The same request succeeds once the other change is done.
+pub const BUSY_CODES: &[&str] = &[
+    "IncorrectStatus.serverGroup",
+    "Conflict.Lock",
+    "BackendServer.configuring",
+    "SystemBusy",
+    "OperationBusy",
+];
+
 impl Error {
-    /// Whether the same request may succeed if sent again later: throttling, 5xx and
-    /// transport failures. Signature, permission and parameter errors are final.
+    /// Whether the same request may succeed if sent again later: throttling, busy
+    /// resources, 5xx and transport failures. Signature, permission and parameter
+    /// errors are final.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api { status, code, .. } => {
-                *status >= 500 || THROTTLING_CODES.contains(&code.as_str())
+                *status >= 500
+                    || THROTTLING_CODES.contains(&code.as_str())
+                    || BUSY_CODES.contains(&code.as_str())
             }
             Error::Transport { .. } => true,
             _ => false,
@@ -162,6 +177,10 @@ mod tests {
         assert!(api(503, "ServiceUnavailable").is_retryable());
         assert!(api(500, "InternalError").is_retryable());
         assert!(!api(400, "SignatureDoesNotMatch").is_retryable());
+        assert!(api(400, "IncorrectStatus.serverGroup").is_retryable());
+        assert!(api(400, "BackendServer.configuring").is_retryable());
+        assert!(!api(400, "BackendServer.InvalidType").is_retryable());
+        assert!(!api(400, "Mismatch.ServerType").is_retryable());
         assert!(!api(404, "InvalidAccessKeyId.NotFound").is_retryable());
     }
 

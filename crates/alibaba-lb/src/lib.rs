@@ -1,7 +1,9 @@
 //! Alibaba Cloud load-balancer client for the readiness-gate controller.
 //!
 //! [`LoadBalancerBackends`] is what the controller uses; [`ClbClient`] (SLB API
-//! 2014-05-15) and [`NlbClient`] (NLB API 2022-04-30) implement it. Requests are
+//! 2014-05-15) and [`NlbClient`] (NLB API 2022-04-30) implement it. [`VpcNetwork`]
+//! (ECS 2014-05-26, VPC 2016-04-28) maps pod IPs to the ENIs that hold them and reads
+//! the VPC's CIDR blocks, for ENI backends. Requests are
 //! signed with `ACS3-HMAC-SHA256` by default or RPC V1 HMAC-SHA1
 //! ([`SignatureVersion`]); throttling and 5xx answers are retried with jittered
 //! backoff under a client-side token bucket; NLB asynchronous jobs are awaited and a
@@ -15,6 +17,7 @@ pub mod encode;
 pub mod error;
 pub mod http;
 mod model;
+pub mod network;
 pub mod nlb;
 pub mod retry;
 pub mod secret;
@@ -23,10 +26,11 @@ pub mod transport;
 
 pub use backends::LoadBalancerBackends;
 pub use clb::ClbClient;
-pub use config::{ClientConfig, JobPolicy, Network, Product, Scheme};
+pub use config::{ClientConfig, JobPolicy, Network, Product, Scheme, Service};
 pub use credentials::{CredentialProvider, Credentials, StaticCredentials};
 pub use error::{Error, Result};
 pub use model::*;
+pub use network::{VpcCidrBlocks, VpcNetwork};
 pub use nlb::NlbClient;
 pub use retry::{RateLimit, RetryPolicy};
 pub use secret::Secret;

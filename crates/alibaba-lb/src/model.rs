@@ -89,12 +89,15 @@ pub struct LoadBalancer {
     pub listeners: Vec<ServerGroupRef>,
 }
 
-/// ENI (pod IP on a Terway ENI), IP, or a whole ECS instance.
+/// ENI (pod IP on a Terway ENI), IP, a whole ECS instance, or an elastic container
+/// instance. CLB takes `ecs`, `eni` and `eci` only; NLB `Ip` groups take `Ip`, its
+/// `Instance` groups the other three.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BackendType {
     Eni,
     Ip,
     Ecs,
+    Eci,
 }
 
 impl BackendType {
@@ -103,6 +106,7 @@ impl BackendType {
             BackendType::Eni => "eni",
             BackendType::Ip => "ip",
             BackendType::Ecs => "ecs",
+            BackendType::Eci => "eci",
         }
     }
     pub fn as_nlb_str(self) -> &'static str {
@@ -110,6 +114,7 @@ impl BackendType {
             BackendType::Eni => "Eni",
             BackendType::Ip => "Ip",
             BackendType::Ecs => "Ecs",
+            BackendType::Eci => "Eci",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -117,6 +122,7 @@ impl BackendType {
             "eni" => Some(BackendType::Eni),
             "ip" => Some(BackendType::Ip),
             "ecs" => Some(BackendType::Ecs),
+            "eci" => Some(BackendType::Eci),
             _ => None,
         }
     }
@@ -198,7 +204,12 @@ mod tests {
 
     #[test]
     fn backend_type_round_trips_through_both_spellings() {
-        for t in [BackendType::Eni, BackendType::Ip, BackendType::Ecs] {
+        for t in [
+            BackendType::Eni,
+            BackendType::Ip,
+            BackendType::Ecs,
+            BackendType::Eci,
+        ] {
             assert_eq!(BackendType::parse(t.as_clb_str()), Some(t));
             assert_eq!(BackendType::parse(t.as_nlb_str()), Some(t));
         }

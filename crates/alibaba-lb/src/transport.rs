@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::config::{ClientConfig, Product};
+use crate::config::{ClientConfig, Service};
 use crate::credentials::CredentialProvider;
 use crate::error::Result;
 use crate::http::{build_http_client, decode_error, new_nonce, request_id_of, send, utc_timestamp};
@@ -36,15 +36,16 @@ pub struct ApiClient {
 impl ApiClient {
     pub fn new(
         config: &ClientConfig,
-        product: Product,
+        service: impl Into<Service>,
         credentials: Arc<dyn CredentialProvider>,
     ) -> Result<Self> {
-        let host = config.endpoint_host(product)?;
+        let service = service.into();
+        let host = config.endpoint_host(service)?;
         Ok(Self {
             http: build_http_client(config.request_timeout)?,
             base_url: format!("{}://{host}/", config.scheme.as_str()),
             host,
-            version: product.api_version(),
+            version: service.api_version(),
             signature: config.signature,
             credentials,
             retry: config.retry.clone(),

@@ -31,6 +31,8 @@ fn client_config(emu: &RunningEmulator, signature: SignatureVersion) -> ClientCo
     config.scheme = Scheme::Http;
     config.clb_endpoint = Some(emu.endpoint());
     config.nlb_endpoint = Some(emu.endpoint());
+    config.ecs_endpoint = Some(emu.endpoint());
+    config.vpc_endpoint = Some(emu.endpoint());
     config.signature = signature;
     config.retry = RetryPolicy {
         max_attempts: 12,
@@ -114,28 +116,70 @@ fn spec(name: &str) -> LoadBalancerSpec {
     }
 }
 
-fn backends(product: Product, count: usize) -> Vec<Backend> {
-    (0..count)
-        .map(|i| {
-            let ip = format!("10.{}.{}.{}", 20, i / 250, i % 250 + 1);
-            Backend {
-                key: BackendKey {
-                    server_id: match product {
-                        Product::Clb => format!("eni-{i}"),
-                        Product::Nlb => ip.clone(),
-                    },
-                    ip,
-                    port: 8080,
+/// `count` pod backends. CLB ones are ENI backends the way a Terway cluster needs
+/// them: each pod IP is put on an ENI of the emulated VPC, and the ENI ids come back
+/// through ECS `DescribeNetworkInterfaces` (the client's `VpcNetwork`).
+async fn backends(emu: &RunningEmulator, product: Product, count: usize) -> Vec<Backend> {
+    let ips: Vec<String> = (0..count)
+        .map(|i| format!("10.{}.{}.{}", 20, i / 250, i % 250 + 1))
+        .collect();
+    let enis = match product {
+        Product::Clb => eni_ids(emu, &ips).await,
+        Product::Nlb => HashMap::new(),
+    };
+    ips.into_iter()
+        .map(|ip| Backend {
+            key: BackendKey {
+                server_id: match product {
+                    Product::Clb => enis[&ip].clone(),
+                    Product::Nlb => ip.clone(),
                 },
-                kind: match product {
-                    Product::Clb => BackendType::Eni,
-                    Product::Nlb => BackendType::Ip,
-                },
-                weight: 100,
-                description: "k8s/80/web/default/c1".into(),
-            }
+                ip,
+                port: 8080,
+            },
+            kind: match product {
+                Product::Clb => BackendType::Eni,
+                Product::Nlb => BackendType::Ip,
+            },
+            weight: 100,
+            description: "k8s/80/web/default/c1".into(),
         })
         .collect()
+}
+
+/// Puts each IP on an ENI of its own in the emulator's default VPC, then asks ECS
+/// which ENI holds which IP, as the controller will.
+async fn eni_ids(emu: &RunningEmulator, ips: &[String]) -> HashMap<String, String> {
+    for ip in ips {
+        control(emu, "enis", Some(json!({"private_ips": [ip]}))).await;
+    }
+    let network = VpcNetwork::new(
+        &client_config(emu, SignatureVersion::V3),
+        static_credentials(KEY_SECRET),
+    )
+    .unwrap();
+    let found = network
+        .eni_ids(lb_emulator::DEFAULT_VPC_ID, ips)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), ips.len(), "every IP is on an ENI");
+    found
+}
+
+/// One backend on a fresh ENI holding `ip`.
+async fn eni_backend(emu: &RunningEmulator, ip: &str, port: u16) -> Backend {
+    let ips = [ip.to_string()];
+    let enis = eni_ids(emu, &ips).await;
+    Backend {
+        key: BackendKey {
+            server_id: enis[ip].clone(),
+            ip: ip.into(),
+            port,
+        },
+        kind: BackendType::Eni,
+        weight: 100,
+        description: String::new(),
+    }
 }
 
 async fn wait_all(
@@ -174,7 +218,7 @@ async fn full_lifecycle(product: Product, signature: SignatureVersion, count: us
     assert!(!again.created);
     assert_eq!(again.listeners, lb.listeners);
 
-    let wanted = backends(product, count);
+    let wanted = backends(&emu, product, count).await;
     client.add_backends(&group, &wanted).await.unwrap();
     // Adding again is a no-op, not an AlreadyExist error.
     client.add_backends(&group, &wanted[..3]).await.unwrap();
@@ -285,7 +329,7 @@ async fn a_failed_nlb_job_is_an_error_naming_action_job_and_request() {
     let (client, group) = nlb_group(&emu).await;
     control(&emu, "jobs", Some(json!({"force": ["Failed"]}))).await;
     let err = client
-        .add_backends(&group, &backends(Product::Nlb, 2))
+        .add_backends(&group, &backends(&emu, Product::Nlb, 2).await)
         .await
         .unwrap_err();
     match &err {
@@ -318,7 +362,7 @@ async fn a_timed_out_nlb_job_is_an_error_not_a_success() {
     let lb = client.ensure_load_balancer(&spec("slow")).await.unwrap();
     control(&emu, "jobs", Some(json!({"force": ["Timeout"]}))).await;
     let err = client
-        .add_backends(&lb.listeners[0], &backends(Product::Nlb, 1))
+        .add_backends(&lb.listeners[0], &backends(&emu, Product::Nlb, 1).await)
         .await
         .unwrap_err();
     assert!(
@@ -345,7 +389,7 @@ async fn throttling_storm_of_30_percent_still_converges() {
             .unwrap();
         let group = &lb.listeners[0];
         client
-            .add_backends(group, &backends(product, 30))
+            .add_backends(group, &backends(&emu, product, 30).await)
             .await
             .unwrap();
         assert_eq!(client.list_backends(group).await.unwrap().len(), 30);
@@ -362,7 +406,7 @@ async fn service_unavailable_and_500s_are_retried() {
     let client = client(&emu, Product::Clb, SignatureVersion::RpcV1);
     let lb = client.ensure_load_balancer(&spec("flaky")).await.unwrap();
     client
-        .add_backends(&lb.listeners[0], &backends(Product::Clb, 25))
+        .add_backends(&lb.listeners[0], &backends(&emu, Product::Clb, 25).await)
         .await
         .unwrap();
     // The faults are drawn at random, and a dozen calls can miss one kind (about one run
@@ -583,16 +627,7 @@ async fn tcp_health_mode_follows_a_real_listener() {
     let client = client(&emu, Product::Clb, SignatureVersion::V3);
     let lb = client.ensure_load_balancer(&spec("tcp")).await.unwrap();
     let group = &lb.listeners[0];
-    let backend = Backend {
-        key: BackendKey {
-            server_id: "eni-local".into(),
-            ip: "127.0.0.1".into(),
-            port,
-        },
-        kind: BackendType::Eni,
-        weight: 100,
-        description: String::new(),
-    };
+    let backend = eni_backend(&emu, "127.0.0.1", port).await;
     client
         .add_backends(group, std::slice::from_ref(&backend))
         .await
@@ -623,7 +658,7 @@ async fn health_before_the_first_check_is_pending(product: Product) {
     let lb = client.ensure_load_balancer(&spec("pending")).await.unwrap();
     let group = &lb.listeners[0];
     client
-        .add_backends(group, &backends(product, 3))
+        .add_backends(group, &backends(&emu, product, 3).await)
         .await
         .unwrap();
     // Past the registration delay, far before the health verdict.
@@ -688,16 +723,7 @@ async fn tcp_health_mode_reports_a_pod_ip_unhealthy_without_probing_it() {
     let client = client(&emu, Product::Clb, SignatureVersion::V3);
     let lb = client.ensure_load_balancer(&spec("offhost")).await.unwrap();
     let group = &lb.listeners[0];
-    let backend = Backend {
-        key: BackendKey {
-            server_id: "eni-pod".into(),
-            ip: "10.0.0.7".into(),
-            port: 80,
-        },
-        kind: BackendType::Eni,
-        weight: 100,
-        description: String::new(),
-    };
+    let backend = eni_backend(&emu, "10.0.0.7", 80).await;
     client
         .add_backends(group, std::slice::from_ref(&backend))
         .await
@@ -713,4 +739,148 @@ async fn tcp_health_mode_reports_a_pod_ip_unhealthy_without_probing_it() {
     )
     .await;
     assert_eq!(health[0].key, backend.key);
+}
+
+fn network(emu: &RunningEmulator, signature: SignatureVersion) -> VpcNetwork {
+    VpcNetwork::new(
+        &client_config(emu, signature),
+        static_credentials(KEY_SECRET),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn pod_ips_map_to_enis_in_batches_of_100_and_unheld_ips_are_absent() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    // 230 pod IPs, two per ENI, except the last 10 (left out: no ENI holds them)
+    // and one ENI that is detached (Available), which no load balancer takes.
+    let ips: Vec<String> = (0..240)
+        .map(|i| format!("10.30.{}.{}", i / 200, i % 200 + 1))
+        .collect();
+    let mut expected = HashMap::new();
+    for pair in ips[..230].chunks(2) {
+        let status = if pair[0] == ips[0] {
+            "Available"
+        } else {
+            "InUse"
+        };
+        let eni = control(
+            &emu,
+            "enis",
+            Some(json!({"private_ips": pair, "status": status})),
+        )
+        .await;
+        if status == "InUse" {
+            for ip in pair {
+                expected.insert(
+                    ip.clone(),
+                    eni["network_interface_id"].as_str().unwrap().to_string(),
+                );
+            }
+        }
+    }
+    let before = control(&emu, "state", None).await;
+    for signature in [SignatureVersion::V3, SignatureVersion::RpcV1] {
+        let found = network(&emu, signature)
+            .eni_ids(lb_emulator::DEFAULT_VPC_ID, &ips)
+            .await
+            .unwrap();
+        assert_eq!(found, expected);
+    }
+    let after = control(&emu, "state", None).await;
+    let calls = after["stats"]["per_action"]["DescribeNetworkInterfaces"]
+        .as_u64()
+        .unwrap()
+        - before["stats"]["per_action"]["DescribeNetworkInterfaces"]
+            .as_u64()
+            .unwrap_or(0);
+    assert_eq!(calls, 6, "240 IPs are 3 calls of at most 100, per signer");
+    // Another VPC holds none of them.
+    let elsewhere = network(&emu, SignatureVersion::V3)
+        .eni_ids("vpc-other", &ips)
+        .await
+        .unwrap();
+    assert!(elsewhere.is_empty());
+}
+
+#[tokio::test]
+async fn vpc_cidr_blocks_are_read_and_an_unknown_vpc_is_not_found() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    control(
+        &emu,
+        "vpcs",
+        Some(json!({"vpc_id": "vpc-bed", "cidr_block": "192.168.0.0/16",
+                    "secondary_cidr_blocks": ["10.8.0.0/16"], "user_cidrs": ["172.16.0.0/12"]})),
+    )
+    .await;
+    let blocks = network(&emu, SignatureVersion::V3)
+        .cidr_blocks("vpc-bed")
+        .await
+        .unwrap();
+    assert_eq!(blocks.cidr_block, "192.168.0.0/16");
+    assert_eq!(
+        blocks.secondary_cidr_blocks,
+        vec!["10.8.0.0/16".to_string()]
+    );
+    assert_eq!(blocks.user_cidrs, vec!["172.16.0.0/12".to_string()]);
+    assert!(blocks.contains("10.8.3.4") && blocks.contains("192.168.9.9"));
+    assert!(
+        !blocks.contains("10.244.1.5"),
+        "an overlay pod IP is outside"
+    );
+    let err = network(&emu, SignatureVersion::RpcV1)
+        .cidr_blocks("vpc-nosuch")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn ecs_and_vpc_calls_are_retried_through_throttling() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let ips: Vec<String> = (1..=30).map(|i| format!("10.31.0.{i}")).collect();
+    for ip in &ips {
+        control(&emu, "enis", Some(json!({"private_ips": [ip]}))).await;
+    }
+    control(
+        &emu,
+        "faults",
+        Some(json!({"throttle_rate": 0.5, "throttle_code": "Throttling.User"})),
+    )
+    .await;
+    let network = network(&emu, SignatureVersion::V3);
+    for _ in 0..5 {
+        let found = network
+            .eni_ids(lb_emulator::DEFAULT_VPC_ID, &ips)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 30);
+        let blocks = network
+            .cidr_blocks(lb_emulator::DEFAULT_VPC_ID)
+            .await
+            .unwrap();
+        assert_eq!(blocks.cidr_block, lb_emulator::DEFAULT_VPC_CIDR);
+    }
+    let stats = lb_emulator::summarize(&control(&emu, "state", None).await);
+    assert!(stats["injected_throttles"] > 0, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_busy_nlb_group_is_retried_until_the_other_change_is_done() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let other = client(&emu, Product::Nlb, SignatureVersion::V3);
+    let (first, group) = nlb_group(&emu).await;
+    control(&emu, "jobs", Some(json!({"delay_ms": 150}))).await;
+    let all = backends(&emu, Product::Nlb, 2).await;
+    // Two writers on one group: the second finds it Configuring and retries.
+    let (a, b) = tokio::join!(
+        first.add_backends(&group, &all[..1]),
+        other.add_backends(&group, &all[1..]),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(first.list_backends(&group).await.unwrap().len(), 2);
+    let state = control(&emu, "state", None).await;
+    let jobs = state["nlb"]["jobs"].as_array().unwrap().len();
+    assert!(jobs >= 3, "group and listener jobs plus two adds: {jobs}");
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Drive the emulator with the official, unmodified Alibaba Cloud Python SDKs.
 
-Every action our Rust client uses is called through `alibabacloud_slb20140515` and
-`alibabacloud_nlb20220430`, pointed at the emulator over plain http. A check passes
-when the emulator accepted the SDK's signature and the SDK parsed the answer into
-its response model with the fields we rely on populated. Both signing schemes are
-exercised: ACS3-HMAC-SHA256 (the SDK default) and RPC HMAC-SHA1 (`signature_algorithm='v2'`).
+Every action our Rust client uses is called through `alibabacloud_slb20140515`,
+`alibabacloud_nlb20220430`, `alibabacloud_ecs20140526` and `alibabacloud_vpc20160428`,
+pointed at the emulator over plain http. A check passes when the emulator accepted
+the SDK's signature and the SDK parsed the answer into its response model with the
+fields we rely on populated; one check per product also has the emulator refuse a
+request the real API refuses and the SDK surface the documented error code. Both
+signing schemes are exercised: ACS3-HMAC-SHA256 (the SDK default) and RPC HMAC-SHA1
+(`signature_algorithm='v2'`).
 
 Usage: check.py --endpoint 127.0.0.1:PORT [--access-key-id ID --access-key-secret SECRET]
 Prints one line per check and a closing "N passed, M failed"; exits 1 on any failure.
@@ -17,11 +20,15 @@ import time
 import traceback
 import urllib.request
 
+from alibabacloud_ecs20140526 import models as ecs_models
+from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_nlb20220430 import models as nlb_models
 from alibabacloud_nlb20220430.client import Client as NlbClient
 from alibabacloud_slb20140515 import models as slb_models
 from alibabacloud_slb20140515.client import Client as SlbClient
 from alibabacloud_tea_openapi.utils_models import Config
+from alibabacloud_vpc20160428 import models as vpc_models
+from alibabacloud_vpc20160428.client import Client as VpcClient
 
 REGION = "cn-hangzhou"
 results = {"passed": 0, "failed": 0}
@@ -69,6 +76,11 @@ def control(endpoint, path, payload=None):
         return json.loads(response.read())
 
 
+def error_code(exc):
+    """The cloud's error code as the SDK reports it (the attribute differs by path)."""
+    return str(getattr(exc, "code", "")) + repr(exc)
+
+
 def config(args, secret=None, signature_algorithm=None):
     cfg = Config(access_key_id=args.access_key_id,
                  access_key_secret=secret or args.access_key_secret,
@@ -82,7 +94,8 @@ def clb_flow(slb, label, endpoint):
     lb = check(f"[{label}] CLB CreateLoadBalancer")(lambda: (
         lambda b: (expect(b.load_balancer_id and b.address, "id/address empty"), b)[1])(
         slb.create_load_balancer(slb_models.CreateLoadBalancerRequest(
-            region_id=REGION, load_balancer_name=f"sdk-check-{label}", address_type="internet")).body))()
+            region_id=REGION, load_balancer_name=f"sdk-check-{label}", address_type="internet",
+            load_balancer_spec="slb.s1.small")).body))()
     if lb is None:
         return
     lb_id = lb.load_balancer_id
@@ -125,8 +138,23 @@ def clb_flow(slb, label, endpoint):
         expect(listeners and listeners[0].port == 80, "listener association missing")
     groups()
 
-    backend = {"ServerId": "eni-sdk1", "Weight": "100", "Type": "eni", "ServerIp": "10.1.0.7",
-               "Port": "8080", "Description": "k8s/80/web app*~/default/集群"}
+    # The pod IP lives on an ENI of the emulated VPC, as on a Terway cluster.
+    eni_id = f"eni-sdk{label.replace('-', '')}"
+    control(endpoint, "enis", {"network_interface_id": eni_id, "private_ips": ["10.1.0.7"]})
+    backend = {"ServerId": eni_id, "Weight": "100", "Type": "eni", "ServerIp": "10.1.0.7",
+               "Port": "8080", "Description": "k8s/80/web/default/c1"}
+
+    @check(f"[{label}] CLB AddVServerGroupBackendServers refuses Type ip (BackendServer.InvalidType)")
+    def add_ip_type():
+        pod = dict(backend, ServerId="10.1.0.7", Type="ip")
+        try:
+            slb.add_vserver_group_backend_servers(slb_models.AddVServerGroupBackendServersRequest(
+                region_id=REGION, vserver_group_id=group_id, backend_servers=json.dumps([pod])))
+        except Exception as exc:  # the SDK raises the cloud's error
+            expect("BackendServer.InvalidType" in error_code(exc), f"unexpected error {exc!r}")
+        else:
+            raise AssertionError("Type ip was accepted")
+    add_ip_type()
 
     @check(f"[{label}] CLB AddVServerGroupBackendServers")
     def add():
@@ -134,7 +162,7 @@ def clb_flow(slb, label, endpoint):
             region_id=REGION, vserver_group_id=group_id,
             backend_servers=json.dumps([backend], ensure_ascii=False))).body
         servers = body.backend_servers.backend_server
-        expect(len(servers) == 1 and servers[0].server_id == "eni-sdk1", "backend not echoed")
+        expect(len(servers) == 1 and servers[0].server_id == eni_id, "backend not echoed")
     add()
 
     @check(f"[{label}] CLB DescribeVServerGroupAttribute")
@@ -144,7 +172,7 @@ def clb_flow(slb, label, endpoint):
         server = body.backend_servers.backend_server[0]
         expect(server.server_ip == "10.1.0.7" and server.port == 8080 and server.weight == 100,
                "backend fields wrong")
-        expect(server.description == backend["Description"], "unicode description mangled")
+        expect(server.description == backend["Description"], "description mangled")
     attribute()
 
     @check(f"[{label}] CLB DescribeHealthStatus (turns normal)")
@@ -243,7 +271,7 @@ def nlb_flow(nlb, label, endpoint):
 
     servers = [nlb_models.AddServersToServerGroupRequestServers(
         server_id=f"10.2.0.{i}", server_type="Ip", server_ip=f"10.2.0.{i}", port=8080, weight=100,
-        description="k8s/80/web app*~/ns/集群") for i in (1, 2)]
+        description="k8s/80/web/ns/c1") for i in (1, 2)]
 
     @check(f"[{label}] NLB AddServersToServerGroup + GetJobStatus")
     def add():
@@ -261,7 +289,7 @@ def nlb_flow(nlb, label, endpoint):
         second = nlb.list_server_group_servers(nlb_models.ListServerGroupServersRequest(
             region_id=REGION, server_group_id=group_id, max_results=1, next_token=first.next_token)).body
         expect(len(second.servers) == 1 and not second.next_token, "second page wrong")
-        expect(first.servers[0].description == "k8s/80/web app*~/ns/集群", "description mangled")
+        expect(first.servers[0].description == "k8s/80/web/ns/c1", "description mangled")
     list_servers()
 
     @check(f"[{label}] NLB GetListenerHealthStatus (turns healthy)")
@@ -318,6 +346,51 @@ def nlb_flow(nlb, label, endpoint):
     delete()
 
 
+def ecs_vpc_flow(ecs, vpc, label, endpoint):
+    # The ENI name is the one field of these calls that takes Unicode letters (SDK
+    # model), so the signers' UTF-8 encoding is exercised here.
+    name = f"集群-eni_{label.replace('-', '')}.a"
+    net = "10.3.1" if label == "acs3" else "10.3.2"
+    eni = control(endpoint, "enis", {"private_ips": [f"{net}.1", f"{net}.2"], "vpc_id": "vpc-sdk",
+                                     "name": name})
+    control(endpoint, "enis", {"private_ips": [f"{net}.3"], "vpc_id": "vpc-sdk", "status": "Available"})
+
+    @check(f"[{label}] ECS DescribeNetworkInterfaces (VpcId + PrivateIpAddress.N, InUse)")
+    def enis():
+        body = ecs.describe_network_interfaces(ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=REGION, vpc_id="vpc-sdk", status="InUse", max_results=100,
+            private_ip_address=[f"{net}.2", f"{net}.3", "10.3.9.9"])).body
+        found = body.network_interface_sets.network_interface_set
+        expect(len(found) == 1 and found[0].network_interface_id == eni["network_interface_id"],
+               f"wrong ENIs {[f.network_interface_id for f in found]}")
+        ips = [p.private_ip_address for p in found[0].private_ip_sets.private_ip_set]
+        expect(ips == [f"{net}.1", f"{net}.2"], f"private IPs {ips}")
+        by_name = ecs.describe_network_interfaces(ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=REGION, network_interface_name=name)).body
+        expect(len(by_name.network_interface_sets.network_interface_set) == 1, "Unicode name not matched")
+    enis()
+
+    @check(f"[{label}] ECS DescribeNetworkInterfaces refuses 101 private IPs")
+    def too_many():
+        try:
+            ecs.describe_network_interfaces(ecs_models.DescribeNetworkInterfacesRequest(
+                region_id=REGION, private_ip_address=[f"10.4.0.{i}" for i in range(1, 102)]))
+        except Exception as exc:
+            expect("InvalidParameter.PrivateIpAddress" in error_code(exc), f"unexpected error {exc!r}")
+        else:
+            raise AssertionError("101 IPs were accepted")
+    too_many()
+
+    @check(f"[{label}] VPC DescribeVpcAttribute (CidrBlock, SecondaryCidrBlocks, UserCidrs)")
+    def cidrs():
+        body = vpc.describe_vpc_attribute(vpc_models.DescribeVpcAttributeRequest(
+            region_id=REGION, vpc_id="vpc-sdk")).body
+        expect(body.cidr_block == "10.0.0.0/8", f"CidrBlock {body.cidr_block}")
+        expect(body.secondary_cidr_blocks.secondary_cidr_block == ["172.16.0.0/12"], "secondary blocks")
+        expect(body.user_cidrs.user_cidr == ["100.64.0.0/10"], "user CIDRs")
+    cidrs()
+
+
 def bad_signature(args):
     @check("wrong secret is rejected with SignatureDoesNotMatch (V3 and RPC)")
     def run():
@@ -341,9 +414,13 @@ def main():
     parser.add_argument("--access-key-secret", default="emulator-access-key-secret")
     args = parser.parse_args()
 
+    control(args.endpoint, "vpcs", {"vpc_id": "vpc-sdk", "cidr_block": "10.0.0.0/8",
+                                    "secondary_cidr_blocks": ["172.16.0.0/12"], "user_cidrs": ["100.64.0.0/10"]})
     for label, algorithm in (("acs3", None), ("rpc-v1", "v2")):
         clb_flow(SlbClient(config(args, signature_algorithm=algorithm)), label, args.endpoint)
         nlb_flow(NlbClient(config(args, signature_algorithm=algorithm)), label, args.endpoint)
+        ecs_vpc_flow(EcsClient(config(args, signature_algorithm=algorithm)),
+                     VpcClient(config(args, signature_algorithm=algorithm)), label, args.endpoint)
     bad_signature(args)
 
     @check("emulator counted the rejected signatures")

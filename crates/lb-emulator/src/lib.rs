@@ -1,9 +1,13 @@
 //! An in-memory emulator of the Alibaba Cloud CLB (SLB 2014-05-15) and NLB
-//! (2022-04-30) APIs, plus the two credential sources the client uses (STS
-//! `AssumeRoleWithOIDC` and ECS instance metadata v2), all on one loopback port.
+//! (2022-04-30) APIs, the ECS (2014-05-26) and VPC (2016-04-28) lookups the
+//! controller needs for ENI backends, plus the two credential sources the client
+//! uses (STS `AssumeRoleWithOIDC` and ECS instance metadata v2), all on one loopback
+//! port.
 //!
 //! Control endpoints under `/_emulator/` (JSON) read the state and the backend
-//! timeline, mark backends unhealthy, and set fault and job-outcome rates.
+//! timeline, mark backends unhealthy, set fault and job-outcome rates, and fill the
+//! emulated VPC: its CIDR blocks (`vpcs`), the ENIs holding pod IPs (`enis`) and the
+//! elastic container instances (`ecis`). An IP no ENI holds is simply not registered.
 
 mod auth;
 pub mod config;
@@ -29,12 +33,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use config::{EmulatorConfig, HealthMode};
-pub use world::JobOutcome;
+pub use world::ecs::{EciRegistration, EniRegistration};
 use world::{ApiError, Params, World};
+pub use world::{JobOutcome, Vpc, DEFAULT_VPC_CIDR, DEFAULT_VPC_ID};
 
 pub const CLB_VERSION: &str = "2014-05-15";
 pub const NLB_VERSION: &str = "2022-04-30";
 pub const STS_VERSION: &str = "2015-04-01";
+pub const ECS_VERSION: &str = "2014-05-26";
+pub const VPC_VERSION: &str = "2016-04-28";
 /// The RAM role name the metadata endpoint reports.
 pub const METADATA_ROLE: &str = "rollgate-emulated-role";
 
@@ -118,6 +125,9 @@ pub async fn run(
         .route("/_emulator/jobs", post(control_jobs))
         .route("/_emulator/timing", post(control_timing))
         .route("/_emulator/health", post(control_health))
+        .route("/_emulator/vpcs", post(control_vpcs))
+        .route("/_emulator/enis", post(control_enis))
+        .route("/_emulator/ecis", post(control_ecis))
         .route("/latest/api/token", put(metadata_token))
         .route(
             "/latest/meta-data/ram/security-credentials/",
@@ -210,6 +220,8 @@ fn request_id() -> String {
 fn host_id(version: &str, region: &str) -> String {
     match version {
         NLB_VERSION => format!("nlb.{region}.aliyuncs.com"),
+        ECS_VERSION => format!("ecs.{region}.aliyuncs.com"),
+        VPC_VERSION => format!("vpc.{region}.aliyuncs.com"),
         STS_VERSION => "sts.aliyuncs.com".to_string(),
         _ => format!("slb.{region}.aliyuncs.com"),
     }
@@ -316,6 +328,8 @@ async fn api(
     let result = match verified.version.as_str() {
         CLB_VERSION => world.clb(&verified.action, &params),
         NLB_VERSION => world.nlb(&verified.action, &params),
+        ECS_VERSION => world.ecs(&verified.action, &params),
+        VPC_VERSION => world.vpc(&verified.action, &params),
         STS_VERSION if verified.action == "AssumeRoleWithOIDC" => {
             assume_role_with_oidc(&mut world, &params)
         }
@@ -562,6 +576,46 @@ async fn control_health(
         return (StatusCode::NOT_FOUND, Json(json!({"matched": 0}))).into_response();
     }
     Json(json!({"matched": matched})).into_response()
+}
+
+/// `POST /_emulator/vpcs`: adds or replaces a VPC and its CIDR blocks.
+async fn control_vpcs(State(shared): State<AppState>, Json(vpc): Json<Vpc>) -> Response {
+    match shared.world.lock().expect("world lock").register_vpc(vpc) {
+        Ok(vpc) => Json(json!(vpc)).into_response(),
+        Err(message) => (StatusCode::BAD_REQUEST, message).into_response(),
+    }
+}
+
+/// `POST /_emulator/enis`: an ENI holding the given private IPs (the pods' IPs).
+async fn control_enis(
+    State(shared): State<AppState>,
+    Json(registration): Json<EniRegistration>,
+) -> Response {
+    match shared
+        .world
+        .lock()
+        .expect("world lock")
+        .register_eni(registration)
+    {
+        Ok(eni) => Json(json!(eni)).into_response(),
+        Err(message) => (StatusCode::BAD_REQUEST, message).into_response(),
+    }
+}
+
+/// `POST /_emulator/ecis`: an elastic container instance (a virtual-node pod).
+async fn control_ecis(
+    State(shared): State<AppState>,
+    Json(registration): Json<EciRegistration>,
+) -> Response {
+    match shared
+        .world
+        .lock()
+        .expect("world lock")
+        .register_eci(registration)
+    {
+        Ok(eci) => Json(json!(eci)).into_response(),
+        Err(message) => (StatusCode::BAD_REQUEST, message).into_response(),
+    }
 }
 
 /// Builds the configuration's access-key list from `ID:SECRET` strings.

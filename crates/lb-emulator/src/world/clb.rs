@@ -1,13 +1,54 @@
 //! The CLB API (SLB 2014-05-15): load balancers, VServer groups, TCP/UDP listeners,
 //! backends given as a JSON `BackendServers` string, and health as CLB reports it.
-//! Every call takes effect at once.
+//! Every call takes effect at once. Requests are checked as the API reference and
+//! the SDK model describe them: backend types `ecs`/`eni`/`eci` only (no `ip`), ENI
+//! and ECI backends only on high-performance instances, with their `ServerIp`, and
+//! only if they exist and run; at most 20 backends per call; descriptions and names
+//! of the documented shape.
 
 use serde_json::{json, Value};
 
-use super::params::{get, json_u32, parse_port};
+use super::params::{clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
 };
+
+/// Backends per Add/Remove/Set call ("at most 20 backend servers in each call").
+pub const CLB_BACKENDS_PER_CALL: usize = 20;
+/// `LoadBalancerSpec` values of CreateLoadBalancer (SDK model).
+const CLB_SPECS: [&str; 6] = [
+    "slb.s1.small",
+    "slb.s2.small",
+    "slb.s2.medium",
+    "slb.s3.small",
+    "slb.s3.medium",
+    "slb.s3.large",
+];
+
+/// What a `BackendServers` call is for: adding checks that the server exists and
+/// runs; removing and updating only name servers already in the group.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BackendUse {
+    Add,
+    Remove,
+    Update,
+}
+
+fn invalid_type(kind: &str) -> ApiError {
+    ApiError::new(
+        400,
+        "BackendServer.InvalidType",
+        format!("The specified Type {kind:?} is invalid (valid: ecs, eni, eci)."),
+    )
+}
+
+fn server_not_exist(id: &str) -> ApiError {
+    ApiError::new(
+        400,
+        "InvalidServerId.NotExist",
+        format!("The specified ServerId {id} is not exist."),
+    )
+}
 
 impl World {
     pub fn clb(&mut self, action: &str, p: &Params) -> ApiResult {
@@ -76,12 +117,44 @@ impl World {
         let lb = match existing {
             Some(lb) => lb,
             None => {
-                let id = self.new_id("lb");
-                let n = self.clbs.len() + 10;
+                let name = p.get("LoadBalancerName").filter(|n| !n.is_empty());
+                if let Some(name) = name.filter(|n| !clb_instance_name_ok(n)) {
+                    return Err(ApiError::invalid(
+                        "LoadBalancerName",
+                        format!("{name:?}: 1 to 80 characters, starting with a letter, of letters, digits, '.', '_' and '-'"),
+                    ));
+                }
                 let address_type = p
                     .get("AddressType")
+                    .filter(|v| !v.is_empty())
                     .cloned()
                     .unwrap_or_else(|| "internet".into());
+                if !matches!(address_type.as_str(), "internet" | "intranet") {
+                    return Err(ApiError::invalid(
+                        "AddressType",
+                        format!("{address_type:?} is not one of internet, intranet"),
+                    ));
+                }
+                let spec = p.get("LoadBalancerSpec").cloned().unwrap_or_default();
+                if !spec.is_empty() && !CLB_SPECS.contains(&spec.as_str()) {
+                    return Err(ApiError::invalid(
+                        "LoadBalancerSpec",
+                        format!("{spec:?} is not one of {CLB_SPECS:?}"),
+                    ));
+                }
+                let charge_type = p
+                    .get("InstanceChargeType")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+                    .unwrap_or_else(|| "PayBySpec".into());
+                if !matches!(charge_type.as_str(), "PayBySpec" | "PayByCLCU") {
+                    return Err(ApiError::invalid(
+                        "InstanceChargeType",
+                        format!("{charge_type:?} is not one of PayBySpec, PayByCLCU"),
+                    ));
+                }
+                let id = self.new_id("lb");
+                let n = self.clbs.len() + 10;
                 let address = if address_type == "intranet" {
                     format!("192.168.0.{n}")
                 } else {
@@ -95,6 +168,8 @@ impl World {
                     id: id.clone(),
                     address,
                     address_type,
+                    spec,
+                    charge_type,
                     listeners: vec![],
                     client_token: token,
                 };
@@ -121,6 +196,8 @@ impl World {
             "LoadBalancerId": lb.id,
             "LoadBalancerName": lb.name,
             "LoadBalancerStatus": "active",
+            "LoadBalancerSpec": lb.spec,
+            "InstanceChargeType": lb.charge_type,
             "Address": lb.address,
             "AddressType": lb.address_type,
             "AddressIPVersion": "ipv4",
@@ -162,6 +239,15 @@ impl World {
 
     fn clb_create_group(&mut self, p: &Params) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
+        if let Some(name) = p
+            .get("VServerGroupName")
+            .filter(|n| !n.is_empty() && !clb_text_ok(n))
+        {
+            return Err(ApiError::invalid(
+                "VServerGroupName",
+                format!("{name:?}: 1 to 80 characters of letters, digits, '-', '/', '.' and '_'"),
+            ));
+        }
         let id = self.new_id("rsp");
         self.vgroups.insert(
             id.clone(),
@@ -212,13 +298,39 @@ impl World {
     fn clb_create_listener(&mut self, p: &Params, protocol: &str) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
         let port = parse_port(p, "ListenerPort")?;
-        let group_id = p.get("VServerGroupId").cloned().unwrap_or_default();
-        if !group_id.is_empty() && !self.vgroups.contains_key(&group_id) {
-            return Err(ApiError::new(
-                400,
-                "InvalidParameter.VServerGroupId.NotFound",
-                "The specified VServerGroupId does not exist.",
+        if port == 0 {
+            return Err(ApiError::invalid(
+                "ListenerPort",
+                "valid values: 1 to 65535",
             ));
+        }
+        let bandwidth: i64 = get(p, "Bandwidth")?
+            .parse()
+            .map_err(|e| ApiError::invalid("Bandwidth", e))?;
+        if bandwidth != -1 && !(1..=5120).contains(&bandwidth) {
+            return Err(ApiError::invalid(
+                "Bandwidth",
+                "valid values: -1 or 1 to 5120",
+            ));
+        }
+        let group_id = p.get("VServerGroupId").cloned().unwrap_or_default();
+        if !group_id.is_empty() {
+            match self.vgroups.get(&group_id) {
+                None => {
+                    return Err(ApiError::new(
+                        400,
+                        "InvalidParameter.VServerGroupId.NotFound",
+                        "The specified VServerGroupId does not exist.",
+                    ))
+                }
+                Some(group) if group.load_balancer_id != lb_id => {
+                    return Err(ApiError::invalid(
+                        "VServerGroupId",
+                        format!("{group_id} belongs to another load balancer"),
+                    ))
+                }
+                Some(_) => {}
+            }
         }
         let health_check = match p.get("HealthCheckSwitch").map(String::as_str) {
             None | Some("") | Some("on") => true,
@@ -293,63 +405,185 @@ impl World {
         Ok(json!({}))
     }
 
-    fn parse_backend_servers(&self, p: &Params) -> Result<Vec<BackendRec>, ApiError> {
+    /// Reads `BackendServers` for `group_id`'s load balancer, refusing what the real
+    /// API refuses (README.md, the fidelity table, has the source of each rule).
+    fn parse_backend_servers(
+        &self,
+        p: &Params,
+        group_id: &str,
+        usage: BackendUse,
+    ) -> Result<Vec<BackendRec>, ApiError> {
+        let lb = self
+            .vgroups
+            .get(group_id)
+            .and_then(|g| self.clbs.get(&g.load_balancer_id));
         let raw = get(p, "BackendServers")?;
         let items: Vec<Value> =
             serde_json::from_str(raw).map_err(|e| ApiError::invalid("BackendServers", e))?;
-        if items.len() > 20 {
-            return Err(ApiError::new(
-                400,
-                "InvalidParameter.BackendServers",
-                format!("At most 20 backend servers per call, got {}.", items.len()),
+        if items.is_empty() {
+            return Err(ApiError::invalid(
+                "BackendServers",
+                "no backend server given",
             ));
         }
-        items
-            .iter()
-            .map(|item| {
-                let s = |k: &str| {
-                    item.get(k)
-                        .map(|v| {
-                            v.as_str()
-                                .map(str::to_string)
-                                .unwrap_or_else(|| v.to_string())
-                        })
-                        .unwrap_or_default()
-                };
-                let server_id = s("ServerId");
-                if server_id.is_empty() {
-                    return Err(ApiError::invalid("BackendServers", "ServerId is required"));
-                }
-                let port = item
-                    .get("Port")
-                    .and_then(json_u32)
-                    .ok_or_else(|| ApiError::invalid("BackendServers", "Port is required"))?;
-                let kind = if s("Type").is_empty() {
-                    "ecs".to_string()
-                } else {
-                    s("Type")
-                };
-                if kind == "eni" && s("ServerIp").is_empty() {
+        if items.len() > CLB_BACKENDS_PER_CALL {
+            return Err(ApiError::invalid(
+                "BackendServers",
+                format!(
+                    "at most {CLB_BACKENDS_PER_CALL} backend servers per call, got {}",
+                    items.len()
+                ),
+            ));
+        }
+        let mut out: Vec<BackendRec> = Vec::with_capacity(items.len());
+        for item in &items {
+            if !item.is_object() {
+                return Err(ApiError::invalid(
+                    "BackendServers",
+                    "each item is an object",
+                ));
+            }
+            let s = |k: &str| {
+                item.get(k)
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string())
+                    })
+                    .unwrap_or_default()
+            };
+            let server_id = s("ServerId");
+            if server_id.is_empty() {
+                return Err(ApiError::invalid("BackendServers", "ServerId is required"));
+            }
+            let kind = match s("Type").as_str() {
+                "" => "ecs".to_string(),
+                k @ ("ecs" | "eni" | "eci") => k.to_string(),
+                other => return Err(invalid_type(other)),
+            };
+            let port = item
+                .get("Port")
+                .and_then(json_u32)
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| ApiError::invalid("BackendServers", "Port must be 1 to 65535"))?;
+            let weight = match item.get("Weight") {
+                None => 100,
+                Some(w) => json_u32(w).filter(|w| *w <= 100).ok_or_else(|| {
+                    ApiError::invalid("BackendServers", "Weight must be 0 to 100")
+                })?,
+            };
+            let description = s("Description");
+            if !description.is_empty() && !clb_text_ok(&description) {
+                return Err(ApiError::invalid(
+                    "Description",
+                    format!("{description:?}: 1 to 80 characters of letters, digits, '-', '/', '.' and '_'"),
+                ));
+            }
+            let id_prefix = match kind.as_str() {
+                "eni" => "eni-",
+                "eci" => "eci-",
+                _ => "i-",
+            };
+            if !server_id.starts_with(id_prefix) {
+                return Err(server_not_exist(&server_id));
+            }
+            let ip = s("ServerIp");
+            if kind != "ecs" {
+                if ip.is_empty() {
                     return Err(ApiError::invalid(
-                        "BackendServers",
-                        "ServerIp is required for eni backends",
+                        "ServerIp",
+                        format!("required for {kind} backends"),
                     ));
                 }
-                Ok(self.new_backend(
-                    server_id,
-                    s("ServerIp"),
-                    u16::try_from(port).map_err(|e| ApiError::invalid("BackendServers", e))?,
-                    item.get("Weight").and_then(json_u32).unwrap_or(100),
-                    kind,
-                    s("Description"),
-                ))
-            })
-            .collect()
+                if ipv4(&ip).is_none() {
+                    return Err(ApiError::invalid(
+                        "ServerIp",
+                        format!("{ip:?} is not an IP"),
+                    ));
+                }
+                if usage != BackendUse::Remove && lb.is_some_and(|lb| !lb.high_performance()) {
+                    return Err(ApiError::new(
+                        400,
+                        "BackendServer.InvalidType",
+                        format!(
+                            "{kind} backends are allowed only on high-performance instances; {} has no LoadBalancerSpec",
+                            lb.map(|lb| lb.id.as_str()).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+            if usage == BackendUse::Add {
+                self.check_server_runs(&kind, &server_id, &ip)?;
+            }
+            let rec = self.new_backend(server_id, ip, port as u16, weight, kind, description);
+            if out.iter().any(|b| b.key() == rec.key()) {
+                return Err(ApiError::invalid(
+                    "BackendServers",
+                    format!("{}:{} is given twice", rec.server_id, rec.port),
+                ));
+            }
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    /// ENI and ECI backends must exist, run, and carry `ServerIp` (ECS instances are
+    /// not modelled: rollgate registers pods, never nodes).
+    fn check_server_runs(&self, kind: &str, server_id: &str, ip: &str) -> Result<(), ApiError> {
+        match kind {
+            "eni" => {
+                let eni = self.enis.get(server_id).ok_or_else(|| {
+                    ApiError::new(
+                        404,
+                        "ResourceNotFound.vServers",
+                        format!("The specified enis {server_id} does not exist."),
+                    )
+                })?;
+                if eni.status != "InUse" {
+                    return Err(ApiError::invalid(
+                        "BackendServers",
+                        format!(
+                            "{server_id} is {}; only running (InUse) servers can be added",
+                            eni.status
+                        ),
+                    ));
+                }
+                if !eni.private_ips.iter().any(|p| p == ip) {
+                    return Err(ApiError::invalid(
+                        "ServerIp",
+                        format!("{ip} is not a private IP of {server_id}"),
+                    ));
+                }
+            }
+            "eci" => {
+                let eci = self
+                    .ecis
+                    .get(server_id)
+                    .ok_or_else(|| server_not_exist(server_id))?;
+                if eci.status != "Running" {
+                    return Err(ApiError::invalid(
+                        "BackendServers",
+                        format!(
+                            "{server_id} is {}; only running servers can be added",
+                            eci.status
+                        ),
+                    ));
+                }
+                if eci.ip != ip {
+                    return Err(ApiError::invalid(
+                        "ServerIp",
+                        format!("{ip} is not the IP of {server_id}"),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn clb_add(&mut self, p: &Params) -> ApiResult {
         let group_id = self.vgroup(p)?.id.clone();
-        let backends = self.parse_backend_servers(p)?;
+        let backends = self.parse_backend_servers(p, &group_id, BackendUse::Add)?;
         let group = self.vgroups.get_mut(&group_id).expect("checked");
         if let Some(dup) = backends
             .iter()
@@ -382,7 +616,8 @@ impl World {
 
     fn clb_remove(&mut self, p: &Params) -> ApiResult {
         let group_id = self.vgroup(p)?.id.clone();
-        let wanted = self.parse_backend_servers(p)?;
+        // Servers not in the group are ignored, without an error (API reference).
+        let wanted = self.parse_backend_servers(p, &group_id, BackendUse::Remove)?;
         let group = self.vgroups.get_mut(&group_id).expect("checked");
         let mut removed = vec![];
         group.backends.retain(|b| {
@@ -403,12 +638,20 @@ impl World {
     fn clb_set(&mut self, p: &Params) -> ApiResult {
         let group_id = self.vgroup(p)?.id.clone();
         let updates = if p.get("BackendServers").is_some_and(|v| !v.is_empty()) {
-            self.parse_backend_servers(p)?
+            self.parse_backend_servers(p, &group_id, BackendUse::Update)?
         } else {
             vec![]
         };
         let group = self.vgroups.get_mut(&group_id).expect("checked");
         if let Some(name) = p.get("VServerGroupName").filter(|n| !n.is_empty()) {
+            if !clb_text_ok(name) {
+                return Err(ApiError::invalid(
+                    "VServerGroupName",
+                    format!(
+                        "{name:?}: 1 to 80 characters of letters, digits, '-', '/', '.' and '_'"
+                    ),
+                ));
+            }
             group.name = name.clone();
         }
         let mut changed = vec![];
@@ -453,12 +696,33 @@ impl World {
             .map(|v| v.parse::<u16>())
             .transpose()
             .map_err(|e| ApiError::invalid("ListenerPort", e))?;
-        let mut out = vec![];
-        for listener in lb
+        let protocol = p
+            .get("ListenerProtocol")
+            .filter(|v| !v.is_empty())
+            .map(|v| v.to_ascii_lowercase());
+        if let Some(protocol) = &protocol {
+            if !matches!(protocol.as_str(), "tcp" | "udp" | "http" | "https") {
+                return Err(ApiError::invalid(
+                    "ListenerProtocol",
+                    format!("{protocol:?} is not one of tcp, udp, http, https"),
+                ));
+            }
+        }
+        let selected: Vec<&ClbListener> = lb
             .listeners
             .iter()
             .filter(|l| port.is_none_or(|p| p == l.port))
-        {
+            .filter(|l| protocol.as_ref().is_none_or(|p| *p == l.protocol))
+            .collect();
+        if port.is_some() && protocol.is_none() && selected.len() > 1 {
+            return Err(ApiError::new(
+                400,
+                "TooManyListeners",
+                "The port has listeners of several protocols; specify ListenerProtocol.",
+            ));
+        }
+        let mut out = vec![];
+        for listener in selected {
             let Some(group) = self.vgroups.get(&listener.vserver_group_id) else {
                 continue;
             };
@@ -508,7 +772,10 @@ mod tests {
     fn clb_with_backend(switch: &str) -> (World, String, Instant) {
         let mut world = World::new(&EmulatorConfig::default());
         let lb = world
-            .clb("CreateLoadBalancer", &request_params(&[]))
+            .clb(
+                "CreateLoadBalancer",
+                &request_params(&[("LoadBalancerSpec", "slb.s1.small")]),
+            )
             .unwrap();
         let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
         let group = world
@@ -523,12 +790,23 @@ mod tests {
             ("ListenerPort", "80"),
             ("VServerGroupId", group.as_str()),
             ("HealthCheckSwitch", switch),
+            ("Bandwidth", "-1"),
         ];
         world
             .clb("CreateLoadBalancerTCPListener", &request_params(&listener))
             .unwrap();
         world
             .clb("StartLoadBalancerListener", &request_params(&listener[..2]))
+            .unwrap();
+        world
+            .register_eni(crate::world::ecs::EniRegistration {
+                network_interface_id: Some("eni-1".into()),
+                vpc_id: None,
+                private_ips: vec!["10.0.0.1".into()],
+                status: None,
+                instance_id: None,
+                name: None,
+            })
             .unwrap();
         let backend = r#"[{"ServerId":"eni-1","ServerIp":"10.0.0.1","Port":8080,"Type":"eni"}]"#;
         world
@@ -589,6 +867,7 @@ mod tests {
             ("LoadBalancerId", lb.as_str()),
             ("ListenerPort", "81"),
             ("HealthCheckSwitch", "maybe"),
+            ("Bandwidth", "-1"),
         ];
         let refused = world
             .clb("CreateLoadBalancerTCPListener", &request_params(&bad))

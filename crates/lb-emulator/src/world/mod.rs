@@ -5,10 +5,14 @@
 //! This file owns the shared state: the resource records, [`World`] that holds them,
 //! and what every part writes or the control endpoints read (ids, the timeline,
 //! temporary keys, health overrides, the snapshot). The API handlers are in `clb` and
-//! `nlb`, the passing of time and the NLB jobs in `simulation`, and reading request
-//! parameters in `params`; each adds its own `impl World` and uses the state here.
+//! `nlb`, the ECS and VPC lookups (ENIs, elastic container instances, CIDR blocks) in
+//! `ecs`, the passing of time and the NLB jobs in `simulation`, and reading and
+//! checking request parameters in `params`; each adds its own `impl World` and uses
+//! the state here. The checks follow the API reference and the official SDK models
+//! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
 mod clb;
+pub mod ecs;
 mod nlb;
 mod params;
 mod simulation;
@@ -49,6 +53,22 @@ impl ApiError {
             400,
             &format!("InvalidParameter.{name}"),
             format!("The parameter {name} is invalid: {why}"),
+        )
+    }
+    /// NLB's own spelling for a missing parameter (`MissingParam.%s`, HTTP 400).
+    fn nlb_missing(name: &str) -> Self {
+        Self::new(
+            400,
+            &format!("MissingParam.{name}"),
+            format!("The parameter of {name} is missing."),
+        )
+    }
+    /// NLB's generic refusal of a parameter value (`IllegalParam`, HTTP 400).
+    fn nlb_illegal(name: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            400,
+            "IllegalParam",
+            format!("The param of {name} is illegal: {why}"),
         )
     }
 }
@@ -108,9 +128,60 @@ pub struct Clb {
     pub name: String,
     pub address: String,
     pub address_type: String,
+    /// `LoadBalancerSpec` (`slb.s1.small`, ...); empty for a shared-resource instance.
+    pub spec: String,
+    /// `InstanceChargeType`: `PayBySpec` (default) or `PayByCLCU`.
+    pub charge_type: String,
     pub listeners: Vec<ClbListener>,
     #[serde(skip)]
     pub client_token: String,
+}
+
+impl Clb {
+    /// Whether ENI and ECI backends are allowed: only on high-performance
+    /// (performance-guaranteed) instances. A pay-by-spec instance without a spec is
+    /// shared-resource; a pay-by-CLCU one takes no spec (SDK model of CreateLoadBalancer).
+    pub fn high_performance(&self) -> bool {
+        !self.spec.is_empty() || self.charge_type == "PayByCLCU"
+    }
+}
+
+/// The VPC every emulator starts with, so a test that does not care about CIDRs
+/// still has one: the whole 10.0.0.0/8 that simulated pod IPs come from.
+pub const DEFAULT_VPC_ID: &str = "vpc-emulator";
+pub const DEFAULT_VPC_CIDR: &str = "10.0.0.0/8";
+
+/// A VPC of the emulated account, with the CIDR blocks `DescribeVpcAttribute` reports.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Vpc {
+    pub vpc_id: String,
+    pub cidr_block: String,
+    #[serde(default)]
+    pub secondary_cidr_blocks: Vec<String>,
+    #[serde(default)]
+    pub user_cidrs: Vec<String>,
+}
+
+/// An elastic network interface and the private IPs it holds (Terway gives pods IPs
+/// on ENIs). `status` as ECS reports it: `InUse` when attached to an instance.
+#[derive(Clone, Debug, Serialize)]
+pub struct Eni {
+    pub network_interface_id: String,
+    pub vpc_id: String,
+    pub status: String,
+    pub private_ips: Vec<String>,
+    pub instance_id: String,
+    pub name: String,
+}
+
+/// An elastic container instance (a pod on a virtual node) and its IP.
+#[derive(Clone, Debug, Serialize)]
+pub struct Eci {
+    pub container_group_id: String,
+    pub vpc_id: String,
+    pub ip: String,
+    /// `Running`, `Pending`, ... (only running servers may be added to a CLB).
+    pub status: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -254,6 +325,9 @@ pub struct World {
     pub nlbs: BTreeMap<String, Nlb>,
     pub server_groups: BTreeMap<String, ServerGroup>,
     pub listeners: BTreeMap<String, NlbListener>,
+    pub vpcs: BTreeMap<String, Vpc>,
+    pub enis: BTreeMap<String, Eni>,
+    pub ecis: BTreeMap<String, Eci>,
     pub jobs: BTreeMap<String, Job>,
     pub timeline: Vec<Event>,
     pub stats: Stats,
@@ -295,6 +369,17 @@ impl World {
             nlbs: BTreeMap::new(),
             server_groups: BTreeMap::new(),
             listeners: BTreeMap::new(),
+            vpcs: BTreeMap::from([(
+                DEFAULT_VPC_ID.to_string(),
+                Vpc {
+                    vpc_id: DEFAULT_VPC_ID.into(),
+                    cidr_block: DEFAULT_VPC_CIDR.into(),
+                    secondary_cidr_blocks: vec![],
+                    user_cidrs: vec![],
+                },
+            )]),
+            enis: BTreeMap::new(),
+            ecis: BTreeMap::new(),
             jobs: BTreeMap::new(),
             timeline: Vec::new(),
             stats: Stats::default(),
@@ -416,6 +501,11 @@ impl World {
                 "server_groups": self.server_groups.values().collect::<Vec<_>>(),
                 "listeners": self.listeners.values().collect::<Vec<_>>(),
                 "jobs": self.jobs.values().collect::<Vec<_>>(),
+            },
+            "ecs": {
+                "vpcs": self.vpcs.values().collect::<Vec<_>>(),
+                "network_interfaces": self.enis.values().collect::<Vec<_>>(),
+                "container_groups": self.ecis.values().collect::<Vec<_>>(),
             },
             "stats": self.stats,
         })

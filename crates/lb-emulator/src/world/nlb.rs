@@ -1,17 +1,34 @@
 //! The NLB API (2022-04-30): load balancers that provision, server groups, listeners
 //! and health per listener. Changes to groups, listeners and servers are asynchronous
 //! jobs (see `simulation`) that the client polls with GetJobStatus; lists page.
+//! Requests are checked as the API reference and SDK model describe them: server
+//! types that fit the group type, ENIs and ECIs that exist, run and sit in the
+//! group's VPC, IPs that are IPs, at most 200 servers per call, no server twice,
+//! documented description and name shapes, listeners only in front of server groups
+//! whose protocol can carry theirs, and one server change at a time per group.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::params::{flat_list, get, paginate, parse_port};
+use super::params::{flat_list, get, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
 use super::{
     ApiError, ApiResult, BackendRec, Health, JobEffect, Nlb, NlbListener, Params, ServerGroup,
     World,
 };
+
+/// Servers per Add/Remove/Update call ("up to 200 backend servers in each call").
+pub const NLB_SERVERS_PER_CALL: usize = 200;
+
+/// A required parameter, missing as NLB reports it (`MissingParam.<Name>`).
+fn nlb_get<'a>(p: &'a Params, name: &str) -> Result<&'a str, ApiError> {
+    optional(p, name).ok_or_else(|| ApiError::nlb_missing(name))
+}
+
+fn optional<'a>(p: &'a Params, name: &str) -> Option<&'a str> {
+    p.get(name).map(String::as_str).filter(|v| !v.is_empty())
+}
 
 impl World {
     pub fn nlb(&mut self, action: &str, p: &Params) -> ApiResult {
@@ -85,12 +102,12 @@ impl World {
     }
 
     fn server_group(&self, p: &Params) -> Result<&ServerGroup, ApiError> {
-        let id = get(p, "ServerGroupId")?;
+        let id = nlb_get(p, "ServerGroupId")?;
         self.server_groups.get(id).ok_or_else(|| {
             ApiError::new(
-                400,
+                404,
                 "ResourceNotFound.serverGroup",
-                format!("The specified resource {id} is not found."),
+                format!("The specified resource of serverGroup {id} is not found."),
             )
         })
     }
@@ -182,7 +199,7 @@ impl World {
                 let related: Vec<&str> = self.listeners.values().filter(|l| l.server_group_id == g.id).map(|l| l.load_balancer_id.as_str()).collect();
                 json!({
                     "ServerGroupId": g.id, "ServerGroupName": g.name, "ServerGroupType": g.group_type,
-                    "ServerGroupStatus": "Available", "Protocol": g.protocol, "VpcId": g.vpc_id,
+                    "ServerGroupStatus": if self.group_busy(&g.id, Instant::now()) { "Configuring" } else { "Available" }, "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
                     "Scheduler": "Wrr", "RelatedLoadBalancerIds": related, "Tags": [],
                     "HealthCheck": {"HealthCheckEnabled": g.health_check, "HealthCheckType": "TCP", "HealthyThreshold": 2, "UnhealthyThreshold": 2},
@@ -195,21 +212,37 @@ impl World {
     }
 
     fn nlb_create_group(&mut self, p: &Params) -> ApiResult {
-        let name = get(p, "ServerGroupName")?.to_string();
-        let group_type = p
-            .get("ServerGroupType")
-            .cloned()
-            .unwrap_or_else(|| "Instance".into());
-        if !matches!(group_type.as_str(), "Instance" | "Ip") {
-            return Err(ApiError::invalid("ServerGroupType", &group_type));
+        let name = nlb_get(p, "ServerGroupName")?.to_string();
+        if !nlb_group_name_ok(&name) {
+            return Err(ApiError::nlb_illegal(
+                "ServerGroupName",
+                format!("{name:?}: 2 to 128 characters, starting with a letter, of letters, digits, '.', '_' and '-'"),
+            ));
         }
+        let group_type = optional(p, "ServerGroupType")
+            .unwrap_or("Instance")
+            .to_string();
+        if !matches!(group_type.as_str(), "Instance" | "Ip") {
+            return Err(ApiError::nlb_illegal(
+                "ServerGroupType",
+                format!("{group_type:?} is not one of Instance, Ip"),
+            ));
+        }
+        let protocol = optional(p, "Protocol").unwrap_or("TCP").to_string();
+        if !matches!(protocol.as_str(), "TCP" | "UDP" | "TCP_UDP") {
+            return Err(ApiError::nlb_illegal(
+                "Protocol",
+                format!("{protocol:?} is not one of TCP, UDP, TCP_UDP"),
+            ));
+        }
+        let vpc_id = nlb_get(p, "VpcId")?.to_string();
         let id = self.new_id("sgp");
         let group = ServerGroup {
             id: id.clone(),
             name,
             group_type,
-            protocol: p.get("Protocol").cloned().unwrap_or_else(|| "TCP".into()),
-            vpc_id: p.get("VpcId").cloned().unwrap_or_default(),
+            protocol,
+            vpc_id,
             backends: vec![],
             // The official SDKs send booleans as `true` or, from Python, `True`.
             health_check: match p
@@ -267,9 +300,39 @@ impl World {
             ));
         }
         let lb_id = lb.id.clone();
-        let port = parse_port(p, "ListenerPort")?;
-        let protocol = get(p, "ListenerProtocol")?.to_string();
-        let group_id = self.server_group(p)?.id.clone();
+        let port: u16 = nlb_get(p, "ListenerPort")?
+            .parse()
+            .map_err(|e| ApiError::nlb_illegal("ListenerPort", e))?;
+        if port == 0 {
+            // Port 0 listens on a range, which then needs StartPort and EndPort.
+            nlb_get(p, "StartPort")?;
+            nlb_get(p, "EndPort")?;
+        }
+        let protocol = nlb_get(p, "ListenerProtocol")?.to_string();
+        if !matches!(protocol.as_str(), "TCP" | "UDP" | "TCPSSL") {
+            return Err(ApiError::nlb_illegal(
+                "ListenerProtocol",
+                format!("{protocol:?} is not one of TCP, UDP, TCPSSL"),
+            ));
+        }
+        let group = self.server_group(p)?;
+        // TCP listeners take TCP or TCP_UDP groups, UDP ones UDP or TCP_UDP groups,
+        // TCPSSL ones TCP groups (SDK model of CreateListener, ServerGroupId).
+        let fits = match protocol.as_str() {
+            "TCP" => matches!(group.protocol.as_str(), "TCP" | "TCP_UDP"),
+            "UDP" => matches!(group.protocol.as_str(), "UDP" | "TCP_UDP"),
+            _ => group.protocol == "TCP",
+        };
+        if !fits {
+            return Err(ApiError::nlb_illegal(
+                "ServerGroupId",
+                format!(
+                    "a {protocol} listener cannot forward to {} whose protocol is {}",
+                    group.id, group.protocol
+                ),
+            ));
+        }
+        let group_id = group.id.clone();
         if self
             .listeners
             .values()
@@ -315,54 +378,200 @@ impl World {
         with_attributes: bool,
     ) -> Result<(String, Vec<BackendRec>), ApiError> {
         let group = self.server_group(p)?;
-        let items = flat_list(p, "Servers");
-        if items.is_empty() {
-            return Err(ApiError::missing("Servers"));
-        }
-        if items.len() > 40 {
+        if self.group_busy(&group.id, Instant::now()) {
             return Err(ApiError::new(
                 400,
-                "QuotaExceeded.ServersPerCall",
-                format!("At most 40 servers per call, got {}.", items.len()),
+                "IncorrectStatus.serverGroup",
+                format!(
+                    "The status of servergroup [{}] is incorrect: a change is in progress.",
+                    group.id
+                ),
             ));
         }
-        let servers = items
-            .iter()
-            .map(|m| {
-                let s = |k: &str| m.get(k).cloned().unwrap_or_default();
-                let server_id = s("ServerId");
-                let kind = s("ServerType");
-                if server_id.is_empty() || kind.is_empty() {
-                    return Err(ApiError::invalid(
-                        "Servers",
-                        "ServerId and ServerType are required",
-                    ));
-                }
-                if group.group_type == "Ip" && kind != "Ip" {
-                    return Err(ApiError::invalid(
-                        "Servers",
-                        "an Ip server group takes only Ip servers",
-                    ));
-                }
-                let port = s("Port")
+        let items = flat_list(p, "Servers");
+        if items.is_empty() {
+            return Err(ApiError::nlb_missing("Servers"));
+        }
+        if items.len() > NLB_SERVERS_PER_CALL {
+            return Err(ApiError::nlb_illegal(
+                "Servers",
+                format!(
+                    "at most {NLB_SERVERS_PER_CALL} servers per call, got {}",
+                    items.len()
+                ),
+            ));
+        }
+        let mut servers: Vec<BackendRec> = Vec::with_capacity(items.len());
+        for m in &items {
+            let s = |k: &str| m.get(k).cloned().unwrap_or_default();
+            let server_id = s("ServerId");
+            if server_id.is_empty() {
+                return Err(ApiError::nlb_missing("ServerId"));
+            }
+            let kind = s("ServerType");
+            if kind.is_empty() {
+                return Err(ApiError::nlb_missing("ServerType"));
+            }
+            if !matches!(kind.as_str(), "Ecs" | "Eni" | "Eci" | "Ip") {
+                return Err(ApiError::nlb_illegal(
+                    "ServerType",
+                    format!("{kind:?} is not one of Ecs, Eni, Eci, Ip"),
+                ));
+            }
+            if (group.group_type == "Ip") != (kind == "Ip") {
+                return Err(ApiError::new(
+                    400,
+                    "Mismatch.ServerType",
+                    format!(
+                        "The ServerType is mismatched for {} ({}) and {server_id} ({kind}).",
+                        group.id, group.group_type
+                    ),
+                ));
+            }
+            let port = match m.get("Port").filter(|v| !v.is_empty()) {
+                None => 0,
+                Some(v) => v
                     .parse::<u16>()
-                    .map_err(|e| ApiError::invalid("Servers.Port", e))?;
-                let weight = if with_attributes && !s("Weight").is_empty() {
-                    s("Weight")
-                        .parse()
-                        .map_err(|e| ApiError::invalid("Servers.Weight", e))?
-                } else {
-                    100
-                };
-                let ip = if s("ServerIp").is_empty() && kind == "Ip" {
+                    .map_err(|e| ApiError::nlb_illegal("Servers.Port", e))?,
+            };
+            let weight = match m.get("Weight").filter(|v| with_attributes && !v.is_empty()) {
+                None => 100,
+                Some(v) => v.parse::<u32>().ok().filter(|w| *w <= 100).ok_or_else(|| {
+                    ApiError::nlb_illegal("Servers.Weight", "valid values: 0 to 100")
+                })?,
+            };
+            let description = if with_attributes {
+                s("Description")
+            } else {
+                String::new()
+            };
+            if !description.is_empty() && !nlb_description_ok(&description) {
+                return Err(ApiError::new(
+                    400,
+                    "IllegalParam.description",
+                    format!("The parameter description of server is illegal: {description:?} (2 to 256 characters of letters, digits, ',', '.', ';', '/', '@', '_' and '-')."),
+                ));
+            }
+            let ip = match kind.as_str() {
+                "Ip" => {
+                    let given = s("ServerIp");
+                    if ipv4(&server_id).is_none() || !(given.is_empty() || given == server_id) {
+                        return Err(ApiError::new(
+                            400,
+                            "IllegalParam.IP",
+                            format!("The param of IP is illegal: ServerId {server_id:?}, ServerIp {given:?}."),
+                        ));
+                    }
                     server_id.clone()
-                } else {
-                    s("ServerIp")
-                };
-                Ok(self.new_backend(server_id, ip, port, weight, kind, s("Description")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                }
+                _ => self.nlb_instance_server(
+                    group,
+                    &kind,
+                    &server_id,
+                    &s("ServerIp"),
+                    with_attributes,
+                )?,
+            };
+            let rec = self.new_backend(server_id, ip, port, weight, kind, description);
+            if servers.iter().any(|b| b.key() == rec.key()) {
+                return Err(ApiError::new(
+                    400,
+                    "DuplicatedParam.Server",
+                    format!(
+                        "The param of Server is duplicated: {}:{}.",
+                        rec.server_id, rec.port
+                    ),
+                ));
+            }
+            servers.push(rec);
+        }
         Ok((group.id.clone(), servers))
+    }
+
+    /// An Ecs/Eni/Eci server of an Instance group: when it is being added (or
+    /// updated), the ENI or ECI must exist, run and be in the group's VPC; its IP is
+    /// `ServerIp` or the one the inventory knows. ECS instances are not modelled.
+    fn nlb_instance_server(
+        &self,
+        group: &ServerGroup,
+        kind: &str,
+        server_id: &str,
+        given_ip: &str,
+        check: bool,
+    ) -> Result<String, ApiError> {
+        let not_found = |what: &str| {
+            ApiError::new(
+                404,
+                &format!("ResourceNotFound.{what}"),
+                format!("The specified resource of {what} {server_id} is not found."),
+            )
+        };
+        let vpc_mismatch = |vpc: &str| {
+            ApiError::new(
+                400,
+                "Mismatch.VpcId",
+                format!(
+                    "The VpcId is mismatched for {} and {server_id} ({vpc}).",
+                    group.id
+                ),
+            )
+        };
+        match kind {
+            "Eni" => {
+                let Some(eni) = self.enis.get(server_id) else {
+                    return if check {
+                        Err(not_found("Eni"))
+                    } else {
+                        Ok(given_ip.to_string())
+                    };
+                };
+                if check {
+                    if eni.status != "InUse" {
+                        return Err(ApiError::new(
+                            400,
+                            "IncorrectStatus.Eni",
+                            format!("Eni status is invalid: {server_id} is {}.", eni.status),
+                        ));
+                    }
+                    if eni.vpc_id != group.vpc_id {
+                        return Err(vpc_mismatch(&eni.vpc_id));
+                    }
+                    if !given_ip.is_empty() && !eni.private_ips.iter().any(|p| p == given_ip) {
+                        return Err(ApiError::new(
+                            400,
+                            "IllegalParam.IP",
+                            format!(
+                                "The param of IP is illegal: {given_ip} is not on {server_id}."
+                            ),
+                        ));
+                    }
+                }
+                Ok(if given_ip.is_empty() {
+                    eni.private_ips[0].clone()
+                } else {
+                    given_ip.to_string()
+                })
+            }
+            "Eci" => {
+                let Some(eci) = self.ecis.get(server_id) else {
+                    return if check {
+                        Err(not_found("Eci"))
+                    } else {
+                        Ok(given_ip.to_string())
+                    };
+                };
+                if check && eci.vpc_id != group.vpc_id {
+                    return Err(vpc_mismatch(&eci.vpc_id));
+                }
+                Ok(eci.ip.clone())
+            }
+            _ => {
+                if check && !server_id.starts_with("i-") {
+                    return Err(not_found("Ecs"));
+                }
+                Ok(given_ip.to_string())
+            }
+        }
     }
 
     fn nlb_health(&self, p: &Params) -> ApiResult {

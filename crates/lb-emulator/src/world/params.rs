@@ -1,6 +1,7 @@
 //! Reading request parameters the way the cloud does: required values, ports,
 //! `Prefix.N.Field` lists, `MaxResults`/`NextToken` pages, and numbers that arrive as
-//! JSON numbers or strings. Each failure is the cloud's own error.
+//! JSON numbers or strings; and the shapes the API reference gives for names,
+//! descriptions, IPs and CIDR blocks. Each failure is the cloud's own error.
 
 use std::collections::BTreeMap;
 
@@ -70,6 +71,48 @@ pub(super) fn paginate<T: Clone>(
     Ok((page, next, size))
 }
 
+/// CLB names and backend descriptions: 1 to 80 characters of letters, digits, `-`,
+/// `/`, `.` and `_` (AddVServerGroupBackendServers, CreateVServerGroup).
+pub(super) fn clb_text_ok(text: &str) -> bool {
+    (1..=80).contains(&text.chars().count())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '/' | '.' | '_'))
+}
+
+/// CLB instance names: 1 to 80 characters, starting with a letter, then letters,
+/// digits, `.`, `_` and `-` (CreateLoadBalancer, LoadBalancerName).
+pub(super) fn clb_instance_name_ok(name: &str) -> bool {
+    (1..=80).contains(&name.chars().count())
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// NLB server descriptions: 2 to 256 characters of letters, digits, `,`, `.`, `;`,
+/// `/`, `@`, `_` and `-` (AddServersToServerGroup, Servers.N.Description).
+pub(super) fn nlb_description_ok(text: &str) -> bool {
+    (2..=256).contains(&text.chars().count())
+        && text.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, ',' | '.' | ';' | '/' | '@' | '_' | '-')
+        })
+}
+
+/// NLB server group names: 2 to 128 characters, starting with a letter, then
+/// letters, digits, `.`, `_` and `-` (CreateServerGroup, ServerGroupName).
+pub(super) fn nlb_group_name_ok(name: &str) -> bool {
+    (2..=128).contains(&name.chars().count())
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+pub(super) fn ipv4(text: &str) -> Option<std::net::Ipv4Addr> {
+    text.parse().ok()
+}
+
 /// A number the SDKs send as a JSON number or as a numeric string.
 pub(super) fn json_u32(v: &Value) -> Option<u32> {
     v.as_u64()
@@ -104,6 +147,26 @@ mod tests {
         assert_eq!(servers[0]["Port"], "80");
         assert_eq!(servers[1]["ServerId"], "j");
         assert_eq!(flat_list(&p, "ServerGroupNames")[0][""], "web");
+    }
+
+    #[test]
+    fn text_shapes_follow_the_reference() {
+        assert!(clb_text_ok("k8s/80/web/default/c1"));
+        assert!(clb_text_ok(&"a".repeat(80)));
+        assert!(!clb_text_ok(&"a".repeat(81)));
+        assert!(!clb_text_ok(""));
+        for bad in ["has space", "star*", "集群", "a:b", "a@b"] {
+            assert!(!clb_text_ok(bad), "{bad}");
+        }
+        assert!(clb_instance_name_ok("k8s-web.default_1"));
+        assert!(!clb_instance_name_ok("1abc"));
+        assert!(!clb_instance_name_ok("a/b"));
+        assert!(nlb_description_ok("k8s/80/web/default/c1,@;"));
+        assert!(!nlb_description_ok("k"));
+        assert!(!nlb_description_ok("has space"));
+        assert!(nlb_group_name_ok("k8s-80-web"));
+        assert!(!nlb_group_name_ok("k"));
+        assert!(!nlb_group_name_ok("-k8s"));
     }
 
     #[test]

@@ -189,6 +189,23 @@ impl World {
         }
     }
 
+    /// Whether a server change on `group_id` is still running: the group is then
+    /// `Configuring` and takes no other change (`IncorrectStatus.serverGroup`). A job
+    /// the client sees stuck (`Timeout`) holds the group only until it would have
+    /// finished, as the real one does finish eventually.
+    pub(super) fn group_busy(&self, group_id: &str, now: Instant) -> bool {
+        self.jobs.values().any(|j| {
+            j.status == "Processing"
+                && now < j.finish_at
+                && matches!(
+                    &j.effect,
+                    Some(JobEffect::AddServers(g, _))
+                        | Some(JobEffect::RemoveServers(g, _))
+                        | Some(JobEffect::UpdateServers(g, _)) if g == group_id
+                )
+        })
+    }
+
     pub(super) fn start_job(&mut self, action: &str, effect: JobEffect) -> String {
         let id = self.new_id("job");
         let settings = &mut self.jobs_settings;

@@ -1,0 +1,1069 @@
+//! One test per row of the fidelity table (README.md): each sends the request the
+//! real API refuses and expects the error code and HTTP status it documents. Where
+//! the alibaba-lb client can send the request (it is what rollgate sends), the test
+//! goes through the client; otherwise it sends a raw signed request with the same
+//! signer (`ApiClient`). Positive controls in the same tests show that the request
+//! fixed as the reference says is accepted, so a test cannot pass by refusing all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alibaba_lb::transport::ApiClient;
+use alibaba_lb::*;
+use lb_emulator::{EmulatorConfig, RunningEmulator};
+use serde_json::{json, Value};
+
+const KEY_ID: &str = "emulator-access-key-id";
+const KEY_SECRET: &str = "emulator-access-key-secret";
+
+fn config(emu: &RunningEmulator) -> ClientConfig {
+    let mut config = ClientConfig::new("cn-hangzhou");
+    config.scheme = Scheme::Http;
+    config.clb_endpoint = Some(emu.endpoint());
+    config.nlb_endpoint = Some(emu.endpoint());
+    config.ecs_endpoint = Some(emu.endpoint());
+    config.vpc_endpoint = Some(emu.endpoint());
+    // One attempt: a refusal must come back as it is, not be retried.
+    config.retry = RetryPolicy {
+        max_attempts: 1,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(1),
+    };
+    config.rate_limit = RateLimit {
+        per_second: 5000.0,
+        burst: 500,
+    };
+    config.jobs = JobPolicy {
+        poll_interval: Duration::from_millis(10),
+        timeout: Duration::from_secs(5),
+    };
+    config
+}
+
+fn credentials() -> Arc<dyn CredentialProvider> {
+    Arc::new(StaticCredentials(Credentials {
+        access_key_id: KEY_ID.into(),
+        access_key_secret: Secret::new(KEY_SECRET),
+        security_token: None,
+    }))
+}
+
+struct Bed {
+    emu: RunningEmulator,
+}
+
+impl Bed {
+    async fn new() -> Self {
+        let emu = lb_emulator::serve(EmulatorConfig {
+            job_delay: Duration::from_millis(20),
+            tick: Duration::from_millis(5),
+            ..EmulatorConfig::default()
+        })
+        .await
+        .unwrap();
+        Bed { emu }
+    }
+
+    /// A raw signed call: every parameter in the query, as the SDKs send RPC calls.
+    async fn call(&self, service: Service, action: &str, pairs: &[(&str, &str)]) -> Result<Value> {
+        let api = ApiClient::new(&config(&self.emu), service, credentials()).unwrap();
+        let mut query: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        query.push(("RegionId".into(), "cn-hangzhou".into()));
+        Ok(api.call::<Value>(action, &query, &[]).await?.body)
+    }
+
+    async fn control(&self, path: &str, body: Value) -> Value {
+        let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
+        let response = http
+            .post(format!("{}/_emulator/{path}", self.emu.base_url()))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "control {path}");
+        serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+    }
+
+    /// An ENI holding `ip` (in `vpc`, `status`); returns its id.
+    async fn eni(&self, ip: &str, vpc: &str, status: &str) -> String {
+        let eni = self
+            .control(
+                "enis",
+                json!({"private_ips": [ip], "vpc_id": vpc, "status": status}),
+            )
+            .await;
+        eni["network_interface_id"].as_str().unwrap().to_string()
+    }
+
+    async fn eci(&self, ip: &str, status: &str) -> String {
+        let eci = self
+            .control("ecis", json!({"ip": ip, "status": status}))
+            .await;
+        eci["container_group_id"].as_str().unwrap().to_string()
+    }
+
+    fn client(&self, product: Product, clb_spec: Option<&str>) -> Arc<dyn LoadBalancerBackends> {
+        let mut config = config(&self.emu);
+        config.clb_spec = clb_spec.map(str::to_string);
+        new_client(product, &config, credentials()).unwrap()
+    }
+
+    /// A load balancer (CLB: of `clb_spec`) with one TCP listener on port 80.
+    async fn group(
+        &self,
+        product: Product,
+        clb_spec: Option<&str>,
+    ) -> (Arc<dyn LoadBalancerBackends>, ServerGroupRef) {
+        let client = self.client(product, clb_spec);
+        let lb = client
+            .ensure_load_balancer(&LoadBalancerSpec {
+                name: format!("fidelity-{}", clb_spec.unwrap_or("shared")),
+                existing_id: None,
+                address_type: AddressType::Internet,
+                vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+                zones: vec![
+                    ZoneVSwitch {
+                        zone_id: "cn-hangzhou-h".into(),
+                        vswitch_id: "vsw-h".into(),
+                    },
+                    ZoneVSwitch {
+                        zone_id: "cn-hangzhou-i".into(),
+                        vswitch_id: "vsw-i".into(),
+                    },
+                ],
+                listeners: vec![ListenerSpec {
+                    port: 80,
+                    protocol: ListenerProtocol::Tcp,
+                    server_group_name: "k8s-80-fidelity".into(),
+                }],
+            })
+            .await
+            .unwrap();
+        (client, lb.listeners[0].clone())
+    }
+}
+
+fn backend(kind: BackendType, server_id: &str, ip: &str, description: &str) -> Backend {
+    Backend {
+        key: BackendKey {
+            server_id: server_id.into(),
+            ip: ip.into(),
+            port: 8080,
+        },
+        kind,
+        weight: 100,
+        description: description.into(),
+    }
+}
+
+#[track_caller]
+fn refused<T: std::fmt::Debug>(result: Result<T>, status: u16, code: &str) {
+    match result {
+        Err(Error::Api {
+            status: s,
+            code: c,
+            message,
+            ..
+        }) => assert_eq!(
+            (s, c.as_str()),
+            (status, code),
+            "refused for another reason: {message}"
+        ),
+        other => panic!("expected {code} (HTTP {status}), got {other:?}"),
+    }
+}
+
+fn servers_json(items: &[Value]) -> String {
+    serde_json::to_string(items).unwrap()
+}
+
+// ------------------------------------------------------------------ CLB
+
+#[tokio::test]
+async fn clb_add_refuses_type_ip() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    // What rollgate sends today: the pod IP as ServerId, Type ip.
+    let pod = backend(BackendType::Ip, "10.0.1.5", "10.0.1.5", "k8s/80/web/ns/c1");
+    refused(
+        client.add_backends(&group, &[pod]).await,
+        400,
+        "BackendServer.InvalidType",
+    );
+    let eni = bed
+        .eni("10.0.1.5", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    let fixed = backend(BackendType::Eni, &eni, "10.0.1.5", "k8s/80/web/ns/c1");
+    client.add_backends(&group, &[fixed]).await.unwrap();
+}
+
+#[tokio::test]
+async fn clb_add_takes_at_most_20_backends_per_call() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let mut items = vec![];
+    for i in 0..21 {
+        let ip = format!("10.0.2.{}", i + 1);
+        let eni = bed.eni(&ip, lb_emulator::DEFAULT_VPC_ID, "InUse").await;
+        items.push(json!({"ServerId": eni, "Type": "eni", "ServerIp": ip, "Port": "80"}));
+    }
+    let add = |items: String| {
+        let group = group.server_group_id.clone();
+        let bed = &bed;
+        async move {
+            bed.call(
+                Service::Clb,
+                "AddVServerGroupBackendServers",
+                &[("VServerGroupId", &group), ("BackendServers", &items)],
+            )
+            .await
+        }
+    };
+    refused(
+        add(servers_json(&items)).await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
+    add(servers_json(&items[..20])).await.unwrap();
+}
+
+#[tokio::test]
+async fn clb_eni_and_eci_backends_need_server_ip() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let eni = bed
+        .eni("10.0.3.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    let without_ip = servers_json(&[json!({"ServerId": eni, "Type": "eni", "Port": 80})]);
+    refused(
+        bed.call(
+            Service::Clb,
+            "AddVServerGroupBackendServers",
+            &[
+                ("VServerGroupId", &group.server_group_id),
+                ("BackendServers", &without_ip),
+            ],
+        )
+        .await,
+        400,
+        "InvalidParameter.ServerIp",
+    );
+}
+
+#[tokio::test]
+async fn clb_eni_backends_need_a_high_performance_instance() {
+    let bed = Bed::new().await;
+    // No LoadBalancerSpec: a shared-resource instance.
+    let (client, group) = bed.group(Product::Clb, None).await;
+    let eni = bed
+        .eni("10.0.4.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    let b = backend(BackendType::Eni, &eni, "10.0.4.1", "");
+    refused(
+        client.add_backends(&group, std::slice::from_ref(&b)).await,
+        400,
+        "BackendServer.InvalidType",
+    );
+    let (client, group) = bed.group(Product::Clb, Some("slb.s2.small")).await;
+    client.add_backends(&group, &[b]).await.unwrap();
+}
+
+#[tokio::test]
+async fn clb_add_refuses_an_eni_that_does_not_exist() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let ghost = backend(BackendType::Eni, "eni-nosuch", "10.0.5.1", "");
+    refused(
+        client.add_backends(&group, &[ghost]).await,
+        404,
+        "ResourceNotFound.vServers",
+    );
+}
+
+#[tokio::test]
+async fn clb_server_id_must_match_its_type() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let wrong = servers_json(&[
+        json!({"ServerId": "i-bp1", "Type": "eni", "ServerIp": "10.0.6.1", "Port": 80}),
+    ]);
+    refused(
+        bed.call(
+            Service::Clb,
+            "AddVServerGroupBackendServers",
+            &[
+                ("VServerGroupId", &group.server_group_id),
+                ("BackendServers", &wrong),
+            ],
+        )
+        .await,
+        400,
+        "InvalidServerId.NotExist",
+    );
+}
+
+#[tokio::test]
+async fn clb_eci_backends_must_exist_and_run() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    refused(
+        client
+            .add_backends(
+                &group,
+                &[backend(BackendType::Eci, "eci-nosuch", "10.0.7.1", "")],
+            )
+            .await,
+        400,
+        "InvalidServerId.NotExist",
+    );
+    let pending = bed.eci("10.0.7.2", "Pending").await;
+    refused(
+        client
+            .add_backends(
+                &group,
+                &[backend(BackendType::Eci, &pending, "10.0.7.2", "")],
+            )
+            .await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
+    let running = bed.eci("10.0.7.3", "Running").await;
+    client
+        .add_backends(
+            &group,
+            &[backend(BackendType::Eci, &running, "10.0.7.3", "")],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn clb_only_running_enis_can_be_added() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let detached = bed
+        .eni("10.0.8.1", lb_emulator::DEFAULT_VPC_ID, "Available")
+        .await;
+    refused(
+        client
+            .add_backends(
+                &group,
+                &[backend(BackendType::Eni, &detached, "10.0.8.1", "")],
+            )
+            .await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
+}
+
+#[tokio::test]
+async fn clb_server_ip_must_be_on_the_eni() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let eni = bed
+        .eni("10.0.9.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    refused(
+        client
+            .add_backends(&group, &[backend(BackendType::Eni, &eni, "10.0.9.2", "")])
+            .await,
+        400,
+        "InvalidParameter.ServerIp",
+    );
+}
+
+#[tokio::test]
+async fn clb_description_is_1_to_80_of_letters_digits_dash_slash_dot_underscore() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let eni = bed
+        .eni("10.0.10.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    for bad in ["k8s 80 web", "k8s/80/web:ns", &"a".repeat(81)] {
+        refused(
+            client
+                .add_backends(&group, &[backend(BackendType::Eni, &eni, "10.0.10.1", bad)])
+                .await,
+            400,
+            "InvalidParameter.Description",
+        );
+    }
+    let ok = format!("k8s/80/web/default/{}", "c".repeat(60));
+    client
+        .add_backends(&group, &[backend(BackendType::Eni, &eni, "10.0.10.1", &ok)])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn clb_weight_is_0_to_100_and_a_backend_is_given_once() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let eni = bed
+        .eni("10.0.11.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    let item = |weight: &str| json!({"ServerId": eni, "Type": "eni", "ServerIp": "10.0.11.1", "Port": "80", "Weight": weight});
+    let send = |servers: String| {
+        let group = group.server_group_id.clone();
+        let bed = &bed;
+        async move {
+            bed.call(
+                Service::Clb,
+                "AddVServerGroupBackendServers",
+                &[("VServerGroupId", &group), ("BackendServers", &servers)],
+            )
+            .await
+        }
+    };
+    refused(
+        send(servers_json(&[item("101")])).await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
+    refused(
+        send(servers_json(&[item("100"), item("50")])).await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
+    send(servers_json(&[item("0")])).await.unwrap();
+    // Already in the group.
+    refused(
+        send(servers_json(&[item("0")])).await,
+        400,
+        "BackendServer.AlreadyExist",
+    );
+}
+
+#[tokio::test]
+async fn clb_remove_ignores_backends_not_in_the_group() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let absent = servers_json(&[
+        json!({"ServerId": "eni-gone", "Type": "eni", "ServerIp": "10.0.12.1", "Port": 80}),
+    ]);
+    bed.call(
+        Service::Clb,
+        "RemoveVServerGroupBackendServers",
+        &[
+            ("VServerGroupId", &group.server_group_id),
+            ("BackendServers", &absent),
+        ],
+    )
+    .await
+    .unwrap();
+    // ... but the type rules still hold.
+    let ip_type = servers_json(&[
+        json!({"ServerId": "10.0.12.1", "Type": "ip", "ServerIp": "10.0.12.1", "Port": 80}),
+    ]);
+    refused(
+        bed.call(
+            Service::Clb,
+            "RemoveVServerGroupBackendServers",
+            &[
+                ("VServerGroupId", &group.server_group_id),
+                ("BackendServers", &ip_type),
+            ],
+        )
+        .await,
+        400,
+        "BackendServer.InvalidType",
+    );
+}
+
+#[tokio::test]
+async fn clb_set_weights_refuses_type_ip() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let drained = Backend {
+        weight: 0,
+        ..backend(BackendType::Ip, "10.0.13.1", "10.0.13.1", "")
+    };
+    refused(
+        client.set_weights(&group, &[drained]).await,
+        400,
+        "BackendServer.InvalidType",
+    );
+}
+
+#[tokio::test]
+async fn clb_group_and_instance_names_have_the_documented_shape() {
+    let bed = Bed::new().await;
+    let lb = bed
+        .call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerSpec", "slb.s1.small")],
+        )
+        .await
+        .unwrap();
+    let lb = lb["LoadBalancerId"].as_str().unwrap();
+    refused(
+        bed.call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", lb), ("VServerGroupName", "k8s 80 web")],
+        )
+        .await,
+        400,
+        "InvalidParameter.VServerGroupName",
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerName", "1-starts-with-a-digit")],
+        )
+        .await,
+        400,
+        "InvalidParameter.LoadBalancerName",
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerSpec", "slb.s9.huge")],
+        )
+        .await,
+        400,
+        "InvalidParameter.LoadBalancerSpec",
+    );
+}
+
+#[tokio::test]
+async fn clb_tcp_listener_needs_bandwidth_and_a_group_of_its_own_instance() {
+    let bed = Bed::new().await;
+    let create_lb = || async {
+        let lb = bed
+            .call(
+                Service::Clb,
+                "CreateLoadBalancer",
+                &[("LoadBalancerSpec", "slb.s1.small")],
+            )
+            .await
+            .unwrap();
+        lb["LoadBalancerId"].as_str().unwrap().to_string()
+    };
+    let (lb, other) = (create_lb().await, create_lb().await);
+    let group = bed
+        .call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", &other), ("VServerGroupName", "g")],
+        )
+        .await
+        .unwrap();
+    let group = group["VServerGroupId"].as_str().unwrap();
+    let listener = |bandwidth: Option<&'static str>, group: &str| {
+        let mut p = vec![
+            ("LoadBalancerId".to_string(), lb.clone()),
+            ("ListenerPort".to_string(), "80".to_string()),
+            ("VServerGroupId".to_string(), group.to_string()),
+        ];
+        if let Some(b) = bandwidth {
+            p.push(("Bandwidth".into(), b.into()));
+        }
+        p
+    };
+    let bed_ref = &bed;
+    let send = |p: Vec<(String, String)>| async move {
+        let pairs: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        bed_ref
+            .call(Service::Clb, "CreateLoadBalancerTCPListener", &pairs)
+            .await
+    };
+    refused(send(listener(None, group)).await, 400, "MissingParameter");
+    refused(
+        send(listener(Some("0"), group)).await,
+        400,
+        "InvalidParameter.Bandwidth",
+    );
+    refused(
+        send(listener(Some("-1"), group)).await,
+        400,
+        "InvalidParameter.VServerGroupId",
+    );
+}
+
+#[tokio::test]
+async fn clb_health_of_a_port_with_two_protocols_needs_the_protocol() {
+    let bed = Bed::new().await;
+    let lb = bed
+        .call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerSpec", "slb.s1.small")],
+        )
+        .await
+        .unwrap();
+    let lb = lb["LoadBalancerId"].as_str().unwrap();
+    for action in [
+        "CreateLoadBalancerTCPListener",
+        "CreateLoadBalancerUDPListener",
+    ] {
+        bed.call(
+            Service::Clb,
+            action,
+            &[
+                ("LoadBalancerId", lb),
+                ("ListenerPort", "53"),
+                ("Bandwidth", "-1"),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    refused(
+        bed.call(
+            Service::Clb,
+            "DescribeHealthStatus",
+            &[("LoadBalancerId", lb), ("ListenerPort", "53")],
+        )
+        .await,
+        400,
+        "TooManyListeners",
+    );
+    bed.call(
+        Service::Clb,
+        "DescribeHealthStatus",
+        &[
+            ("LoadBalancerId", lb),
+            ("ListenerPort", "53"),
+            ("ListenerProtocol", "udp"),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+// ------------------------------------------------------------------ NLB
+
+/// An Instance-type NLB server group in `vpc` (raw: the client creates Ip groups).
+async fn instance_group(bed: &Bed, vpc: &str) -> String {
+    let created = bed
+        .call(
+            Service::Nlb,
+            "CreateServerGroup",
+            &[
+                ("ServerGroupName", "k8s-instances"),
+                ("ServerGroupType", "Instance"),
+                ("VpcId", vpc),
+            ],
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    created["ServerGroupId"].as_str().unwrap().to_string()
+}
+
+async fn add_servers(bed: &Bed, group: &str, servers: &[(&str, &str, &str)]) -> Result<Value> {
+    // (ServerId, ServerType, ServerIp)
+    let mut owned: Vec<(String, String)> = vec![("ServerGroupId".into(), group.into())];
+    for (i, (id, kind, ip)) in servers.iter().enumerate() {
+        let n = i + 1;
+        owned.push((format!("Servers.{n}.ServerId"), id.to_string()));
+        owned.push((format!("Servers.{n}.ServerType"), kind.to_string()));
+        if !ip.is_empty() {
+            owned.push((format!("Servers.{n}.ServerIp"), ip.to_string()));
+        }
+        owned.push((format!("Servers.{n}.Port"), "8080".into()));
+    }
+    let pairs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    bed.call(Service::Nlb, "AddServersToServerGroup", &pairs)
+        .await
+}
+
+#[tokio::test]
+async fn nlb_ip_groups_take_only_ip_servers() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    let eni = bed
+        .eni("10.1.0.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    refused(
+        client
+            .add_backends(&group, &[backend(BackendType::Eni, &eni, "10.1.0.1", "")])
+            .await,
+        400,
+        "Mismatch.ServerType",
+    );
+    let instances = instance_group(&bed, lb_emulator::DEFAULT_VPC_ID).await;
+    refused(
+        add_servers(&bed, &instances, &[("10.1.0.2", "Ip", "")]).await,
+        400,
+        "Mismatch.ServerType",
+    );
+    client
+        .add_backends(
+            &group,
+            &[backend(BackendType::Ip, "10.1.0.1", "10.1.0.1", "")],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_ip_servers_are_ip_addresses() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    refused(
+        add_servers(&bed, &group.server_group_id, &[("pod-a", "Ip", "")]).await,
+        400,
+        "IllegalParam.IP",
+    );
+    refused(
+        add_servers(
+            &bed,
+            &group.server_group_id,
+            &[("10.1.1.1", "Ip", "10.1.1.2")],
+        )
+        .await,
+        400,
+        "IllegalParam.IP",
+    );
+}
+
+#[tokio::test]
+async fn nlb_takes_at_most_200_servers_per_call_and_none_twice() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    let ips: Vec<String> = (0..201)
+        .map(|i| format!("10.1.{}.{}", 2 + i / 250, i % 250 + 1))
+        .collect();
+    let servers: Vec<(&str, &str, &str)> = ips.iter().map(|ip| (ip.as_str(), "Ip", "")).collect();
+    refused(
+        add_servers(&bed, &group.server_group_id, &servers).await,
+        400,
+        "IllegalParam",
+    );
+    refused(
+        add_servers(
+            &bed,
+            &group.server_group_id,
+            &[("10.1.9.1", "Ip", ""), ("10.1.9.1", "Ip", "")],
+        )
+        .await,
+        400,
+        "DuplicatedParam.Server",
+    );
+    add_servers(&bed, &group.server_group_id, &servers[..200])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_description_is_2_to_256_of_the_documented_characters() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    for bad in ["k8s 80", "k8s/80/web*", "x"] {
+        refused(
+            client
+                .add_backends(
+                    &group,
+                    &[backend(BackendType::Ip, "10.1.10.1", "10.1.10.1", bad)],
+                )
+                .await,
+            400,
+            "IllegalParam.description",
+        );
+    }
+    client
+        .add_backends(
+            &group,
+            &[backend(
+                BackendType::Ip,
+                "10.1.10.1",
+                "10.1.10.1",
+                "k8s/80/web/ns/c1,a@b;c",
+            )],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_unknown_server_group_is_404() {
+    let bed = Bed::new().await;
+    refused(
+        add_servers(&bed, "sgp-nosuch", &[("10.1.11.1", "Ip", "")]).await,
+        404,
+        "ResourceNotFound.serverGroup",
+    );
+}
+
+#[tokio::test]
+async fn nlb_eni_servers_must_exist_run_and_share_the_group_vpc() {
+    let bed = Bed::new().await;
+    bed.control(
+        "vpcs",
+        json!({"vpc_id": "vpc-other", "cidr_block": "192.168.0.0/16"}),
+    )
+    .await;
+    let group = instance_group(&bed, lb_emulator::DEFAULT_VPC_ID).await;
+    refused(
+        add_servers(&bed, &group, &[("eni-nosuch", "Eni", "10.1.12.1")]).await,
+        404,
+        "ResourceNotFound.Eni",
+    );
+    let detached = bed
+        .eni("10.1.12.2", lb_emulator::DEFAULT_VPC_ID, "Available")
+        .await;
+    refused(
+        add_servers(&bed, &group, &[(&detached, "Eni", "10.1.12.2")]).await,
+        400,
+        "IncorrectStatus.Eni",
+    );
+    let elsewhere = bed.eni("192.168.1.3", "vpc-other", "InUse").await;
+    refused(
+        add_servers(&bed, &group, &[(&elsewhere, "Eni", "192.168.1.3")]).await,
+        400,
+        "Mismatch.VpcId",
+    );
+    refused(
+        add_servers(&bed, &group, &[("eci-nosuch", "Eci", "10.1.12.4")]).await,
+        404,
+        "ResourceNotFound.Eci",
+    );
+    let good = bed
+        .eni("10.1.12.5", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    add_servers(&bed, &group, &[(&good, "Eni", "10.1.12.5")])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_server_type_is_required_and_weight_is_0_to_100() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    let g = group.server_group_id.as_str();
+    refused(
+        bed.call(
+            Service::Nlb,
+            "AddServersToServerGroup",
+            &[("ServerGroupId", g), ("Servers.1.ServerId", "10.1.13.1")],
+        )
+        .await,
+        400,
+        "MissingParam.ServerType",
+    );
+    refused(
+        bed.call(
+            Service::Nlb,
+            "AddServersToServerGroup",
+            &[
+                ("ServerGroupId", g),
+                ("Servers.1.ServerId", "10.1.13.1"),
+                ("Servers.1.ServerType", "Ip"),
+                ("Servers.1.Weight", "101"),
+            ],
+        )
+        .await,
+        400,
+        "IllegalParam",
+    );
+}
+
+#[tokio::test]
+async fn nlb_server_group_needs_a_vpc_and_a_documented_name_type_and_protocol() {
+    let bed = Bed::new().await;
+    let create = |pairs: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move { bed.call(Service::Nlb, "CreateServerGroup", pairs).await }
+    };
+    refused(
+        create(&[("ServerGroupName", "k8s-80-web")]).await,
+        400,
+        "MissingParam.VpcId",
+    );
+    refused(
+        create(&[
+            ("ServerGroupName", "8-starts-with-digit"),
+            ("VpcId", "vpc-emulator"),
+        ])
+        .await,
+        400,
+        "IllegalParam",
+    );
+    refused(
+        create(&[
+            ("ServerGroupName", "k8s-80-web"),
+            ("VpcId", "vpc-emulator"),
+            ("ServerGroupType", "Eni"),
+        ])
+        .await,
+        400,
+        "IllegalParam",
+    );
+    refused(
+        create(&[
+            ("ServerGroupName", "k8s-80-web"),
+            ("VpcId", "vpc-emulator"),
+            ("Protocol", "HTTP"),
+        ])
+        .await,
+        400,
+        "IllegalParam",
+    );
+    create(&[("ServerGroupName", "k8s-80-web"), ("VpcId", "vpc-emulator")])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_listener_protocol_must_fit_the_group_protocol() {
+    let bed = Bed::new().await;
+    let (_, tcp_group) = bed.group(Product::Nlb, None).await;
+    let lb = tcp_group.load_balancer_id.as_str();
+    refused(
+        bed.call(
+            Service::Nlb,
+            "CreateListener",
+            &[
+                ("LoadBalancerId", lb),
+                ("ListenerProtocol", "UDP"),
+                ("ListenerPort", "53"),
+                ("ServerGroupId", &tcp_group.server_group_id),
+            ],
+        )
+        .await,
+        400,
+        "IllegalParam",
+    );
+    refused(
+        bed.call(
+            Service::Nlb,
+            "CreateListener",
+            &[
+                ("LoadBalancerId", lb),
+                ("ListenerProtocol", "HTTP"),
+                ("ListenerPort", "81"),
+                ("ServerGroupId", &tcp_group.server_group_id),
+            ],
+        )
+        .await,
+        400,
+        "IllegalParam",
+    );
+    bed.call(
+        Service::Nlb,
+        "CreateListener",
+        &[
+            ("LoadBalancerId", lb),
+            ("ListenerProtocol", "TCPSSL"),
+            ("ListenerPort", "443"),
+            ("ServerGroupId", &tcp_group.server_group_id),
+        ],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_group_takes_one_server_change_at_a_time() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    bed.control("jobs", json!({"delay_ms": 1500})).await;
+    let g = group.server_group_id.as_str();
+    add_servers(&bed, g, &[("10.1.14.1", "Ip", "")])
+        .await
+        .unwrap();
+    refused(
+        add_servers(&bed, g, &[("10.1.14.2", "Ip", "")]).await,
+        400,
+        "IncorrectStatus.serverGroup",
+    );
+    bed.control("jobs", json!({"delay_ms": 20})).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // The client waits for each job, so its batches never collide.
+    let many: Vec<Backend> = (0..90)
+        .map(|i| {
+            let ip = format!("10.1.15.{}", i + 1);
+            backend(BackendType::Ip, &ip, &ip, "")
+        })
+        .collect();
+    client.add_backends(&group, &many).await.unwrap();
+    assert_eq!(client.list_backends(&group).await.unwrap().len(), 91);
+}
+
+// ------------------------------------------------------------------ ECS / VPC
+
+#[tokio::test]
+async fn ecs_takes_at_most_100_private_ips_per_call_and_needs_a_region() {
+    let bed = Bed::new().await;
+    let names: Vec<String> = (1..=101).map(|i| format!("PrivateIpAddress.{i}")).collect();
+    let ips: Vec<String> = (1..=101).map(|i| format!("10.2.0.{i}")).collect();
+    let pairs: Vec<(&str, &str)> = names
+        .iter()
+        .zip(&ips)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    refused(
+        bed.call(Service::Ecs, "DescribeNetworkInterfaces", &pairs)
+            .await,
+        400,
+        "InvalidParameter.PrivateIpAddress",
+    );
+    bed.call(Service::Ecs, "DescribeNetworkInterfaces", &pairs[..100])
+        .await
+        .unwrap();
+    // Without RegionId (the raw call adds one; this one goes through a bare client).
+    let api = ApiClient::new(&config(&bed.emu), Service::Ecs, credentials()).unwrap();
+    refused(
+        api.call::<Value>("DescribeNetworkInterfaces", &[], &[])
+            .await
+            .map(|a| a.body),
+        400,
+        "MissingParameter",
+    );
+}
+
+#[tokio::test]
+async fn vpc_attribute_of_an_unknown_vpc_is_404_and_vpc_id_is_required() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(
+            Service::Vpc,
+            "DescribeVpcAttribute",
+            &[("VpcId", "vpc-nosuch")],
+        )
+        .await,
+        404,
+        "InvalidVpcId.NotFound",
+    );
+    refused(
+        bed.call(Service::Vpc, "DescribeVpcAttribute", &[]).await,
+        400,
+        "MissingParameter",
+    );
+}
+
+/// Every test the README's fidelity table names exists, so the table cannot point at
+/// a test that was renamed or never written.
+#[test]
+fn the_fidelity_table_names_only_tests_that_exist() {
+    let readme = include_str!("../README.md");
+    let here = include_str!("fidelity.rs");
+    let ecs_unit = include_str!("../src/world/ecs.rs");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.chars().nth(2).is_some_and(|c| c.is_ascii_digit()))
+        .collect();
+    assert!(rows.len() >= 25, "table rows: {}", rows.len());
+    for row in rows {
+        let last = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        let name = last.split('`').nth(1).expect("a test name in backticks");
+        let name = name.rsplit("::").next().unwrap();
+        let defined = format!("fn {name}(");
+        assert!(
+            here.contains(&defined) || ecs_unit.contains(&defined),
+            "the table names {name}, which is not a test"
+        );
+    }
+}
