@@ -21,6 +21,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::cloud::{self, Cloud};
+use super::eni::{self, Placer};
 use super::metrics::GateMetrics;
 use super::model::{
     gate_condition_type, owner_description, CloudState, ConditionWrite, GatePlan, GatePod,
@@ -46,7 +47,7 @@ use crate::watch::runner::{ReconcileError, Run, RunMetrics};
 use crate::watch::{applied, Watches};
 
 /// The `action` of this controller's Events.
-const EVENT_ACTION: &str = "ReadinessGate";
+pub(super) const EVENT_ACTION: &str = "ReadinessGate";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,6 +75,8 @@ pub struct GateSettings {
     pub classes: ClassSelection,
     pub drain: Duration,
     pub vpc_id: Option<String>,
+    /// The ECS/VPC lookups of CLB ENI backends (`None` in unit tests: nothing is found).
+    pub network: Option<Arc<alibaba_lb::VpcNetwork>>,
     pub concurrency: u16,
     pub poll_fast: Duration,
     pub poll_slow: Duration,
@@ -86,6 +89,8 @@ pub struct Context {
     pods: Store<CachedPod>,
     services: Store<Service>,
     cloud: Cloud,
+    /// Pod IP -> ENI/ECI of CLB backends (`eni`).
+    placer: Placer,
     poller: Poller,
     events: Events,
     metrics: GateMetrics,
@@ -119,6 +124,11 @@ pub fn start(
         pods,
         services: services.clone(),
         cloud: Cloud::new(cloud_clients.0, cloud_clients.1, gate_metrics.clone()),
+        placer: Placer::new(
+            settings.network.clone(),
+            settings.vpc_id.clone(),
+            gate_metrics.clone(),
+        ),
         poller: poller.clone(),
         events: Events::new(client, GATES_CONTROLLER_NAME),
         metrics: gate_metrics.clone(),
@@ -239,7 +249,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let looked = tokio::time::Instant::now();
     let observed = observe_cloud(&svc, &ctx, &uid, product, &spec).await;
     let observed_at = Timestamp::now();
-    let (cloud_state, lb, read_error) = match observed {
+    let (mut cloud_state, lb, mut read_error) = match observed {
         Ok((state, lb)) => (state, Some(lb), None),
         Err(error) => (
             CloudState::Failed(cloud::failure(&error)),
@@ -249,11 +259,24 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     };
     let pods = service_pods(&ctx, &svc, &facts);
     let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();
+    // Hook (eni.rs): where each pod's CLB backend lives; a failed lookup holds the gates.
+    let placements = match &cloud_state {
+        CloudState::Ready(_) => match ctx.placer.place(product, &pods).await {
+            Ok(placements) => placements,
+            Err(error) => {
+                cloud_state = CloudState::Failed(cloud::failure(&error));
+                read_error = Some(error);
+                HashMap::new()
+            }
+        },
+        _ => HashMap::new(),
+    };
     let now = Timestamp::now();
     let input = PlanInput {
         service: &facts,
         cluster_id: &ctx.settings.cluster_id,
         backend_type: ctx.cloud.backend_type(product),
+        placements: &placements,
         pods: &gate_pods,
         cloud: &cloud_state,
         drain: ctx.settings.drain,
@@ -282,6 +305,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
                 "changing backends"
             );
             if let Err(error) = ctx.cloud.apply(product, group, changes).await {
+                ctx.placer.registration_failed(&error, changes); // hook (eni.rs)
                 apply_error = Some(error);
                 break;
             }
@@ -296,6 +320,12 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         .conditions;
     }
     write_conditions(&ctx, &svc, &pods, &decided, observed_at).await?;
+    if matches!(cloud_state, CloudState::Ready(_)) {
+        let outside = eni::outside_vpc(&pods, &placements); // hook (eni.rs)
+        ctx.placer
+            .warn_outside_vpc(&ctx.events, &svc, &outside)
+            .await;
+    }
 
     if let CloudState::Ready(groups) = &cloud_state {
         let (ns, name, cluster) = (&facts.namespace, &facts.name, &ctx.settings.cluster_id);
@@ -797,6 +827,7 @@ async fn clean_up(svc: &Service, ctx: &Context) -> Result<(), Error> {
 
 fn forget(svc: &Service, ctx: &Context) {
     ctx.cloud.forget(&svc.uid().unwrap_or_default());
+    ctx.placer.forget(&svc.uid().unwrap_or_default()); // hook (eni.rs)
     ctx.poller.forget(&ObjectRef::from_obj(svc));
     ctx.metrics
         .forget(&svc.namespace().unwrap_or_default(), &svc.name_any());
@@ -831,6 +862,7 @@ mod tests {
             classes: ClassSelection::Standard,
             drain: Duration::from_secs(10),
             vpc_id: None,
+            network: None,
             concurrency: 1,
             poll_fast: Duration::from_secs(1),
             poll_slow: Duration::from_secs(10),
@@ -841,6 +873,7 @@ mod tests {
             pods: store_of(pods.iter().cloned().map(CachedPod::from)),
             services: store_of([]),
             cloud: Cloud::new(clb, nlb, metrics.clone()),
+            placer: Placer::new(None, None, metrics.clone()),
             poller: Poller::new(settings.poll_fast, settings.poll_slow),
             events: Events::new(client, GATES_CONTROLLER_NAME),
             metrics,
