@@ -1203,7 +1203,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
         },
         kind: BackendType::Eni,
         weight: 100,
-        description: "added by hand".into(),
+        description: "added-by-hand".into(),
     };
     clb.add_backends(&group, std::slice::from_ref(&hand))
         .await
