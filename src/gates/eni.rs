@@ -379,19 +379,16 @@ mod tests {
             }],
             ..Default::default()
         };
-        let throttled = CloudError::Api {
+        let refused = |code: &str| CloudError::Api {
             action: "AddVServerGroupBackendServers".into(),
             status: 400,
-            code: "Throttling".into(),
+            code: code.into(),
             message: String::new(),
             request_id: "r".into(),
         };
-        placer.registration_failed(&throttled, &changes);
+        placer.registration_failed(&refused("Throttling"), &changes);
         assert_eq!(placer.enis.lock().unwrap().len(), 2, "not a server error");
-        let unknown = CloudError::Api {
-            code: "ResourceNotFound.vServers".into(),
-            ..throttled
-        };
+        let unknown = refused("ResourceNotFound.vServers");
         placer.registration_failed(&unknown, &changes);
         let cache = placer.enis.lock().unwrap();
         assert!(!cache.contains_key("10.0.0.1"));

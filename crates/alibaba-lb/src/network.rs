@@ -163,7 +163,7 @@ impl VpcNetwork {
                         .into_iter()
                         .map(|p| p.private_ip_address)
                         .chain(std::iter::once(eni.private_ip_address));
-                    for ip in held.filter(|ip| batch.iter().any(|w| *w == ip)) {
+                    for ip in held.filter(|ip| batch.contains(&ip)) {
                         found.insert(ip, eni.network_interface_id.clone());
                     }
                 }
