@@ -154,6 +154,7 @@ fn every_port_must_be_healthy_before_the_gate_turns_true() {
     let mut second = group(vec![], &[]);
     second.service_port = 443;
     second.server_group_id = "rsp-2".into();
+    second.listener_target = Some("rsp-2".into());
     let first = group(
         vec![owned("10.0.0.1", 100)],
         &[("10.0.0.1", HealthState::Healthy)],
