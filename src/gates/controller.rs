@@ -47,7 +47,7 @@ use crate::watch::runner::{ReconcileError, Run, RunMetrics};
 use crate::watch::{applied, Watches};
 
 /// The `action` of this controller's Events.
-pub(super) const EVENT_ACTION: &str = "ReadinessGate";
+const EVENT_ACTION: &str = "ReadinessGate";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -323,7 +323,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     if matches!(cloud_state, CloudState::Ready(_)) {
         let outside = eni::outside_vpc(&pods, &placements); // hook (eni.rs)
         ctx.placer
-            .warn_outside_vpc(&ctx.events, &svc, &outside)
+            .warn_outside_vpc(&ctx.events, EVENT_ACTION, &svc, &outside)
             .await;
     }
 

@@ -225,19 +225,20 @@ impl Placer {
 
     /// One Warning Event on the Service naming its pods outside the VPC (again only
     /// when the list changes); none, and the slate wiped, when there are none.
-    pub async fn warn_outside_vpc(&self, events: &Events, svc: &Service, pods: &[String]) {
+    pub async fn warn_outside_vpc(
+        &self,
+        events: &Events,
+        action: &str,
+        svc: &Service,
+        pods: &[String],
+    ) {
         let uid = svc.meta().uid.clone().unwrap_or_default();
         if pods.is_empty() {
             self.said.forget(&uid, Topic::Warning);
             return;
         }
         let note = reasons::pods_outside_vpc(pods);
-        let warning = event(
-            EventType::Warning,
-            POD_IP_OUTSIDE_VPC_EVENT,
-            super::controller::EVENT_ACTION,
-            note,
-        );
+        let warning = event(EventType::Warning, POD_IP_OUTSIDE_VPC_EVENT, action, note);
         let reference = svc.object_ref(&());
         events
             .publish_once(&self.said, &uid, Topic::Warning, &reference, warning)

@@ -146,3 +146,33 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
     };
     Ok(Some(((clb, nlb), settings)))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        gates: GateArgs,
+    }
+
+    #[test]
+    fn gates_on_without_a_vpc_id_fail_at_start_naming_the_flag_and_where_to_find_it() {
+        let flags = Flags::try_parse_from(["rollgate", "--cloud-region", "cn-hangzhou"]).unwrap();
+        let Err(error) = from_args(&flags.gates) else {
+            panic!("started without --cloud-vpc-id");
+        };
+        let text = error.to_string();
+        assert!(text.contains("--cloud-vpc-id"), "{text}");
+        assert!(text.contains("ROLLGATE_CLOUD_VPC_ID"), "{text}");
+        assert!(text.contains("ACK console"), "{text}");
+        // Gates off: no VPC id needed.
+        let off = Flags::try_parse_from(["rollgate"]).unwrap();
+        if off.gates.cloud_region.is_none() {
+            assert!(from_args(&off.gates).unwrap().is_none());
+        }
+    }
+}
