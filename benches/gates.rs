@@ -116,6 +116,8 @@ async fn run(p: Params) -> Result<String, String> {
         ..EmulatorConfig::default()
     });
     let endpoint = emu.endpoint();
+    // The pods' IPs get ENIs in the emulator's default VPC, as Terway would.
+    let enis = give_pod_ips_enis(client.clone(), &ns.name, &emu, "vpc-emulator");
     let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
     let emulator = |path: &'static str| {
         let http = http.clone();
@@ -233,6 +235,9 @@ async fn run(p: Params) -> Result<String, String> {
             ("ALIBABA_CLOUD_REGION_ID", "cn-hangzhou"),
             ("ALIBABA_CLOUD_SLB_ENDPOINT", &endpoint),
             ("ALIBABA_CLOUD_NLB_ENDPOINT", &endpoint),
+            ("ALIBABA_CLOUD_ECS_ENDPOINT", &endpoint),
+            ("ALIBABA_CLOUD_VPC_ENDPOINT", &endpoint),
+            ("ROLLGATE_CLOUD_VPC_ID", "vpc-emulator"),
             ("ROLLGATE_CLOUD_SCHEME", "http"),
             ("ALIBABA_CLOUD_ACCESS_KEY_ID", "emulator-access-key-id"),
             (
@@ -414,6 +419,7 @@ async fn run(p: Params) -> Result<String, String> {
     let _ = deployments.delete("bench", &Default::default()).await;
     ns.cleanup().await;
     nodes.cleanup().await;
+    enis.abort();
     emu.stop();
     Ok(out)
 }

@@ -60,10 +60,20 @@ for _ in $(seq 1 50); do [ -s "$CLUSTER_DIR/demo-emulator.addr" ] && break; slee
 EMU=$(cat "$CLUSTER_DIR/demo-emulator.addr")
 start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" \
   ALIBABA_CLOUD_REGION_ID=cn-hangzhou ALIBABA_CLOUD_SLB_ENDPOINT="$EMU" ALIBABA_CLOUD_NLB_ENDPOINT="$EMU" \
+  ALIBABA_CLOUD_ECS_ENDPOINT="$EMU" ALIBABA_CLOUD_VPC_ENDPOINT="$EMU" ROLLGATE_CLOUD_VPC_ID=vpc-emulator \
   ROLLGATE_CLOUD_SCHEME=http ALIBABA_CLOUD_ACCESS_KEY_ID=emulator-access-key-id \
   ALIBABA_CLOUD_ACCESS_KEY_SECRET=emulator-access-key-secret ALIBABA_CLOUD_ECS_METADATA_DISABLED=true \
   ROLLGATE_CLUSTER_ID=demo ROLLGATE_GATE_DRAIN_TIME=3s \
   "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:18080
+# Terway's part on a real cluster: every pod IP is on an ENI of the VPC. Here a loop
+# gives each new pod IP an ENI in the emulator's inventory (its VPC vpc-emulator).
+start_bg terway-enis bash -c 'given=" "; while sleep 0.3; do
+  for ip in $(kubectl -n "$0" get pod -o jsonpath="{.items[*].status.podIP}"); do
+    case "$given" in *" $ip "*) continue ;; esac
+    curl -sf -XPOST "$1/_emulator/enis" -H "content-type: application/json" \
+      -d "{\"private_ips\":[\"$ip\"]}" >/dev/null && given="$given$ip "
+  done
+done' "$NS" "$EMU"
 for _ in $(seq 1 50); do curl -sf 127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
 echo "controller ready: $(curl -s 127.0.0.1:18080/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
 
@@ -215,6 +225,12 @@ gate_of "$pod"
 kubectl -n "$NS" rollout status deploy/my-svc --timeout=180s >/dev/null
 run kubectl -n "$NS" get pod -o wide -l app=my-svc
 gate_of "$pod"
+echo "The CLB's server group (the emulator's view): each pod is the ENI holding its IP"
+curl -s "$EMU/_emulator/state" | python3 -c 'import json,sys
+for g in json.load(sys.stdin)["clb"]["vserver_groups"]:
+    for b in g["backends"]:
+        if "/my-svc/" in b["description"]:
+            print(g["id"], b["type"], b["server_id"], b["ip"], b["port"], b["health"])'
 
 say "Step 3: kubectl rollout restart, with gates (my-svc) and without (no-gates), side by side"
 lb_app no-gates no | kubectl -n "$NS" apply -f - >/dev/null

@@ -111,6 +111,9 @@ pub const LOAD_BALANCER_FINALIZER: &str = "rollgate.io/load-balancer";
 pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
 /// `spec.loadBalancerClass` of an NLB Service rollgate manages beside Alibaba's controller.
 pub const ROLLGATE_NLB_CLASS: &str = "rollgate.io/nlb";
+/// Set by the system on pods that run as elastic container instances (virtual nodes,
+/// ACK Serverless): the instance id (`eci-…`), a CLB `eci` backend's `ServerId`.
+pub const ECI_INSTANCE_ID_ANNOTATION: &str = "k8s.aliyun.com/eci-instance-id";
 
 // ---------------------------------------------------------------------------------------
 // Event reasons
@@ -146,6 +149,8 @@ pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
 pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
 /// Warning: a Service's load-balancer annotation cannot be read.
 pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
+/// Warning on a Service: pods whose IPs are outside the VPC are not registered.
+pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
 
 // ---------------------------------------------------------------------------------------
 // Readiness-gate condition reasons
@@ -193,6 +198,14 @@ gate_reasons! {
     LoadBalancerNotReady,
     /// A cloud call failed (action, error code and request id in the message).
     CloudApiError,
+    /// The pod IP is outside the VPC's CIDR blocks (an overlay IP): no ENI can hold it,
+    /// so it is never registered.
+    PodIpOutsideVpc,
+    /// The pod IP is inside the VPC but no ENI holds it yet: retried.
+    EniNotFound,
+    /// The listener on a Service port forwards to another server group (named in the
+    /// message), so the pod would get no traffic: no gate turns True.
+    ListenerNotForwarding,
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@ use support::*;
 
 const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
 const CLUSTER_ID: &str = "e2e";
+/// The cluster's VPC in the emulator: the pods' ENIs are there.
+const VPC_ID: &str = "vpc-e2e";
 
 /// One test's world: namespace, nodes, emulator and controller.
 struct Bed {
@@ -29,6 +31,8 @@ struct Bed {
     emu: EmulatorProcess,
     controller: Option<ControllerProcess>,
     extra_env: Vec<(String, String)>,
+    /// Gives the pods' IPs ENIs in the emulator, as Terway would.
+    enis: tokio::task::JoinHandle<()>,
 }
 
 fn fast_emulator() -> EmulatorConfig {
@@ -52,6 +56,9 @@ impl Bed {
         let ns = TestNamespace::new(&client, prefix).await;
         let nodes = TestNodes::create(&client, prefix, nodes).await;
         let emu = EmulatorProcess::start(&emulator);
+        let vpc = json!({"vpc_id": VPC_ID, "cidr_block": "10.0.0.0/8"});
+        post_json(&format!("{}/_emulator/vpcs", emu.base_url()), &vpc).await;
+        let enis = give_pod_ips_enis(client.clone(), &ns.name, &emu, VPC_ID);
         let mut bed = Bed {
             client,
             ns,
@@ -62,6 +69,7 @@ impl Bed {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            enis,
         };
         bed.start_controller("controller");
         bed
@@ -72,7 +80,9 @@ impl Bed {
         let mut env: Vec<(String, String)> = vec![
             ("ALIBABA_CLOUD_REGION_ID".into(), "cn-hangzhou".into()),
             ("ALIBABA_CLOUD_SLB_ENDPOINT".into(), endpoint.clone()),
-            ("ALIBABA_CLOUD_NLB_ENDPOINT".into(), endpoint),
+            ("ALIBABA_CLOUD_NLB_ENDPOINT".into(), endpoint.clone()),
+            ("ALIBABA_CLOUD_ECS_ENDPOINT".into(), endpoint.clone()),
+            ("ALIBABA_CLOUD_VPC_ENDPOINT".into(), endpoint),
             ("ROLLGATE_CLOUD_SCHEME".into(), "http".into()),
             (
                 "ALIBABA_CLOUD_ACCESS_KEY_ID".into(),
@@ -85,7 +95,7 @@ impl Bed {
             // Never fall back to the instance metadata service (not loopback).
             ("ALIBABA_CLOUD_ECS_METADATA_DISABLED".into(), "true".into()),
             ("ROLLGATE_CLOUD_RATE_LIMIT".into(), "200".into()),
-            ("ROLLGATE_CLOUD_VPC_ID".into(), "vpc-e2e".into()),
+            ("ROLLGATE_CLOUD_VPC_ID".into(), VPC_ID.into()),
             ("ROLLGATE_CLUSTER_ID".into(), CLUSTER_ID.into()),
             ("ROLLGATE_GATE_DRAIN_TIME".into(), "3s".into()),
             ("ROLLGATE_HEALTH_POLL_SLOW".into(), "3s".into()),
@@ -163,6 +173,27 @@ impl Bed {
         max_surge: i32,
         max_unavailable: i32,
     ) {
+        self.create_annotated_deployment(
+            name,
+            app,
+            replicas,
+            gates,
+            (max_surge, max_unavailable),
+            json!({}),
+        )
+        .await
+    }
+
+    /// [`Bed::create_deployment`] with annotations on the pod template.
+    async fn create_annotated_deployment(
+        &self,
+        name: &str,
+        app: &str,
+        replicas: i32,
+        gates: &[&str],
+        (max_surge, max_unavailable): (i32, i32),
+        pod_annotations: Value,
+    ) {
         let gates: Vec<Value> = gates
             .iter()
             .map(|svc| json!({"conditionType": format!("{GATE_PREFIX}{svc}")}))
@@ -174,7 +205,7 @@ impl Bed {
                 "selector": {"matchLabels": {"app": app}},
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}},
                 "template": {
-                    "metadata": {"labels": {"app": app}},
+                    "metadata": {"labels": {"app": app}, "annotations": pod_annotations},
                     "spec": {
                         "nodeSelector": self.nodes.selector(),
                         "readinessGates": gates,
@@ -231,16 +262,7 @@ impl Bed {
     }
 
     async fn emulator_post(&self, path: &str, body: Value) -> Value {
-        let url = format!("{}/_emulator/{path}", self.emu.base_url());
-        let answer = http()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        let text = answer.text().await.unwrap();
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
+        post_json(&format!("{}/_emulator/{path}", self.emu.base_url()), &body).await
     }
 
     /// Every backend in every group, as (group id, ip, port, weight, description, health).
@@ -255,6 +277,8 @@ impl Bed {
                 for b in g["backends"].as_array().into_iter().flatten() {
                     out.push(EmuBackend {
                         product,
+                        server_id: b["server_id"].as_str().unwrap_or_default().into(),
+                        kind: b["type"].as_str().unwrap_or_default().into(),
                         group: g["id"].as_str().unwrap_or_default().into(),
                         ip: b["ip"].as_str().unwrap_or_default().into(),
                         port: b["port"].as_u64().unwrap_or_default() as u16,
@@ -273,6 +297,7 @@ impl Bed {
         if let Some(c) = self.controller.take() {
             c.crash();
         }
+        self.enis.abort();
         let _ = self
             .deployments()
             .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -288,10 +313,25 @@ fn http() -> reqwest::Client {
     alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap()
 }
 
+/// POSTs `body` to an emulator control endpoint; the answer as JSON (or text).
+async fn post_json(url: &str, body: &Value) -> Value {
+    let answer = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let text = answer.text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
 #[derive(Debug, Clone)]
 #[allow(dead_code)]
 struct EmuBackend {
     product: &'static str,
+    server_id: String,
+    kind: String,
     group: String,
     ip: String,
     port: u16,
@@ -501,6 +541,9 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
         // owns the gate condition it wrote.
         assert_condition_managed_by_rollgate(&pod, &format!("{GATE_PREFIX}my-svc"));
     }
+    if class.is_none() {
+        assert_registered_as_their_enis(&bed, "nginx").await;
+    }
     note("2/2 pods 1/1; rollout restart");
     restart(&bed, "my-nginx").await;
     let seen = wait_rollout(
@@ -513,6 +556,9 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
     .await;
     assert_eq!(seen.len(), 2, "both new pods waited at 0/1 too: {seen:?}");
     wait_no_orphans(&bed, "nginx", "my-svc").await;
+    if class.is_none() {
+        assert_registered_as_their_enis(&bed, "nginx").await;
+    }
     let metrics = bed.metrics().await;
     for series in [
         "rollgate_gate_flip_latency_seconds_count{namespace=",
@@ -555,6 +601,159 @@ async fn walk_through(prefix: &str, class: Option<&str>, annotations: Value) {
         !remaining.contains(&created.as_deref().unwrap()),
         "the created load balancer was deleted: {remaining:?}"
     );
+    bed.cleanup().await;
+}
+
+/// CLB: every pod of `app` is in the group as an `eni` backend whose id is the ENI that
+/// holds the pod's IP in the emulator's inventory (none as `ip`, which CLB lacks).
+async fn assert_registered_as_their_enis(bed: &Bed, app: &str) {
+    let state = bed.emulator("state").await;
+    let eni_of = |ip: &str| -> Option<String> {
+        state["ecs"]["network_interfaces"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["private_ips"]
+                    .as_array()
+                    .is_some_and(|ips| ips.iter().any(|i| i == ip))
+            })
+            .and_then(|e| e["network_interface_id"].as_str())
+            .map(str::to_string)
+    };
+    let backends: Vec<EmuBackend> = bed
+        .backends()
+        .await
+        .into_iter()
+        .filter(|b| b.product == "clb")
+        .collect();
+    for pod in bed.app_pods(app).await {
+        let ip = pod_ip(&pod).unwrap();
+        let eni = eni_of(&ip).unwrap_or_else(|| panic!("no ENI holds {ip}"));
+        assert!(
+            backends
+                .iter()
+                .any(|b| b.ip == ip && b.kind == "eni" && b.server_id == eni),
+            "pod {} ({ip}) is not registered as {eni}: {backends:?}",
+            pod.name_any()
+        );
+    }
+    assert!(
+        backends.iter().all(|b| b.kind == "eni"),
+        "only ENI backends: {backends:?}"
+    );
+}
+
+/// A pod that runs as an elastic container instance (the system's
+/// `k8s.aliyun.com/eci-instance-id` annotation) is registered on CLB as that instance
+/// (`eci`), with its IP, and its gate turns True on the instance being healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eci_pod_is_registered_as_its_instance() {
+    let bed = Bed::new("gates-eci", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    let eci_id = "eci-e2e0web0001";
+    bed.create_annotated_deployment(
+        "web",
+        "web",
+        1,
+        &["web"],
+        (1, 0),
+        json!({ECI_INSTANCE_ID_ANNOTATION: eci_id}),
+    )
+    .await;
+    let ip = wait_for("the pod's IP", Duration::from_secs(60), || async {
+        let pods = bed.app_pods("web").await;
+        pods.first()
+            .and_then(pod_ip)
+            .ok_or_else(|| "no IP yet".to_string())
+    })
+    .await;
+    // What the virtual node's instance is in the cloud: running, with the pod's IP.
+    bed.emulator_post(
+        "ecis",
+        json!({"ip": ip, "container_group_id": eci_id, "vpc_id": VPC_ID}),
+    )
+    .await;
+    wait_gate(&bed, "web", "web", "the ECI pod's gate True", |s, _| {
+        s == "True"
+    })
+    .await;
+    let backends = bed.backends().await;
+    let ours: Vec<&EmuBackend> = backends.iter().filter(|b| b.ip == ip).collect();
+    assert_eq!(ours.len(), 1, "{backends:?}");
+    assert_eq!(
+        (ours[0].kind.as_str(), ours[0].server_id.as_str()),
+        ("eci", eci_id),
+        "{backends:?}"
+    );
+    assert!(ours[0].healthy, "{backends:?}");
+    bed.cleanup().await;
+}
+
+/// Pods whose IPs are outside the VPC's CIDR blocks (an overlay network) are never
+/// registered: their gates say why, with a reason of their own, and the Service gets
+/// one Warning Event naming them, not one per reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() {
+    let bed = Bed::new(
+        "gates-outside",
+        1,
+        fast_emulator(),
+        &[("ROLLGATE_CLOUD_VPC_ID", "vpc-narrow")],
+    )
+    .await;
+    // The cluster's VPC is 192.168.0.0/16; the bed's pods get 10.x IPs.
+    bed.emulator_post(
+        "vpcs",
+        json!({"vpc_id": "vpc-narrow", "cidr_block": "192.168.0.0/16"}),
+    )
+    .await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    let pods = wait_for(
+        "both gates saying PodIpOutsideVpc",
+        Duration::from_secs(60),
+        || async {
+            let pods = bed.app_pods("web").await;
+            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
+            let all = pods.len() == 2
+                && reasons.iter().all(|r| {
+                    r.as_ref()
+                        .is_some_and(|(s, r, _)| s == "False" && r == "PodIpOutsideVpc")
+                });
+            if all {
+                Ok(pods)
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        },
+    )
+    .await;
+    for pod in &pods {
+        let (_, _, message) = gate_status(pod, "web").unwrap();
+        let ip = pod_ip(pod).unwrap();
+        assert!(message.contains(&ip), "{message}");
+        assert!(message.contains("outside the VPC"), "{message}");
+    }
+    // Several reconciles later: still nothing registered, and one Event.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let backends = bed.backends().await;
+    assert!(backends.is_empty(), "{backends:?}");
+    let records = event_records(&bed.client, &bed.ns.name, "web").await;
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "PodIpOutsideVpc")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{records:?}");
+    assert_eq!(warnings[0].occurrences, 1, "{records:?}");
+    for pod in &pods {
+        assert!(
+            warnings[0].note.contains(&pod.name_any()),
+            "{}",
+            warnings[0].note
+        );
+    }
     bed.cleanup().await;
 }
 
@@ -1036,15 +1235,23 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
         listener_protocol: ListenerProtocol::Tcp,
         listener_id: None,
     };
+    // The user's own backend: an ENI of the VPC (CLB has no IP backends).
+    let eni = bed
+        .emulator_post(
+            "enis",
+            json!({"private_ips": ["10.200.0.50"], "vpc_id": VPC_ID}),
+        )
+        .await;
+    let eni_id = eni["network_interface_id"].as_str().unwrap().to_string();
     let hand = Backend {
         key: BackendKey {
-            server_id: "192.0.2.50".into(),
-            ip: "192.0.2.50".into(),
+            server_id: eni_id,
+            ip: "10.200.0.50".into(),
             port: 8080,
         },
-        kind: BackendType::Ip,
+        kind: BackendType::Eni,
         weight: 100,
-        description: "added by hand".into(),
+        description: "added-by-hand".into(),
     };
     clb.add_backends(&group, std::slice::from_ref(&hand))
         .await
@@ -1058,7 +1265,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let has_hand = |backends: &[EmuBackend]| {
         backends
             .iter()
-            .any(|b| b.ip == "192.0.2.50" && b.weight == 100)
+            .any(|b| b.ip == "10.200.0.50" && b.weight == 100)
     };
     assert!(has_hand(&bed.backends().await));
 
@@ -1160,5 +1367,99 @@ async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
     let (_, _, message) = gate_status(&pods[0], "web").unwrap();
     assert!(message.contains("AddServersToServerGroup"), "{message}");
     wait_rollout(&bed, "web", "web", "web", Duration::from_secs(60)).await;
+    bed.cleanup().await;
+}
+
+/// An attached NLB whose listener on the Service port already forwards to another
+/// server group: rollgate registers the pod in its own group, where it turns healthy,
+/// but no gate turns True (the pod would get no traffic), and the reason names the
+/// listener and the group it points at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-listener", 1, fast_emulator(), &[]).await;
+    let mut config = ClientConfig::new("cn-hangzhou");
+    config.scheme = Scheme::Http;
+    config.nlb_endpoint = Some(bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    let nlb = new_client(Product::Nlb, &config, credentials).unwrap();
+    // Made by hand: a TCP listener on 80 that forwards to the user's own group.
+    let lb = nlb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: vec![
+                ZoneVSwitch {
+                    zone_id: "cn-hangzhou-k".into(),
+                    vswitch_id: "vsw-k".into(),
+                },
+                ZoneVSwitch {
+                    zone_id: "cn-hangzhou-j".into(),
+                    vswitch_id: "vsw-j".into(),
+                },
+            ],
+            listeners: vec![ListenerSpec {
+                port: 80,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: "users-own-group".into(),
+            }],
+        })
+        .await
+        .unwrap();
+    let listener_id = lb.listeners[0].listener_id.clone().unwrap();
+    let users_group = lb.listeners[0].server_group_id.clone();
+    bed.create_service(
+        "web",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "the ListenerNotForwarding reason",
+        |s, r| s == "False" && r == "ListenerNotForwarding",
+    )
+    .await;
+    let ip = pod_ip(&pods[0]).unwrap();
+    // The pod is registered and healthy in rollgate's group: only the listener check
+    // holds the gate.
+    wait_for(
+        "rollgate's backend healthy",
+        Duration::from_secs(30),
+        || async {
+            let backends = bed.backends().await;
+            backends
+                .iter()
+                .find(|b| b.ip == ip && b.group != users_group && b.healthy)
+                .map(|_| ())
+                .ok_or(format!("{backends:?}"))
+        },
+    )
+    .await;
+    holds_for("the gate False", Duration::from_secs(4), || async {
+        let pods = bed.app_pods("web").await;
+        match gate_status(&pods[0], "web") {
+            Some((s, r, m)) if s == "False" && r == "ListenerNotForwarding" => {
+                if m.contains(&listener_id) && m.contains(&users_group) {
+                    Ok(())
+                } else {
+                    Err(format!("the message names neither: {m}"))
+                }
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     bed.cleanup().await;
 }

@@ -85,6 +85,7 @@ async fn clean_up_cloud(service: &ServiceSnapshot, ctx: &Context) -> Result<(), 
 /// metrics.
 pub fn forget(service: &ServiceSnapshot, ctx: &Context) {
     ctx.cloud.forget(&service.uid);
+    ctx.placer.forget(&service.uid);
     ctx.poller.forget(&service.key());
     ctx.metrics
         .forget(&service.facts.namespace, &service.facts.name);

@@ -43,9 +43,13 @@ impl Cloud {
         }
     }
 
-    /// IP mode for both products: the pod IP is the server id (Terway ENI/IP mode).
-    pub fn backend_type(&self, _product: Product) -> BackendType {
-        BackendType::Ip
+    /// NLB `Ip` groups take the pod IP as the server id; CLB has no IP type, so its
+    /// backends are servers (`eni`, or `eci` for ECI pods) found by `eni::Placer`.
+    pub fn backend_type(&self, product: Product) -> BackendType {
+        match product {
+            Product::Clb => BackendType::Eni,
+            Product::Nlb => BackendType::Ip,
+        }
     }
 
     fn count<T>(&self, action: &str, result: &Result<T, CloudError>) {
@@ -102,7 +106,19 @@ impl Cloud {
         let reading = self.client(product).read_group(group).await;
         self.count("ReadGroup", &reading);
         let reading = reading?;
+        // Hook (listener check): which group the port's listener really forwards to.
+        let target = self.client(product).listener_server_group(group).await;
+        self.count("DescribeListener", &target);
+        let listener = group.listener_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}:{}",
+                group.listener_protocol.as_api_str(),
+                group.listener_port
+            )
+        });
         Ok(GroupState {
+            listener,
+            listener_target: target?,
             service_port: group.listener_port,
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),

@@ -1,6 +1,7 @@
 //! What every part of the readiness-gate controller shares: its settings (from the
 //! command line), the reconcile's error, and the context a reconcile runs with (stores,
 //! cloud, poller, writer, Events, metrics).
+use std::sync::Arc;
 use std::time::Duration;
 
 use alibaba_lb::Error as CloudError;
@@ -9,6 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
 use super::cloud::Cloud;
+use super::eni::Placer;
 use super::metrics::GateMetrics;
 use super::poller::Poller;
 use super::service::ClassSelection;
@@ -45,6 +47,8 @@ pub struct GateSettings {
     pub classes: ClassSelection,
     pub drain: Duration,
     pub vpc_id: Option<String>,
+    /// The ECS/VPC lookups of CLB ENI backends (`None` in unit tests: nothing is found).
+    pub network: Option<Arc<alibaba_lb::VpcNetwork>>,
     pub concurrency: u16,
     pub poll_fast: Duration,
     pub poll_slow: Duration,
@@ -57,6 +61,8 @@ pub struct Context {
     /// The shared Service store (`crate::watch`).
     pub services: Store<Service>,
     pub cloud: Cloud,
+    /// Pod IP -> ENI/ECI of CLB backends (`eni`).
+    pub placer: Placer,
     pub poller: Poller,
     pub events: Events,
     pub metrics: GateMetrics,
@@ -74,8 +80,6 @@ pub fn test_context(
     pods: &[k8s_openapi::api::core::v1::Pod],
     services: &[Service],
 ) -> Context {
-    use std::sync::Arc;
-
     use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
     use alibaba_lb::Product;
 
@@ -100,6 +104,7 @@ pub fn test_context(
         classes: ClassSelection::Standard,
         drain: Duration::from_secs(10),
         vpc_id: None,
+        network: None,
         concurrency: 1,
         poll_fast: Duration::from_secs(1),
         poll_slow: Duration::from_secs(10),
@@ -109,6 +114,7 @@ pub fn test_context(
         pods: store_of(pods.iter().cloned().map(CachedPod::from)),
         services: store_of(services.iter().cloned()),
         cloud: Cloud::new(clb, nlb, metrics.clone()),
+        placer: Placer::new(None, None, metrics.clone()),
         poller: Poller::new(settings.poll_fast, settings.poll_slow),
         events: Events::new(client, GATES_CONTROLLER_NAME),
         metrics,

@@ -7,6 +7,7 @@
 //! naming a Service that is missing or not a load balancer (`orphans`), letting go of
 //! a Service (`cleanup`), the load balancer spec (`lb_spec`), and the writes to pods
 //! (`conditions`) and to the Service (`service_writes`).
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use super::cleanup;
 use super::cloud::{self, Cloud};
 use super::conditions::write_conditions;
 use super::context::{Context, EVENT_ACTION};
+use super::eni::{self, Placer};
 use super::lb_spec::lb_spec;
 use super::metrics::GateMetrics;
 use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState, PlanInput};
@@ -69,6 +71,11 @@ pub fn start(
         pods: watches.pods(),
         services: services.clone(),
         cloud: Cloud::new(cloud_clients.0, cloud_clients.1, gate_metrics.clone()),
+        placer: Placer::new(
+            settings.network.clone(),
+            settings.vpc_id.clone(),
+            gate_metrics.clone(),
+        ),
         poller: poller.clone(),
         events: Events::new(client, GATES_CONTROLLER_NAME),
         metrics: gate_metrics.clone(),
@@ -187,7 +194,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let looked = tokio::time::Instant::now();
     let observed = observe_cloud(&service, &ctx, product, &spec).await;
     let observed_at = Timestamp::now();
-    let (cloud_state, lb, read_error) = match observed {
+    let (mut cloud_state, lb, mut read_error) = match observed {
         Ok((state, lb)) => (state, Some(lb), None),
         Err(error) => (
             CloudState::Failed(cloud::failure(&error)),
@@ -198,11 +205,24 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let facts = &service.facts;
     let pods = service_pods(&ctx.pods, &service);
     let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();
+    // Where each pod's CLB backend lives (`eni`); a failed lookup holds the gates.
+    let placements = match &cloud_state {
+        CloudState::Ready(_) => match ctx.placer.place(product, &pods).await {
+            Ok(placements) => placements,
+            Err(error) => {
+                cloud_state = CloudState::Failed(cloud::failure(&error));
+                read_error = Some(error);
+                HashMap::new()
+            }
+        },
+        _ => HashMap::new(),
+    };
     let now = Timestamp::now();
     let input = PlanInput {
         service: facts,
         cluster_id: &settings.cluster_id,
         backend_type: ctx.cloud.backend_type(product),
+        placements: &placements,
         pods: &gate_pods,
         cloud: &cloud_state,
         drain: settings.drain,
@@ -233,6 +253,18 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         observed_at,
     )
     .await?;
+    if matches!(cloud_state, CloudState::Ready(_)) {
+        let outside = eni::outside_vpc(&pods, &placements);
+        ctx.placer
+            .warn_outside_vpc(
+                &ctx.events,
+                EVENT_ACTION,
+                &service.uid,
+                &service.reference,
+                &outside,
+            )
+            .await;
+    }
 
     if let CloudState::Ready(groups) = &cloud_state {
         let (ns, name, cluster) = (&facts.namespace, &facts.name, &settings.cluster_id);
@@ -323,6 +355,7 @@ async fn apply_changes(
             "changing backends"
         );
         if let Err(error) = ctx.cloud.apply(product, group, changes).await {
+            ctx.placer.registration_failed(&error, changes);
             return Some(error);
         }
     }

@@ -12,6 +12,7 @@ pub mod cloud;
 pub mod conditions;
 pub mod context;
 pub mod controller;
+pub mod eni;
 pub mod lb_spec;
 pub mod metrics;
 pub mod model;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alibaba_lb::credentials::{default_chain, process_env, CredentialEndpoints};
-use alibaba_lb::{ClientConfig, LoadBalancerBackends, Network, Product, RateLimit};
+use alibaba_lb::{ClientConfig, LoadBalancerBackends, Network, Product, RateLimit, VpcNetwork};
 use clap::{Args, ValueEnum};
 
 use crate::duration_flag::parse_interval;
@@ -51,13 +52,20 @@ pub struct GateArgs {
     /// `host[:port]` replacing the regional NLB endpoint.
     #[arg(long, env = "ALIBABA_CLOUD_NLB_ENDPOINT")]
     pub nlb_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional ECS endpoint (pod IP -> ENI lookups).
+    #[arg(long, env = "ALIBABA_CLOUD_ECS_ENDPOINT")]
+    pub ecs_endpoint: Option<String>,
+    /// `host[:port]` replacing the regional VPC endpoint (the VPC's CIDR blocks).
+    #[arg(long, env = "ALIBABA_CLOUD_VPC_ENDPOINT")]
+    pub vpc_endpoint: Option<String>,
     /// `https`, or `http` for a local emulator only.
     #[arg(long, env = "ROLLGATE_CLOUD_SCHEME", default_value = "https")]
     pub cloud_scheme: alibaba_lb::Scheme,
     /// Cloud calls per second per product (client-side token bucket, bursts of twice that).
     #[arg(long, env = "ROLLGATE_CLOUD_RATE_LIMIT", default_value_t = 10.0)]
     pub cloud_rate_limit: f64,
-    /// VPC of created load balancers (NLB needs it; CLB intranet too).
+    /// The cluster's VPC (`vpc-…`): required with the gates on. CLB backends are the
+    /// ENIs holding pod IPs in this VPC; created load balancers go into it.
     #[arg(long, env = "ROLLGATE_CLOUD_VPC_ID")]
     pub cloud_vpc_id: Option<String>,
     /// This cluster's id in backend descriptions (`k8s/<port>/<svc>/<ns>/<cluster-id>`):
@@ -90,6 +98,9 @@ pub enum CloudNetwork {
     Public,
 }
 
+/// Start-up error when the gates are on without a VPC id.
+pub const MISSING_VPC_ID: &str = "--cloud-vpc-id (ROLLGATE_CLOUD_VPC_ID) is required when the readiness gates are on (--cloud-region is set): CLB backends are the ENIs holding the pod IPs in the cluster's VPC. Find the id (vpc-...) in the ACK console under the cluster's Basic Information (Cluster Resources: VPC), or in the VPC console";
+
 /// The CLB and NLB clients.
 pub type CloudClients = (Arc<dyn LoadBalancerBackends>, Arc<dyn LoadBalancerBackends>);
 
@@ -105,6 +116,9 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
             args.cloud_rate_limit
         );
     }
+    let Some(vpc_id) = args.cloud_vpc_id.clone().filter(|v| !v.is_empty()) else {
+        anyhow::bail!("{}", MISSING_VPC_ID);
+    };
     let mut config = ClientConfig::new(region.clone());
     config.network = match args.cloud_network {
         CloudNetwork::Vpc => Network::Vpc,
@@ -113,6 +127,8 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
     config.scheme = args.cloud_scheme;
     config.clb_endpoint = args.clb_endpoint.clone();
     config.nlb_endpoint = args.nlb_endpoint.clone();
+    config.ecs_endpoint = args.ecs_endpoint.clone();
+    config.vpc_endpoint = args.vpc_endpoint.clone();
     config.rate_limit = RateLimit {
         per_second: args.cloud_rate_limit,
         burst: (args.cloud_rate_limit * 2.0).ceil() as u32,
@@ -120,12 +136,14 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
     let endpoints = CredentialEndpoints::for_region(&region, config.network == Network::Vpc);
     let credentials = default_chain(&process_env(), endpoints)?;
     let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone())?;
+    let network = Arc::new(VpcNetwork::new(&config, credentials.clone())?);
     let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials)?;
     let settings = GateSettings {
         cluster_id: args.cluster_id.clone(),
         classes: args.load_balancer_classes,
         drain: args.gate_drain_time,
-        vpc_id: args.cloud_vpc_id.clone(),
+        vpc_id: Some(vpc_id),
+        network: Some(network),
         concurrency: args.gate_concurrency.max(1),
         poll_fast: args
             .health_poll_fast
@@ -133,4 +151,34 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
         poll_slow: args.health_poll_slow.max(args.health_poll_fast),
     };
     Ok(Some(((clb, nlb), settings)))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        gates: GateArgs,
+    }
+
+    #[test]
+    fn gates_on_without_a_vpc_id_fail_at_start_naming_the_flag_and_where_to_find_it() {
+        let flags = Flags::try_parse_from(["rollgate", "--cloud-region", "cn-hangzhou"]).unwrap();
+        let Err(error) = from_args(&flags.gates) else {
+            panic!("started without --cloud-vpc-id");
+        };
+        let text = error.to_string();
+        assert!(text.contains("--cloud-vpc-id"), "{text}");
+        assert!(text.contains("ROLLGATE_CLOUD_VPC_ID"), "{text}");
+        assert!(text.contains("ACK console"), "{text}");
+        // Gates off: no VPC id needed.
+        let off = Flags::try_parse_from(["rollgate"]).unwrap();
+        if off.gates.cloud_region.is_none() {
+            assert!(from_args(&off.gates).unwrap().is_none());
+        }
+    }
 }

@@ -123,6 +123,11 @@ pub struct GroupState {
     pub backends: Vec<Backend>,
     /// Health by backend; a registered backend missing here has no verdict yet.
     pub health: HashMap<BackendKey, HealthState>,
+    /// The listener on this port, as messages name it (NLB id, or `TCP:80`).
+    pub listener: String,
+    /// The server group that listener forwards to (`None`: no listener on the port).
+    /// Gates turn True only when it is this group: otherwise the pod gets no traffic.
+    pub listener_target: Option<String>,
 }
 
 /// A cloud call that failed, as the condition message shows it.
@@ -144,10 +149,26 @@ pub enum CloudState {
     Failed(CloudFailure),
 }
 
+/// Where a pod's backend lives, by pod IP (`eni::Placer` finds it; CLB only, since
+/// NLB `Ip` groups take the IP itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Register the pod as this server (`eni-…` or `eci-…`) with its IP.
+    Server { kind: BackendType, id: String },
+    /// No ENI holds the IP and it is outside the VPC's CIDR blocks (an overlay IP):
+    /// never registered.
+    OutsideVpc,
+    /// Inside the VPC, but no ENI holds the IP (yet): looked up again next time.
+    NoEni,
+}
+
 pub struct PlanInput<'a> {
     pub service: &'a ServiceFacts,
     pub cluster_id: &'a str,
     pub backend_type: BackendType,
+    /// Pod IP -> where its backend lives, for products that register servers rather
+    /// than IPs (CLB); an IP missing here has [`Placement::NoEni`].
+    pub placements: &'a HashMap<String, Placement>,
     pub pods: &'a [GatePod],
     pub cloud: &'a CloudState,
     /// Time from termination to removal; never past the pod's own deadline.

@@ -80,11 +80,12 @@ fn plan_group(
     let present: HashMap<&BackendKey, &Backend> =
         group.backends.iter().map(|b| (&b.key, b)).collect();
     let owned = |key: &BackendKey| present.get(key).is_some_and(|b| b.description == owner);
-    let backend = |ip: &str, target: u16, weight: u32| Backend {
-        key: backend_key(input.backend_type, ip, target),
-        kind: input.backend_type,
-        weight,
-        description: owner.clone(),
+    // Rollgate's backend of a pod IP and port, whatever server it was registered as.
+    let owned_at = |ip: &str, target: u16| {
+        group
+            .backends
+            .iter()
+            .find(|b| b.description == owner && b.key.ip == ip && b.key.port == target)
     };
 
     // Keys of live, eligible pods: registered, and never removed.
@@ -93,7 +94,24 @@ fn plan_group(
         let (Some(ip), Some(target)) = (pod.ip.as_deref(), pod.resolve(port)) else {
             continue;
         };
-        let b = backend(ip, target, IN_ROTATION_WEIGHT);
+        let Placement::Server { kind, id } = placement(input, ip) else {
+            // Not placeable now (no ENI yet, or outside the VPC): nothing is added, and
+            // a backend registered earlier stays (a failed lookup removes nothing).
+            if let Some(existing) = owned_at(ip, target) {
+                wanted.insert(existing.key.clone());
+            }
+            continue;
+        };
+        let b = Backend {
+            key: BackendKey {
+                server_id: id,
+                ip: ip.to_string(),
+                port: target,
+            },
+            kind,
+            weight: IN_ROTATION_WEIGHT,
+            description: owner.clone(),
+        };
         match present.get(&b.key) {
             None => changes.add.push(b.clone()),
             Some(existing) if owned(&b.key) && existing.weight == 0 => {
@@ -114,7 +132,14 @@ fn plan_group(
         let Some(target) = pod.resolve(port) else {
             continue;
         };
-        let b = backend(ip, target, 0);
+        // Found by IP and port: a terminating pod is not looked up again.
+        let Some(existing) = owned_at(ip, target) else {
+            continue;
+        };
+        let b = Backend {
+            weight: 0,
+            ..existing.clone()
+        };
         if wanted.contains(&b.key) || !owned(&b.key) {
             continue;
         }
@@ -152,10 +177,31 @@ pub fn backend_key(_kind: BackendType, ip: &str, port: u16) -> BackendKey {
     }
 }
 
+/// Where the pod with `ip` is registered: the IP itself for `Ip` groups (NLB), the
+/// looked-up server otherwise (CLB: `eni`/`eci`).
+pub fn placement(input: &PlanInput<'_>, ip: &str) -> Placement {
+    if input.backend_type == BackendType::Ip {
+        return Placement::Server {
+            kind: BackendType::Ip,
+            id: ip.to_string(),
+        };
+    }
+    input
+        .placements
+        .get(ip)
+        .cloned()
+        .unwrap_or(Placement::NoEni)
+}
+
 /// How one backend stands in one group, from worst to best.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum PortVerdict {
+    /// The port's listener forwards to another group (or there is none): `listener`,
+    /// and the group it points at.
+    ListenerElsewhere(String, Option<String>),
     TargetPortMissing(String),
+    OutsideVpc(String),
+    NoEni(String),
     NotRegistered,
     Unhealthy(String),
     Pending,
@@ -210,7 +256,10 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                 }
                 bad => {
                     let reason = match bad {
+                        PortVerdict::ListenerElsewhere(..) => GateReason::ListenerNotForwarding,
                         PortVerdict::TargetPortMissing(_) => GateReason::TargetPortNotFound,
+                        PortVerdict::OutsideVpc(_) => GateReason::PodIpOutsideVpc,
+                        PortVerdict::NoEni(_) => GateReason::EniNotFound,
                         PortVerdict::NotRegistered => GateReason::BackendNotRegistered,
                         PortVerdict::Unhealthy(_) => GateReason::BackendUnhealthy,
                         _ => GateReason::HealthCheckPending,
@@ -254,7 +303,22 @@ fn port_verdict(
     let Some(group) = group else {
         return PortVerdict::NotRegistered;
     };
-    let key = backend_key(input.backend_type, ip, target);
+    // Registered and healthy means nothing if the listener sends the traffic elsewhere.
+    if group.listener_target.as_deref() != Some(group.server_group_id.as_str()) {
+        return PortVerdict::ListenerElsewhere(
+            group.listener.clone(),
+            group.listener_target.clone(),
+        );
+    }
+    let key = match placement(input, ip) {
+        Placement::Server { id, .. } => BackendKey {
+            server_id: id,
+            ip: ip.to_string(),
+            port: target,
+        },
+        Placement::OutsideVpc => return PortVerdict::OutsideVpc(ip.to_string()),
+        Placement::NoEni => return PortVerdict::NoEni(ip.to_string()),
+    };
     if !group.backends.iter().any(|b| b.key == key) {
         return PortVerdict::NotRegistered;
     }
@@ -270,6 +334,11 @@ fn port_verdict(
 fn verdict_text(v: &PortVerdict) -> String {
     match v {
         PortVerdict::TargetPortMissing(name) => format!("targetPort {name} not found in the pod"),
+        PortVerdict::ListenerElsewhere(listener, target) => {
+            reasons::listener_elsewhere(listener, target.as_deref())
+        }
+        PortVerdict::OutsideVpc(ip) => reasons::pod_ip_outside_vpc(ip),
+        PortVerdict::NoEni(ip) => reasons::eni_not_found(ip),
         PortVerdict::NotRegistered => "not registered yet".into(),
         PortVerdict::Unhealthy(code) => format!("unhealthy ({code})"),
         PortVerdict::Pending => "registered, health check pending".into(),

@@ -71,3 +71,38 @@ pub fn port_details<'a>(
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// A pod IP no ENI holds and outside every CIDR block of the VPC.
+pub fn pod_ip_outside_vpc(ip: &str) -> String {
+    format!(
+        "pod IP {ip} is outside the VPC's CIDR blocks (an overlay IP, not a VPC address), so no ENI holds it and the load balancer cannot reach it: not registered. Run the pods on the Terway network (ENI mode) or check --cloud-vpc-id"
+    )
+}
+
+/// A pod IP inside the VPC that no attached ENI holds (yet).
+pub fn eni_not_found(ip: &str) -> String {
+    format!(
+        "no ENI in use in the VPC holds pod IP {ip} yet (DescribeNetworkInterfaces); not registered, looking again"
+    )
+}
+
+/// The Warning Event on a Service whose pods are outside the VPC.
+pub fn pods_outside_vpc(pods: &[String]) -> String {
+    format!(
+        "not registering pods [{}]: their IPs are outside the VPC's CIDR blocks (overlay network), so the load balancer cannot reach them; run them on the Terway network (ENI mode) or check --cloud-vpc-id",
+        pods.join(", ")
+    )
+}
+
+/// The port's listener forwards to another server group than rollgate's (or the port
+/// has no listener): the pod would get no traffic, so no gate turns True.
+pub fn listener_elsewhere(listener: &str, target: Option<&str>) -> String {
+    match target {
+        Some(other) if !other.is_empty() => format!(
+            "listener {listener} forwards to server group {other}, not to this one: the pod would get no traffic from it. Point the listener at this server group (or use another port)"
+        ),
+        _ => format!(
+            "listener {listener} forwards to no vServer group (the default server group) or does not exist: the pod would get no traffic from it"
+        ),
+    }
+}

@@ -221,6 +221,11 @@ pub struct CachedPod {
     pub conditions: Box<[CachedCondition]>,
     pub pod_ip: Option<Box<str>>,
     pub phase: Option<Text>,
+    /// The elastic container instance the pod runs as (its system-set annotation
+    /// `names::ECI_INSTANCE_ID_ANNOTATION`), the one annotation kept: a CLB backend of
+    /// such a pod is that instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eci_instance_id: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -285,7 +290,12 @@ impl From<Pod> for CachedPod {
         };
         let spec = pod.spec.unwrap_or_default();
         let status = pod.status.unwrap_or_default();
+        let eci_instance_id =
+            super::meta::annotation(&pod.metadata, crate::names::ECI_INSTANCE_ID_ANNOTATION)
+                .filter(|id| !id.is_empty())
+                .map(Box::from);
         CachedPod {
+            eci_instance_id,
             metadata: slim_meta(pod.metadata),
             node_name: spec.node_name.filter(|n| !n.is_empty()).map(boxed),
             affinity_node,

@@ -1511,6 +1511,56 @@ impl Drop for EmulatorProcess {
     }
 }
 
+/// The annotation the system sets on pods that run as elastic container instances.
+pub const ECI_INSTANCE_ID_ANNOTATION: &str = "k8s.aliyun.com/eci-instance-id";
+
+/// Gives every pod IP in `namespace` an ENI in the emulator's `vpc_id`, as Terway does
+/// on a real cluster (it attaches the ENI, or a secondary IP of one, before the pod
+/// runs): one `InUse` ENI per pod IP, added once the pod has its IP. Pods that run as
+/// elastic container instances (the annotation above) get none. Polls until aborted.
+pub fn give_pod_ips_enis(
+    client: Client,
+    namespace: &str,
+    emulator: &EmulatorProcess,
+    vpc_id: &str,
+) -> tokio::task::JoinHandle<()> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, namespace);
+    let url = format!("{}/_emulator/enis", emulator.base_url());
+    let vpc_id = vpc_id.to_string();
+    tokio::spawn(async move {
+        let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
+        let mut given: std::collections::HashSet<String> = Default::default();
+        loop {
+            if let Ok(list) = pods.list(&Default::default()).await {
+                for pod in list.items {
+                    let eci = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(ECI_INSTANCE_ID_ANNOTATION));
+                    let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+                        continue;
+                    };
+                    if eci || given.contains(&ip) {
+                        continue;
+                    }
+                    let body = json!({"private_ips": [ip], "vpc_id": vpc_id});
+                    let sent = http
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                        .await;
+                    if sent.is_ok_and(|r| r.status().is_success()) {
+                        given.insert(ip);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 /// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
 

@@ -39,6 +39,11 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
     /// one health report: what a reconcile reads.
     async fn read_group(&self, group: &ServerGroupRef) -> Result<GroupReading>;
 
+    /// The server group the listener in front of `group` (its port and protocol)
+    /// forwards to, as last read (trusted for 30 s); `None` when there is no such
+    /// listener. A gate means something only when this is `group` itself.
+    async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>>;
+
     /// Health of each registered backend as the load balancer sees it.
     async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
         Ok(self.read_group(group).await?.health)

@@ -26,6 +26,8 @@ pub struct ClbClient {
     /// Whether each listener runs health checks, as last read, and when: asked only
     /// while a backend is `unavailable`, which lasts until the first check completes.
     listener_checks: Mutex<HashMap<ListenerKey, (bool, Instant)>>,
+    /// The vServer group each listener forwards to, as last read, and when.
+    listener_groups: Mutex<HashMap<ListenerKey, (String, Instant)>>,
 }
 
 /// A CLB listener: load balancer id, port and protocol.
@@ -144,6 +146,9 @@ struct Empty {}
 struct ListenerAttribute {
     /// `on` or `off`.
     health_check: String,
+    /// The vServer group the listener forwards to (empty: the default server group).
+    #[serde(rename = "VServerGroupId")]
+    v_server_group_id: String,
 }
 
 /// One element of the `BackendServers` JSON parameter.
@@ -203,6 +208,7 @@ impl ClbClient {
             region: config.region.clone(),
             spec: config.clb_spec.clone().filter(|s| !s.is_empty()),
             listener_checks: Mutex::default(),
+            listener_groups: Mutex::default(),
         })
     }
 
@@ -253,6 +259,32 @@ impl ClbClient {
             .unwrap()
             .insert(key, (checks, Instant::now()));
         Ok(checks)
+    }
+
+    /// `Describe…ListenerAttribute` of the listener in front of `group`; a listener
+    /// that does not exist is `None`.
+    async fn listener_attribute(
+        &self,
+        group: &ServerGroupRef,
+    ) -> Result<Option<ListenerAttribute>> {
+        let action = match group.listener_protocol {
+            ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
+            ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
+        };
+        match self
+            .call::<ListenerAttribute>(
+                action,
+                params([
+                    ("LoadBalancerId", group.load_balancer_id.clone()),
+                    ("ListenerPort", group.listener_port.to_string()),
+                ]),
+            )
+            .await
+        {
+            Ok((attribute, _)) => Ok(Some(attribute)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn describe_load_balancer(&self, id: &str) -> Result<LoadBalancerAttribute> {
@@ -469,6 +501,28 @@ impl LoadBalancerBackends for ClbClient {
 
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
         self.describe_vserver_group(group).await
+    }
+
+    async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {
+        let key = (
+            group.load_balancer_id.clone(),
+            group.listener_port,
+            group.listener_protocol,
+        );
+        if let Some((id, at)) = self.listener_groups.lock().unwrap().get(&key) {
+            if at.elapsed() < LISTENER_SETTING_TTL {
+                return Ok(Some(id.clone()));
+            }
+        }
+        let Some(attribute) = self.listener_attribute(group).await? else {
+            return Ok(None);
+        };
+        let id = attribute.v_server_group_id;
+        self.listener_groups
+            .lock()
+            .unwrap()
+            .insert(key, (id.clone(), Instant::now()));
+        Ok(Some(id))
     }
 
     async fn add_backends(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {

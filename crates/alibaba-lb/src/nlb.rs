@@ -2,8 +2,9 @@
 //! they return a JobId that we poll with GetJobStatus until it succeeds; a failed or
 //! timed-out job is an error, never a success. Lists page with NextToken.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -26,7 +27,13 @@ pub struct NlbClient {
     api: ApiClient,
     region: String,
     jobs: JobPolicy,
+    /// Listener id -> the server group it forwards to, as last read, and when.
+    listener_groups: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// How long a listener's server group is trusted before it is read again: a listener
+/// pointed elsewhere holds the gates within this time.
+const LISTENER_GROUP_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]
@@ -187,12 +194,35 @@ fn is_not_found(error: &Error) -> bool {
     matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
 }
 
+/// The NLB form of a server group name: 2 to 128 characters, starting with a letter,
+/// of letters, digits, `.`, `_` and `-` (SDK model of `CreateServerGroup`). The
+/// caller's name (`k8s/<port>/<svc>/<ns>/<cluster>`, the CLB shape) has `/`, which NLB
+/// refuses: every other character becomes `.`, and the result is cut at 128.
+pub fn server_group_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        out.insert_str(0, "k8s.");
+    }
+    out.truncate(128);
+    out
+}
+
 impl NlbClient {
     pub fn new(config: &ClientConfig, credentials: Arc<dyn CredentialProvider>) -> Result<Self> {
         Ok(Self {
             api: ApiClient::new(config, Product::Nlb, credentials)?,
             region: config.region.clone(),
             jobs: config.jobs.clone(),
+            listener_groups: Mutex::default(),
         })
     }
 
@@ -370,22 +400,20 @@ impl NlbClient {
         spec: &LoadBalancerSpec,
         listener: &ListenerSpec,
     ) -> Result<String> {
+        let name = server_group_name(&listener.server_group_name);
         let existing = self
             .paged(
                 "ListServerGroups",
-                params([("ServerGroupNames.1", listener.server_group_name.clone())]),
+                params([("ServerGroupNames.1", name.clone())]),
                 NLB_PAGE_SIZE,
                 |p: ServerGroupPage| (p.server_groups, p.next_token),
             )
             .await?;
-        if let Some(group) = existing
-            .iter()
-            .find(|g| g.server_group_name == listener.server_group_name)
-        {
+        if let Some(group) = existing.iter().find(|g| g.server_group_name == name) {
             return Ok(group.server_group_id.clone());
         }
         let mut form = params([
-            ("ServerGroupName", listener.server_group_name.clone()),
+            ("ServerGroupName", name.clone()),
             // Pod IPs are registered directly (Terway ENI mode).
             ("ServerGroupType", "Ip".to_string()),
             ("Protocol", listener.protocol.as_api_str().to_string()),
@@ -393,7 +421,7 @@ impl NlbClient {
             ("HealthCheckConfig.HealthCheckEnabled", "true".to_string()),
             (
                 "ClientToken",
-                client_token(&["nlb-sg", &self.region, &listener.server_group_name]),
+                client_token(&["nlb-sg", &self.region, &name]),
             ),
         ]);
         if let Some(vpc) = &spec.vpc_id {
@@ -531,6 +559,39 @@ impl LoadBalancerBackends for NlbClient {
         }
     }
 
+    async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {
+        if let Some(id) = &group.listener_id {
+            if let Some((target, at)) = self.listener_groups.lock().unwrap().get(id) {
+                if at.elapsed() < LISTENER_GROUP_TTL {
+                    return Ok(Some(target.clone()));
+                }
+            }
+        }
+        let listeners = self
+            .paged(
+                "ListListeners",
+                params([("LoadBalancerIds.1", group.load_balancer_id.clone())]),
+                NLB_PAGE_SIZE,
+                |p: ListenerPage| (p.listeners, p.next_token),
+            )
+            .await?;
+        let protocol = group.listener_protocol.as_api_str();
+        let Some(listener) = listeners.iter().find(|l| match &group.listener_id {
+            Some(id) => &l.listener_id == id,
+            None => {
+                l.listener_port == group.listener_port
+                    && l.listener_protocol.eq_ignore_ascii_case(protocol)
+            }
+        }) else {
+            return Ok(None);
+        };
+        self.listener_groups.lock().unwrap().insert(
+            listener.listener_id.clone(),
+            (listener.server_group_id.clone(), Instant::now()),
+        );
+        Ok(Some(listener.server_group_id.clone()))
+    }
+
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
         Ok(self
             .servers(group)
@@ -657,6 +718,17 @@ impl LoadBalancerBackends for NlbClient {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn server_group_names_have_the_nlb_shape() {
+        assert_eq!(
+            super::server_group_name("k8s/80/web/default/c1"),
+            "k8s.80.web.default.c1"
+        );
+        assert_eq!(super::server_group_name("80/web"), "k8s.80.web");
+        let long = super::server_group_name(&format!("k8s/{}", "a".repeat(200)));
+        assert_eq!(long.len(), 128);
+    }
+
     use super::*;
 
     #[test]

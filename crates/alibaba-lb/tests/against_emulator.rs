@@ -884,3 +884,49 @@ async fn a_busy_nlb_group_is_retried_until_the_other_change_is_done() {
     let jobs = state["nlb"]["jobs"].as_array().unwrap().len();
     assert!(jobs >= 3, "group and listener jobs plus two adds: {jobs}");
 }
+
+/// Which server group each listener forwards to: its own for a listener the client
+/// made, the other group for a listener that already forwarded elsewhere (attached),
+/// and `None` for a port with no listener; on both products.
+async fn listener_forwarding(product: Product) {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let lb = client(&emu, product, SignatureVersion::V3);
+    let name = format!("fwd-{}", product.api_version().replace('-', ""));
+    let made = lb.ensure_load_balancer(&spec(&name)).await.unwrap();
+    let group = &made.listeners[0];
+    assert_eq!(
+        lb.listener_server_group(group).await.unwrap().as_deref(),
+        Some(group.server_group_id.as_str())
+    );
+    // The same load balancer, attached with another group name for port 80: the
+    // listener stays on the first group, and says so.
+    let mut attached = spec(&name);
+    attached.existing_id = Some(made.id.clone());
+    attached.listeners[0].server_group_name = format!("other-{name}");
+    let again = lb.ensure_load_balancer(&attached).await.unwrap();
+    let other = &again.listeners[0];
+    assert_ne!(other.server_group_id, group.server_group_id);
+    assert_eq!(
+        lb.listener_server_group(other).await.unwrap().as_deref(),
+        Some(group.server_group_id.as_str()),
+        "the listener forwards to the first group, not to {}",
+        other.server_group_id
+    );
+    // No listener on port 81.
+    let absent = ServerGroupRef {
+        listener_port: 81,
+        listener_id: None,
+        ..group.clone()
+    };
+    assert_eq!(lb.listener_server_group(&absent).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn clb_listener_forwarding_is_read_from_the_listener_attribute() {
+    listener_forwarding(Product::Clb).await;
+}
+
+#[tokio::test]
+async fn nlb_listener_forwarding_is_read_from_list_listeners() {
+    listener_forwarding(Product::Nlb).await;
+}

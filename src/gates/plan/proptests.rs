@@ -106,6 +106,8 @@ fn build(model: &Model) -> (ServiceFacts, Vec<GatePod>, CloudState) {
             service_port: service.ports[i].port,
             load_balancer_id: "lb-1".into(),
             server_group_id: format!("rsp-{i}"),
+            listener: format!("TCP:{}", service.ports[i].port),
+            listener_target: Some(format!("rsp-{i}")),
             backends: vec![],
             health: HashMap::new(),
         })
@@ -176,6 +178,7 @@ proptest! {
             service: &service,
             cluster_id: CLUSTER,
             backend_type: BackendType::Ip,
+            placements: &HashMap::new(),
             pods: &pods,
             cloud: &cloud,
             drain: Duration::from_secs(10),

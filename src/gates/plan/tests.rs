@@ -60,6 +60,8 @@ pub(super) fn group(backends: Vec<Backend>, health: &[(&str, HealthState)]) -> G
         service_port: 80,
         load_balancer_id: "lb-1".into(),
         server_group_id: "rsp-1".into(),
+        listener: "TCP:80".into(),
+        listener_target: Some("rsp-1".into()),
         backends,
         health: health
             .iter()
@@ -73,6 +75,7 @@ fn run(service: &ServiceFacts, pods: &[GatePod], cloud: &CloudState) -> GatePlan
         service,
         cluster_id: CLUSTER,
         backend_type: BackendType::Ip,
+        placements: &HashMap::new(),
         pods,
         cloud,
         drain: Duration::from_secs(10),
@@ -151,6 +154,7 @@ fn every_port_must_be_healthy_before_the_gate_turns_true() {
     let mut second = group(vec![], &[]);
     second.service_port = 443;
     second.server_group_id = "rsp-2".into();
+    second.listener_target = Some("rsp-2".into());
     let first = group(
         vec![owned("10.0.0.1", 100)],
         &[("10.0.0.1", HealthState::Healthy)],
@@ -439,4 +443,185 @@ fn gate_names_map_to_services() {
     );
     assert_eq!(service_of_gate("service.readiness.alibabacloud.com/"), None);
     assert_eq!(service_of_gate("example.com/x"), None);
+}
+
+// CLB: pods are registered as the server their IP lives on (ENI or ECI), never as `ip`.
+
+fn run_clb(
+    pods: &[GatePod],
+    cloud: &CloudState,
+    placements: &HashMap<String, Placement>,
+) -> GatePlan {
+    plan(&PlanInput {
+        service: &svc(false),
+        cluster_id: CLUSTER,
+        backend_type: BackendType::Eni,
+        placements,
+        pods,
+        cloud,
+        drain: Duration::from_secs(10),
+        now: at(NOW),
+    })
+}
+
+fn on_eni(ip: &str, eni: &str, weight: u32) -> Backend {
+    Backend {
+        key: BackendKey {
+            server_id: eni.into(),
+            ip: ip.into(),
+            port: 8080,
+        },
+        kind: BackendType::Eni,
+        weight,
+        description: owner_description(80, "web", "ns", CLUSTER),
+    }
+}
+
+fn placed(entries: &[(&str, Placement)]) -> HashMap<String, Placement> {
+    entries
+        .iter()
+        .map(|(ip, p)| (ip.to_string(), p.clone()))
+        .collect()
+}
+
+fn eni(id: &str) -> Placement {
+    Placement::Server {
+        kind: BackendType::Eni,
+        id: id.into(),
+    }
+}
+
+#[test]
+fn clb_registers_eni_and_eci_servers_with_the_pod_ip() {
+    let pods = [pod("a", "10.0.0.1"), pod("b", "10.0.0.2")];
+    let placements = placed(&[
+        ("10.0.0.1", eni("eni-a")),
+        (
+            "10.0.0.2",
+            Placement::Server {
+                kind: BackendType::Eci,
+                id: "eci-b".into(),
+            },
+        ),
+    ]);
+    let cloud = CloudState::Ready(vec![group(vec![], &[])]);
+    let out = run_clb(&pods, &cloud, &placements);
+    assert_eq!(out.changes.len(), 1);
+    let add = &out.changes[0].add;
+    assert_eq!(add.len(), 2, "{add:?}");
+    assert_eq!(add[0], on_eni("10.0.0.1", "eni-a", 100));
+    assert_eq!(add[1].kind, BackendType::Eci);
+    assert_eq!(add[1].key.server_id, "eci-b");
+    assert_eq!(add[1].key.ip, "10.0.0.2");
+    assert!(add.iter().all(|b| b.kind != BackendType::Ip));
+}
+
+#[test]
+fn clb_gate_turns_true_on_the_eni_backend_being_healthy() {
+    let pods = [pod("a", "10.0.0.1")];
+    let placements = placed(&[("10.0.0.1", eni("eni-a"))]);
+    let mut g = group(vec![on_eni("10.0.0.1", "eni-a", 100)], &[]);
+    g.health
+        .insert(on_eni("10.0.0.1", "eni-a", 100).key, HealthState::Healthy);
+    let out = run_clb(&pods, &CloudState::Ready(vec![g]), &placements);
+    assert!(out.changes.is_empty(), "{:?}", out.changes);
+    let w = only_write(&out);
+    assert!(w.status);
+    assert_eq!(w.reason, GateReason::LoadBalancerHealthy);
+}
+
+#[test]
+fn clb_pod_outside_the_vpc_is_not_registered_and_says_why() {
+    let pods = [pod("a", "172.16.0.1")];
+    let placements = placed(&[("172.16.0.1", Placement::OutsideVpc)]);
+    let out = run_clb(
+        &pods,
+        &CloudState::Ready(vec![group(vec![], &[])]),
+        &placements,
+    );
+    assert!(out.changes.is_empty(), "{:?}", out.changes);
+    let w = only_write(&out);
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::PodIpOutsideVpc);
+    assert!(w.message.contains("172.16.0.1"), "{}", w.message);
+    assert!(w.message.contains("CIDR"), "{}", w.message);
+}
+
+#[test]
+fn clb_pod_without_an_eni_waits_and_a_registered_backend_is_kept() {
+    // No ENI found (unknown, or a lookup that lost the IP): nothing is added, and the
+    // backend registered earlier is not removed on that account.
+    let pods = [pod("a", "10.0.0.1"), pod("b", "10.0.0.2")];
+    let placements = HashMap::new();
+    let g = group(vec![on_eni("10.0.0.2", "eni-b", 100)], &[]);
+    let out = run_clb(&pods, &CloudState::Ready(vec![g]), &placements);
+    assert!(out.changes.is_empty(), "{:?}", out.changes);
+    assert_eq!(out.conditions.len(), 2);
+    for w in &out.conditions {
+        assert!(!w.status);
+        assert_eq!(w.reason, GateReason::EniNotFound, "{w:?}");
+    }
+}
+
+#[test]
+fn clb_pod_ip_moved_to_another_eni_is_re_registered() {
+    let pods = [pod("a", "10.0.0.1")];
+    let placements = placed(&[("10.0.0.1", eni("eni-new"))]);
+    let g = group(vec![on_eni("10.0.0.1", "eni-old", 100)], &[]);
+    let out = run_clb(&pods, &CloudState::Ready(vec![g]), &placements);
+    assert_eq!(out.changes.len(), 1);
+    assert_eq!(out.changes[0].add, vec![on_eni("10.0.0.1", "eni-new", 100)]);
+    assert_eq!(
+        out.changes[0].remove,
+        vec![on_eni("10.0.0.1", "eni-old", 100).key]
+    );
+}
+
+#[test]
+fn clb_terminating_pod_drains_its_eni_backend_without_a_lookup() {
+    let mut p = pod("a", "10.0.0.1");
+    p.deletion = Some(Deletion {
+        requested_at: at(NOW - 1),
+        deadline: at(NOW + 30),
+    });
+    let g = group(vec![on_eni("10.0.0.1", "eni-a", 100)], &[]);
+    let out = run_clb(&[p], &CloudState::Ready(vec![g]), &HashMap::new());
+    assert_eq!(out.changes.len(), 1);
+    assert_eq!(out.changes[0].drain, vec![on_eni("10.0.0.1", "eni-a", 0)]);
+    assert!(out.changes[0].remove.is_empty());
+}
+
+#[test]
+fn no_gate_turns_true_while_the_listener_forwards_to_another_group() {
+    let pods = [pod("a", "10.0.0.1")];
+    let mut g = group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    );
+    g.listener = "lsn-1".into();
+    g.listener_target = Some("sgp-other".into());
+    let out = run(&svc(false), &pods, &CloudState::Ready(vec![g.clone()]));
+    let w = only_write(&out);
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::ListenerNotForwarding);
+    assert!(w.message.contains("lsn-1"), "{}", w.message);
+    assert!(w.message.contains("sgp-other"), "{}", w.message);
+    // The control: the same group with the listener pointing at it turns True.
+    g.listener_target = Some("rsp-1".into());
+    let out = run(&svc(false), &pods, &CloudState::Ready(vec![g]));
+    assert!(only_write(&out).status);
+}
+
+#[test]
+fn a_port_without_a_listener_holds_the_gate_too() {
+    let pods = [pod("a", "10.0.0.1")];
+    let mut g = group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    );
+    g.listener_target = None;
+    let out = run(&svc(false), &pods, &CloudState::Ready(vec![g]));
+    let w = only_write(&out);
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::ListenerNotForwarding);
 }
