@@ -30,6 +30,12 @@ pub const ENI_TTL: Duration = Duration::from_secs(60);
 /// hand; ten minutes keeps `DescribeVpcAttribute` to a few calls an hour.
 pub const CIDR_TTL: Duration = Duration::from_secs(600);
 
+/// How long the set of pods outside the VPC must stay the same before the Service's
+/// Event names it. Pods of a rollout turn eligible one after another; the recorder
+/// merges later Events of the same reason into one series that keeps the first note,
+/// so an Event said at the first pod would name only that one.
+pub const OUTSIDE_EVENT_SETTLE: Duration = Duration::from_secs(2);
+
 /// Error codes of a CLB registration that names a server that is not (or no longer)
 /// what rollgate thinks: the cached ENI of those IPs is dropped.
 const UNKNOWN_SERVER_CODES: [&str; 4] = [
@@ -46,6 +52,8 @@ pub struct Placer {
     enis: Mutex<HashMap<String, (String, Instant)>>,
     cidrs: Mutex<Option<(VpcCidrBlocks, Instant)>>,
     said: EventDedup,
+    /// Service uid -> the pods outside the VPC as last seen, and since when.
+    outside: Mutex<HashMap<String, (Vec<String>, Instant)>>,
     metrics: GateMetrics,
 }
 
@@ -102,6 +110,7 @@ impl Placer {
             enis: Mutex::default(),
             cidrs: Mutex::default(),
             said: EventDedup::default(),
+            outside: Mutex::default(),
             metrics,
         }
     }
@@ -234,7 +243,21 @@ impl Placer {
     ) {
         if pods.is_empty() {
             self.said.forget(uid, Topic::Warning);
+            self.outside.lock().unwrap().remove(uid);
             return;
+        }
+        {
+            let mut outside = self.outside.lock().unwrap();
+            let since = match outside.get(uid) {
+                Some((seen, since)) if seen.as_slice() == pods => *since,
+                _ => {
+                    outside.insert(uid.to_string(), (pods.to_vec(), Instant::now()));
+                    return;
+                }
+            };
+            if since.elapsed() < OUTSIDE_EVENT_SETTLE {
+                return; // the next poll (about a second away) looks again
+            }
         }
         let note = reasons::pods_outside_vpc(pods);
         let warning = event(EventType::Warning, POD_IP_OUTSIDE_VPC_EVENT, action, note);
@@ -246,6 +269,7 @@ impl Placer {
     /// The Service is gone: its Event slate goes too.
     pub fn forget(&self, uid: &str) {
         self.said.forget_object(uid);
+        self.outside.lock().unwrap().remove(uid);
     }
 }
 
