@@ -1183,9 +1183,7 @@ async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
 async fn an_attached_load_balancer_and_a_user_backend_survive() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
-    let mut config = ClientConfig::new("cn-hangzhou");
-    config.scheme = Scheme::Http;
-    config.clb_endpoint = Some(bed.emu.endpoint());
+    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
     let credentials: std::sync::Arc<dyn CredentialProvider> =
         std::sync::Arc::new(StaticCredentials(Credentials {
             access_key_id: "emulator-access-key-id".into(),
@@ -1378,9 +1376,7 @@ async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
 async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-listener", 1, fast_emulator(), &[]).await;
-    let mut config = ClientConfig::new("cn-hangzhou");
-    config.scheme = Scheme::Http;
-    config.nlb_endpoint = Some(bed.emu.endpoint());
+    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
     let credentials: std::sync::Arc<dyn CredentialProvider> =
         std::sync::Arc::new(StaticCredentials(Credentials {
             access_key_id: "emulator-access-key-id".into(),

@@ -88,9 +88,7 @@ pub fn test_context(
     use crate::testkit::store_of;
 
     // Never called here; a loopback endpoint all the same.
-    let mut config = alibaba_lb::ClientConfig::new("cn-hangzhou");
-    config.clb_endpoint = Some("127.0.0.1:1".into());
-    config.nlb_endpoint = Some("127.0.0.1:1".into());
+    let config = alibaba_lb::ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:1");
     let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
         access_key_id: "id".into(),
         access_key_secret: "secret".into(),

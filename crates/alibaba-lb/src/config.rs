@@ -164,6 +164,29 @@ impl ClientConfig {
         }
     }
 
+    /// Every service at one local `host:port` over plain HTTP: the emulator, in tests
+    /// and the demo. Every field is spelled out (no `..`), so an endpoint added later
+    /// must be set here too; a service left on its regional endpoint would send a
+    /// test's requests to the real cloud.
+    pub fn for_local_endpoint(region: impl Into<String>, endpoint: &str) -> Self {
+        let base = Self::new(region);
+        Self {
+            region: base.region,
+            network: base.network,
+            scheme: Scheme::Http,
+            clb_endpoint: Some(endpoint.to_string()),
+            nlb_endpoint: Some(endpoint.to_string()),
+            ecs_endpoint: Some(endpoint.to_string()),
+            vpc_endpoint: Some(endpoint.to_string()),
+            clb_spec: base.clb_spec,
+            signature: base.signature,
+            retry: base.retry,
+            rate_limit: base.rate_limit,
+            jobs: base.jobs,
+            request_timeout: base.request_timeout,
+        }
+    }
+
     /// `host[:port]` for the product or service: the override if set, else the
     /// regional one.
     pub fn endpoint_host(&self, service: impl Into<Service>) -> Result<String> {
@@ -205,6 +228,17 @@ impl ClientConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The emulator's config leaves no service on its regional endpoint.
+    #[test]
+    fn a_local_endpoint_takes_every_service() {
+        let config = ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:9");
+        for service in [Service::Clb, Service::Nlb, Service::Ecs, Service::Vpc] {
+            let host = config.endpoint_host(service).unwrap();
+            assert_eq!(host, "127.0.0.1:9", "{service:?}");
+        }
+        assert_eq!(config.scheme, Scheme::Http);
+    }
 
     #[test]
     fn regional_public_and_vpc_endpoints() {

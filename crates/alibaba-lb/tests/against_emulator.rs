@@ -27,12 +27,7 @@ fn fast_emulator() -> EmulatorConfig {
 }
 
 fn client_config(emu: &RunningEmulator, signature: SignatureVersion) -> ClientConfig {
-    let mut config = ClientConfig::new("cn-hangzhou");
-    config.scheme = Scheme::Http;
-    config.clb_endpoint = Some(emu.endpoint());
-    config.nlb_endpoint = Some(emu.endpoint());
-    config.ecs_endpoint = Some(emu.endpoint());
-    config.vpc_endpoint = Some(emu.endpoint());
+    let mut config = ClientConfig::for_local_endpoint("cn-hangzhou", &emu.endpoint());
     config.signature = signature;
     config.retry = RetryPolicy {
         max_attempts: 12,

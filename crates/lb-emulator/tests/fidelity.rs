@@ -17,12 +17,7 @@ const KEY_ID: &str = "emulator-access-key-id";
 const KEY_SECRET: &str = "emulator-access-key-secret";
 
 fn config(emu: &RunningEmulator) -> ClientConfig {
-    let mut config = ClientConfig::new("cn-hangzhou");
-    config.scheme = Scheme::Http;
-    config.clb_endpoint = Some(emu.endpoint());
-    config.nlb_endpoint = Some(emu.endpoint());
-    config.ecs_endpoint = Some(emu.endpoint());
-    config.vpc_endpoint = Some(emu.endpoint());
+    let mut config = ClientConfig::for_local_endpoint("cn-hangzhou", &emu.endpoint());
     // One attempt: a refusal must come back as it is, not be retried.
     config.retry = RetryPolicy {
         max_attempts: 1,
