@@ -141,6 +141,68 @@ async fn the_install_is_accepted_by_the_api_server() {
     }
 }
 
+/// The layout for nodes that run yurthub (`deploy/without-agent`): the full install
+/// without anything of the agent's, every other object the same byte for byte, and
+/// accepted by the API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layout_for_yurthub_nodes_is_the_install_without_the_agent() {
+    let deploy = repo_root().join("deploy");
+    let layout = deploy.join("without-agent");
+    let key = |o: &Value| {
+        format!(
+            "{}/{}/{}",
+            kind_of(o),
+            o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            o["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    };
+    let agent: Vec<String> = kustomize_build(&deploy.join("agent"))
+        .iter()
+        .filter(|o| kind_of(o) != "Namespace")
+        .map(key)
+        .collect();
+    assert!(
+        agent.iter().any(|k| k.starts_with("DaemonSet/")),
+        "{agent:?}"
+    );
+    let full = kustomize_build(&deploy);
+    let without: Vec<Value> = kustomize_build(&layout);
+    let expected: Vec<&Value> = full.iter().filter(|o| !agent.contains(&key(o))).collect();
+    let mut got: Vec<String> = without.iter().map(key).collect();
+    let mut want: Vec<String> = expected.iter().map(|o| key(o)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "the layout is the install minus the agent's objects"
+    );
+    for object in &without {
+        let same = expected.iter().find(|o| key(o) == key(object)).unwrap();
+        assert_eq!(
+            object,
+            *same,
+            "{} differs from the full install",
+            key(object)
+        );
+    }
+    assert!(
+        !got.iter().any(|k| k.starts_with("DaemonSet/")
+            || k.starts_with("ValidatingAdmissionPolicy")
+            || k.contains("rollgate-agent")),
+        "nothing of the agent's: {got:?}"
+    );
+
+    install_base();
+    let dry_run = kubectl(&["apply", "-k", layout.to_str().unwrap(), "--dry-run=server"]);
+    note(format!(
+        "kubectl apply -k deploy/without-agent --dry-run=server:\n{dry_run}"
+    ));
+    assert_eq!(dry_run.lines().count(), without.len(), "{dry_run}");
+    for line in dry_run.lines() {
+        assert!(line.ends_with("(server dry run)"), "{line}");
+    }
+}
+
 /// `kubectl auth can-i --list` of a ServiceAccount, one normalized rule a line, sorted:
 /// columns joined by a single space, so whitespace changes of kubectl do not matter.
 fn can_i_list(namespace: &str, service_account: &str) -> String {

@@ -797,3 +797,302 @@ async fn pre_pull_on_a_node_tainted_for_the_live_pod_only_with_the_annotations_d
     ns.cleanup().await;
     nodes.cleanup().await;
 }
+
+/// What yurthub v1.7.0's `imagepull` writes (OpenYurt `pkg/yurthub/otaupdate/ota.go`,
+/// `PullPodImage`, lines 242-296), reproduced write for write because yurthub itself
+/// cannot join this bed (see the README's OpenYurt section): it reads the pod, upserts
+/// `PodImageReady` with status False, no reason, and the message
+/// `controllerrevision: <hash named by PodNeedUpgrade>` the way
+/// `podutil.UpdatePodCondition` does (a status unchanged keeps its lastTransitionTime),
+/// then sends the whole conditions list as a JSON merge patch of `pods/status` with the
+/// field manager `yurthub-ota`.
+async fn yurthub_image_pull(pods: &Api<Pod>, pod: &str) {
+    let live = pods.get(pod).await.unwrap();
+    let mut conditions = live.status.and_then(|s| s.conditions).unwrap_or_default();
+    let next_hash = conditions
+        .iter()
+        .find(|c| c.type_ == NEED_UPGRADE)
+        .and_then(|c| c.message.clone())
+        .map(|m| m.trim_start_matches("controllerrevision: ").to_string())
+        .unwrap_or_default();
+    let mut request = k8s_openapi::api::core::v1::PodCondition {
+        type_: IMAGE_READY.into(),
+        status: "False".into(),
+        message: Some(format!("controllerrevision: {next_hash}")),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        )),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == IMAGE_READY) {
+        Some(old) => {
+            if old.status == request.status {
+                request.last_transition_time = old.last_transition_time.clone();
+            }
+            *old = request;
+        }
+        None => conditions.push(request),
+    }
+    let patch = json!({"status": {"conditions": conditions}});
+    let params = PatchParams {
+        field_manager: Some("yurthub-ota".into()),
+        ..Default::default()
+    };
+    pods.patch_status(pod, &params, &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("yurthub's imagepull on {pod}: {e}"));
+}
+
+/// yurthub's `upgrade` check of the pre-pull (`checkPodImageReady`, ota.go line 192):
+/// no `PodImageReady`, or True with the hash `PodNeedUpgrade` names.
+fn yurthub_upgrade_accepts(pod: &Pod) -> Result<(), String> {
+    let next_hash = condition_of(pod, NEED_UPGRADE)
+        .map(|(_, _, m)| m.trim_start_matches("controllerrevision: ").to_string())
+        .unwrap_or_default();
+    match condition_of(pod, IMAGE_READY) {
+        None => Ok(()),
+        Some((s, _, m))
+            if s == "True" && m.trim_start_matches("controllerrevision: ") == next_hash =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "image is not ready: {other:?}, next hash {next_hash}"
+        )),
+    }
+}
+
+/// One node, an OTA DaemonSet moved from v1 to v2, and `rollgate controller`: the
+/// pod waits at v1 with `PodNeedUpgrade=True` naming v2.
+struct OneNodeAtV2 {
+    client: kube::Client,
+    nodes: TestNodes,
+    ns: TestNamespace,
+    controller: ControllerProcess,
+    pods: Api<Pod>,
+    jobs: Api<Job>,
+    pod: Pod,
+    v2: String,
+}
+
+impl OneNodeAtV2 {
+    async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let nodes = TestNodes::create(&client, prefix, 1).await;
+        let ns = TestNamespace::new(&client, prefix).await;
+        let controller = ControllerProcess::start_with_env(
+            &ns.name,
+            "image-pull",
+            &[("ROLLGATE_PREPULL_HELPER_IMAGE", MIRRORED_HELPER)],
+        );
+        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
+        let account: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": SERVICE_ACCOUNT}})).unwrap();
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .unwrap();
+        dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
+            .await
+            .unwrap();
+        let v1 = wait_for("the pod at v1", Duration::from_secs(90), || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=edge-agent"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            match list.as_slice() {
+                [p] if condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False") => {
+                    Ok(hash_of(p))
+                }
+                _ => Err(describe_pods(&list)),
+            }
+        })
+        .await;
+        set_images(
+            &dss,
+            "edge-agent",
+            "registry.local/setup:v2",
+            "registry.local/agent:v2",
+        )
+        .await;
+        let v2 = wait_new_revision(&pods, "edge-agent", &[&v1]).await;
+        let pod = pods
+            .list(&ListParams::default().labels("app=edge-agent"))
+            .await
+            .unwrap()
+            .items
+            .remove(0);
+        OneNodeAtV2 {
+            client,
+            nodes,
+            ns,
+            controller,
+            pods,
+            jobs,
+            pod,
+            v2,
+        }
+    }
+
+    fn pod_name(&self) -> String {
+        self.pod.metadata.name.clone().unwrap()
+    }
+
+    /// After a pull request: the Job for v2, then `PodImageReady=True` in the form
+    /// yurthub's `upgrade` accepts.
+    async fn expect_pulled(&self) {
+        let name = self.pod_name();
+        let job = new_job_of(&self.jobs, &self.pod, &[]).await;
+        assert_eq!(
+            job.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(REVISION_LABEL)),
+            Some(&self.v2)
+        );
+        let message = wait_image_ready(&self.pods, &name, "True", "PullImageSuccess").await;
+        note(format!("{IMAGE_READY}=True on {name}: {message}"));
+        let answered = self.pods.get(&name).await.unwrap();
+        yurthub_upgrade_accepts(&answered).expect("yurthub's upgrade accepts rollgate's answer");
+    }
+
+    /// The old pod is gone and its replacement runs v2.
+    async fn expect_upgraded(&self) {
+        let name = self.pod_name();
+        wait_for("the new pod at v2", Duration::from_secs(90), || async {
+            let list = self
+                .pods
+                .list(&ListParams::default().labels("app=edge-agent"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            match list.as_slice() {
+                [p] if p.metadata.name.as_deref() != Some(name.as_str())
+                    && hash_of(p) == self.v2 =>
+                {
+                    Ok(())
+                }
+                _ => Err(describe_pods(&list)),
+            }
+        })
+        .await;
+    }
+
+    async fn cleanup(self) {
+        drop(self.controller);
+        self.ns.cleanup().await;
+        self.nodes.cleanup().await;
+        drop(self.client);
+    }
+}
+
+/// The layout where yurthub serves the node API and rollgate's controller pulls, with
+/// yurthub's write reproduced: imagepull → rollgate's pull Job → `PodImageReady=True` in
+/// the form yurthub's `upgrade` accepts → the upgrade (yurthub deletes the pod).
+#[tokio::test]
+async fn a_yurthub_shaped_pull_request_is_pulled_and_its_upgrade_goes_through() {
+    let bed = OneNodeAtV2::new("yhshape").await;
+    let name = bed.pod_name();
+    yurthub_image_pull(&bed.pods, &name).await;
+    let written = bed.pods.get(&name).await.unwrap();
+    assert_eq!(
+        condition_of(&written, IMAGE_READY),
+        Some((
+            "False".into(),
+            String::new(),
+            format!("controllerrevision: {}", bed.v2)
+        )),
+        "premise: yurthub's request shape, no reason"
+    );
+    assert!(
+        yurthub_upgrade_accepts(&written).is_err(),
+        "yurthub refuses before the pull"
+    );
+    note(format!("yurthub-shaped imagepull of {} on {name}", bed.v2));
+    bed.expect_pulled().await;
+    bed.pods.delete(&name, &Default::default()).await.unwrap();
+    bed.expect_upgraded().await;
+    bed.cleanup().await;
+}
+
+/// The same with yurthub v1.7.0 itself serving the node's API: `imagepull` and
+/// `upgrade` are yurthub's own HTTP answers and writes. And rollgate's agent, started on
+/// the same node by mistake, exits naming yurthub and the layout to use.
+#[tokio::test]
+async fn yurthub_itself_pulls_through_rollgate_and_upgrades_and_the_agent_makes_way() {
+    let Some(binary) = support::yurthub::yurthub_binary() else {
+        note(
+            "SKIPPED: no yurthub binary (set YURTHUB); the yurthub-shaped test covers the request",
+        );
+        return;
+    };
+    let bed = OneNodeAtV2::new("yhreal").await;
+    let name = bed.pod_name();
+    let node = bed.nodes.names[0].clone();
+    let hub = support::yurthub::Yurthub::start(&binary, &node).await;
+    let ns = bed.ns.name.clone();
+
+    // Before the pull, yurthub's upgrade refuses (its own image check).
+    let pull_path = format!("/openyurt.io/v1/namespaces/{ns}/pods/{name}/imagepull");
+    let upgrade_path = format!("/openyurt.io/v1/namespaces/{ns}/pods/{name}/upgrade");
+    let answer = http_request(hub.serve, "POST", &pull_path).await.unwrap();
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (
+            200,
+            format!("Image pre-pull requested for pod {ns}/{name}").as_str()
+        ),
+        "yurthub's imagepull (log {})",
+        hub.log.display()
+    );
+    let written = bed.pods.get(&name).await.unwrap();
+    assert!(
+        condition_managers(&written, IMAGE_READY).contains(&"yurthub-ota".to_string()),
+        "premise: yurthub wrote the request"
+    );
+    bed.expect_pulled().await;
+
+    let answer = http_request(hub.serve, "POST", &upgrade_path)
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (200, format!("Start updating pod {ns}/{name}").as_str()),
+        "yurthub's upgrade accepts rollgate's answer"
+    );
+    bed.expect_upgraded().await;
+
+    // rollgate's agent on yurthub's address: a clear exit, not a crash loop.
+    let out = std::process::Command::new(controller_binary())
+        .args([
+            "agent",
+            "--node-name",
+            &node,
+            "--listen",
+            &hub.serve.to_string(),
+        ])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("ROLLGATE_AGENT_STATE_DIR", temp_dir("agent-beside-yurthub"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the agent must not run beside yurthub"
+    );
+    assert!(
+        stderr.contains("taken by yurthub") && stderr.contains("deploy/without-agent"),
+        "the agent names yurthub and the layout: {stderr}"
+    );
+    note(format!(
+        "rollgate agent on {}: {}",
+        hub.serve,
+        stderr.trim()
+    ));
+    drop(hub);
+    bed.cleanup().await;
+}

@@ -207,7 +207,17 @@ async fn act(app: &AppState, action: Action, uri: &Uri) -> Response {
     match written {
         Ok(()) => {
             tracing::info!(%ns, pod = %name, ?action, revision = %approval.current_hash, "accepted");
-            (StatusCode::OK, checks::success_message(action, ns, name)).into_response()
+            // yurthub sends these plain-text bodies with JSON's content type
+            // (`WriteJSONResponse`); scripts written for it may check the header.
+            (
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                checks::success_message(action, ns, name),
+            )
+                .into_response()
         }
         Err(e) => api_failure(
             ns,
@@ -799,7 +809,7 @@ mod tests {
                 state_dir: String::new(),
             });
             let base = "/openyurt.io/v1/namespaces/default/pods";
-            let (status, _, body) =
+            let (status, headers, body) =
                 call(app.clone(), "POST", &format!("{base}/on-1/imagepull")).await;
             assert_eq!(
                 (status, body.as_str()),
@@ -808,12 +818,15 @@ mod tests {
                     "Image pre-pull requested for pod default/on-1"
                 )
             );
-            let (status, _, body) =
+            // yurthub's content type for the same body.
+            assert_eq!(header(&headers, "content-type"), Some("application/json"));
+            let (status, headers, body) =
                 call(app.clone(), "POST", &format!("{base}/on-1/upgrade")).await;
             assert_eq!(
                 (status, body.as_str()),
                 (StatusCode::OK, "Start updating pod default/on-1")
             );
+            assert_eq!(header(&headers, "content-type"), Some("application/json"));
             let (missing_status, _, missing) =
                 call(app.clone(), "POST", &format!("{base}/gone/upgrade")).await;
             assert_eq!(missing_status, StatusCode::NOT_FOUND);

@@ -6,12 +6,14 @@
 //! - `target`: the namespace and pod name of a POST path, validated before any I/O;
 //! - `checks`: the pure decision whether a POST may act on a pod;
 //! - `api`: the HTTP routes;
+//! - `bind`: the port, and who holds it when it is taken (yurthub, on OpenYurt nodes);
 //! - `error_chain`: an error and its causes in one line, for bodies and logs;
 //! - [`AgentArgs`]: the flags of `rollgate agent`.
 //!
 //! The agent starts serving before it reaches the API server: a node that boots while
 //! cut off still answers `GET /pods` from its saved state.
 pub mod api;
+pub mod bind;
 pub mod checks;
 mod error_chain;
 pub mod persist;
@@ -83,9 +85,7 @@ pub async fn run(args: AgentArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let write_client =
         kube::Client::try_from(write_config(config)).context("building the write client")?;
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding the node API to {}", args.listen))?;
+    let listener = bind::bind(args.listen).await?;
     let bound = listener.local_addr()?;
     tracing::info!(node = %args.node_name, listen = %bound, "node API listening");
 

@@ -328,9 +328,25 @@ struct Request {
     requested_at: String,
 }
 
+/// Whether `condition` asks for a pull. Two node APIs ask:
+/// - rollgate's agent writes `False`, reason `PullImageRequested`;
+/// - yurthub (OpenYurt v1.7.0, `pkg/yurthub/otaupdate/ota.go`, `PullPodImage`, lines
+///   259-290) writes `False` with no reason at all and the same
+///   `controllerrevision: <hash>` message, by a merge patch of the whole conditions list.
+///
+/// Both answers rollgate writes carry a reason (`PullImageSuccess`, `PullImageFail`), so
+/// a reasonless `False` is never one of ours: it can only be a request.
+fn is_pull_request(condition: &ConditionView) -> bool {
+    condition.status == "False"
+        && matches!(
+            condition.reason,
+            None | Some("") | Some(PULL_IMAGE_REQUESTED_REASON)
+        )
+}
+
 fn pending_request(pod: &impl PodFacts) -> Option<Request> {
     let condition = pod.condition(POD_IMAGE_READY_CONDITION)?;
-    if condition.status != "False" || condition.reason != Some(PULL_IMAGE_REQUESTED_REASON) {
+    if !is_pull_request(&condition) {
         return None;
     }
     let hash = condition
@@ -394,6 +410,7 @@ fn outcome(job: &Job) -> Option<Outcome> {
 mod tests {
     use super::*;
     use crate::daemonset::image_pull::job::tests::daemonset;
+    use crate::names::POD_NEED_UPGRADE_CONDITION;
     use crate::testkit::{at, revision, PodBuilder};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::api::core::v1::Pod;
@@ -801,6 +818,98 @@ mod tests {
                 }]
             );
         }
+    }
+
+    /// yurthub's `checkPodImageReady` (OpenYurt v1.7.0, `pkg/yurthub/otaupdate/ota.go`,
+    /// line 192): no `PodImageReady` passes; otherwise it must be True and its message,
+    /// without the `controllerrevision: ` prefix, must be the hash named by
+    /// `PodNeedUpgrade`'s message.
+    fn yurthub_upgrade_accepts(pod: &Pod) -> bool {
+        let conditions = pod.status.as_ref().and_then(|s| s.conditions.clone());
+        let find = |type_: &str| {
+            conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == type_)
+                .cloned()
+        };
+        let next_hash = find(POD_NEED_UPGRADE_CONDITION)
+            .and_then(|c| c.message)
+            .map(|m| m.trim_start_matches("controllerrevision: ").to_string())
+            .unwrap_or_default();
+        match find(POD_IMAGE_READY_CONDITION) {
+            None => true,
+            Some(c) => {
+                c.status == "True"
+                    && c.message
+                        .as_deref()
+                        .map(|m| m.trim_start_matches("controllerrevision: "))
+                        == Some(next_hash.as_str())
+            }
+        }
+    }
+
+    /// yurthub's `imagepull` (the layout where yurthub serves the node API) writes
+    /// `PodImageReady=False` with no reason; that is a request, and the answer is one
+    /// yurthub's `upgrade` accepts.
+    #[test]
+    fn a_yurthub_pull_request_is_pulled_and_its_upgrade_accepts_the_answer() {
+        let ds = daemonset();
+        let need_upgrade = PodCondition {
+            type_: POD_NEED_UPGRADE_CONDITION.into(),
+            status: "True".into(),
+            message: Some("controllerrevision: new".into()),
+            ..Default::default()
+        };
+        // Exactly the condition of ota.go lines 259-263: type, status, message; the
+        // lastTransitionTime comes from podutil.UpdatePodCondition.
+        let yurthub_request = PodCondition {
+            type_: POD_IMAGE_READY_CONDITION.into(),
+            status: "False".into(),
+            message: Some("controllerrevision: new".into()),
+            last_transition_time: Some(Time(at(REQUESTED))),
+            ..Default::default()
+        };
+        let builder = || {
+            PodBuilder::new("agent-x1", &ds)
+                .hash("old")
+                .on_node("edge-1")
+                .with_condition(need_upgrade.clone())
+        };
+        let requested = builder().with_condition(yurthub_request.clone()).build();
+        assert!(
+            !yurthub_upgrade_accepts(&requested),
+            "yurthub refuses before the pull"
+        );
+        let Step::CreateJob { job } = plan(&requested, Some(&ds), &[]).step else {
+            panic!("yurthub's request starts a pull Job");
+        };
+        let mut job = *job;
+        job.metadata.uid = Some("uid-yurthub".into());
+        let done = finished(job, "Complete", "", "");
+        let Step::MarkSucceeded { condition, .. } =
+            plan(&requested, Some(&ds), std::slice::from_ref(&done)).step
+        else {
+            panic!("a finished pull is reported");
+        };
+        let answered = builder().with_condition(condition).build();
+        assert!(
+            yurthub_upgrade_accepts(&answered),
+            "yurthub's upgrade must accept rollgate's answer"
+        );
+        assert_eq!(
+            step_kind(&plan(&answered, Some(&ds), &[done]).step),
+            "nothing"
+        );
+
+        // An empty reason reads the same as none (a client that serialises "").
+        let mut empty_reason = yurthub_request;
+        empty_reason.reason = Some(String::new());
+        let requested = builder().with_condition(empty_reason).build();
+        assert!(matches!(
+            plan(&requested, Some(&ds), &[]).step,
+            Step::CreateJob { .. }
+        ));
     }
 
     #[test]
