@@ -1,11 +1,10 @@
 //! The `rollgate` binary: parse the command line, start the runtime and logging, and
-//! hand over to the mode (`controller`, `agent`, `status`). The modes live in the library.
-use clap::Parser;
-use rollgate::cli::{self, Cli, Command};
+//! hand over to the mode (`controller`, `agent`, `status`, `gates`). The modes live in the library.
+use rollgate::cli::{self, Command};
 use rollgate::{agent, manager, runtime, telemetry};
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     runtime::build(cli.command.workers())?.block_on(async {
         telemetry::init(&cli.logging)?;
         let shutdown = runtime::Shutdown::install();
@@ -13,6 +12,7 @@ fn main() -> anyhow::Result<()> {
             Command::Controller(args) => manager::run(args, shutdown).await,
             Command::Agent(args) => agent::run(args, shutdown).await,
             Command::Status(args) => cli::status::run(args, shutdown).await,
+            Command::Gates(args) => cli::gates::run(args, shutdown).await,
         }
     })
 }

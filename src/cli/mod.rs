@@ -1,14 +1,18 @@
 //! The command line: one clap tree, global logging flags plus one subcommand per mode
-//! (`controller`, `agent`, `status`). Each part owns its flags (`telemetry::LoggingArgs`,
-//! `leader::LeaderArgs`, `gates::GateArgs`, `agent::AgentArgs`); this module puts them
-//! together, and [`status`] is the `rollgate status` command itself.
+//! (`controller`, `agent`, `status`, `gates`). Each part owns its flags
+//! (`telemetry::LoggingArgs`, `leader::LeaderArgs`, `gates::GateArgs`, `agent::AgentArgs`);
+//! this module puts them together. [`status`] and [`gates`] are the commands for people
+//! (also `kubectl rollgate ...`, see `kubectl_plugin_name`), [`output`] their `-o`.
+pub mod gates;
+pub mod output;
 pub mod status;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use self::output::OutputFormat;
 use crate::agent::AgentArgs;
 use crate::duration_flag::parse_interval;
 use crate::gates::GateArgs;
@@ -29,6 +33,28 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// kubectl runs `kubectl-rollgate ARGS` for `kubectl rollgate ARGS`; installed under
+/// that name (a link to this binary), rollgate is its own kubectl plugin.
+pub const KUBECTL_PLUGIN_NAME: &str = "kubectl-rollgate";
+
+/// The name help and errors should use for the program invoked as `argv0`.
+pub fn display_name(argv0: &std::ffi::OsStr) -> Option<&'static str> {
+    let file = std::path::Path::new(argv0).file_name()?;
+    (file == KUBECTL_PLUGIN_NAME).then_some("kubectl rollgate")
+}
+
+/// Parses the command line; as a kubectl plugin, help and errors say `kubectl rollgate`.
+pub fn parse() -> Cli {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    match display_name(&argv0) {
+        Some(name) => {
+            let matches = Cli::command().bin_name(name).name(name).get_matches();
+            Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        }
+        None => Cli::parse(),
+    }
+}
+
 // Parsed once at start; boxing the controller's flags would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
@@ -39,6 +65,8 @@ pub enum Command {
     Agent(AgentArgs),
     /// Show an upgrade's progress (`kubectl rollout status` refuses OnDelete DaemonSets).
     Status(StatusArgs),
+    /// Show the load-balancer readiness gates of a Service's pods, or of one pod.
+    Gates(GatesArgs),
 }
 
 impl Command {
@@ -47,7 +75,7 @@ impl Command {
     pub fn workers(&self) -> Workers {
         match self {
             Command::Controller(_) => Workers::One,
-            Command::Agent(_) | Command::Status(_) => Workers::PerCore,
+            Command::Agent(_) | Command::Status(_) | Command::Gates(_) => Workers::PerCore,
         }
     }
 }
@@ -62,6 +90,21 @@ pub struct StatusArgs {
     /// Keep watching with a progress bar until the rollout completes.
     #[arg(short, long)]
     pub watch: bool,
+    /// `table` for people, `json` or `yaml` for scripts (with --watch: the final state).
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct GatesArgs {
+    /// What to show: `svc/NAME` (every gated pod of the Service) or `pod/NAME`.
+    pub target: String,
+    /// Namespace; defaults to the kubeconfig context's namespace.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// `table` for people, `json` or `yaml` for scripts.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -134,6 +177,45 @@ fn parse_image_reference(value: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn under_the_plugin_name_it_is_kubectl_rollgate() {
+        use std::ffi::OsStr;
+        assert_eq!(
+            display_name(OsStr::new("/home/me/.local/bin/kubectl-rollgate")),
+            Some("kubectl rollgate")
+        );
+        assert_eq!(
+            display_name(OsStr::new("kubectl-rollgate")),
+            Some("kubectl rollgate")
+        );
+        assert_eq!(display_name(OsStr::new("/usr/bin/rollgate")), None);
+        assert_eq!(display_name(OsStr::new("kubectl-rollgate-old")), None);
+    }
+
+    #[test]
+    fn gates_and_status_take_an_output_format() {
+        let cli = Cli::try_parse_from(["rollgate", "gates", "svc/web", "-n", "shop", "-o", "yaml"])
+            .unwrap();
+        let Command::Gates(args) = cli.command else {
+            panic!("gates");
+        };
+        assert_eq!(
+            (args.target.as_str(), args.output),
+            ("svc/web", OutputFormat::Yaml)
+        );
+        let cli = Cli::try_parse_from(["rollgate", "status", "ds/edge", "-o", "json"]).unwrap();
+        let Command::Status(args) = cli.command else {
+            panic!("status");
+        };
+        assert_eq!(args.output, OutputFormat::Json);
+        let err = Cli::try_parse_from(["rollgate", "gates", "svc/web", "-o", "xml"]).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("table") && message.contains("yaml"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

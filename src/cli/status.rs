@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use super::output::print;
 use super::StatusArgs;
 use crate::daemonset::describe::describe;
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
@@ -31,7 +32,7 @@ pub fn parse_target(target: &str) -> anyhow::Result<&str> {
 }
 
 /// One rendering of a rollout's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
     pub lines: Vec<String>,
     pub updated: usize,
@@ -107,6 +108,11 @@ pub fn summarize(
     }
 }
 
+/// The summary for people: its lines.
+fn table(summary: &Summary) -> String {
+    summary.lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
 pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let name = parse_target(&args.target)?.to_string();
     let client = runtime::connect("status").await?;
@@ -149,20 +155,14 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             .collect();
         let summary = summarize(&ds, &revisions, &pods, &nodes);
         let Some(bar) = &bar else {
-            for line in &summary.lines {
-                println!("{line}");
-            }
-            return Ok(());
+            return print(args.output, &summary, table);
         };
         bar.set_length(summary.total as u64);
         bar.set_position(summary.updated as u64);
         bar.set_message(summary.lines.last().cloned().unwrap_or_default());
         if summary.complete {
             bar.finish();
-            for line in &summary.lines {
-                println!("{line}");
-            }
-            return Ok(());
+            return print(args.output, &summary, table);
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}

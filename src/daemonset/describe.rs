@@ -29,6 +29,13 @@ pub fn describe(progress: &Progress) -> String {
         Some(Blocker::CurrentRevisionUnknown) => line.push_str(
             "; waiting: no ControllerRevision or template generation identifies the current revision yet",
         ),
+        // The budget is spent by this step's own replacements: nothing is down yet.
+        Some(Blocker::BudgetExhausted { unavailable }) if unavailable.is_empty() => {
+            line.push_str(&format!(
+                "; replacing pods within the budget of {}, the other candidates wait their turn",
+                p.budget
+            ))
+        }
         Some(Blocker::BudgetExhausted { unavailable }) => line.push_str(&format!(
             "; waiting: the budget of {} is used by unavailable node(s): {}",
             p.budget,
@@ -74,6 +81,27 @@ pub fn describe(progress: &Progress) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_spent_by_this_steps_replacements_names_no_empty_list() {
+        let mut progress = Progress {
+            budget: 1,
+            blocked: Some(Blocker::BudgetExhausted {
+                unavailable: Vec::new(),
+            }),
+            ..Default::default()
+        };
+        let line = describe(&progress);
+        assert!(
+            line.contains("replacing pods within the budget of 1"),
+            "{line}"
+        );
+        assert!(!line.contains("node(s): "), "{line}");
+        progress.blocked = Some(Blocker::BudgetExhausted {
+            unavailable: vec!["edge-1".into()],
+        });
+        assert!(describe(&progress).ends_with("used by unavailable node(s): edge-1"));
+    }
 
     #[test]
     fn nodes_kept_for_placement_are_named_whatever_else_blocks() {
