@@ -119,6 +119,10 @@ pub const ECI_INSTANCE_ID_ANNOTATION: &str = "k8s.aliyun.com/eci-instance-id";
 // Event reasons
 // ---------------------------------------------------------------------------------------
 
+/// Warning: another updater (yurt-manager's daemonpodupdater) deletes this DaemonSet's
+/// pods; rollgate deletes nothing there until it has been quiet.
+pub const ANOTHER_UPDATER_ACTIVE_EVENT: &str = "AnotherUpdaterActive";
+
 /// Warning on a DaemonSet annotated for rollgate whose `updateStrategy` is not OnDelete.
 pub const UPDATE_STRATEGY_NOT_ON_DELETE_EVENT: &str = "UpdateStrategyNotOnDelete";
 /// Warning on a DaemonSet whose update-strategy annotation names no model.

@@ -152,6 +152,13 @@ pub struct ControllerArgs {
     /// OpenYurt's cap, so migrating users lose no speed.
     #[arg(long, env = "ROLLGATE_MAX_DELETIONS_PER_PLAN", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_deletions_per_plan: u32,
+    /// AdvancedRollingUpdate: after another updater (yurt-manager's daemonpodupdater) was
+    /// last seen deleting a DaemonSet's pods, how long rollgate keeps its hands off that
+    /// DaemonSet. yurt-manager re-plans on every pod event, so a running one is seen
+    /// again within seconds; 5 minutes outlasts its requeues without stalling a
+    /// rollout long after it was turned off.
+    #[arg(long, env = "ROLLGATE_OTHER_UPDATER_QUIET", default_value = "5m", value_parser = parse_interval)]
+    pub other_updater_quiet: Duration,
     #[command(flatten)]
     pub leader: LeaderArgs,
     #[command(flatten)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use indicatif::{ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -16,6 +16,7 @@ use kube::{Api, ResourceExt};
 use super::output::print;
 use super::StatusArgs;
 use crate::daemonset::describe::describe;
+use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
 use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
@@ -113,6 +114,40 @@ fn table(summary: &Summary) -> String {
     summary.lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
+/// Another updater's recent deletions on the DaemonSet, read from its Events the way the
+/// controller reads them (`daemonset::other_updater`), judged with the controller's
+/// default quiet period.
+async fn other_updater_line(
+    events: &Api<CoreEvent>,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let quiet = Duration::from_secs(OTHER_UPDATER_DEFAULT_QUIET_SECS);
+    let others = OtherUpdaters::new(quiet);
+    let selector = format!(
+        "{},involvedObject.name={name}",
+        other_updater::field_selector()
+    );
+    for event in events
+        .list(&ListParams::default().fields(&selector))
+        .await?
+        .items
+    {
+        if let Some(sighting) = other_updater::sighting_of(&event) {
+            others.record(sighting);
+        }
+    }
+    Ok(others
+        .active(namespace, name, Timestamp::now())
+        .map(|(sighting, _)| {
+            format!(
+                "held back: {} (last: {})",
+                sighting.explain(quiet),
+                sighting.what
+            )
+        }))
+}
+
 pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let name = parse_target(&args.target)?.to_string();
     let client = runtime::connect("status").await?;
@@ -123,6 +158,7 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let rev_api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let node_api: Api<Node> = Api::all(client.clone());
+    let event_api: Api<CoreEvent> = Api::namespaced(client.clone(), &namespace);
     let mut stop = std::pin::pin!(shutdown.requested());
     let bar = args.watch.then(|| {
         let bar = ProgressBar::new(0);
@@ -153,7 +189,11 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             .into_iter()
             .map(Arc::new)
             .collect();
-        let summary = summarize(&ds, &revisions, &pods, &nodes);
+        let mut summary = summarize(&ds, &revisions, &pods, &nodes);
+        if let Some(line) = other_updater_line(&event_api, &namespace, &name).await? {
+            summary.lines.push(line);
+            summary.complete = false;
+        }
         let Some(bar) = &bar else {
             return print(args.output, &summary, table);
         };

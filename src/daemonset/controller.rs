@@ -16,6 +16,7 @@ use super::describe::{describe, shorten};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
+use super::other_updater::{self, OtherUpdaters};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
 use super::revision::{generation_observed, CurrentRevision};
 use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
@@ -26,9 +27,10 @@ use crate::apply::{
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
-    CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME, OLD_PODS_ON_UNPLACED_NODES_EVENT,
-    POD_NEED_UPGRADE_CONDITION, ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
-    UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
+    ANOTHER_UPDATER_ACTIVE_EVENT, CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME,
+    OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION, ROLLOUT_COMPLETE_EVENT,
+    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
+    WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -48,6 +50,7 @@ pub struct Context {
     expectations: Mutex<Expectations>,
     said: EventDedup,
     limits: RollingLimits,
+    other_updaters: Arc<OtherUpdaters>,
 }
 
 impl Context {
@@ -56,7 +59,17 @@ impl Context {
         self.expectations.lock().unwrap().forget_daemonset(uid);
         self.said.forget_object(uid);
         self.metrics.forget(namespace, name);
+        self.other_updaters.forget(namespace, name);
     }
+}
+
+/// The controller's settings, from its flags.
+pub struct Settings {
+    /// DaemonSets reconciled at the same time.
+    pub concurrency: u16,
+    pub limits: RollingLimits,
+    /// How long rollgate keeps off a DaemonSet after another updater's last sighting.
+    pub other_updater_quiet: Duration,
 }
 
 /// Subscribes to the shared watches and returns the controller, ready to be driven.
@@ -64,13 +77,18 @@ pub fn start(
     watches: &Watches,
     client: Client,
     metrics: &Metrics,
-    concurrency: u16,
-    limits: RollingLimits,
+    settings: Settings,
     leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
+    let Settings {
+        concurrency,
+        limits,
+        other_updater_quiet,
+    } = settings;
     let stores = watches.stores.clone();
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
+    let other_updaters = Arc::new(OtherUpdaters::new(other_updater_quiet));
     let ctx = Arc::new(Context {
         writer: Writer::new(client.clone()),
         stores: stores.clone(),
@@ -79,7 +97,20 @@ pub fn start(
         expectations: Mutex::default(),
         said: EventDedup::default(),
         limits,
+        other_updaters: other_updaters.clone(),
     });
+    // Another updater's deletion re-plans its DaemonSet at once (rollgate steps back).
+    let sightings = watches
+        .events_matching(&other_updater::field_selector())
+        .filter_map(move |event| {
+            let sighting = other_updater::sighting_of(&event);
+            let seen = sighting.map(|s| {
+                let key = ObjectRef::new(&s.daemonset).within(&s.namespace);
+                other_updaters.record(s);
+                key
+            });
+            std::future::ready(seen)
+        });
 
     let ds_for_nodes = stores.daemonsets.clone();
     // Only writes that change what the planners read re-plan (see `triggers`); a pod's
@@ -97,7 +128,8 @@ pub fn start(
                 .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
                 .map(|ds| ObjectRef::from_obj(&*ds))
                 .collect::<Vec<_>>()
-        });
+        })
+        .reconcile_on(sightings);
     let run = Run {
         name: "daemonset-upgrade",
         concurrency,
@@ -179,6 +211,15 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             );
             Ok(Action::await_change())
         }
+        PolicyDecision::Managed(Policy::AdvancedRollingUpdate { .. })
+            if other_updater_active(&ds, &ctx).is_some() =>
+        {
+            let (sighting, left) = other_updater_active(&ds, &ctx).expect("checked above");
+            let message = sighting.explain(ctx.other_updaters.quiet());
+            warn_once(&ds, &ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
+            tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
+            Ok(Action::requeue(left + Duration::from_secs(1)))
+        }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
             ctx.said
                 .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
@@ -195,6 +236,22 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             mark_need_upgrade(&ds, &ctx).await
         }
     }
+}
+
+/// Another updater's last sighting on `ds`, while it counts (see `other_updater`).
+fn other_updater_active(
+    ds: &DaemonSet,
+    ctx: &Context,
+) -> Option<(other_updater::Sighting, Duration)> {
+    let active = ctx.other_updaters.active(
+        &ds.namespace().unwrap_or_default(),
+        &ds.name_any(),
+        Timestamp::now(),
+    );
+    ctx.metrics
+        .daemonsets_with_other_updater
+        .set(ctx.other_updaters.count_active(Timestamp::now()) as i64);
+    active
 }
 
 async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
@@ -478,6 +535,7 @@ mod tests {
             expectations: Mutex::default(),
             said: EventDedup::default(),
             limits: RollingLimits::default(),
+            other_updaters: Arc::new(OtherUpdaters::new(Duration::from_secs(300))),
         }
     }
 

@@ -30,6 +30,7 @@ pub struct DaemonSetMetrics {
     pub pods_deleted: Family<DeletionLabels, Counter>,
     pub reconcile_errors: ErrorCounter,
     pub reconcile_duration: Histogram,
+    pub daemonsets_with_other_updater: Gauge,
 }
 
 impl DaemonSetMetrics {
@@ -42,9 +43,15 @@ impl DaemonSetMetrics {
             reconcile_errors: Family::default(),
             // 1 ms .. ~16 s
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            daemonsets_with_other_updater: Gauge::default(),
         };
         metrics.with_registry(|r| {
             let r = r.sub_registry_with_prefix("rollgate_daemonset");
+            r.register(
+                "other_updater_active",
+                "DaemonSets another updater (yurt-manager's daemonpodupdater) acts on; rollgate deletes nothing there",
+                m.daemonsets_with_other_updater.clone(),
+            );
             r.register(
                 "pods_updated",
                 "Nodes whose pod runs the current revision",

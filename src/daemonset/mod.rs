@@ -14,6 +14,7 @@
 //! - [`triggers`]: which object changes can change a plan;
 //! - [`describe`]: how a rollout's progress reads to people (Events, `rollgate status`);
 //! - [`metrics`]: the controller's Prometheus metrics;
+//! - [`other_updater`]: another updater (yurt-manager's) on the same DaemonSet: step back;
 //! - [`image_pull`]: the OTA image pre-pull with Jobs.
 pub mod controller;
 pub mod describe;
@@ -21,6 +22,7 @@ pub mod expectations;
 pub mod image_pull;
 pub mod metrics;
 pub mod ota_plan;
+pub mod other_updater;
 pub mod placement;
 pub mod policy;
 pub mod revision;

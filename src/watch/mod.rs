@@ -192,6 +192,28 @@ impl Watches {
         })
     }
 
+    /// core/v1 Events matching `field_selector`, in the watched namespaces: a small
+    /// watch of its own for one reader (another updater's Events, see
+    /// `daemonset::other_updater`). Not cached and not part of `synced`: nothing waits
+    /// for it. Errors are retried with the default backoff and logged.
+    pub fn events_matching(
+        &self,
+        field_selector: &str,
+    ) -> impl Stream<Item = k8s_openapi::api::core::v1::Event> + Send + 'static {
+        let api =
+            scoped::<k8s_openapi::api::core::v1::Event>(&self.client, self.namespace.as_deref());
+        watcher(api, watcher::Config::default().fields(field_selector))
+            .default_backoff()
+            .applied_objects()
+            .filter_map(|event| async move {
+                event
+                    .inspect_err(
+                        |error| tracing::warn!(%error, "Events watch error, retrying with backoff"),
+                    )
+                    .ok()
+            })
+    }
+
     /// Drives every watch until shutdown. The stores fill, subscribers get changes.
     pub async fn run(self, shutdown: Shutdown) {
         let cfg = list_config(std::env::var(STREAMING_LISTS_ENV).ok().as_deref());
