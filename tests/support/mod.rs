@@ -6,6 +6,7 @@
 
 pub mod ghost_ready;
 pub mod unavailable;
+pub mod yurt_manager;
 pub mod yurthub;
 
 use std::collections::BTreeMap;
