@@ -70,6 +70,31 @@ impl Bed {
         Ok(api.call::<Value>(action, &query, &[]).await?.body)
     }
 
+    /// A raw signed call without the `RegionId` that `call` adds.
+    async fn call_without_region(
+        &self,
+        service: Service,
+        action: &str,
+        pairs: &[(&str, &str)],
+    ) -> Result<Value> {
+        let api = ApiClient::new(&config(&self.emu), service, credentials()).unwrap();
+        let query: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(api.call::<Value>(action, &query, &[]).await?.body)
+    }
+
+    /// A CLB instance (of `spec`; none: shared-resource) made with a raw call.
+    async fn clb_instance(&self, spec: Option<&str>) -> String {
+        let pairs: Vec<(&str, &str)> = spec.map(|s| ("LoadBalancerSpec", s)).into_iter().collect();
+        let lb = self
+            .call(Service::Clb, "CreateLoadBalancer", &pairs)
+            .await
+            .unwrap();
+        lb["LoadBalancerId"].as_str().unwrap().to_string()
+    }
+
     async fn control(&self, path: &str, body: Value) -> Value {
         let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
         let response = http
@@ -634,6 +659,255 @@ async fn clb_health_of_a_port_with_two_protocols_needs_the_protocol() {
     .unwrap();
 }
 
+#[tokio::test]
+async fn clb_delete_of_an_unknown_load_balancer_is_not_found() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let delete = |id: String| {
+        let bed = &bed;
+        async move {
+            bed.call(
+                Service::Clb,
+                "DeleteLoadBalancer",
+                &[("LoadBalancerId", &id)],
+            )
+            .await
+        }
+    };
+    refused(
+        delete("lb-nosuch".into()).await,
+        400,
+        "InvalidLoadBalancerId.NotFound",
+    );
+    refused(
+        bed.call(Service::Clb, "DeleteLoadBalancer", &[]).await,
+        400,
+        "MissingParameter",
+    );
+    delete(lb.clone()).await.unwrap();
+    // Gone with its listeners: a second delete finds nothing ...
+    refused(
+        delete(lb.clone()).await,
+        400,
+        "InvalidLoadBalancerId.NotFound",
+    );
+    // ... and the client takes that as done (a retried delete is not a failure).
+    let client = bed.client(Product::Clb, None);
+    client.delete_load_balancer(&lb).await.unwrap();
+}
+
+#[tokio::test]
+async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
+    let bed = Bed::new().await;
+    let describe = |id: String| {
+        let bed = &bed;
+        async move {
+            bed.call(
+                Service::Clb,
+                "DescribeLoadBalancerAttribute",
+                &[("LoadBalancerId", &id)],
+            )
+            .await
+        }
+    };
+    refused(
+        describe("lb-nosuch".into()).await,
+        400,
+        "InvalidLoadBalancerId.NotFound",
+    );
+    refused(
+        bed.call(Service::Clb, "DescribeLoadBalancerAttribute", &[])
+            .await,
+        400,
+        "MissingParameter",
+    );
+    // The spec and charge type tell whether ENI/ECI backends are accepted.
+    let shared = describe(bed.clb_instance(None).await).await.unwrap();
+    assert_eq!(shared["LoadBalancerSpec"], "");
+    assert_eq!(shared["InstanceChargeType"], "PayBySpec");
+    let guaranteed = describe(bed.clb_instance(Some("slb.s2.small")).await)
+        .await
+        .unwrap();
+    assert_eq!(guaranteed["LoadBalancerSpec"], "slb.s2.small");
+}
+
+/// `DescribeLoadBalancerTCPListenerAttribute` and its UDP twin: the port is 1 to
+/// 65535, and the listener of that port must be of the action's protocol.
+#[tokio::test]
+async fn clb_listener_attribute_needs_a_port_in_range_and_a_listener_of_its_protocol() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    bed.call(
+        Service::Clb,
+        "CreateLoadBalancerUDPListener",
+        &[
+            ("LoadBalancerId", &lb),
+            ("ListenerPort", "53"),
+            ("Bandwidth", "-1"),
+        ],
+    )
+    .await
+    .unwrap();
+    let attribute = |action: &'static str, port: &'static str| {
+        let (bed, lb) = (&bed, lb.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                action,
+                &[("LoadBalancerId", &lb), ("ListenerPort", port)],
+            )
+            .await
+        }
+    };
+    for action in [
+        "DescribeLoadBalancerTCPListenerAttribute",
+        "DescribeLoadBalancerUDPListenerAttribute",
+    ] {
+        refused(
+            attribute(action, "0").await,
+            400,
+            "InvalidParameter.ListenerPort",
+        );
+        refused(
+            attribute(action, "65536").await,
+            400,
+            "InvalidParameter.ListenerPort",
+        );
+    }
+    refused(
+        attribute("DescribeLoadBalancerTCPListenerAttribute", "53").await,
+        400,
+        "InvalidParameter.ListenerNotFound",
+    );
+    let udp = attribute("DescribeLoadBalancerUDPListenerAttribute", "53")
+        .await
+        .unwrap();
+    assert_eq!(udp["ListenerPort"], 53);
+}
+
+#[tokio::test]
+async fn clb_vserver_groups_need_a_region_and_report_listeners_only_when_asked() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let lb = group.load_balancer_id.as_str();
+    refused(
+        bed.call_without_region(
+            Service::Clb,
+            "DescribeVServerGroups",
+            &[("LoadBalancerId", lb)],
+        )
+        .await,
+        400,
+        "MissingParameter",
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "DescribeVServerGroups",
+            &[("LoadBalancerId", "lb-nosuch")],
+        )
+        .await,
+        400,
+        "InvalidLoadBalancerId.NotFound",
+    );
+    let listeners = |answer: &Value| {
+        answer["VServerGroups"]["VServerGroup"][0]["AssociatedObjects"]["Listeners"]["Listener"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    let plain = bed
+        .call(
+            Service::Clb,
+            "DescribeVServerGroups",
+            &[("LoadBalancerId", lb)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(listeners(&plain), 0, "IncludeListener defaults to false");
+    let with = bed
+        .call(
+            Service::Clb,
+            "DescribeVServerGroups",
+            &[("LoadBalancerId", lb), ("IncludeListener", "true")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(listeners(&with), 1);
+}
+
+#[tokio::test]
+async fn clb_vserver_group_attribute_needs_a_region_and_a_known_group() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let g = group.server_group_id.as_str();
+    refused(
+        bed.call_without_region(
+            Service::Clb,
+            "DescribeVServerGroupAttribute",
+            &[("VServerGroupId", g)],
+        )
+        .await,
+        400,
+        "MissingParameter",
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "DescribeVServerGroupAttribute",
+            &[("VServerGroupId", "rsp-nosuch")],
+        )
+        .await,
+        400,
+        "InvalidParameter.VServerGroupId.NotFound",
+    );
+    // The client sends the region: its reading of the group goes through.
+    assert!(client.list_backends(&group).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn clb_start_listener_of_a_port_with_two_protocols_needs_the_protocol() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    for action in [
+        "CreateLoadBalancerTCPListener",
+        "CreateLoadBalancerUDPListener",
+    ] {
+        bed.call(
+            Service::Clb,
+            action,
+            &[
+                ("LoadBalancerId", &lb),
+                ("ListenerPort", "53"),
+                ("Bandwidth", "-1"),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    let start = |pairs: Vec<(&'static str, &'static str)>| {
+        let (bed, lb) = (&bed, lb.clone());
+        async move {
+            let mut all = vec![("LoadBalancerId", lb.as_str())];
+            all.extend(pairs);
+            bed.call(Service::Clb, "StartLoadBalancerListener", &all)
+                .await
+        }
+    };
+    refused(
+        start(vec![("ListenerPort", "53")]).await,
+        400,
+        "TooManyListeners",
+    );
+    refused(
+        start(vec![("ListenerPort", "0"), ("ListenerProtocol", "tcp")]).await,
+        400,
+        "InvalidParameter.ListenerPort",
+    );
+    start(vec![("ListenerPort", "53"), ("ListenerProtocol", "udp")])
+        .await
+        .unwrap();
+}
+
 // ------------------------------------------------------------------ NLB
 
 /// An Instance-type NLB server group in `vpc` (raw: the client creates Ip groups).
@@ -985,6 +1259,279 @@ async fn nlb_group_takes_one_server_change_at_a_time() {
         .collect();
     client.add_backends(&group, &many).await.unwrap();
     assert_eq!(client.list_backends(&group).await.unwrap().len(), 91);
+}
+
+/// A raw NLB `CreateLoadBalancer`: a valid request without the parameters whose
+/// names start with one of `drop`, and with `extra` replacing or adding values.
+fn nlb_create_pairs<'a>(drop: &[&str], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let base = [
+        ("LoadBalancerName", "k8s-web"),
+        ("LoadBalancerType", "Network"),
+        ("AddressType", "Internet"),
+        ("VpcId", "vpc-emulator"),
+        ("ZoneMappings.1.ZoneId", "cn-hangzhou-h"),
+        ("ZoneMappings.1.VSwitchId", "vsw-h"),
+        ("ZoneMappings.2.ZoneId", "cn-hangzhou-i"),
+        ("ZoneMappings.2.VSwitchId", "vsw-i"),
+    ];
+    let mut pairs: Vec<(&str, &str)> = base
+        .into_iter()
+        .filter(|(k, _)| !drop.iter().any(|d| k.starts_with(d)))
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+        .collect();
+    pairs.extend_from_slice(extra);
+    pairs
+}
+
+/// `Prefix.1` .. `Prefix.n`, each with its own value.
+fn numbered(prefix: &str, value: &str, n: usize) -> Vec<(String, String)> {
+    (1..=n)
+        .map(|i| (format!("{prefix}.{i}"), format!("{value}-{i}")))
+        .collect()
+}
+
+fn as_pairs(owned: &[(String, String)]) -> Vec<(&str, &str)> {
+    owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn nlb_create_load_balancer_needs_address_type_vpc_and_two_to_ten_zones() {
+    let bed = Bed::new().await;
+    let create = |pairs: Vec<(&'static str, &'static str)>| {
+        let bed = &bed;
+        async move { bed.call(Service::Nlb, "CreateLoadBalancer", &pairs).await }
+    };
+    let cases: [(&[&str], &[(&str, &str)], &str); 8] = [
+        (&["AddressType"], &[], "MissingParam.AddressType"),
+        (&[], &[("AddressType", "internet")], "IllegalParam"),
+        (&["VpcId"], &[], "MissingParam.VpcId"),
+        (&["ZoneMappings"], &[], "MissingParam.ZoneMappings"),
+        (&["ZoneMappings.2"], &[], "IllegalParam"),
+        (
+            &["ZoneMappings.2.VSwitchId"],
+            &[],
+            "MissingParam.ZoneMappings.VSwitchId",
+        ),
+        (&[], &[("LoadBalancerName", "1-web")], "IllegalParam"),
+        (&[], &[("LoadBalancerType", "Application")], "IllegalParam"),
+    ];
+    for (drop, extra, code) in cases {
+        refused(create(nlb_create_pairs(drop, extra)).await, 400, code);
+    }
+    let eleven: Vec<(String, String)> = (1..=11)
+        .flat_map(|i| {
+            [
+                (format!("ZoneMappings.{i}.ZoneId"), format!("zone-{i}")),
+                (format!("ZoneMappings.{i}.VSwitchId"), format!("vsw-{i}")),
+            ]
+        })
+        .collect();
+    let mut pairs = nlb_create_pairs(&["ZoneMappings"], &[]);
+    pairs.extend(as_pairs(&eleven));
+    refused(
+        bed.call(Service::Nlb, "CreateLoadBalancer", &pairs).await,
+        400,
+        "IllegalParam",
+    );
+    create(nlb_create_pairs(&[], &[])).await.unwrap();
+    // What the client sends is accepted (the bed's load balancer goes through it).
+    bed.group(Product::Nlb, None).await;
+}
+
+#[tokio::test]
+async fn nlb_delete_of_an_unknown_load_balancer_is_404() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(
+            Service::Nlb,
+            "DeleteLoadBalancer",
+            &[("LoadBalancerId", "nlb-nosuch")],
+        )
+        .await,
+        404,
+        "ResourceNotFound.loadBalancer",
+    );
+    refused(
+        bed.call(Service::Nlb, "DeleteLoadBalancer", &[]).await,
+        400,
+        "MissingParam.LoadBalancerId",
+    );
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    client
+        .delete_load_balancer(&group.load_balancer_id)
+        .await
+        .unwrap();
+    // Deleted: unknown now, and the client takes a second delete as done.
+    refused(
+        bed.call(
+            Service::Nlb,
+            "DeleteLoadBalancer",
+            &[("LoadBalancerId", &group.load_balancer_id)],
+        )
+        .await,
+        404,
+        "ResourceNotFound.loadBalancer",
+    );
+    client
+        .delete_load_balancer(&group.load_balancer_id)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nlb_load_balancer_attribute_of_an_unknown_id_is_404() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(
+            Service::Nlb,
+            "GetLoadBalancerAttribute",
+            &[("LoadBalancerId", "nlb-nosuch")],
+        )
+        .await,
+        404,
+        "ResourceNotFound.loadBalancer",
+    );
+    refused(
+        bed.call(Service::Nlb, "GetLoadBalancerAttribute", &[])
+            .await,
+        400,
+        "MissingParam.LoadBalancerId",
+    );
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    let attribute = bed
+        .call(
+            Service::Nlb,
+            "GetLoadBalancerAttribute",
+            &[("LoadBalancerId", &group.load_balancer_id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(attribute["LoadBalancerStatus"], "Active");
+}
+
+#[tokio::test]
+async fn nlb_job_status_needs_a_known_job_id() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(Service::Nlb, "GetJobStatus", &[]).await,
+        400,
+        "MissingParam.JobId",
+    );
+    refused(
+        bed.call(Service::Nlb, "GetJobStatus", &[("JobId", "job-nosuch")])
+            .await,
+        404,
+        "ResourceNotFound.job",
+    );
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    let job = add_servers(&bed, &group.server_group_id, &[("10.1.20.1", "Ip", "")])
+        .await
+        .unwrap();
+    let status = bed
+        .call(
+            Service::Nlb,
+            "GetJobStatus",
+            &[("JobId", job["JobId"].as_str().unwrap())],
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(status["Status"].as_str(), Some("Processing" | "Succeeded")),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn nlb_listener_health_needs_a_known_listener() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(Service::Nlb, "GetListenerHealthStatus", &[]).await,
+        400,
+        "MissingParam.ListenerId",
+    );
+    refused(
+        bed.call(
+            Service::Nlb,
+            "GetListenerHealthStatus",
+            &[("ListenerId", "lsn-nosuch")],
+        )
+        .await,
+        404,
+        "ResourceNotFound.listener",
+    );
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    let listener = group.listener_id.clone().expect("NLB listeners have ids");
+    refused(
+        bed.call(
+            Service::Nlb,
+            "GetListenerHealthStatus",
+            &[("ListenerId", &listener), ("MaxResults", "101")],
+        )
+        .await,
+        400,
+        "IllegalParam",
+    );
+    // The client's health reading of the group goes through.
+    client.read_group(&group).await.unwrap();
+}
+
+#[tokio::test]
+async fn nlb_list_listeners_takes_at_most_20_ids_and_a_documented_protocol() {
+    let bed = Bed::new().await;
+    let list = |owned: Vec<(String, String)>| {
+        let bed = &bed;
+        async move {
+            bed.call(Service::Nlb, "ListListeners", &as_pairs(&owned))
+                .await
+        }
+    };
+    for prefix in ["LoadBalancerIds", "ListenerIds"] {
+        refused(list(numbered(prefix, "id", 21)).await, 400, "IllegalParam");
+        list(numbered(prefix, "id", 20)).await.unwrap();
+    }
+    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    refused(
+        list(one("ListenerProtocol", "HTTP")).await,
+        400,
+        "IllegalParam",
+    );
+    refused(list(one("MaxResults", "101")).await, 400, "IllegalParam");
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    let found = list(one("LoadBalancerIds.1", &group.load_balancer_id))
+        .await
+        .unwrap();
+    assert_eq!(found["Listeners"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn nlb_list_server_groups_takes_at_most_20_ids_or_names_and_a_documented_type() {
+    let bed = Bed::new().await;
+    let list = |owned: Vec<(String, String)>| {
+        let bed = &bed;
+        async move {
+            bed.call(Service::Nlb, "ListServerGroups", &as_pairs(&owned))
+                .await
+        }
+    };
+    for prefix in ["ServerGroupIds", "ServerGroupNames"] {
+        refused(list(numbered(prefix, "g", 21)).await, 400, "IllegalParam");
+        list(numbered(prefix, "g", 20)).await.unwrap();
+    }
+    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    refused(
+        list(one("ServerGroupType", "Eni")).await,
+        400,
+        "IllegalParam",
+    );
+    refused(list(one("MaxResults", "0")).await, 400, "IllegalParam");
+    bed.group(Product::Nlb, None).await;
+    let ip_groups = list(one("ServerGroupType", "Ip")).await.unwrap();
+    assert_eq!(ip_groups["ServerGroups"].as_array().unwrap().len(), 1);
+    let instance_groups = list(one("ServerGroupType", "Instance")).await.unwrap();
+    assert_eq!(instance_groups["ServerGroups"].as_array().unwrap().len(), 0);
 }
 
 // ------------------------------------------------------------------ ECS / VPC
