@@ -741,6 +741,29 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
         .await
         .unwrap();
     assert_eq!(guaranteed["LoadBalancerSpec"], "slb.s2.small");
+    // The client reads them when it attaches, so rollgate can tell a shared instance.
+    for (spec, takes) in [(None, false), (Some("slb.s1.small"), true)] {
+        let existing = bed.clb_instance(spec).await;
+        let lb = bed
+            .client(Product::Clb, None)
+            .ensure_load_balancer(&LoadBalancerSpec {
+                name: "attached".into(),
+                existing_id: Some(existing),
+                address_type: AddressType::Internet,
+                vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+                zones: vec![],
+                listeners: vec![],
+            })
+            .await
+            .unwrap();
+        let instance = lb.clb_instance.expect("CLB answers carry the instance");
+        assert_eq!(
+            instance.takes_pod_backends(),
+            takes,
+            "{}",
+            instance.describe()
+        );
+    }
 }
 
 /// `DescribeLoadBalancerTCPListenerAttribute` and its UDP twin: the port is 1 to
