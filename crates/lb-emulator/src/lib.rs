@@ -11,6 +11,7 @@
 
 mod auth;
 pub mod config;
+pub mod testing;
 mod world;
 
 use std::collections::{BTreeMap, HashMap};

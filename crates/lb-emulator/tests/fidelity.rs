@@ -10,37 +10,13 @@ use std::time::Duration;
 
 use alibaba_lb::transport::ApiClient;
 use alibaba_lb::*;
+use lb_emulator::testing::{self, credentials};
 use lb_emulator::{EmulatorConfig, RunningEmulator};
 use serde_json::{json, Value};
 
-const KEY_ID: &str = "emulator-access-key-id";
-const KEY_SECRET: &str = "emulator-access-key-secret";
-
+/// One attempt: a refusal must come back as it is, not be retried.
 fn config(emu: &RunningEmulator) -> ClientConfig {
-    let mut config = ClientConfig::for_local_endpoint("cn-hangzhou", &emu.endpoint());
-    // One attempt: a refusal must come back as it is, not be retried.
-    config.retry = RetryPolicy {
-        max_attempts: 1,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(1),
-    };
-    config.rate_limit = RateLimit {
-        per_second: 5000.0,
-        burst: 500,
-    };
-    config.jobs = JobPolicy {
-        poll_interval: Duration::from_millis(10),
-        timeout: Duration::from_secs(5),
-    };
-    config
-}
-
-fn credentials() -> Arc<dyn CredentialProvider> {
-    Arc::new(StaticCredentials(Credentials {
-        access_key_id: KEY_ID.into(),
-        access_key_secret: Secret::new(KEY_SECRET),
-        security_token: None,
-    }))
+    testing::client_config(&emu.endpoint(), 1)
 }
 
 struct Bed {
@@ -97,27 +73,12 @@ impl Bed {
 
     /// Calls of `action` the emulator has answered so far.
     async fn calls(&self, action: &str) -> u64 {
-        let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
-        let response = http
-            .get(format!("{}/_emulator/state", self.emu.base_url()))
-            .send()
-            .await
-            .unwrap();
-        let state: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        let state = testing::control(&self.emu.base_url(), "state", None).await;
         state["stats"]["per_action"][action].as_u64().unwrap_or(0)
     }
 
     async fn control(&self, path: &str, body: Value) -> Value {
-        let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
-        let response = http
-            .post(format!("{}/_emulator/{path}", self.emu.base_url()))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success(), "control {path}");
-        serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+        testing::control(&self.emu.base_url(), path, Some(body)).await
     }
 
     /// An ENI holding `ip` (in `vpc`, `status`); returns its id.
@@ -152,27 +113,11 @@ impl Bed {
     ) -> (Arc<dyn LoadBalancerBackends>, ServerGroupRef) {
         let client = self.client(product, clb_spec);
         let lb = client
-            .ensure_load_balancer(&LoadBalancerSpec {
-                name: format!("fidelity-{}", clb_spec.unwrap_or("shared")),
-                existing_id: None,
-                address_type: AddressType::Internet,
-                vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
-                zones: vec![
-                    ZoneVSwitch {
-                        zone_id: "cn-hangzhou-h".into(),
-                        vswitch_id: "vsw-h".into(),
-                    },
-                    ZoneVSwitch {
-                        zone_id: "cn-hangzhou-i".into(),
-                        vswitch_id: "vsw-i".into(),
-                    },
-                ],
-                listeners: vec![ListenerSpec {
-                    port: 80,
-                    protocol: ListenerProtocol::Tcp,
-                    server_group_name: "k8s-80-fidelity".into(),
-                }],
-            })
+            .ensure_load_balancer(&testing::spec(
+                &format!("fidelity-{}", clb_spec.unwrap_or("shared")),
+                lb_emulator::DEFAULT_VPC_ID,
+                "k8s-80-fidelity",
+            ))
             .await
             .unwrap();
         (client, lb.listeners[0].clone())
