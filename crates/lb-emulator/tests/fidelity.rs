@@ -1302,7 +1302,9 @@ async fn nlb_create_load_balancer_needs_address_type_vpc_and_two_to_ten_zones() 
         let bed = &bed;
         async move { bed.call(Service::Nlb, "CreateLoadBalancer", &pairs).await }
     };
-    let cases: [(&[&str], &[(&str, &str)], &str); 8] = [
+    // (parameters left out, parameters replaced or added, the code expected)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 8] = [
         (&["AddressType"], &[], "MissingParam.AddressType"),
         (&[], &[("AddressType", "internet")], "IllegalParam"),
         (&["VpcId"], &[], "MissingParam.VpcId"),
