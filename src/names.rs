@@ -155,6 +155,8 @@ pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
 pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
 /// Warning on a Service: pods whose IPs are outside the VPC are not registered.
 pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
+/// Warning on a Service: its CLB instance takes no ENI/ECI backends (shared-resource).
+pub const LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT: &str = "LoadBalancerTakesNoPodBackends";
 
 // ---------------------------------------------------------------------------------------
 // Readiness-gate condition reasons
@@ -210,6 +212,10 @@ gate_reasons! {
     /// The listener on a Service port forwards to another server group (named in the
     /// message), so the pod would get no traffic: no gate turns True.
     ListenerNotForwarding,
+    /// The Service's CLB instance is shared-resource (no spec, pay-by-spec): CLB takes
+    /// ENI and ECI backends only on performance-guaranteed instances, so no pod can be
+    /// registered. The message names the instance and its spec.
+    LoadBalancerTakesNoPodBackends,
 }
 
 #[cfg(test)]

@@ -1183,14 +1183,7 @@ async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
 async fn an_attached_load_balancer_and_a_user_backend_survive() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
-    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
-    let credentials: std::sync::Arc<dyn CredentialProvider> =
-        std::sync::Arc::new(StaticCredentials(Credentials {
-            access_key_id: "emulator-access-key-id".into(),
-            access_key_secret: Secret::new("emulator-access-key-secret"),
-            security_token: None,
-        }));
-    let clb = new_client(Product::Clb, &config, credentials).unwrap();
+    let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
             name: "made-by-hand".into(),
@@ -1291,6 +1284,86 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     bed.cleanup().await;
 }
 
+/// A Service attached to a shared-resource CLB instance: every gate says why with a
+/// reason of its own (not a cloud error), nothing is sent to the instance, and the
+/// Service gets one Warning naming it and its spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_service() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-shared", 1, fast_emulator(), &[]).await;
+    // Made by hand without a LoadBalancerSpec: a shared-resource instance, which CLB
+    // never lets take ENI or ECI backends.
+    let mut config = bed.emu.cloud_config();
+    config.clb_spec = None;
+    let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
+    let lb = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "shared-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    let pods = wait_for(
+        "both gates saying LoadBalancerTakesNoPodBackends",
+        Duration::from_secs(60),
+        || async {
+            let pods = bed.app_pods("web").await;
+            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
+            let all = pods.len() == 2
+                && reasons.iter().all(|r| {
+                    r.as_ref().is_some_and(|(s, r, _)| {
+                        s == "False" && r == "LoadBalancerTakesNoPodBackends"
+                    })
+                });
+            if all {
+                Ok(pods)
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        },
+    )
+    .await;
+    for pod in &pods {
+        let (_, _, message) = gate_status(pod, "web").unwrap();
+        for part in [lb.id.as_str(), "no LoadBalancerSpec", "slb.s1.small"] {
+            assert!(message.contains(part), "{message}");
+        }
+    }
+    // Several polls later: nothing was registered (nor tried: no refused adds), and
+    // the Service has one Warning naming the instance, its spec and the fix.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let backends = bed.backends().await;
+    assert!(backends.is_empty(), "{backends:?}");
+    let stats = bed.emulator("state").await;
+    let adds = stats["stats"]["per_action"]["AddVServerGroupBackendServers"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(adds, 0, "rollgate tried to add pods to a shared instance");
+    let records = event_records(&bed.client, &bed.ns.name, "web").await;
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "LoadBalancerTakesNoPodBackends")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{records:?}");
+    assert_eq!(warnings[0].occurrences, 1, "{records:?}");
+    for part in [lb.id.as_str(), "no LoadBalancerSpec", "slb.s1.small"] {
+        assert!(warnings[0].note.contains(part), "{}", warnings[0].note);
+    }
+    bed.cleanup().await;
+}
+
 /// The controller SIGKILLed mid-rollout: after a restart it converges, and no backend
 /// is left for a pod that no longer exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1376,14 +1449,7 @@ async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
 async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-listener", 1, fast_emulator(), &[]).await;
-    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
-    let credentials: std::sync::Arc<dyn CredentialProvider> =
-        std::sync::Arc::new(StaticCredentials(Credentials {
-            access_key_id: "emulator-access-key-id".into(),
-            access_key_secret: Secret::new("emulator-access-key-secret"),
-            security_token: None,
-        }));
-    let nlb = new_client(Product::Nlb, &config, credentials).unwrap();
+    let nlb = bed.emu.cloud_client(Product::Nlb);
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
@@ -1391,16 +1457,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
             existing_id: None,
             address_type: AddressType::Internet,
             vpc_id: Some(VPC_ID.into()),
-            zones: vec![
-                ZoneVSwitch {
-                    zone_id: "cn-hangzhou-k".into(),
-                    vswitch_id: "vsw-k".into(),
-                },
-                ZoneVSwitch {
-                    zone_id: "cn-hangzhou-j".into(),
-                    vswitch_id: "vsw-j".into(),
-                },
-            ],
+            zones: lb_emulator::testing::two_zones(),
             listeners: vec![ListenerSpec {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,

@@ -1,7 +1,7 @@
 //! Observe and apply, cloud side: one client per product, the load balancer of each
 //! Service (remembered between reconciles), server groups read into the plan's view,
 //! and the plan's backend changes sent in batches. Every call is counted by action and
-//! result.
+//! result. Also the Service's Warning when its CLB instance takes no pod backends.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -9,9 +9,14 @@ use alibaba_lb::{
     BackendType, Error as CloudError, LoadBalancer, LoadBalancerBackends, LoadBalancerSpec,
     Product, ServerGroupRef,
 };
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::EventType;
 
 use super::metrics::GateMetrics;
 use super::model::{CloudFailure, GroupChanges, GroupState};
+use super::reasons;
+use crate::apply::{event, EventDedup, Events, Topic};
+use crate::names::LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT;
 
 /// The clients, and what each Service's load balancer looked like when last ensured.
 pub struct Cloud {
@@ -20,6 +25,8 @@ pub struct Cloud {
     /// Service uid -> (the spec it was ensured for, the answer).
     ensured: Mutex<HashMap<String, (LoadBalancerSpec, LoadBalancer)>>,
     metrics: GateMetrics,
+    /// Warnings said about each Service's load balancer (one per instance state).
+    said: EventDedup,
 }
 
 impl Cloud {
@@ -33,6 +40,7 @@ impl Cloud {
             nlb,
             ensured: Mutex::default(),
             metrics,
+            said: EventDedup::default(),
         }
     }
 
@@ -69,7 +77,13 @@ impl Cloud {
         spec: &LoadBalancerSpec,
     ) -> Result<LoadBalancer, CloudError> {
         if let Some((known, lb)) = self.ensured.lock().unwrap().get(uid) {
-            if known == spec {
+            // An instance that takes no pod backends is looked at again each time: its
+            // spec can be changed in place, and the gates should follow at once.
+            let usable = lb
+                .clb_instance
+                .as_ref()
+                .is_none_or(|i| i.takes_pod_backends());
+            if known == spec && usable {
                 return Ok(lb.clone());
             }
         }
@@ -86,6 +100,32 @@ impl Cloud {
     /// Drops what was remembered of a Service (deleted, or its groups must be re-found).
     pub fn forget(&self, uid: &str) {
         self.ensured.lock().unwrap().remove(uid);
+    }
+
+    /// One Warning on the Service while its CLB instance takes no pod backends
+    /// (`instance`: its spec, `None` once it takes them, which clears the slate).
+    pub async fn warn_no_pod_backends(
+        &self,
+        events: &Events,
+        action: &str,
+        uid: &str,
+        reference: &ObjectReference,
+        refused: Option<(&str, &str)>,
+    ) {
+        let Some((load_balancer_id, instance)) = refused else {
+            self.said.forget(uid, Topic::Warning);
+            return;
+        };
+        let note = reasons::service_load_balancer_takes_no_pod_backends(load_balancer_id, instance);
+        let warning = event(
+            EventType::Warning,
+            LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT,
+            action,
+            note,
+        );
+        events
+            .publish_once(&self.said, uid, Topic::Warning, reference, warning)
+            .await;
     }
 
     pub async fn delete(&self, product: Product, load_balancer_id: &str) -> Result<(), CloudError> {

@@ -253,6 +253,22 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         observed_at,
     )
     .await?;
+    let refused = match &cloud_state {
+        CloudState::PodBackendsRefused {
+            load_balancer_id,
+            instance,
+        } => Some((load_balancer_id.as_str(), instance.as_str())),
+        _ => None,
+    };
+    ctx.cloud
+        .warn_no_pod_backends(
+            &ctx.events,
+            EVENT_ACTION,
+            &service.uid,
+            &service.reference,
+            refused,
+        )
+        .await;
     if matches!(cloud_state, CloudState::Ready(_)) {
         let outside = eni::outside_vpc(&pods, &placements);
         ctx.placer
@@ -277,7 +293,9 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         );
     }
     let listeners = lb.as_ref().map_or(1, |lb| lb.listeners.len());
-    let busy = decided.pending_gates > 0 || !decided.changes.is_empty() || apply_error.is_some();
+    // Waiting on a user's fix (the instance's spec) is not worth a fast poll.
+    let busy = refused.is_none()
+        && (decided.pending_gates > 0 || !decided.changes.is_empty() || apply_error.is_some());
     ctx.poller
         .polled(service.key(), product, listeners, busy, looked);
     if let Some(error) = apply_error.or(read_error) {
@@ -317,6 +335,16 @@ async fn observe_cloud(
         ));
     };
     publish_address(service, ctx, &address).await;
+    // A CLB instance that refuses ENI/ECI backends: nothing to read or register.
+    if let Some(instance) = lb.clb_instance.as_ref().filter(|i| !i.takes_pod_backends()) {
+        return Ok((
+            CloudState::PodBackendsRefused {
+                load_balancer_id: lb.id.clone(),
+                instance: instance.describe(),
+            },
+            lb,
+        ));
+    }
     let mut groups: Vec<GroupState> = Vec::with_capacity(lb.listeners.len());
     for listener in &lb.listeners {
         match ctx.cloud.read_group(product, listener).await {

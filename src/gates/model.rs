@@ -147,6 +147,12 @@ pub enum CloudState {
     NotReady { load_balancer_id: Option<String> },
     /// Reading the groups failed; nothing is changed and no gate moves.
     Failed(CloudFailure),
+    /// The CLB instance takes no pod (ENI/ECI) backends: nothing can be registered.
+    PodBackendsRefused {
+        load_balancer_id: String,
+        /// Its spec and charge type, as messages show them.
+        instance: String,
+    },
 }
 
 /// Where a pod's backend lives, by pod IP (`eni::Placer` finds it; CLB only, since

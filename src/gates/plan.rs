@@ -41,6 +41,16 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
             out.pending_gates = pending_after(input, &out.conditions);
             return out;
         }
+        CloudState::PodBackendsRefused {
+            load_balancer_id,
+            instance,
+        } => {
+            let message = reasons::load_balancer_takes_no_pod_backends(load_balancer_id, instance);
+            let reason = GateReason::LoadBalancerTakesNoPodBackends;
+            out.conditions = hold_gates(input, reason, &message);
+            out.pending_gates = pending_after(input, &out.conditions);
+            return out;
+        }
     };
     let ports: BTreeMap<u16, &ServicePort> =
         input.service.ports.iter().map(|p| (p.port, p)).collect();

@@ -106,3 +106,23 @@ pub fn listener_elsewhere(listener: &str, target: Option<&str>) -> String {
         ),
     }
 }
+
+/// What to do about a CLB instance that takes no ENI/ECI backends.
+const NO_POD_BACKENDS_FIX: &str = "give it a LoadBalancerSpec (e.g. slb.s1.small: ModifyLoadBalancerInstanceSpec, or the console's \"change specification\"), switch it to pay-by-CLCU, or attach another instance";
+
+/// The gate of a pod behind a CLB instance that refuses ENI/ECI backends.
+pub fn load_balancer_takes_no_pod_backends(load_balancer_id: &str, instance: &str) -> String {
+    format!(
+        "load balancer {load_balancer_id} is a shared-resource CLB instance ({instance}): CLB takes ENI and ECI backends only on performance-guaranteed instances, so this pod cannot be registered; {NO_POD_BACKENDS_FIX}"
+    )
+}
+
+/// The Warning Event on the Service.
+pub fn service_load_balancer_takes_no_pod_backends(
+    load_balancer_id: &str,
+    instance: &str,
+) -> String {
+    format!(
+        "CLB instance {load_balancer_id} ({instance}) is shared-resource and takes no ENI/ECI backends, so no pod of this Service can be registered and no readiness gate turns True; {NO_POD_BACKENDS_FIX}"
+    )
+}

@@ -1500,6 +1500,21 @@ impl EmulatorProcess {
         format!("http://{}", self.addr)
     }
 
+    /// A client configuration for this emulator (the shared test one), for a test
+    /// that needs to change a setting before building its client.
+    pub fn cloud_config(&self) -> alibaba_lb::ClientConfig {
+        lb_emulator::testing::client_config(&self.endpoint(), 4)
+    }
+
+    /// A cloud client of `product` for this emulator, for what a test makes by hand
+    /// (a user's load balancer, listener or backend).
+    pub fn cloud_client(
+        &self,
+        product: alibaba_lb::Product,
+    ) -> std::sync::Arc<dyn alibaba_lb::LoadBalancerBackends> {
+        lb_emulator::testing::client(&self.endpoint(), product, 4)
+    }
+
     pub fn stop(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -105,6 +105,8 @@ struct LoadBalancerAttribute {
     load_balancer_id: String,
     address: String,
     listener_ports_and_protocol: ListenerList,
+    load_balancer_spec: String,
+    instance_charge_type: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -482,6 +484,10 @@ impl LoadBalancerBackends for ClbClient {
             address: Some(attribute.address).filter(|a| !a.is_empty()),
             created,
             listeners,
+            clb_instance: Some(ClbInstance {
+                spec: attribute.load_balancer_spec,
+                charge_type: attribute.instance_charge_type,
+            }),
         })
     }
 

@@ -87,6 +87,45 @@ pub struct LoadBalancer {
     /// We created it in this call (so we own its deletion).
     pub created: bool,
     pub listeners: Vec<ServerGroupRef>,
+    /// CLB only: the instance's spec and charge type, which decide whether it takes
+    /// pod (ENI/ECI) backends at all. `None` for NLB (every NLB takes IP servers).
+    pub clb_instance: Option<ClbInstance>,
+}
+
+/// A CLB instance's `LoadBalancerSpec` and `InstanceChargeType`, as
+/// `DescribeLoadBalancerAttribute` reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClbInstance {
+    /// `slb.s1.small` ... `slb.s3.large`; empty for a shared-resource instance.
+    pub spec: String,
+    /// `PayBySpec` or `PayByCLCU`.
+    pub charge_type: String,
+}
+
+impl ClbInstance {
+    /// CLB accepts ENI and ECI backends only on performance-guaranteed instances: a
+    /// pay-by-spec instance with a spec, or a pay-by-CLCU one (which has no spec). A
+    /// pay-by-spec instance without a spec is shared-resource and refuses them.
+    pub fn takes_pod_backends(&self) -> bool {
+        !self.spec.is_empty() || self.charge_type == "PayByCLCU"
+    }
+
+    /// `LoadBalancerSpec slb.s1.small, PayBySpec` or `no LoadBalancerSpec (shared-resource), PayBySpec`.
+    pub fn describe(&self) -> String {
+        let charge = if self.charge_type.is_empty() {
+            "PayBySpec"
+        } else {
+            self.charge_type.as_str()
+        };
+        if self.spec.is_empty() {
+            format!("no LoadBalancerSpec, InstanceChargeType {charge}")
+        } else {
+            format!(
+                "LoadBalancerSpec {}, InstanceChargeType {charge}",
+                self.spec
+            )
+        }
+    }
 }
 
 /// ENI (pod IP on a Terway ENI), IP, a whole ECS instance, or an elastic container

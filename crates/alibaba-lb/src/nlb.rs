@@ -543,6 +543,7 @@ impl LoadBalancerBackends for NlbClient {
             address: Some(attribute.dns_name).filter(|a| !a.is_empty()),
             created,
             listeners: groups,
+            clb_instance: None,
         })
     }
 

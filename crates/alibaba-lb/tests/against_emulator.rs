@@ -13,8 +13,7 @@ use alibaba_lb::*;
 use lb_emulator::{EmulatorConfig, RunningEmulator};
 use serde_json::{json, Value};
 
-const KEY_ID: &str = "emulator-access-key-id";
-const KEY_SECRET: &str = "emulator-access-key-secret";
+use lb_emulator::testing::{self, KEY_SECRET};
 
 fn fast_emulator() -> EmulatorConfig {
     EmulatorConfig {
@@ -27,30 +26,13 @@ fn fast_emulator() -> EmulatorConfig {
 }
 
 fn client_config(emu: &RunningEmulator, signature: SignatureVersion) -> ClientConfig {
-    let mut config = ClientConfig::for_local_endpoint("cn-hangzhou", &emu.endpoint());
+    let mut config = testing::client_config(&emu.endpoint(), 12);
     config.signature = signature;
-    config.retry = RetryPolicy {
-        max_attempts: 12,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(80),
-    };
-    config.rate_limit = RateLimit {
-        per_second: 2000.0,
-        burst: 200,
-    };
-    config.jobs = JobPolicy {
-        poll_interval: Duration::from_millis(15),
-        timeout: Duration::from_secs(5),
-    };
     config
 }
 
 fn static_credentials(secret: &str) -> Arc<dyn CredentialProvider> {
-    Arc::new(StaticCredentials(Credentials {
-        access_key_id: KEY_ID.into(),
-        access_key_secret: Secret::new(secret),
-        security_token: None,
-    }))
+    testing::credentials_with_secret(secret)
 }
 
 fn client(
@@ -67,48 +49,11 @@ fn client(
 }
 
 async fn control(emu: &RunningEmulator, path: &str, body: Option<Value>) -> Value {
-    // The crate's own builder installs the TLS crypto provider; a bare
-    // `reqwest::Client::new()` here panicked whenever this ran before any client was built.
-    let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
-    let url = format!("{}/_emulator/{path}", emu.base_url());
-    let request = match body {
-        Some(body) => http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-        None => http.get(url),
-    };
-    let response = request.send().await.unwrap();
-    assert!(
-        response.status().is_success(),
-        "control {path}: {}",
-        response.status()
-    );
-    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+    testing::control(&emu.base_url(), path, body).await
 }
 
 fn spec(name: &str) -> LoadBalancerSpec {
-    LoadBalancerSpec {
-        name: name.into(),
-        existing_id: None,
-        address_type: AddressType::Internet,
-        vpc_id: Some("vpc-test".into()),
-        zones: vec![
-            ZoneVSwitch {
-                zone_id: "cn-hangzhou-h".into(),
-                vswitch_id: "vsw-h".into(),
-            },
-            ZoneVSwitch {
-                zone_id: "cn-hangzhou-i".into(),
-                vswitch_id: "vsw-i".into(),
-            },
-        ],
-        listeners: vec![ListenerSpec {
-            port: 80,
-            protocol: ListenerProtocol::Tcp,
-            server_group_name: format!("k8s-80-{name}"),
-        }],
-    }
+    testing::spec(name, "vpc-test", &format!("k8s-80-{name}"))
 }
 
 /// `count` pod backends. CLB ones are ENI backends the way a Terway cluster needs

@@ -128,10 +128,28 @@ def clb_flow(slb, label, endpoint):
             region_id=REGION, load_balancer_id=lb_id, listener_port=80, listener_protocol="tcp"))
     start_listener()
 
+    @check(f"[{label}] CLB DescribeLoadBalancerTCPListenerAttribute / UDP (none on 80)")
+    def listener_attribute():
+        body = slb.describe_load_balancer_tcplistener_attribute(
+            slb_models.DescribeLoadBalancerTCPListenerAttributeRequest(
+                region_id=REGION, load_balancer_id=lb_id, listener_port=80)).body
+        expect(body.vserver_group_id == group_id and body.status == "running",
+               "TCP listener attribute mismatch")
+        try:
+            slb.describe_load_balancer_udplistener_attribute(
+                slb_models.DescribeLoadBalancerUDPListenerAttributeRequest(
+                    region_id=REGION, load_balancer_id=lb_id, listener_port=80))
+        except Exception as exc:  # the SDK raises the cloud's error
+            expect("NotFound" in error_code(exc), f"unexpected error {exc!r}")
+        else:
+            raise AssertionError("a UDP attribute of a TCP-only port was answered")
+    listener_attribute()
+
     @check(f"[{label}] CLB DescribeVServerGroups")
     def groups():
+        # Listeners are reported only when asked for (IncludeListener defaults to false).
         body = slb.describe_vserver_groups(slb_models.DescribeVServerGroupsRequest(
-            region_id=REGION, load_balancer_id=lb_id)).body
+            region_id=REGION, load_balancer_id=lb_id, include_listener=True)).body
         found = body.vserver_groups.vserver_group
         expect(len(found) == 1 and found[0].vserver_group_id == group_id, "group not listed")
         listeners = found[0].associated_objects.listeners.listener

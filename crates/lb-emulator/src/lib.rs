@@ -8,9 +8,13 @@
 //! timeline, mark backends unhealthy, set fault and job-outcome rates, and fill the
 //! emulated VPC: its CIDR blocks (`vpcs`), the ENIs holding pod IPs (`enis`) and the
 //! elastic container instances (`ecis`). An IP no ENI holds is simply not registered.
+//!
+//! `testing` is the setup every test against the emulator shares (its key, a client
+//! configuration, the control calls).
 
 mod auth;
 pub mod config;
+pub mod testing;
 mod world;
 
 use std::collections::{BTreeMap, HashMap};

@@ -255,6 +255,46 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
 }
 
 #[test]
+fn a_clb_instance_that_takes_no_pod_backends_holds_every_gate_with_its_own_reason() {
+    let refused = CloudState::PodBackendsRefused {
+        load_balancer_id: "lb-shared".into(),
+        instance: "no LoadBalancerSpec, InstanceChargeType PayBySpec".into(),
+    };
+    let mut ready = pod("ready", "10.0.0.1");
+    ready.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let waiting = [pod("a", "10.0.0.2"), pod("b", "10.0.0.3")];
+    let mut pods = vec![ready];
+    pods.extend(waiting.iter().cloned());
+    let plan = run(&svc(false), &pods, &refused);
+    // Nothing is sent to a load balancer that refuses every pod backend.
+    assert!(plan.changes.is_empty());
+    // Every gate not True says why, naming the instance and its spec; a True one stays.
+    let written: Vec<&str> = plan.conditions.iter().map(|w| w.pod.as_str()).collect();
+    assert_eq!(written, ["a", "b"]);
+    for w in &plan.conditions {
+        assert!(!w.status);
+        assert_eq!(w.reason, GateReason::LoadBalancerTakesNoPodBackends);
+        for part in [
+            "lb-shared",
+            "no LoadBalancerSpec",
+            "PayBySpec",
+            "slb.s1.small",
+        ] {
+            assert!(w.message.contains(part), "{}", w.message);
+        }
+    }
+    assert_eq!(plan.pending_gates, 2);
+    // The same pods with a usable instance are registered: the reason is the instance.
+    let ready_cloud = CloudState::Ready(vec![group(vec![], &[])]);
+    let plan = run(&svc(false), &waiting, &ready_cloud);
+    assert_eq!(plan.changes[0].add.len(), 2);
+}
+
+#[test]
 fn a_terminating_pod_drains_at_once_and_is_removed_after_the_drain_time() {
     let cloud = |weight| CloudState::Ready(vec![group(vec![owned("10.0.0.1", weight)], &[])]);
     let mut p = pod("old", "10.0.0.1");

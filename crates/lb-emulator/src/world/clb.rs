@@ -50,6 +50,28 @@ fn server_not_exist(id: &str) -> ApiError {
     )
 }
 
+/// A port with listeners of several protocols, named without `ListenerProtocol`
+/// (StartLoadBalancerListener's error table: 400, "More than 1 listener is found").
+fn too_many_listeners() -> ApiError {
+    ApiError::new(
+        400,
+        "TooManyListeners",
+        "More than 1 listener is found, please be more specified.",
+    )
+}
+
+/// `ListenerPort`: required, 1 to 65535 (every listener action's SDK model).
+fn listener_port(p: &Params) -> Result<u16, ApiError> {
+    let port = parse_port(p, "ListenerPort")?;
+    if port == 0 {
+        return Err(ApiError::invalid(
+            "ListenerPort",
+            "valid values: 1 to 65535",
+        ));
+    }
+    Ok(port)
+}
+
 impl World {
     pub fn clb(&mut self, action: &str, p: &Params) -> ApiResult {
         match action {
@@ -59,6 +81,8 @@ impl World {
             "CreateVServerGroup" => self.clb_create_group(p),
             "DescribeVServerGroups" => self.clb_groups(p),
             "DescribeVServerGroupAttribute" => {
+                // RegionId is required here (SDK model), unlike most CLB reads.
+                get(p, "RegionId")?;
                 let group = self.vgroup(p)?;
                 Ok(json!({
                     "VServerGroupId": group.id,
@@ -271,7 +295,13 @@ impl World {
     }
 
     fn clb_groups(&self, p: &Params) -> ApiResult {
+        // RegionId is required (SDK model of DescribeVServerGroups); the listeners a
+        // group serves are reported only when asked for (`IncludeListener`, default false).
+        get(p, "RegionId")?;
         let lb = self.clb_lb(p)?;
+        let include_listener = p
+            .get("IncludeListener")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let groups: Vec<Value> = self
             .vgroups
             .values()
@@ -280,7 +310,7 @@ impl World {
                 let listeners: Vec<Value> = lb
                     .listeners
                     .iter()
-                    .filter(|l| l.vserver_group_id == g.id)
+                    .filter(|l| include_listener && l.vserver_group_id == g.id)
                     .map(|l| json!({"Port": l.port, "Protocol": l.protocol}))
                     .collect();
                 json!({
@@ -297,13 +327,7 @@ impl World {
 
     fn clb_create_listener(&mut self, p: &Params, protocol: &str) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
-        let port = parse_port(p, "ListenerPort")?;
-        if port == 0 {
-            return Err(ApiError::invalid(
-                "ListenerPort",
-                "valid values: 1 to 65535",
-            ));
-        }
+        let port = listener_port(p)?;
         let bandwidth: i64 = get(p, "Bandwidth")?
             .parse()
             .map_err(|e| ApiError::invalid("Bandwidth", e))?;
@@ -366,7 +390,7 @@ impl World {
 
     fn clb_listener_attribute(&self, p: &Params, protocol: &str) -> ApiResult {
         let lb = self.clb_lb(p)?;
-        let port = parse_port(p, "ListenerPort")?;
+        let port = listener_port(p)?;
         let listener = lb
             .listeners
             .iter()
@@ -387,9 +411,17 @@ impl World {
 
     fn clb_start_listener(&mut self, p: &Params) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
-        let port = parse_port(p, "ListenerPort")?;
-        let protocol = p.get("ListenerProtocol").map(|s| s.to_ascii_lowercase());
+        let port = listener_port(p)?;
+        let protocol = p
+            .get("ListenerProtocol")
+            .filter(|v| !v.is_empty())
+            .map(|s| s.to_ascii_lowercase());
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
+        // "Required if the same port is used by listeners of different protocols";
+        // the reference's error table: 400 TooManyListeners.
+        if protocol.is_none() && lb.listeners.iter().filter(|l| l.port == port).count() > 1 {
+            return Err(too_many_listeners());
+        }
         let listener = lb
             .listeners
             .iter_mut()
@@ -715,11 +747,7 @@ impl World {
             .filter(|l| protocol.as_ref().is_none_or(|p| *p == l.protocol))
             .collect();
         if port.is_some() && protocol.is_none() && selected.len() > 1 {
-            return Err(ApiError::new(
-                400,
-                "TooManyListeners",
-                "The port has listeners of several protocols; specify ListenerProtocol.",
-            ));
+            return Err(too_many_listeners());
         }
         let mut out = vec![];
         for listener in selected {

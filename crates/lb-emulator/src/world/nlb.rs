@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::params::{flat_list, get, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
+use super::params::{flat_list, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
 use super::{
     ApiError, ApiResult, BackendRec, Health, JobEffect, Nlb, NlbListener, Params, ServerGroup,
     World,
@@ -30,6 +30,33 @@ fn optional<'a>(p: &'a Params, name: &str) -> Option<&'a str> {
     p.get(name).map(String::as_str).filter(|v| !v.is_empty())
 }
 
+/// Per-call lists of ids or names (`Prefix.N`): at most 20 (SDK models of
+/// ListListeners and ListServerGroups).
+fn id_list(p: &Params, prefix: &str) -> Result<Vec<String>, ApiError> {
+    let items: Vec<String> = flat_list(p, prefix)
+        .into_iter()
+        .filter_map(|m| m.get("").cloned())
+        .collect();
+    if items.len() > 20 {
+        return Err(ApiError::nlb_illegal(
+            prefix,
+            format!("{} given, at most 20 per call", items.len()),
+        ));
+    }
+    Ok(items)
+}
+
+/// A page as NLB lists hand them out, its refusals in NLB's words (`IllegalParam`).
+fn nlb_page<T: Clone>(items: &[T], p: &Params) -> Result<(Vec<T>, String, usize), ApiError> {
+    paginate(items, p, 20).map_err(|e| {
+        let name = e
+            .code
+            .strip_prefix("InvalidParameter.")
+            .unwrap_or("MaxResults");
+        ApiError::nlb_illegal(name, e.message)
+    })
+}
+
 impl World {
     pub fn nlb(&mut self, action: &str, p: &Params) -> ApiResult {
         match action {
@@ -37,6 +64,7 @@ impl World {
             "GetLoadBalancerAttribute" => self.nlb_attribute(p),
             "DeleteLoadBalancer" => {
                 let id = self.nlb_lb(p)?.id.clone();
+                // A second delete of the same instance finds nothing to delete.
                 let job = self.start_job("DeleteLoadBalancer", JobEffect::DeleteLoadBalancer(id));
                 Ok(json!({"JobId": job}))
             }
@@ -72,10 +100,10 @@ impl World {
             }
             "GetListenerHealthStatus" => self.nlb_health(p),
             "GetJobStatus" => {
-                let id = get(p, "JobId")?;
+                let id = nlb_get(p, "JobId")?;
                 let job = self.jobs.get(id).ok_or_else(|| {
                     ApiError::new(
-                        400,
+                        404,
                         "ResourceNotFound.job",
                         format!("The specified job {id} does not exist."),
                     )
@@ -90,13 +118,15 @@ impl World {
         }
     }
 
+    /// The NLB instance named by `LoadBalancerId`; an unknown one is 404
+    /// `ResourceNotFound.loadBalancer` (the NLB reference's tables for this instance).
     fn nlb_lb(&self, p: &Params) -> Result<&Nlb, ApiError> {
-        let id = get(p, "LoadBalancerId")?;
+        let id = nlb_get(p, "LoadBalancerId")?;
         self.nlbs.get(id).ok_or_else(|| {
             ApiError::new(
-                400,
+                404,
                 "ResourceNotFound.loadBalancer",
-                format!("The specified resource {id} is not found."),
+                format!("The specified resource of loadbalancer {id} is not found."),
             )
         })
     }
@@ -121,8 +151,38 @@ impl World {
         {
             return Ok(json!({"LoadbalancerId": lb.id, "OrderId": 0}));
         }
-        get(p, "LoadBalancerType")?;
-        get(p, "AddressType")?;
+        // LoadBalancerType, if given, is `network` (the SDK says "set the value to
+        // network"; the console and rollgate spell it `Network`).
+        if let Some(kind) = optional(p, "LoadBalancerType") {
+            if !kind.eq_ignore_ascii_case("network") {
+                return Err(ApiError::nlb_illegal(
+                    "LoadBalancerType",
+                    format!("{kind:?} is not network"),
+                ));
+            }
+        }
+        let address_type = nlb_get(p, "AddressType")?;
+        if !matches!(address_type, "Internet" | "Intranet") {
+            return Err(ApiError::nlb_illegal(
+                "AddressType",
+                format!("{address_type:?} is not one of Internet, Intranet"),
+            ));
+        }
+        if let Some(version) = optional(p, "AddressIpVersion") {
+            if !matches!(version, "ipv4" | "DualStack") {
+                return Err(ApiError::nlb_illegal(
+                    "AddressIpVersion",
+                    format!("{version:?} is not one of ipv4, DualStack"),
+                ));
+            }
+        }
+        if let Some(name) = optional(p, "LoadBalancerName").filter(|n| !nlb_group_name_ok(n)) {
+            return Err(ApiError::nlb_illegal(
+                "LoadBalancerName",
+                format!("{name:?}: 2 to 128 characters, starting with a letter, of letters, digits, '.', '_' and '-'"),
+            ));
+        }
+        let vpc_id = nlb_get(p, "VpcId")?.to_string();
         let zones: Vec<(String, String)> = flat_list(p, "ZoneMappings")
             .into_iter()
             .map(|z| {
@@ -132,10 +192,23 @@ impl World {
                 )
             })
             .collect();
-        if zones.len() < 2 || zones.iter().any(|(z, v)| z.is_empty() || v.is_empty()) {
-            return Err(ApiError::invalid(
+        if zones.is_empty() {
+            return Err(ApiError::nlb_missing("ZoneMappings"));
+        }
+        if let Some((zone, _)) = zones.iter().find(|(z, v)| z.is_empty() || v.is_empty()) {
+            let missing = if zone.is_empty() {
+                "ZoneId"
+            } else {
+                "VSwitchId"
+            };
+            return Err(ApiError::nlb_missing(&format!("ZoneMappings.{missing}")));
+        }
+        // "Up to 10 zones; if the region has two or more zones, at least two" (every
+        // emulated region has several).
+        if !(2..=10).contains(&zones.len()) {
+            return Err(ApiError::nlb_illegal(
                 "ZoneMappings",
-                "at least two zones, each with ZoneId and VSwitchId",
+                format!("{} zones: 2 to 10", zones.len()),
             ));
         }
         let id = self.new_id("nlb");
@@ -146,8 +219,8 @@ impl World {
                 .unwrap_or_else(|| id.clone()),
             dns_name: format!("{id}.{}.nlb.emulator.invalid", self.region),
             status: "Provisioning".into(),
-            address_type: p["AddressType"].clone(),
-            vpc_id: p.get("VpcId").cloned().unwrap_or_default(),
+            address_type: address_type.to_string(),
+            vpc_id,
             zones,
             active_at: Instant::now() + Duration::from_millis(self.jobs_settings.delay_ms),
             client_token: token,
@@ -178,21 +251,27 @@ impl World {
     }
 
     fn nlb_list_groups(&self, p: &Params) -> ApiResult {
-        let ids: Vec<String> = flat_list(p, "ServerGroupIds")
-            .into_iter()
-            .filter_map(|m| m.get("").cloned())
-            .collect();
-        let names: Vec<String> = flat_list(p, "ServerGroupNames")
-            .into_iter()
-            .filter_map(|m| m.get("").cloned())
-            .collect();
+        // SDK model of ListServerGroups: at most 20 ids and 20 names per call, the
+        // type Instance or Ip, 1 to 100 per page.
+        let ids = id_list(p, "ServerGroupIds")?;
+        let names = id_list(p, "ServerGroupNames")?;
+        let group_type = optional(p, "ServerGroupType");
+        if let Some(t) = group_type.filter(|t| !matches!(*t, "Instance" | "Ip")) {
+            return Err(ApiError::nlb_illegal(
+                "ServerGroupType",
+                format!("{t:?} is not one of Instance, Ip"),
+            ));
+        }
+        let vpc = optional(p, "VpcId");
         let groups: Vec<&ServerGroup> = self
             .server_groups
             .values()
             .filter(|g| ids.is_empty() || ids.contains(&g.id))
             .filter(|g| names.is_empty() || names.contains(&g.name))
+            .filter(|g| group_type.is_none_or(|t| t == g.group_type))
+            .filter(|g| vpc.is_none_or(|v| v == g.vpc_id))
             .collect();
-        let (page, next, size) = paginate(&groups, p, 20)?;
+        let (page, next, size) = nlb_page(&groups, p)?;
         let items: Vec<Value> = page
             .iter()
             .map(|g| {
@@ -265,16 +344,25 @@ impl World {
     }
 
     fn nlb_list_listeners(&self, p: &Params) -> ApiResult {
-        let lbs: Vec<String> = flat_list(p, "LoadBalancerIds")
-            .into_iter()
-            .filter_map(|m| m.get("").cloned())
-            .collect();
+        // SDK model of ListListeners: at most 20 listener ids and 20 instance ids per
+        // call, the protocol TCP, UDP or TCPSSL, 1 to 100 per page.
+        let lbs = id_list(p, "LoadBalancerIds")?;
+        let ids = id_list(p, "ListenerIds")?;
+        let protocol = optional(p, "ListenerProtocol");
+        if let Some(proto) = protocol.filter(|v| !matches!(*v, "TCP" | "UDP" | "TCPSSL")) {
+            return Err(ApiError::nlb_illegal(
+                "ListenerProtocol",
+                format!("{proto:?} is not one of TCP, UDP, TCPSSL"),
+            ));
+        }
         let listeners: Vec<&NlbListener> = self
             .listeners
             .values()
             .filter(|l| lbs.is_empty() || lbs.contains(&l.load_balancer_id))
+            .filter(|l| ids.is_empty() || ids.contains(&l.id))
+            .filter(|l| protocol.is_none_or(|proto| proto == l.protocol))
             .collect();
-        let (page, next, size) = paginate(&listeners, p, 20)?;
+        let (page, next, size) = nlb_page(&listeners, p)?;
         let items: Vec<Value> = page
             .iter()
             .map(|l| {
@@ -575,10 +663,18 @@ impl World {
     }
 
     fn nlb_health(&self, p: &Params) -> ApiResult {
-        let id = get(p, "ListenerId")?;
+        let id = nlb_get(p, "ListenerId")?;
+        if let Some(size) = optional(p, "MaxResults") {
+            if !size.parse::<usize>().is_ok_and(|n| (1..=100).contains(&n)) {
+                return Err(ApiError::nlb_illegal(
+                    "MaxResults",
+                    "valid values: 1 to 100",
+                ));
+            }
+        }
         let listener = self.listeners.get(id).ok_or_else(|| {
             ApiError::new(
-                400,
+                404,
                 "ResourceNotFound.listener",
                 format!("The specified resource {id} is not found."),
             )
