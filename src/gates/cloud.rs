@@ -97,6 +97,28 @@ impl Cloud {
         result
     }
 
+    /// Every server group of a load balancer, nothing created; `None`: it is gone.
+    pub async fn server_groups(
+        &self,
+        product: Product,
+        load_balancer_id: &str,
+    ) -> Result<Option<Vec<ServerGroupRef>>, CloudError> {
+        let result = self.client(product).server_groups(load_balancer_id).await;
+        self.count("ServerGroups", &result);
+        result
+    }
+
+    /// Every backend of one group, anyone's.
+    pub async fn list_backends(
+        &self,
+        product: Product,
+        group: &ServerGroupRef,
+    ) -> Result<Vec<alibaba_lb::Backend>, CloudError> {
+        let result = self.client(product).list_backends(group).await;
+        self.count("ListBackends", &result);
+        result
+    }
+
     /// Backends and health of one group: one listing and one health report.
     pub async fn read_group(
         &self,

@@ -78,6 +78,7 @@ pub fn start(
         ),
         poller: poller.clone(),
         events: Events::new(client, GATES_CONTROLLER_NAME),
+        cleanup_said: Default::default(),
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),

@@ -31,6 +31,20 @@ pub fn owner_description(port: u16, service: &str, namespace: &str, cluster_id: 
     format!("k8s/{port}/{service}/{namespace}/{cluster_id}")
 }
 
+/// The Service port a backend's description marks it as rollgate's for this Service
+/// (any port: a port the Service no longer has included), or `None` when it is not.
+pub fn owned_port(
+    description: &str,
+    service: &str,
+    namespace: &str,
+    cluster_id: &str,
+) -> Option<u16> {
+    let rest = description.strip_prefix("k8s/")?;
+    let (port, tail) = rest.split_once('/')?;
+    let port: u16 = port.parse().ok()?;
+    (tail == format!("{service}/{namespace}/{cluster_id}")).then_some(port)
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetPort {
     Number(u16),

@@ -22,6 +22,13 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
     /// Deletes a load balancer we created (with its listeners).
     async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()>;
 
+    /// Every server group of the load balancer, read only (nothing is created): all
+    /// its vServer groups (CLB), or the groups its listeners forward to (NLB, whose
+    /// groups belong to the region, not to a load balancer). `None`: the load balancer
+    /// does not exist. What letting go of a Service reads, so that a load balancer the
+    /// user already deleted is not an error and nothing is created on the way out.
+    async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>>;
+
     /// Every backend of the group, ours or not (callers filter by description).
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>>;
 

@@ -191,7 +191,7 @@ fn flatten_servers(backends: &[&Backend], with_attributes: bool) -> Params {
 }
 
 fn is_not_found(error: &Error) -> bool {
-    matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
+    matches!(error, Error::Api { code, .. } if crate::error::code_says_not_found(code))
 }
 
 /// The NLB form of a server group name: 2 to 128 characters, starting with a letter,
@@ -310,7 +310,7 @@ impl NlbClient {
         {
             Err(Error::Api {
                 code, request_id, ..
-            }) if code.contains("NotFound") || code.contains("NotExist") => Err(Error::NotFound {
+            }) if crate::error::code_says_not_found(&code) => Err(Error::NotFound {
                 action: ACTION.into(),
                 what: format!("load balancer {id}"),
                 request_id,
@@ -557,6 +557,46 @@ impl LoadBalancerBackends for NlbClient {
             Err(e) if is_not_found(&e) => Ok(()),
             other => other,
         }
+    }
+
+    async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>> {
+        match self.load_balancer_attribute(load_balancer_id).await {
+            Ok(_) => {}
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let listeners = match self
+            .paged(
+                "ListListeners",
+                params([("LoadBalancerIds.1", load_balancer_id.to_string())]),
+                NLB_PAGE_SIZE,
+                |p: ListenerPage| (p.listeners, p.next_token),
+            )
+            .await
+        {
+            Ok(listeners) => listeners,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut seen = HashSet::new();
+        Ok(Some(
+            listeners
+                .into_iter()
+                .filter(|l| !l.server_group_id.is_empty())
+                .filter(|l| seen.insert(l.server_group_id.clone()))
+                .map(|l| ServerGroupRef {
+                    load_balancer_id: load_balancer_id.to_string(),
+                    server_group_id: l.server_group_id,
+                    listener_port: l.listener_port,
+                    listener_protocol: if l.listener_protocol.eq_ignore_ascii_case("UDP") {
+                        ListenerProtocol::Udp
+                    } else {
+                        ListenerProtocol::Tcp
+                    },
+                    listener_id: Some(l.listener_id),
+                })
+                .collect(),
+        ))
     }
 
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {
