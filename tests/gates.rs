@@ -1459,3 +1459,166 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     .await;
     bed.cleanup().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A Service's whole life: deletion (issue 24, item 2)
+// ---------------------------------------------------------------------------------------
+
+/// A client of the bed's emulator, as a user's console or script would be.
+fn emulator_client(
+    bed: &Bed,
+    product: alibaba_lb::Product,
+) -> std::sync::Arc<dyn alibaba_lb::LoadBalancerBackends> {
+    use alibaba_lb::*;
+    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    new_client(product, &config, credentials).unwrap()
+}
+
+/// The ids of the emulator's load balancers of `product` (`clb` or `nlb`).
+async fn load_balancer_ids(bed: &Bed, product: &str) -> Vec<String> {
+    let state = bed.emulator("state").await;
+    state[product]["load_balancers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The user deletes the load balancer the Service is attached to, then the Service:
+/// NotFound is done, so the finalizer goes and so does the Service (before, cleanup
+/// asked the cloud to ensure the load balancer and wedged on NotFound forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-lb-gone", 1, fast_emulator(), &[]).await;
+    let clb = emulator_client(&bed, Product::Clb);
+    let lb = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: None,
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    clb.delete_load_balancer(&lb.id).await.unwrap();
+    assert!(load_balancer_ids(&bed, "clb").await.is_empty());
+    bed.delete_service("web").await;
+    bed.cleanup().await;
+}
+
+/// `preserve-lb-on-delete`: the load balancer rollgate created stays when the Service
+/// is deleted, and only rollgate's backends leave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preserve_on_delete_keeps_the_created_load_balancer_without_our_backends() {
+    let bed = Bed::new("gates-preserve", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-preserve-lb-on-delete": "true"}),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let created = bed
+        .services()
+        .get("web")
+        .await
+        .unwrap()
+        .annotations()
+        .get("rollgate.io/created-load-balancer-id")
+        .cloned()
+        .expect("the created load balancer is recorded");
+    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let ours = |b: &[EmuBackend]| b.iter().filter(|b| b.description == owner).count();
+    assert_eq!(ours(&bed.backends().await), 2);
+    bed.delete_service("web").await;
+    assert_eq!(
+        load_balancer_ids(&bed, "clb").await,
+        vec![created],
+        "the created load balancer is preserved"
+    );
+    let backends = bed.backends().await;
+    assert_eq!(ours(&backends), 0, "rollgate's backends left: {backends:?}");
+    bed.cleanup().await;
+}
+
+/// While the cloud refuses every call, the deleted Service keeps its finalizer and says
+/// why in one Warning Event (not one per retry); once the cloud answers, it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_cleanup_keeps_the_finalizer_and_says_why_once() {
+    let bed = Bed::new("gates-blocked", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    bed.emulator_post("faults", json!({"server_error_rate": 1.0}))
+        .await;
+    bed.services()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let warning = wait_for(
+        "the LoadBalancerCleanupBlocked Event",
+        Duration::from_secs(60),
+        || async {
+            let records = event_records(&bed.client, &bed.ns.name, "web").await;
+            records
+                .into_iter()
+                .find(|r| r.reason == "LoadBalancerCleanupBlocked")
+                .ok_or_else(|| "no Event yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        warning.note.contains("rollgate.io/load-balancer"),
+        "{}",
+        warning.note
+    );
+    // Several retries later: the Service is still there, and the Event said once.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let svc = bed.services().get("web").await.unwrap();
+    assert!(svc
+        .finalizers()
+        .iter()
+        .any(|f| f == "rollgate.io/load-balancer"));
+    let records = event_records(&bed.client, &bed.ns.name, "web").await;
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "LoadBalancerCleanupBlocked")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{records:?}");
+    assert_eq!(warnings[0].occurrences, 1, "{records:?}");
+    bed.emulator_post("faults", json!({"server_error_rate": 0.0}))
+        .await;
+    wait_for(
+        "the Service to be gone",
+        Duration::from_secs(60),
+        || async {
+            match bed.services().get_opt("web").await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(load_balancer_ids(&bed, "clb").await.is_empty());
+    bed.cleanup().await;
+}
