@@ -1622,3 +1622,38 @@ async fn a_blocked_cleanup_keeps_the_finalizer_and_says_why_once() {
     assert!(load_balancer_ids(&bed, "clb").await.is_empty());
     bed.cleanup().await;
 }
+
+/// The created load balancer's id is never lost: the controller is killed and the
+/// annotation that records the id is gone (as if its write had failed right after the
+/// create call). After a restart rollgate asks again with the same `ClientToken`, gets
+/// the same load balancer, records it, and the emulator holds exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
+    let mut bed = Bed::new("gates-lost-id", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.wait_external_ip("web").await;
+    let created = |svc: &Service| {
+        svc.annotations()
+            .get("rollgate.io/created-load-balancer-id")
+            .cloned()
+    };
+    let first = created(&bed.services().get("web").await.unwrap()).expect("recorded");
+    bed.controller.take().unwrap().crash();
+    bed.services()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"rollgate.io/created-load-balancer-id": null}}})),
+        )
+        .await
+        .unwrap();
+    bed.start_controller("restarted");
+    let again = wait_for("the id recorded again", Duration::from_secs(60), || async {
+        let svc = bed.services().get("web").await.map_err(|e| e.to_string())?;
+        created(&svc).ok_or_else(|| "not recorded yet".to_string())
+    })
+    .await;
+    assert_eq!(again, first, "the same load balancer");
+    assert_eq!(load_balancer_ids(&bed, "clb").await, vec![first]);
+    bed.cleanup().await;
+}

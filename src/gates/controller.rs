@@ -197,11 +197,14 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let observed_at = Timestamp::now();
     let (mut cloud_state, lb, mut read_error) = match observed {
         Ok((state, lb)) => (state, Some(lb), None),
-        Err(error) => (
+        Err(Error::Cloud(error)) => (
             CloudState::Failed(cloud::failure(&error)),
             None,
             Some(error),
         ),
+        // The created load balancer's id could not be recorded: nothing else is done
+        // until it is (the retry finds the same load balancer by its ClientToken).
+        Err(write) => return Err(write),
     };
     let facts = &service.facts;
     let pods = service_pods(&ctx.pods, &service);
@@ -296,17 +299,22 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
     Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(50)
 }
 
-/// The load balancer (ensured), its address published, and its groups read.
+/// The load balancer (ensured, and its id recorded when rollgate created it), its
+/// address published, and its groups read.
 async fn observe_cloud(
     service: &ServiceSnapshot,
     ctx: &Context,
     product: Product,
     spec: &LoadBalancerSpec,
-) -> Result<(CloudState, LoadBalancer), CloudError> {
+) -> Result<(CloudState, LoadBalancer), Error> {
     let uid = &service.uid;
     let lb = ctx.cloud.ensure(uid, product, spec).await?;
     if lb.created && service.created_id.as_deref() != Some(lb.id.as_str()) {
-        record_created(service, ctx, &lb.id).await;
+        if let Err(error) = record_created(service, ctx, &lb.id).await {
+            // Ask the cloud again next time: the create call returns the same one.
+            ctx.cloud.forget(uid);
+            return Err(error);
+        }
     }
     let Some(address) = lb.address.clone() else {
         ctx.cloud.forget(uid);
@@ -325,7 +333,7 @@ async fn observe_cloud(
             Err(error) => {
                 // The group may have been deleted behind our back: find it again next time.
                 ctx.cloud.forget(uid);
-                return Err(error);
+                return Err(error.into());
             }
         }
     }

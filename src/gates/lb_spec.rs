@@ -27,13 +27,16 @@ pub fn lb_spec(
     }
     let facts = &service.facts;
     let uid = &service.uid;
-    let mut name = format!(
-        "k8s-{cluster_id}-{}-{}-{}",
-        facts.namespace,
-        facts.name,
-        &uid[..uid.len().min(8)]
-    );
-    name.truncate(NAME_LIMIT);
+    // The name is the create call's idempotency token too (`ClientToken`): a restart
+    // between creating the load balancer and recording its id asks again with the same
+    // token and gets the same load balancer. So the uid part is never cut off: a long
+    // namespace or name is cut instead, and another Service of the same name (deleted
+    // and made again) never gets the first one's token.
+    let uid_part = &uid[..uid.len().min(8)];
+    let mut name = format!("k8s-{cluster_id}-{}-{}", facts.namespace, facts.name);
+    name.truncate(NAME_LIMIT - 1 - uid_part.len());
+    name.push('-');
+    name.push_str(uid_part);
     Ok(LoadBalancerSpec {
         name,
         existing_id: service.existing_id().map(str::to_string),
@@ -242,6 +245,22 @@ mod tests {
         .unwrap();
         assert_eq!(spec.name.len(), NAME_LIMIT);
         assert!(spec.name.starts_with("k8s-c1-shop-aaaa"), "{}", spec.name);
+        assert!(
+            spec.name.ends_with("-01234567"),
+            "the uid part is kept: {}",
+            spec.name
+        );
+        let again = lb_spec(
+            &snapshot(&long, "fedcba9876", &[]),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        assert_ne!(
+            again.name, spec.name,
+            "a Service made again gets another token"
+        );
         let spec = lb_spec(&snapshot("web", "u1", &[]), Product::Clb, "c1", None).unwrap();
         assert_eq!(spec.name, "k8s-c1-shop-web-u1");
     }

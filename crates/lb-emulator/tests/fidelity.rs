@@ -1062,3 +1062,68 @@ fn the_fidelity_table_names_only_tests_that_exist() {
         );
     }
 }
+
+/// Row 31: `CreateLoadBalancer` with a `ClientToken` already used returns the load
+/// balancer the first call created, on CLB and NLB alike; another token makes another.
+#[tokio::test]
+async fn create_load_balancer_is_idempotent_by_client_token() {
+    let bed = Bed::new().await;
+    let clb = |token: &'static str| {
+        let bed = &bed;
+        async move {
+            let lb = bed
+                .call(
+                    Service::Clb,
+                    "CreateLoadBalancer",
+                    &[("LoadBalancerName", "web"), ("ClientToken", token)],
+                )
+                .await
+                .unwrap();
+            lb["LoadBalancerId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = clb("token-a").await;
+    assert_eq!(clb("token-a").await, first);
+    assert_ne!(clb("token-b").await, first);
+    let nlb = |token: &'static str| {
+        let bed = &bed;
+        async move {
+            let lb = bed
+                .call(
+                    Service::Nlb,
+                    "CreateLoadBalancer",
+                    &[
+                        ("LoadBalancerName", "web"),
+                        ("LoadBalancerType", "Network"),
+                        ("AddressType", "Internet"),
+                        ("VpcId", "vpc-1"),
+                        ("ZoneMappings.1.ZoneId", "z1"),
+                        ("ZoneMappings.1.VSwitchId", "vsw-1"),
+                        ("ZoneMappings.2.ZoneId", "z2"),
+                        ("ZoneMappings.2.VSwitchId", "vsw-2"),
+                        ("ClientToken", token),
+                    ],
+                )
+                .await
+                .unwrap();
+            lb["LoadbalancerId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = nlb("token-a").await;
+    assert_eq!(nlb("token-a").await, first);
+    assert_ne!(nlb("token-b").await, first);
+    let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
+    let state: Value = serde_json::from_slice(
+        &http
+            .get(format!("{}/_emulator/state", bed.emu.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["clb"]["load_balancers"].as_array().unwrap().len(), 2);
+    assert_eq!(state["nlb"]["load_balancers"].as_array().unwrap().len(), 2);
+}
