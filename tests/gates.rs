@@ -1657,3 +1657,64 @@ async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
     assert_eq!(load_balancer_ids(&bed, "clb").await, vec![first]);
     bed.cleanup().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Listeners and groups per (port, protocol) (issue 24, item 2)
+// ---------------------------------------------------------------------------------------
+
+/// TCP and UDP on one port of an NLB (HTTP/3 on 443, DNS on 53): an NLB server group
+/// has a protocol, so each listener gets its own group, each group gets the pods, and
+/// the gates turn True (before, both listeners were given one TCP group and the UDP
+/// listener could not be made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_and_udp_on_one_port_of_an_nlb() {
+    let bed = Bed::new("gates-tcp-udp", 1, fast_emulator(), &[]).await;
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "dns", "annotations": {
+            "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps": "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "alibabacloud.com/nlb",
+            "selector": {"app": "dns"},
+            "ports": [
+                {"name": "dns-tcp", "port": 53, "targetPort": 8080, "protocol": "TCP"},
+                {"name": "dns-udp", "port": 53, "targetPort": 8080, "protocol": "UDP"},
+            ],
+        },
+    }))
+    .unwrap();
+    bed.services()
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    bed.create_deployment("dns", "dns", 2, &["dns"], 1, 0).await;
+    wait_rollout(&bed, "dns", "dns", "dns", Duration::from_secs(90)).await;
+    let state = bed.emulator("state").await;
+    let listeners: BTreeSet<(u64, String, String)> = state["nlb"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            (
+                l["port"].as_u64().unwrap_or_default(),
+                l["protocol"].as_str().unwrap_or_default().to_string(),
+                l["server_group_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listeners.len(), 2, "{listeners:?}");
+    let groups: BTreeSet<&String> = listeners.iter().map(|(_, _, g)| g).collect();
+    assert_eq!(groups.len(), 2, "a group per protocol: {listeners:?}");
+    let backends = bed.backends().await;
+    for group in groups {
+        let healthy = backends
+            .iter()
+            .filter(|b| &b.group == group && b.healthy)
+            .count();
+        assert_eq!(healthy, 2, "both pods in group {group}: {backends:?}");
+    }
+    bed.cleanup().await;
+}

@@ -142,6 +142,7 @@ impl Cloud {
             listener,
             listener_target: target?,
             service_port: group.listener_port,
+            protocol: group.listener_protocol.as_api_str().to_string(),
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),
             backends: reading.backends,

@@ -3,7 +3,7 @@
 //! zones, and a listener and server group per Service port.
 use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
 
-use super::model::owner_description;
+use super::model::server_group_name;
 use super::service::ServiceSnapshot;
 use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
 
@@ -53,8 +53,9 @@ pub fn lb_spec(
                 } else {
                     ListenerProtocol::Tcp
                 },
-                server_group_name: owner_description(
-                    p.port,
+                server_group_name: server_group_name(
+                    p,
+                    &facts.ports,
                     &facts.name,
                     &facts.namespace,
                     cluster_id,
@@ -229,6 +230,25 @@ mod tests {
                     protocol: ListenerProtocol::Udp,
                     server_group_name: "k8s/53/web/shop/c1".into(),
                 },
+            ]
+        );
+    }
+
+    #[test]
+    fn udp_beside_tcp_on_one_port_gets_a_group_of_its_own() {
+        let mut snap = snapshot("web", "0123456789ab", &[]);
+        snap.facts.ports[1].port = 80;
+        let spec = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        let names: Vec<_> = spec
+            .listeners
+            .iter()
+            .map(|l| (l.port, l.protocol, l.server_group_name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (80, ListenerProtocol::Tcp, "k8s/80/web/shop/c1"),
+                (80, ListenerProtocol::Udp, "k8s/80/web/shop/c1/udp"),
             ]
         );
     }
