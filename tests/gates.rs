@@ -1718,3 +1718,111 @@ async fn tcp_and_udp_on_one_port_of_an_nlb() {
     }
     bed.cleanup().await;
 }
+
+/// The Service's port changes from 80 to 8080: a listener and group for 8080 are made
+/// and filled, rollgate's listener and group of port 80 are deleted, and a listener
+/// and group the user added on the same load balancer are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-port-change", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let lb_id = bed
+        .services()
+        .get("web")
+        .await
+        .unwrap()
+        .annotations()
+        .get("rollgate.io/created-load-balancer-id")
+        .cloned()
+        .unwrap();
+    // The user's own listener and group on rollgate's load balancer.
+    emulator_client(&bed, Product::Clb)
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "unused".into(),
+            existing_id: Some(lb_id.clone()),
+            address_type: AddressType::Internet,
+            vpc_id: None,
+            zones: vec![],
+            listeners: vec![ListenerSpec {
+                port: 9000,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: "users-group".into(),
+            }],
+        })
+        .await
+        .unwrap();
+    bed.services()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"ports": [
+                {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]}})),
+        )
+        .await
+        .unwrap();
+    let old = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let new = format!("k8s/8080/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let wiring = || async {
+        let state = bed.emulator("state").await;
+        let lb = state["clb"]["load_balancers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == lb_id.as_str())
+            .cloned()
+            .unwrap();
+        let listeners: BTreeSet<u64> = lb["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l["port"].as_u64())
+            .collect();
+        let groups: BTreeSet<String> = state["clb"]["vserver_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| g["name"].as_str().map(str::to_string))
+            .collect();
+        (listeners, groups)
+    };
+    let backends = wait_for(
+        "both pods healthy in the 8080 group, port 80 gone",
+        Duration::from_secs(60),
+        || async {
+            let (listeners, groups) = wiring().await;
+            let backends = bed.backends().await;
+            let healthy = backends
+                .iter()
+                .filter(|b| b.description == new && b.healthy)
+                .count();
+            if listeners == BTreeSet::from([8080, 9000]) && !groups.contains(&old) && healthy == 2 {
+                Ok(backends)
+            } else {
+                Err(format!(
+                    "listeners {listeners:?}, groups {groups:?}, healthy {healthy}"
+                ))
+            }
+        },
+    )
+    .await;
+    let (_, groups) = wiring().await;
+    assert_eq!(
+        groups,
+        BTreeSet::from([new.clone(), "users-group".to_string()]),
+        "the user's group stays"
+    );
+    assert!(
+        !backends.iter().any(|b| b.description == old),
+        "{backends:?}"
+    );
+    let pods = bed.app_pods("web").await;
+    assert!(
+        pods.iter().all(pod_is_ready),
+        "{}",
+        describe_gates(&pods, "web")
+    );
+    bed.cleanup().await;
+}

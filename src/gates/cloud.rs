@@ -83,6 +83,16 @@ impl Cloud {
         Ok(lb)
     }
 
+    /// Whether the Service's load balancer was ensured for exactly this spec (so no
+    /// cloud call is made for it).
+    pub fn knows(&self, uid: &str, spec: &LoadBalancerSpec) -> bool {
+        self.ensured
+            .lock()
+            .unwrap()
+            .get(uid)
+            .is_some_and(|(known, _)| known == spec)
+    }
+
     /// Drops what was remembered of a Service (deleted, or its groups must be re-found).
     pub fn forget(&self, uid: &str) {
         self.ensured.lock().unwrap().remove(uid);

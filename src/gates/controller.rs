@@ -36,6 +36,7 @@ use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
 use super::service_writes::{add_finalizer, publish_address, record_created};
+use super::stale;
 use super::triggers;
 use crate::apply::{Events, Writer};
 use crate::leader::Leadership;
@@ -308,12 +309,24 @@ async fn observe_cloud(
     spec: &LoadBalancerSpec,
 ) -> Result<(CloudState, LoadBalancer), Error> {
     let uid = &service.uid;
+    let fresh = !ctx.cloud.knows(uid, spec);
     let lb = ctx.cloud.ensure(uid, product, spec).await?;
     if lb.created && service.created_id.as_deref() != Some(lb.id.as_str()) {
         if let Err(error) = record_created(service, ctx, &lb.id).await {
             // Ask the cloud again next time: the create call returns the same one.
             ctx.cloud.forget(uid);
             return Err(error);
+        }
+    }
+    if fresh {
+        // The spec changed (or rollgate restarted): listeners and groups it made for
+        // ports the Service no longer has go, listener first.
+        let facts = &service.facts;
+        if let Err(error) =
+            stale::remove_stale(ctx, product, &lb.id, spec, &facts.name, &facts.namespace).await
+        {
+            ctx.cloud.forget(uid);
+            return Err(error.into());
         }
     }
     let Some(address) = lb.address.clone() else {

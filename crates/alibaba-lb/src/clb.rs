@@ -503,6 +503,100 @@ impl LoadBalancerBackends for ClbClient {
         self.describe_vserver_group(group).await
     }
 
+    async fn wiring(&self, load_balancer_id: &str) -> Result<Option<Wiring>> {
+        let attribute = match self.describe_load_balancer(load_balancer_id).await {
+            Ok(attribute) => attribute,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut listeners = vec![];
+        for l in &attribute
+            .listener_ports_and_protocol
+            .listener_port_and_protocol
+        {
+            let protocol = match l.listener_protocol.to_ascii_lowercase().as_str() {
+                "tcp" => ListenerProtocol::Tcp,
+                "udp" => ListenerProtocol::Udp,
+                // HTTP/HTTPS listeners are never rollgate's.
+                _ => continue,
+            };
+            let group = ServerGroupRef {
+                load_balancer_id: load_balancer_id.to_string(),
+                server_group_id: String::new(),
+                listener_port: l.listener_port,
+                listener_protocol: protocol,
+                listener_id: None,
+            };
+            let Some(listener) = self.listener_attribute(&group).await? else {
+                continue;
+            };
+            listeners.push(ListenerWiring {
+                port: l.listener_port,
+                protocol,
+                listener_id: None,
+                server_group_id: listener.v_server_group_id,
+            });
+        }
+        let (groups, _) = self
+            .call::<VServerGroups>(
+                "DescribeVServerGroups",
+                params([("LoadBalancerId", load_balancer_id.to_string())]),
+            )
+            .await?;
+        let groups = groups
+            .v_server_groups
+            .v_server_group
+            .into_iter()
+            .map(|g| ServerGroupName {
+                id: g.v_server_group_id,
+                name: g.v_server_group_name,
+            })
+            .collect();
+        Ok(Some(Wiring { listeners, groups }))
+    }
+
+    async fn delete_listener(
+        &self,
+        load_balancer_id: &str,
+        listener: &ListenerWiring,
+    ) -> Result<()> {
+        let result = self
+            .call::<Empty>(
+                "DeleteLoadBalancerListener",
+                params([
+                    ("LoadBalancerId", load_balancer_id.to_string()),
+                    ("ListenerPort", listener.port.to_string()),
+                    (
+                        "ListenerProtocol",
+                        listener.protocol.as_api_str().to_ascii_lowercase(),
+                    ),
+                ]),
+            )
+            .await;
+        self.listener_groups.lock().unwrap().remove(&(
+            load_balancer_id.to_string(),
+            listener.port,
+            listener.protocol,
+        ));
+        match result {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete_server_group(&self, server_group_id: &str) -> Result<()> {
+        match self
+            .call::<Empty>(
+                "DeleteVServerGroup",
+                params([("VServerGroupId", server_group_id.to_string())]),
+            )
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>> {
         let attribute = match self.describe_load_balancer(load_balancer_id).await {
             Ok(attribute) => attribute,

@@ -98,10 +98,13 @@ pub const BUSY_CODES: &[&str] = &[
 /// resource is gone: taking them for "gone" would delete a finalizer with the load
 /// balancer still there.
 pub fn code_says_not_found(code: &str) -> bool {
+    // An action the endpoint does not know (`InvalidAction.NotFound`) is not a missing
+    // resource either.
     const CALLER_UNKNOWN: &[&str] = &[
         "InvalidAccessKeyId",
         "InvalidSecurityToken",
         "InvalidRamRole",
+        "InvalidAction",
     ];
     if CALLER_UNKNOWN.iter().any(|prefix| code.starts_with(prefix)) {
         return false;
@@ -218,6 +221,7 @@ mod tests {
         assert!(!api(404, "InvalidAccessKeyId.NotFound").is_not_found());
         assert!(!api(400, "InvalidSecurityToken.Expired").is_not_found());
         assert!(!api(403, "Forbidden.RAM").is_not_found());
+        assert!(!api(404, "InvalidAction.NotFound").is_not_found());
         assert!(!api(503, "ServiceUnavailable").is_not_found());
         assert!(Error::NotFound {
             action: "DescribeLoadBalancerAttribute".into(),

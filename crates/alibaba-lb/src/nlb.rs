@@ -599,6 +599,80 @@ impl LoadBalancerBackends for NlbClient {
         ))
     }
 
+    async fn wiring(&self, load_balancer_id: &str) -> Result<Option<Wiring>> {
+        let Some(refs) = self.server_groups(load_balancer_id).await? else {
+            return Ok(None);
+        };
+        let listeners: Vec<ListenerWiring> = refs
+            .iter()
+            .map(|r| ListenerWiring {
+                port: r.listener_port,
+                protocol: r.listener_protocol,
+                listener_id: r.listener_id.clone(),
+                server_group_id: r.server_group_id.clone(),
+            })
+            .collect();
+        let mut base = Params::new();
+        for (i, r) in refs.iter().enumerate() {
+            base.push((
+                format!("ServerGroupIds.{}", i + 1),
+                r.server_group_id.clone(),
+            ));
+        }
+        let groups = if refs.is_empty() {
+            vec![]
+        } else {
+            self.paged(
+                "ListServerGroups",
+                base,
+                NLB_PAGE_SIZE,
+                |p: ServerGroupPage| (p.server_groups, p.next_token),
+            )
+            .await?
+        };
+        Ok(Some(Wiring {
+            listeners,
+            groups: groups
+                .into_iter()
+                .map(|g| ServerGroupName {
+                    id: g.server_group_id,
+                    name: g.server_group_name,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn delete_listener(
+        &self,
+        _load_balancer_id: &str,
+        listener: &ListenerWiring,
+    ) -> Result<()> {
+        let Some(id) = &listener.listener_id else {
+            return Ok(());
+        };
+        self.listener_groups.lock().unwrap().remove(id);
+        match self
+            .mutate_and_wait("DeleteListener", params([("ListenerId", id.clone())]))
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete_server_group(&self, server_group_id: &str) -> Result<()> {
+        match self
+            .mutate_and_wait(
+                "DeleteServerGroup",
+                params([("ServerGroupId", server_group_id.to_string())]),
+            )
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {
         if let Some(id) = &group.listener_id {
             if let Some((target, at)) = self.listener_groups.lock().unwrap().get(id) {

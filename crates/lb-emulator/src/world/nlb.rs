@@ -41,6 +41,30 @@ impl World {
                 Ok(json!({"JobId": job}))
             }
             "ListServerGroups" => self.nlb_list_groups(p),
+            "DeleteListener" => {
+                let id = get(p, "ListenerId")?.to_string();
+                if !self.listeners.contains_key(&id) {
+                    return Err(ApiError::new(
+                        404,
+                        "ResourceNotFound.listener",
+                        format!("The specified resource of listener {id} is not found."),
+                    ));
+                }
+                let job = self.start_job("DeleteListener", JobEffect::DeleteListener(id));
+                Ok(json!({"JobId": job}))
+            }
+            "DeleteServerGroup" => {
+                let id = self.server_group(p)?.id.clone();
+                if self.listeners.values().any(|l| l.server_group_id == id) {
+                    return Err(ApiError::new(
+                        400,
+                        "ResourceInUse.serverGroup",
+                        format!("The server group {id} is used by a listener."),
+                    ));
+                }
+                let job = self.start_job("DeleteServerGroup", JobEffect::DeleteServerGroup(id));
+                Ok(json!({"JobId": job}))
+            }
             "CreateServerGroup" => self.nlb_create_group(p),
             "ListListeners" => self.nlb_list_listeners(p),
             "CreateListener" => self.nlb_create_listener(p),
