@@ -1826,3 +1826,77 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     );
     bed.cleanup().await;
 }
+
+/// The Service is moved to a load balancer the user names: the one rollgate created
+/// is deleted and forgotten, and the pods are registered in the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, json!({})).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let created = bed
+        .services()
+        .get("web")
+        .await
+        .unwrap()
+        .annotations()
+        .get("rollgate.io/created-load-balancer-id")
+        .cloned()
+        .unwrap();
+    let named = emulator_client(&bed, Product::Clb)
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-hand".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: None,
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.services()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": named.id}}})),
+        )
+        .await
+        .unwrap();
+    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    wait_for(
+        "the created load balancer gone, both pods healthy in the named one",
+        Duration::from_secs(60),
+        || async {
+            let ids = load_balancer_ids(&bed, "clb").await;
+            let svc = bed.services().get("web").await.map_err(|e| e.to_string())?;
+            let recorded = svc
+                .annotations()
+                .get("rollgate.io/created-load-balancer-id")
+                .cloned();
+            let healthy = bed
+                .backends()
+                .await
+                .iter()
+                .filter(|b| b.description == owner && b.healthy)
+                .count();
+            if ids == vec![named.id.clone()] && recorded.is_none() && healthy == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "load balancers {ids:?} (created {created}), recorded {recorded:?}, healthy {healthy}"
+                ))
+            }
+        },
+    )
+    .await;
+    bed.delete_service("web").await;
+    assert_eq!(
+        load_balancer_ids(&bed, "clb").await,
+        vec![named.id.clone()],
+        "the named load balancer stays"
+    );
+    bed.cleanup().await;
+}

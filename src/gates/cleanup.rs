@@ -26,7 +26,7 @@ use super::model::{owned_port, GroupChanges};
 use super::orphans::gated_pods;
 use super::reasons;
 use super::service::ServiceSnapshot;
-use super::service_writes::remove_finalizer;
+use super::service_writes::{forget_created, remove_finalizer};
 use crate::apply::{event, Topic};
 use crate::names::CLEANUP_BLOCKED_EVENT;
 
@@ -82,6 +82,31 @@ pub fn cleanup_steps(
         });
     }
     steps
+}
+
+/// The Service now names a load balancer (`...-loadbalancer-id`) other than the one
+/// rollgate created for it earlier: that one is let go of (deleted, or only rollgate's
+/// backends leave it when preserved), then its annotation is cleared. Returns whether
+/// there was one.
+pub async fn let_go_of_replaced(service: &ServiceSnapshot, ctx: &Context) -> Result<bool, Error> {
+    let (Some(attached), Some(created)) = (&service.attached_id, &service.created_id) else {
+        return Ok(false);
+    };
+    if attached == created {
+        return Ok(false);
+    }
+    let step = match service.preserve_on_delete {
+        true => CleanupStep::RemoveBackends(created.clone()),
+        false => CleanupStep::Delete(created.clone()),
+    };
+    run_step(service, ctx, &step).await?;
+    forget_created(service, ctx).await?;
+    tracing::info!(
+        load_balancer = created,
+        now = attached,
+        "let go of the load balancer the Service no longer uses"
+    );
+    Ok(true)
 }
 
 /// Runs the cleanup steps. A failure keeps the finalizer (the reconcile is retried)

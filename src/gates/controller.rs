@@ -172,6 +172,12 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     if !service.holds_finalizer() {
         add_finalizer(&service, &ctx).await?;
     }
+    // Moved to a load balancer the user names: the one rollgate made goes first (the
+    // next reconcile, on the cleared annotation, serves the new one).
+    if cleanup::let_go_of_replaced(&service, &ctx).await? {
+        ctx.cloud.forget(&service.uid);
+        return Ok(Action::await_change());
+    }
     let settings = &ctx.settings;
     let spec = match lb_spec(
         &service,

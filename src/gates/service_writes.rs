@@ -75,6 +75,12 @@ pub async fn record_created(
     patch_metadata(service, ctx, patch, "created load balancer id").await
 }
 
+/// Clears the created load balancer's id, once that load balancer is let go of.
+pub async fn forget_created(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {CREATED_ID_ANNOTATION: null}}});
+    patch_metadata(service, ctx, patch, "created load balancer id").await
+}
+
 /// `status.loadBalancer.ingress`: an IP for CLB, a DNS name for NLB. Written only when
 /// it differs from what the Service shows.
 pub async fn publish_address(service: &ServiceSnapshot, ctx: &Context, address: &str) {
