@@ -230,11 +230,20 @@ mod tests {
     use super::*;
     use CleanupStep::*;
 
+    /// What the case is about, the attached and created ids, preserve, the steps.
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        bool,
+        Vec<CleanupStep>,
+    );
+
     #[test]
     fn attached_keeps_all_but_our_backends_created_is_deleted_unless_preserved() {
         let s = |id: &str| id.to_string();
         #[rustfmt::skip]
-        let cases: &[(&str, Option<&str>, Option<&str>, bool, Vec<CleanupStep>)] = &[
+        let cases: &[Case] = &[
             ("nothing made, nothing named", None, None, false, vec![]),
             ("created: deleted", None, Some("lb-made"), false, vec![Delete(s("lb-made"))]),
             ("created, preserved: only our backends leave", None, Some("lb-made"), true, vec![RemoveBackends(s("lb-made"))]),
