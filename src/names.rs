@@ -107,6 +107,11 @@ pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
 pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
 /// Held while rollgate may still have cloud resources to clean up for the Service.
 pub const LOAD_BALANCER_FINALIZER: &str = "rollgate.io/load-balancer";
+/// Alibaba's annotation (read under both prefixes, any non-empty value, as Alibaba's
+/// controller reads it): a load balancer rollgate created outlives its Service; only
+/// rollgate's backends are taken out of it.
+pub const PRESERVE_LB_ON_DELETE_ANNOTATION: &str =
+    "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-preserve-lb-on-delete";
 /// `spec.loadBalancerClass` of a CLB Service rollgate manages beside Alibaba's controller.
 pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
 /// `spec.loadBalancerClass` of an NLB Service rollgate manages beside Alibaba's controller.
@@ -157,6 +162,10 @@ pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
 pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
 /// Warning on a Service: its CLB instance takes no ENI/ECI backends (shared-resource).
 pub const LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT: &str = "LoadBalancerTakesNoPodBackends";
+
+/// Warning on a Service being let go of: its cloud cleanup cannot proceed (the cloud
+/// unreachable, credentials refused, ...), so the finalizer stays. Once per cause.
+pub const CLEANUP_BLOCKED_EVENT: &str = "LoadBalancerCleanupBlocked";
 
 // ---------------------------------------------------------------------------------------
 // Readiness-gate condition reasons

@@ -1,7 +1,12 @@
 //! Letting go of a Service (deleted, or no longer one of rollgate's classes): the
 //! cloud-side cleanup its finalizer waits for (delete the load balancer rollgate
-//! created, or take rollgate's backends out of an attached one), then the finalizer,
-//! then everything rollgate remembered of it.
+//! created, or take rollgate's backends out of an attached or preserved one), then the
+//! finalizer, then everything rollgate remembered of it.
+//!
+//! Deletion never wedges on what is already gone: a load balancer, listener or server
+//! group the user deleted first counts as cleaned up. What cannot proceed (the cloud
+//! unreachable, credentials refused) keeps the finalizer and says why in one Warning
+//! Event per cause on the Service, so a Terminating namespace has an explanation.
 //!
 //! Why not kube-runtime's `finalizer` helper: it runs its cleanup only on deletion, but
 //! rollgate also lets go of a Service that leaves its classes (its type or class
@@ -11,14 +16,19 @@
 //! carry no field manager and bypass the apply layer (`crate::apply`), where every
 //! rollgate write names the one manager and a Service gone meanwhile (404) is not an
 //! error.
+use alibaba_lb::{Error as CloudError, Product};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
-use super::context::{Context, Error};
-use super::lb_spec::lb_spec;
-use super::model::{owner_description, GroupChanges};
+use super::cloud;
+use super::context::{Context, Error, EVENT_ACTION};
+use super::model::{owned_port, GroupChanges};
 use super::orphans::gated_pods;
+use super::reasons;
 use super::service::ServiceSnapshot;
-use super::service_writes::remove_finalizer;
+use super::service_writes::{forget_created, remove_finalizer};
+use crate::apply::{event, Topic};
+use crate::names::CLEANUP_BLOCKED_EVENT;
 
 /// Lets go of the Service: cleans up and removes the finalizer when rollgate holds
 /// one, forgets the Service, and hands its gated pods to the orphan worker.
@@ -35,50 +45,174 @@ pub async fn release(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Err
     Ok(())
 }
 
-/// Deletes the load balancer rollgate created, or removes rollgate's own backends
-/// (those whose description names this Service) from an attached one, which stays.
+/// One thing to do to a load balancer when letting go of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CleanupStep {
+    /// Delete it (rollgate created it).
+    Delete(String),
+    /// Take rollgate's backends of this Service out of every server group it has; the
+    /// load balancer stays (the user's, or preserved).
+    RemoveBackends(String),
+}
+
+impl CleanupStep {
+    pub fn load_balancer(&self) -> &str {
+        match self {
+            CleanupStep::Delete(id) | CleanupStep::RemoveBackends(id) => id,
+        }
+    }
+}
+
+/// What letting go of a Service does (pure): the attached load balancer keeps
+/// everything but rollgate's backends; one rollgate created is deleted, unless
+/// `preserve-lb-on-delete` keeps it (then only rollgate's backends leave it).
+pub fn cleanup_steps(
+    attached: Option<&str>,
+    created: Option<&str>,
+    preserve: bool,
+) -> Vec<CleanupStep> {
+    let mut steps = Vec::new();
+    if let Some(attached) = attached {
+        steps.push(CleanupStep::RemoveBackends(attached.to_string()));
+    }
+    if let Some(created) = created.filter(|c| Some(*c) != attached) {
+        steps.push(match preserve {
+            true => CleanupStep::RemoveBackends(created.to_string()),
+            false => CleanupStep::Delete(created.to_string()),
+        });
+    }
+    steps
+}
+
+/// The Service now names a load balancer (`...-loadbalancer-id`) other than the one
+/// rollgate created for it earlier: that one is let go of (deleted, or only rollgate's
+/// backends leave it when preserved), then its annotation is cleared. Returns whether
+/// there was one.
+pub async fn let_go_of_replaced(service: &ServiceSnapshot, ctx: &Context) -> Result<bool, Error> {
+    let (Some(attached), Some(created)) = (&service.attached_id, &service.created_id) else {
+        return Ok(false);
+    };
+    if attached == created {
+        return Ok(false);
+    }
+    let step = match service.preserve_on_delete {
+        true => CleanupStep::RemoveBackends(created.clone()),
+        false => CleanupStep::Delete(created.clone()),
+    };
+    run_step(service, ctx, &step).await?;
+    forget_created(service, ctx).await?;
+    tracing::info!(
+        load_balancer = created,
+        now = attached,
+        "let go of the load balancer the Service no longer uses"
+    );
+    Ok(true)
+}
+
+/// Runs the cleanup steps. A failure keeps the finalizer (the reconcile is retried)
+/// and is said once per cause in a Warning Event on the Service.
 async fn clean_up_cloud(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
+    let steps = cleanup_steps(
+        service.attached_id.as_deref(),
+        service.created_id.as_deref(),
+        service.preserve_on_delete,
+    );
+    for step in &steps {
+        if let Err(error) = run_step(service, ctx, step).await {
+            let failure = cloud::failure(&error);
+            let note = reasons::cleanup_blocked(step.load_balancer(), &failure);
+            let warning = event(
+                EventType::Warning,
+                CLEANUP_BLOCKED_EVENT,
+                EVENT_ACTION,
+                note,
+            );
+            ctx.events
+                .publish_once(
+                    &ctx.cleanup_said,
+                    &service.uid,
+                    Topic::Warning,
+                    &service.reference,
+                    warning,
+                )
+                .await;
+            return Err(error.into());
+        }
+    }
+    ctx.cleanup_said.forget_object(&service.uid);
+    Ok(())
+}
+
+async fn run_step(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    step: &CleanupStep,
+) -> Result<(), CloudError> {
     let product = service.made_with;
-    let cluster_id = &ctx.settings.cluster_id;
-    match (&service.attached_id, &service.created_id) {
-        (None, Some(created)) => {
-            ctx.cloud.delete(product, created).await?;
+    match step {
+        CleanupStep::Delete(id) => {
+            // Both clients treat a load balancer already gone as deleted.
+            ctx.cloud.delete(product, id).await?;
             tracing::info!(
-                load_balancer = created,
+                load_balancer = id,
                 "deleted the load balancer rollgate created"
             );
         }
-        (Some(attached), _) => {
-            let vpc_id = ctx.settings.vpc_id.as_deref();
-            if let Ok(spec) = lb_spec(service, product, cluster_id, vpc_id) {
-                let lb = ctx.cloud.ensure(&service.uid, product, &spec).await?;
-                let facts = &service.facts;
-                for group in &lb.listeners {
-                    let owner = owner_description(
-                        group.listener_port,
-                        &facts.name,
-                        &facts.namespace,
-                        cluster_id,
-                    );
-                    let state = ctx.cloud.read_group(product, group).await?;
-                    let ours: Vec<_> = state
-                        .backends
-                        .iter()
-                        .filter(|b| b.description == owner)
-                        .map(|b| b.key.clone())
-                        .collect();
-                    let changes = GroupChanges {
-                        remove: ours,
-                        ..Default::default()
-                    };
-                    ctx.cloud.apply(product, group, &changes).await?;
-                }
-                tracing::info!(load_balancer = ?Some(attached), "removed rollgate's backends from the attached load balancer");
-            }
+        CleanupStep::RemoveBackends(id) => {
+            let removed = remove_own_backends(service, ctx, product, id).await?;
+            tracing::info!(
+                load_balancer = id,
+                removed,
+                "took rollgate's backends out of a load balancer that stays"
+            );
         }
-        (None, None) => {}
     }
     Ok(())
+}
+
+/// Takes this Service's backends (by their ownership marker, any port) out of every
+/// server group of the load balancer; what is already gone counts as done. Returns how
+/// many were removed.
+pub async fn remove_own_backends(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    product: Product,
+    load_balancer_id: &str,
+) -> Result<usize, CloudError> {
+    let Some(groups) = ctx.cloud.server_groups(product, load_balancer_id).await? else {
+        return Ok(0);
+    };
+    let facts = &service.facts;
+    let cluster_id = &ctx.settings.cluster_id;
+    let mut removed = 0;
+    for group in &groups {
+        let backends = match ctx.cloud.list_backends(product, group).await {
+            Ok(backends) => backends,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        };
+        let ours: Vec<_> = backends
+            .iter()
+            .filter(|b| {
+                owned_port(&b.description, &facts.name, &facts.namespace, cluster_id).is_some()
+            })
+            .map(|b| b.key.clone())
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let count = ours.len();
+        let changes = GroupChanges {
+            remove: ours,
+            ..Default::default()
+        };
+        match ctx.cloud.apply(product, group, &changes).await {
+            Ok(()) => removed += count,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }
 
 /// Drops what rollgate remembers of the Service: its load balancer, its polls, its
@@ -89,4 +223,45 @@ pub fn forget(service: &ServiceSnapshot, ctx: &Context) {
     ctx.poller.forget(&service.key());
     ctx.metrics
         .forget(&service.facts.namespace, &service.facts.name);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CleanupStep::*;
+
+    /// What the case is about, the attached and created ids, preserve, the steps.
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        bool,
+        Vec<CleanupStep>,
+    );
+
+    #[test]
+    fn attached_keeps_all_but_our_backends_created_is_deleted_unless_preserved() {
+        let s = |id: &str| id.to_string();
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            ("nothing made, nothing named", None, None, false, vec![]),
+            ("created: deleted", None, Some("lb-made"), false, vec![Delete(s("lb-made"))]),
+            ("created, preserved: only our backends leave", None, Some("lb-made"), true, vec![RemoveBackends(s("lb-made"))]),
+            ("attached: only our backends leave", Some("lb-user"), None, false, vec![RemoveBackends(s("lb-user"))]),
+            ("attached, preserve changes nothing", Some("lb-user"), None, true, vec![RemoveBackends(s("lb-user"))]),
+            ("attached after one was created: both let go of", Some("lb-user"), Some("lb-made"), false,
+             vec![RemoveBackends(s("lb-user")), Delete(s("lb-made"))]),
+            ("attached after one was created, preserved", Some("lb-user"), Some("lb-made"), true,
+             vec![RemoveBackends(s("lb-user")), RemoveBackends(s("lb-made"))]),
+            ("the created one named as attached is never deleted", Some("lb-made"), Some("lb-made"), false,
+             vec![RemoveBackends(s("lb-made"))]),
+        ];
+        for (case, attached, created, preserve, want) in cases {
+            assert_eq!(
+                &cleanup_steps(*attached, *created, *preserve),
+                want,
+                "{case}"
+            );
+        }
+    }
 }

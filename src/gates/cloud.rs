@@ -97,6 +97,16 @@ impl Cloud {
         Ok(lb)
     }
 
+    /// Whether the Service's load balancer was ensured for exactly this spec (so no
+    /// cloud call is made for it).
+    pub fn knows(&self, uid: &str, spec: &LoadBalancerSpec) -> bool {
+        self.ensured
+            .lock()
+            .unwrap()
+            .get(uid)
+            .is_some_and(|(known, _)| known == spec)
+    }
+
     /// Drops what was remembered of a Service (deleted, or its groups must be re-found).
     pub fn forget(&self, uid: &str) {
         self.ensured.lock().unwrap().remove(uid);
@@ -137,6 +147,28 @@ impl Cloud {
         result
     }
 
+    /// Every server group of a load balancer, nothing created; `None`: it is gone.
+    pub async fn server_groups(
+        &self,
+        product: Product,
+        load_balancer_id: &str,
+    ) -> Result<Option<Vec<ServerGroupRef>>, CloudError> {
+        let result = self.client(product).server_groups(load_balancer_id).await;
+        self.count("ServerGroups", &result);
+        result
+    }
+
+    /// Every backend of one group, anyone's.
+    pub async fn list_backends(
+        &self,
+        product: Product,
+        group: &ServerGroupRef,
+    ) -> Result<Vec<alibaba_lb::Backend>, CloudError> {
+        let result = self.client(product).list_backends(group).await;
+        self.count("ListBackends", &result);
+        result
+    }
+
     /// Backends and health of one group: one listing and one health report.
     pub async fn read_group(
         &self,
@@ -160,6 +192,7 @@ impl Cloud {
             listener,
             listener_target: target?,
             service_port: group.listener_port,
+            protocol: group.listener_protocol.as_api_str().to_string(),
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),
             backends: reading.backends,

@@ -14,7 +14,7 @@ use super::eni::Placer;
 use super::metrics::GateMetrics;
 use super::poller::Poller;
 use super::service::ClassSelection;
-use crate::apply::{Events, Writer};
+use crate::apply::{EventDedup, Events, Writer};
 use crate::object::CachedPod;
 use crate::watch::runner::ReconcileError;
 
@@ -65,6 +65,8 @@ pub struct Context {
     pub placer: Placer,
     pub poller: Poller,
     pub events: Events,
+    /// What was said about cleanups that could not proceed (once per cause).
+    pub cleanup_said: EventDedup,
     pub metrics: GateMetrics,
     pub settings: GateSettings,
     /// Pods whose gate named a Service that was not in the store: checked by
@@ -115,6 +117,7 @@ pub fn test_context(
         placer: Placer::new(None, None, metrics.clone()),
         poller: Poller::new(settings.poll_fast, settings.poll_slow),
         events: Events::new(client, GATES_CONTROLLER_NAME),
+        cleanup_said: EventDedup::default(),
         metrics,
         settings,
         orphans: mpsc::unbounded_channel().0,

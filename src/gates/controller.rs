@@ -36,6 +36,7 @@ use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
 use super::service_writes::{add_finalizer, publish_address, record_created};
+use super::stale;
 use super::triggers;
 use crate::apply::{Events, Writer};
 use crate::leader::Leadership;
@@ -78,6 +79,7 @@ pub fn start(
         ),
         poller: poller.clone(),
         events: Events::new(client, GATES_CONTROLLER_NAME),
+        cleanup_said: Default::default(),
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
@@ -170,6 +172,12 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     if !service.holds_finalizer() {
         add_finalizer(&service, &ctx).await?;
     }
+    // Moved to a load balancer the user names: the one rollgate made goes first (the
+    // next reconcile, on the cleared annotation, serves the new one).
+    if cleanup::let_go_of_replaced(&service, &ctx).await? {
+        ctx.cloud.forget(&service.uid);
+        return Ok(Action::await_change());
+    }
     let settings = &ctx.settings;
     let spec = match lb_spec(
         &service,
@@ -196,11 +204,14 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let observed_at = Timestamp::now();
     let (mut cloud_state, lb, mut read_error) = match observed {
         Ok((state, lb)) => (state, Some(lb), None),
-        Err(error) => (
+        Err(Error::Cloud(error)) => (
             CloudState::Failed(cloud::failure(&error)),
             None,
             Some(error),
         ),
+        // The created load balancer's id could not be recorded: nothing else is done
+        // until it is (the retry finds the same load balancer by its ClientToken).
+        Err(write) => return Err(write),
     };
     let facts = &service.facts;
     let pods = service_pods(&ctx.pods, &service);
@@ -313,17 +324,34 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
     Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(50)
 }
 
-/// The load balancer (ensured), its address published, and its groups read.
+/// The load balancer (ensured, and its id recorded when rollgate created it), its
+/// address published, and its groups read.
 async fn observe_cloud(
     service: &ServiceSnapshot,
     ctx: &Context,
     product: Product,
     spec: &LoadBalancerSpec,
-) -> Result<(CloudState, LoadBalancer), CloudError> {
+) -> Result<(CloudState, LoadBalancer), Error> {
     let uid = &service.uid;
+    let fresh = !ctx.cloud.knows(uid, spec);
     let lb = ctx.cloud.ensure(uid, product, spec).await?;
     if lb.created && service.created_id.as_deref() != Some(lb.id.as_str()) {
-        record_created(service, ctx, &lb.id).await;
+        if let Err(error) = record_created(service, ctx, &lb.id).await {
+            // Ask the cloud again next time: the create call returns the same one.
+            ctx.cloud.forget(uid);
+            return Err(error);
+        }
+    }
+    if fresh {
+        // The spec changed (or rollgate restarted): listeners and groups it made for
+        // ports the Service no longer has go, listener first.
+        let facts = &service.facts;
+        if let Err(error) =
+            stale::remove_stale(ctx, product, &lb.id, spec, &facts.name, &facts.namespace).await
+        {
+            ctx.cloud.forget(uid);
+            return Err(error.into());
+        }
     }
     let Some(address) = lb.address.clone() else {
         ctx.cloud.forget(uid);
@@ -352,7 +380,7 @@ async fn observe_cloud(
             Err(error) => {
                 // The group may have been deleted behind our back: find it again next time.
                 ctx.cloud.forget(uid);
-                return Err(error);
+                return Err(error.into());
             }
         }
     }

@@ -3,7 +3,7 @@
 //! zones, and a listener and server group per Service port.
 use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
 
-use super::model::owner_description;
+use super::model::server_group_name;
 use super::service::ServiceSnapshot;
 use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
 
@@ -27,13 +27,16 @@ pub fn lb_spec(
     }
     let facts = &service.facts;
     let uid = &service.uid;
-    let mut name = format!(
-        "k8s-{cluster_id}-{}-{}-{}",
-        facts.namespace,
-        facts.name,
-        &uid[..uid.len().min(8)]
-    );
-    name.truncate(NAME_LIMIT);
+    // The name is the create call's idempotency token too (`ClientToken`): a restart
+    // between creating the load balancer and recording its id asks again with the same
+    // token and gets the same load balancer. So the uid part is never cut off: a long
+    // namespace or name is cut instead, and another Service of the same name (deleted
+    // and made again) never gets the first one's token.
+    let uid_part = &uid[..uid.len().min(8)];
+    let mut name = format!("k8s-{cluster_id}-{}-{}", facts.namespace, facts.name);
+    name.truncate(NAME_LIMIT - 1 - uid_part.len());
+    name.push('-');
+    name.push_str(uid_part);
     Ok(LoadBalancerSpec {
         name,
         existing_id: service.existing_id().map(str::to_string),
@@ -50,8 +53,9 @@ pub fn lb_spec(
                 } else {
                     ListenerProtocol::Tcp
                 },
-                server_group_name: owner_description(
-                    p.port,
+                server_group_name: server_group_name(
+                    p,
+                    &facts.ports,
                     &facts.name,
                     &facts.namespace,
                     cluster_id,
@@ -231,6 +235,25 @@ mod tests {
     }
 
     #[test]
+    fn udp_beside_tcp_on_one_port_gets_a_group_of_its_own() {
+        let mut snap = snapshot("web", "0123456789ab", &[]);
+        snap.facts.ports[1].port = 80;
+        let spec = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        let names: Vec<_> = spec
+            .listeners
+            .iter()
+            .map(|l| (l.port, l.protocol, l.server_group_name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (80, ListenerProtocol::Tcp, "k8s/80/web/shop/c1"),
+                (80, ListenerProtocol::Udp, "k8s/80/web/shop/c1/udp"),
+            ]
+        );
+    }
+
+    #[test]
     fn names_stay_within_the_limit_and_a_short_uid_is_taken_whole() {
         let long = "a".repeat(100);
         let spec = lb_spec(
@@ -242,6 +265,22 @@ mod tests {
         .unwrap();
         assert_eq!(spec.name.len(), NAME_LIMIT);
         assert!(spec.name.starts_with("k8s-c1-shop-aaaa"), "{}", spec.name);
+        assert!(
+            spec.name.ends_with("-01234567"),
+            "the uid part is kept: {}",
+            spec.name
+        );
+        let again = lb_spec(
+            &snapshot(&long, "fedcba9876", &[]),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        assert_ne!(
+            again.name, spec.name,
+            "a Service made again gets another token"
+        );
         let spec = lb_spec(&snapshot("web", "u1", &[]), Product::Clb, "c1", None).unwrap();
         assert_eq!(spec.name, "k8s-c1-shop-web-u1");
     }

@@ -23,6 +23,7 @@ pub mod poller;
 pub mod reasons;
 pub mod service;
 pub mod service_writes;
+pub mod stale;
 pub mod triggers;
 
 use std::sync::Arc;

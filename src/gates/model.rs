@@ -31,6 +31,42 @@ pub fn owner_description(port: u16, service: &str, namespace: &str, cluster_id: 
     format!("k8s/{port}/{service}/{namespace}/{cluster_id}")
 }
 
+/// The name of the server group rollgate makes for one Service port: the ownership
+/// marker itself, as before, so groups made by earlier versions are found again. A UDP
+/// port whose number a TCP port of the Service also has gets `/udp` after it, since a
+/// group serves one protocol (NLB) and each listener needs its own.
+pub fn server_group_name(
+    port: &ServicePort,
+    all: &[ServicePort],
+    service: &str,
+    namespace: &str,
+    cluster_id: &str,
+) -> String {
+    let owner = owner_description(port.port, service, namespace, cluster_id);
+    let shared = all
+        .iter()
+        .any(|p| p.port == port.port && p.protocol != port.protocol);
+    if shared && port.protocol == "UDP" {
+        format!("{owner}/udp")
+    } else {
+        owner
+    }
+}
+
+/// The Service port a backend's description marks it as rollgate's for this Service
+/// (any port: a port the Service no longer has included), or `None` when it is not.
+pub fn owned_port(
+    description: &str,
+    service: &str,
+    namespace: &str,
+    cluster_id: &str,
+) -> Option<u16> {
+    let rest = description.strip_prefix("k8s/")?;
+    let (port, tail) = rest.split_once('/')?;
+    let port: u16 = port.parse().ok()?;
+    (tail == format!("{service}/{namespace}/{cluster_id}")).then_some(port)
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetPort {
     Number(u16),
@@ -117,6 +153,9 @@ impl GatePod {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupState {
     pub service_port: u16,
+    /// The Service port's protocol (`TCP`, `UDP`): a port may have both, each with its
+    /// own listener and group.
+    pub protocol: String,
     pub load_balancer_id: String,
     pub server_group_id: String,
     /// Every backend of the group, rollgate's and anyone else's.

@@ -52,10 +52,15 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
             return out;
         }
     };
-    let ports: BTreeMap<u16, &ServicePort> =
-        input.service.ports.iter().map(|p| (p.port, p)).collect();
+    // Keyed by port and protocol: TCP and UDP on one port are two listeners and groups.
+    let ports: BTreeMap<(u16, &str), &ServicePort> = input
+        .service
+        .ports
+        .iter()
+        .map(|p| ((p.port, p.protocol.as_str()), p))
+        .collect();
     for group in groups {
-        let Some(port) = ports.get(&group.service_port) else {
+        let Some(port) = ports.get(&(group.service_port, group.protocol.as_str())) else {
             continue;
         };
         let (changes, deadline) = plan_group(input, port, group);
@@ -221,7 +226,10 @@ enum PortVerdict {
 
 fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<ConditionWrite> {
     let mut writes = vec![];
-    let by_port: HashMap<u16, &GroupState> = groups.iter().map(|g| (g.service_port, g)).collect();
+    let by_port: HashMap<(u16, &str), &GroupState> = groups
+        .iter()
+        .map(|g| ((g.service_port, g.protocol.as_str()), g))
+        .collect();
     for pod in input
         .pods
         .iter()
@@ -245,7 +253,7 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                 .ports
                 .iter()
                 .map(|port| {
-                    let group = by_port.get(&port.port).copied();
+                    let group = by_port.get(&(port.port, port.protocol.as_str())).copied();
                     (port, group, port_verdict(input, pod, port, group))
                 })
                 .collect();

@@ -2,7 +2,7 @@
 //! public names: `crate::names::GateReason`, listed in the README's troubleshooting
 //! table).
 use super::model::{CloudFailure, GroupState, ServiceFacts, ServicePort};
-use crate::names::{GateReason, FLIP_BACK_ANNOTATION};
+use crate::names::{GateReason, FLIP_BACK_ANNOTATION, LOAD_BALANCER_FINALIZER};
 
 pub fn service_not_found(namespace: &str, service: &str) -> String {
     format!(
@@ -124,5 +124,27 @@ pub fn service_load_balancer_takes_no_pod_backends(
 ) -> String {
     format!(
         "CLB instance {load_balancer_id} ({instance}) is shared-resource and takes no ENI/ECI backends, so no pod of this Service can be registered and no readiness gate turns True; {NO_POD_BACKENDS_FIX}"
+    )
+}
+
+/// The Warning Event of a Service whose cleanup cannot proceed: the finalizer stays.
+/// No RequestId, so that the same cause is said once, not once per retry.
+pub fn cleanup_blocked(load_balancer_id: &str, failure: &CloudFailure) -> String {
+    let hint = match failure.code.as_str() {
+        "Unreachable" => "the cloud API cannot be reached (network, endpoint or region)",
+        "NoCredentials" => "no usable cloud credentials",
+        "InvalidConfiguration" => "the cloud client is not configured (region, endpoint)",
+        code if code.contains("AccessKey")
+            || code.contains("Forbidden")
+            || code.contains("Signature")
+            || code.contains("NoPermission") =>
+        {
+            "the cloud refused rollgate's credentials or permissions"
+        }
+        _ => "the cloud refused the call",
+    };
+    format!(
+        "cannot clean up load balancer {load_balancer_id} yet: {} failed with {} ({hint}). The finalizer {} stays and the cleanup is retried; fix the cause, or remove the finalizer by hand after cleaning up in the console",
+        failure.action, failure.code, LOAD_BALANCER_FINALIZER
     )
 }

@@ -13,7 +13,8 @@ use kube::{Resource, ResourceExt};
 use super::model::{ServiceFacts, ServicePort, TargetPort};
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
-    LOAD_BALANCER_FINALIZER, NLB_CLASS, ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
+    LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
+    ROLLGATE_NLB_CLASS,
 };
 
 /// Everything a reconcile needs of its Service, read once at its top.
@@ -38,6 +39,8 @@ pub struct ServiceSnapshot {
     pub attached_id: Option<String>,
     /// The load balancer rollgate created earlier (its own annotation).
     pub created_id: Option<String>,
+    /// `preserve-lb-on-delete`: a created load balancer outlives the Service.
+    pub preserve_on_delete: bool,
     /// `zone-maps`, or why it is not valid.
     pub zones: Result<Vec<ZoneVSwitch>, String>,
     /// `address-type`, or why it is not valid.
@@ -65,6 +68,7 @@ impl ServiceSnapshot {
             finalizers: service.finalizers().to_vec(),
             attached_id: attached_id(service).map(str::to_string),
             created_id: created_id(service).map(str::to_string),
+            preserve_on_delete: preserve_on_delete(service),
             zones: zone_maps(service),
             address_type: address_type(service),
             selector: selector(service).cloned(),
@@ -166,6 +170,15 @@ pub fn flip_back(service: &Service) -> bool {
         .annotations()
         .get(FLIP_BACK_ANNOTATION)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// `preserve-lb-on-delete`: any non-empty value, as Alibaba's controller reads it
+/// (so a Service moved over keeps its meaning, `"false"` included).
+pub fn preserve_on_delete(service: &Service) -> bool {
+    let suffix = PRESERVE_LB_ON_DELETE_ANNOTATION
+        .strip_prefix(LOAD_BALANCER_ANNOTATION_PREFIXES[0])
+        .unwrap_or(PRESERVE_LB_ON_DELETE_ANNOTATION);
+    lb_annotation(service, suffix).is_some()
 }
 
 /// `internet` (default) or `intranet`.
@@ -373,6 +386,22 @@ mod tests {
         assert_eq!(attached_id(&svc), Some("lb-2"));
         let svc = service("LoadBalancer", None, &[(LOAD_BALANCER_ID_ANNOTATION, "")]);
         assert_eq!(attached_id(&svc), None);
+    }
+
+    #[test]
+    fn preserve_on_delete_is_any_value_under_either_prefix() {
+        let legacy = PRESERVE_LB_ON_DELETE_ANNOTATION.replace("alibaba-cloud-", "alicloud-");
+        let cases = [
+            (vec![], false),
+            (vec![(PRESERVE_LB_ON_DELETE_ANNOTATION, "true")], true),
+            (vec![(PRESERVE_LB_ON_DELETE_ANNOTATION, "on")], true),
+            (vec![(PRESERVE_LB_ON_DELETE_ANNOTATION, " ")], false),
+            (vec![(legacy.as_str(), "true")], true),
+        ];
+        for (annotations, want) in cases {
+            let svc = service("LoadBalancer", None, &annotations);
+            assert_eq!(preserve_on_delete(&svc), want, "{annotations:?}");
+        }
     }
 
     #[test]

@@ -62,12 +62,23 @@ async fn patch_metadata(
     }
 }
 
-/// Remembers a load balancer rollgate created, so only that one is ever deleted.
-pub async fn record_created(service: &ServiceSnapshot, ctx: &Context, id: &str) {
+/// Remembers a load balancer rollgate created, so only that one is ever deleted. A
+/// failure is the reconcile's error: nothing more is done for the Service until the id
+/// is recorded, and the retry's create call (same `ClientToken`) returns the same load
+/// balancer, so none is made twice or lost.
+pub async fn record_created(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    id: &str,
+) -> Result<(), Error> {
     let patch = json!({"metadata": {"annotations": {CREATED_ID_ANNOTATION: id}}});
-    if let Err(error) = patch_metadata(service, ctx, patch, "created load balancer id").await {
-        tracing::warn!(%error, "could not record the created load balancer");
-    }
+    patch_metadata(service, ctx, patch, "created load balancer id").await
+}
+
+/// Clears the created load balancer's id, once that load balancer is let go of.
+pub async fn forget_created(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {CREATED_ID_ANNOTATION: null}}});
+    patch_metadata(service, ctx, patch, "created load balancer id").await
 }
 
 /// `status.loadBalancer.ingress`: an IP for CLB, a DNS name for NLB. Written only when

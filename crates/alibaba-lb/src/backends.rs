@@ -6,8 +6,8 @@
 use crate::config::Product;
 use crate::error::Result;
 use crate::model::{
-    Backend, BackendHealth, BackendKey, GroupReading, LoadBalancer, LoadBalancerSpec,
-    ServerGroupRef,
+    Backend, BackendHealth, BackendKey, GroupReading, ListenerWiring, LoadBalancer,
+    LoadBalancerSpec, ServerGroupRef, Wiring,
 };
 
 /// What the readiness-gate controller needs from a cloud load balancer.
@@ -21,6 +21,27 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
 
     /// Deletes a load balancer we created (with its listeners).
     async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()>;
+
+    /// Every server group of the load balancer, read only (nothing is created): all
+    /// its vServer groups (CLB), or the groups its listeners forward to (NLB, whose
+    /// groups belong to the region, not to a load balancer). `None`: the load balancer
+    /// does not exist. What letting go of a Service reads, so that a load balancer the
+    /// user already deleted is not an error and nothing is created on the way out.
+    async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>>;
+
+    /// The load balancer's listeners and groups (read only); `None`: it does not exist.
+    async fn wiring(&self, load_balancer_id: &str) -> Result<Option<Wiring>>;
+
+    /// Deletes one listener; one already gone is not an error.
+    async fn delete_listener(
+        &self,
+        load_balancer_id: &str,
+        listener: &ListenerWiring,
+    ) -> Result<()>;
+
+    /// Deletes one server group (no listener may forward to it); one already gone is
+    /// not an error.
+    async fn delete_server_group(&self, server_group_id: &str) -> Result<()>;
 
     /// Every backend of the group, ours or not (callers filter by description).
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>>;

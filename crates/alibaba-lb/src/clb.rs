@@ -195,7 +195,7 @@ fn backend_servers_json(items: &[BackendServerParam<'_>]) -> String {
 }
 
 fn is_not_found(error: &Error) -> bool {
-    matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
+    matches!(error, Error::Api { code, .. } if crate::error::code_says_not_found(code))
 }
 
 /// A deterministic idempotency token, so a retried create does not create twice.
@@ -298,7 +298,7 @@ impl ClbClient {
             Ok((attribute, _)) => Ok(attribute),
             Err(Error::Api {
                 code, request_id, ..
-            }) if code.contains("NotFound") || code.contains("NotExist") => Err(Error::NotFound {
+            }) if crate::error::code_says_not_found(&code) => Err(Error::NotFound {
                 action: ACTION.into(),
                 what: format!("load balancer {id}"),
                 request_id,
@@ -507,6 +507,144 @@ impl LoadBalancerBackends for ClbClient {
 
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
         self.describe_vserver_group(group).await
+    }
+
+    async fn wiring(&self, load_balancer_id: &str) -> Result<Option<Wiring>> {
+        let attribute = match self.describe_load_balancer(load_balancer_id).await {
+            Ok(attribute) => attribute,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut listeners = vec![];
+        for l in &attribute
+            .listener_ports_and_protocol
+            .listener_port_and_protocol
+        {
+            let protocol = match l.listener_protocol.to_ascii_lowercase().as_str() {
+                "tcp" => ListenerProtocol::Tcp,
+                "udp" => ListenerProtocol::Udp,
+                // HTTP/HTTPS listeners are never rollgate's.
+                _ => continue,
+            };
+            let group = ServerGroupRef {
+                load_balancer_id: load_balancer_id.to_string(),
+                server_group_id: String::new(),
+                listener_port: l.listener_port,
+                listener_protocol: protocol,
+                listener_id: None,
+            };
+            let Some(listener) = self.listener_attribute(&group).await? else {
+                continue;
+            };
+            listeners.push(ListenerWiring {
+                port: l.listener_port,
+                protocol,
+                listener_id: None,
+                server_group_id: listener.v_server_group_id,
+            });
+        }
+        let (groups, _) = self
+            .call::<VServerGroups>(
+                "DescribeVServerGroups",
+                params([("LoadBalancerId", load_balancer_id.to_string())]),
+            )
+            .await?;
+        let groups = groups
+            .v_server_groups
+            .v_server_group
+            .into_iter()
+            .map(|g| ServerGroupName {
+                id: g.v_server_group_id,
+                name: g.v_server_group_name,
+            })
+            .collect();
+        Ok(Some(Wiring { listeners, groups }))
+    }
+
+    async fn delete_listener(
+        &self,
+        load_balancer_id: &str,
+        listener: &ListenerWiring,
+    ) -> Result<()> {
+        let result = self
+            .call::<Empty>(
+                "DeleteLoadBalancerListener",
+                params([
+                    ("LoadBalancerId", load_balancer_id.to_string()),
+                    ("ListenerPort", listener.port.to_string()),
+                    (
+                        "ListenerProtocol",
+                        listener.protocol.as_api_str().to_ascii_lowercase(),
+                    ),
+                ]),
+            )
+            .await;
+        self.listener_groups.lock().unwrap().remove(&(
+            load_balancer_id.to_string(),
+            listener.port,
+            listener.protocol,
+        ));
+        match result {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete_server_group(&self, server_group_id: &str) -> Result<()> {
+        match self
+            .call::<Empty>(
+                "DeleteVServerGroup",
+                params([("VServerGroupId", server_group_id.to_string())]),
+            )
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>> {
+        let attribute = match self.describe_load_balancer(load_balancer_id).await {
+            Ok(attribute) => attribute,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let (groups, _) = match self
+            .call::<VServerGroups>(
+                "DescribeVServerGroups",
+                params([("LoadBalancerId", load_balancer_id.to_string())]),
+            )
+            .await
+        {
+            Ok(groups) => groups,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // The listener port is not part of a vServer group; the one of the first
+        // listener is enough, since removals address the group by its id.
+        let first = attribute
+            .listener_ports_and_protocol
+            .listener_port_and_protocol
+            .first();
+        let port = first.map_or(0, |l| l.listener_port);
+        let protocol = match first.map(|l| l.listener_protocol.to_ascii_lowercase()) {
+            Some(p) if p == "udp" => ListenerProtocol::Udp,
+            _ => ListenerProtocol::Tcp,
+        };
+        Ok(Some(
+            groups
+                .v_server_groups
+                .v_server_group
+                .into_iter()
+                .map(|g| ServerGroupRef {
+                    load_balancer_id: load_balancer_id.to_string(),
+                    server_group_id: g.v_server_group_id,
+                    listener_port: port,
+                    listener_protocol: protocol,
+                    listener_id: None,
+                })
+                .collect(),
+        ))
     }
 
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {

@@ -93,6 +93,25 @@ pub const BUSY_CODES: &[&str] = &[
     "OperationBusy",
 ];
 
+/// An API error code saying the resource asked about does not exist. Credential codes
+/// (`InvalidAccessKeyId.NotFound`, ...) say the caller is unknown, never that the
+/// resource is gone: taking them for "gone" would delete a finalizer with the load
+/// balancer still there.
+pub fn code_says_not_found(code: &str) -> bool {
+    // An action the endpoint does not know (`InvalidAction.NotFound`) is not a missing
+    // resource either.
+    const CALLER_UNKNOWN: &[&str] = &[
+        "InvalidAccessKeyId",
+        "InvalidSecurityToken",
+        "InvalidRamRole",
+        "InvalidAction",
+    ];
+    if CALLER_UNKNOWN.iter().any(|prefix| code.starts_with(prefix)) {
+        return false;
+    }
+    code.contains("NotFound") || code.contains("NotExist")
+}
+
 impl Error {
     /// Whether the same request may succeed if sent again later: throttling, busy
     /// resources, 5xx and transport failures. Signature, permission and parameter
@@ -105,6 +124,16 @@ impl Error {
                     || BUSY_CODES.contains(&code.as_str())
             }
             Error::Transport { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The thing asked about does not exist (a load balancer, listener or server
+    /// group deleted meanwhile): `NotFound`, or an API code saying so.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::NotFound { .. } => true,
+            Error::Api { code, .. } => code_says_not_found(code),
             _ => false,
         }
     }
@@ -182,6 +211,24 @@ mod tests {
         assert!(!api(400, "BackendServer.InvalidType").is_retryable());
         assert!(!api(400, "Mismatch.ServerType").is_retryable());
         assert!(!api(404, "InvalidAccessKeyId.NotFound").is_retryable());
+    }
+
+    #[test]
+    fn only_a_missing_resource_is_not_found_never_an_unknown_caller() {
+        assert!(api(404, "InvalidLoadBalancerId.NotFound").is_not_found());
+        assert!(api(400, "ResourceNotFound.loadBalancer").is_not_found());
+        assert!(api(400, "VServerGroupId.NotExist").is_not_found());
+        assert!(!api(404, "InvalidAccessKeyId.NotFound").is_not_found());
+        assert!(!api(400, "InvalidSecurityToken.Expired").is_not_found());
+        assert!(!api(403, "Forbidden.RAM").is_not_found());
+        assert!(!api(404, "InvalidAction.NotFound").is_not_found());
+        assert!(!api(503, "ServiceUnavailable").is_not_found());
+        assert!(Error::NotFound {
+            action: "DescribeLoadBalancerAttribute".into(),
+            what: "load balancer lb-1".into(),
+            request_id: "R".into()
+        }
+        .is_not_found());
     }
 
     #[test]

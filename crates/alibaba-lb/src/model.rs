@@ -68,6 +68,33 @@ pub struct LoadBalancerSpec {
     pub listeners: Vec<ListenerSpec>,
 }
 
+/// One listener of a load balancer and the server group it forwards to (empty: none,
+/// or CLB's default server group).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerWiring {
+    pub port: u16,
+    pub protocol: ListenerProtocol,
+    /// NLB listener id; `None` for CLB (addressed by port and protocol).
+    pub listener_id: Option<String>,
+    pub server_group_id: String,
+}
+
+/// A server group's id and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerGroupName {
+    pub id: String,
+    pub name: String,
+}
+
+/// What a load balancer's listeners forward to, and the groups there are: every vServer
+/// group of a CLB; for NLB the groups its listeners forward to (NLB groups belong to
+/// the region, and are never searched for by name across it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wiring {
+    pub listeners: Vec<ListenerWiring>,
+    pub groups: Vec<ServerGroupName>,
+}
+
 /// Everything needed to address one server group in later calls.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ServerGroupRef {

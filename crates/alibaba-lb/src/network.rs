@@ -191,7 +191,7 @@ impl VpcNetwork {
             }),
             Err(Error::Api {
                 code, request_id, ..
-            }) if code.contains("NotFound") => Err(Error::NotFound {
+            }) if crate::error::code_says_not_found(&code) => Err(Error::NotFound {
                 action: ACTION.into(),
                 what: format!("VPC {vpc_id}"),
                 request_id,

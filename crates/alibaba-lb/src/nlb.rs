@@ -191,7 +191,7 @@ fn flatten_servers(backends: &[&Backend], with_attributes: bool) -> Params {
 }
 
 fn is_not_found(error: &Error) -> bool {
-    matches!(error, Error::Api { code, .. } if code.contains("NotFound") || code.contains("NotExist"))
+    matches!(error, Error::Api { code, .. } if crate::error::code_says_not_found(code))
 }
 
 /// The NLB form of a server group name: 2 to 128 characters, starting with a letter,
@@ -310,7 +310,7 @@ impl NlbClient {
         {
             Err(Error::Api {
                 code, request_id, ..
-            }) if code.contains("NotFound") || code.contains("NotExist") => Err(Error::NotFound {
+            }) if crate::error::code_says_not_found(&code) => Err(Error::NotFound {
                 action: ACTION.into(),
                 what: format!("load balancer {id}"),
                 request_id,
@@ -557,6 +557,120 @@ impl LoadBalancerBackends for NlbClient {
         {
             Err(e) if is_not_found(&e) => Ok(()),
             other => other,
+        }
+    }
+
+    async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>> {
+        match self.load_balancer_attribute(load_balancer_id).await {
+            Ok(_) => {}
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let listeners = match self
+            .paged(
+                "ListListeners",
+                params([("LoadBalancerIds.1", load_balancer_id.to_string())]),
+                NLB_PAGE_SIZE,
+                |p: ListenerPage| (p.listeners, p.next_token),
+            )
+            .await
+        {
+            Ok(listeners) => listeners,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut seen = HashSet::new();
+        Ok(Some(
+            listeners
+                .into_iter()
+                .filter(|l| !l.server_group_id.is_empty())
+                .filter(|l| seen.insert(l.server_group_id.clone()))
+                .map(|l| ServerGroupRef {
+                    load_balancer_id: load_balancer_id.to_string(),
+                    server_group_id: l.server_group_id,
+                    listener_port: l.listener_port,
+                    listener_protocol: if l.listener_protocol.eq_ignore_ascii_case("UDP") {
+                        ListenerProtocol::Udp
+                    } else {
+                        ListenerProtocol::Tcp
+                    },
+                    listener_id: Some(l.listener_id),
+                })
+                .collect(),
+        ))
+    }
+
+    async fn wiring(&self, load_balancer_id: &str) -> Result<Option<Wiring>> {
+        let Some(refs) = self.server_groups(load_balancer_id).await? else {
+            return Ok(None);
+        };
+        let listeners: Vec<ListenerWiring> = refs
+            .iter()
+            .map(|r| ListenerWiring {
+                port: r.listener_port,
+                protocol: r.listener_protocol,
+                listener_id: r.listener_id.clone(),
+                server_group_id: r.server_group_id.clone(),
+            })
+            .collect();
+        let mut base = Params::new();
+        for (i, r) in refs.iter().enumerate() {
+            base.push((
+                format!("ServerGroupIds.{}", i + 1),
+                r.server_group_id.clone(),
+            ));
+        }
+        let groups = if refs.is_empty() {
+            vec![]
+        } else {
+            self.paged(
+                "ListServerGroups",
+                base,
+                NLB_PAGE_SIZE,
+                |p: ServerGroupPage| (p.server_groups, p.next_token),
+            )
+            .await?
+        };
+        Ok(Some(Wiring {
+            listeners,
+            groups: groups
+                .into_iter()
+                .map(|g| ServerGroupName {
+                    id: g.server_group_id,
+                    name: g.server_group_name,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn delete_listener(
+        &self,
+        _load_balancer_id: &str,
+        listener: &ListenerWiring,
+    ) -> Result<()> {
+        let Some(id) = &listener.listener_id else {
+            return Ok(());
+        };
+        self.listener_groups.lock().unwrap().remove(id);
+        match self
+            .mutate_and_wait("DeleteListener", params([("ListenerId", id.clone())]))
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn delete_server_group(&self, server_group_id: &str) -> Result<()> {
+        match self
+            .mutate_and_wait(
+                "DeleteServerGroup",
+                params([("ServerGroupId", server_group_id.to_string())]),
+            )
+            .await
+        {
+            Err(e) if !is_not_found(&e) => Err(e),
+            _ => Ok(()),
         }
     }
 

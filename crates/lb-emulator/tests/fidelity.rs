@@ -1667,3 +1667,180 @@ fn called_actions(source: &str) -> Vec<&str> {
     }
     out
 }
+
+/// Row 45: `CreateLoadBalancer` with a `ClientToken` already used returns the load
+/// balancer the first call created, on CLB and NLB alike; another token makes another.
+#[tokio::test]
+async fn create_load_balancer_is_idempotent_by_client_token() {
+    let bed = Bed::new().await;
+    let clb = |token: &'static str| {
+        let bed = &bed;
+        async move {
+            let lb = bed
+                .call(
+                    Service::Clb,
+                    "CreateLoadBalancer",
+                    &[("LoadBalancerName", "web"), ("ClientToken", token)],
+                )
+                .await
+                .unwrap();
+            lb["LoadBalancerId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = clb("token-a").await;
+    assert_eq!(clb("token-a").await, first);
+    assert_ne!(clb("token-b").await, first);
+    let nlb = |token: &'static str| {
+        let bed = &bed;
+        async move {
+            let lb = bed
+                .call(
+                    Service::Nlb,
+                    "CreateLoadBalancer",
+                    &[
+                        ("LoadBalancerName", "web"),
+                        ("LoadBalancerType", "Network"),
+                        ("AddressType", "Internet"),
+                        ("VpcId", "vpc-1"),
+                        ("ZoneMappings.1.ZoneId", "z1"),
+                        ("ZoneMappings.1.VSwitchId", "vsw-1"),
+                        ("ZoneMappings.2.ZoneId", "z2"),
+                        ("ZoneMappings.2.VSwitchId", "vsw-2"),
+                        ("ClientToken", token),
+                    ],
+                )
+                .await
+                .unwrap();
+            lb["LoadbalancerId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = nlb("token-a").await;
+    assert_eq!(nlb("token-a").await, first);
+    assert_ne!(nlb("token-b").await, first);
+    let http = alibaba_lb::http::build_http_client(Duration::from_secs(5)).unwrap();
+    let state: Value = serde_json::from_slice(
+        &http
+            .get(format!("{}/_emulator/state", bed.emu.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["clb"]["load_balancers"].as_array().unwrap().len(), 2);
+    assert_eq!(state["nlb"]["load_balancers"].as_array().unwrap().len(), 2);
+}
+
+/// Row 46: a server group a listener forwards to cannot be deleted (CLB and NLB);
+/// once the listener is deleted, it can.
+#[tokio::test]
+async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
+    let bed = Bed::new().await;
+    let lb = bed
+        .call(Service::Clb, "CreateLoadBalancer", &[])
+        .await
+        .unwrap();
+    let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
+    let group = bed
+        .call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", &lb), ("VServerGroupName", "g")],
+        )
+        .await
+        .unwrap();
+    let group = group["VServerGroupId"].as_str().unwrap().to_string();
+    bed.call(
+        Service::Clb,
+        "CreateLoadBalancerTCPListener",
+        &[
+            ("LoadBalancerId", &lb),
+            ("ListenerPort", "80"),
+            ("Bandwidth", "-1"),
+            ("VServerGroupId", &group),
+        ],
+    )
+    .await
+    .unwrap();
+    refused(
+        bed.call(
+            Service::Clb,
+            "DeleteVServerGroup",
+            &[("VServerGroupId", &group)],
+        )
+        .await,
+        400,
+        "RspoolVipExist",
+    );
+    bed.call(
+        Service::Clb,
+        "DeleteLoadBalancerListener",
+        &[
+            ("LoadBalancerId", &lb),
+            ("ListenerPort", "80"),
+            ("ListenerProtocol", "tcp"),
+        ],
+    )
+    .await
+    .unwrap();
+    bed.call(
+        Service::Clb,
+        "DeleteVServerGroup",
+        &[("VServerGroupId", &group)],
+    )
+    .await
+    .unwrap();
+
+    let nlb = bed.client(Product::Nlb, None);
+    let made = nlb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "n".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some("vpc-1".into()),
+            zones: vec![
+                ZoneVSwitch {
+                    zone_id: "z1".into(),
+                    vswitch_id: "vsw-1".into(),
+                },
+                ZoneVSwitch {
+                    zone_id: "z2".into(),
+                    vswitch_id: "vsw-2".into(),
+                },
+            ],
+            listeners: vec![ListenerSpec {
+                port: 80,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: "grp".into(),
+            }],
+        })
+        .await
+        .unwrap();
+    let group = &made.listeners[0];
+    refused(
+        bed.call(
+            Service::Nlb,
+            "DeleteServerGroup",
+            &[("ServerGroupId", &group.server_group_id)],
+        )
+        .await,
+        400,
+        "ResourceInUse.serverGroup",
+    );
+    let wiring = nlb.wiring(&made.id).await.unwrap().unwrap();
+    nlb.delete_listener(&made.id, &wiring.listeners[0])
+        .await
+        .unwrap();
+    nlb.delete_server_group(&group.server_group_id)
+        .await
+        .unwrap();
+    assert!(nlb
+        .wiring(&made.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .listeners
+        .is_empty());
+}

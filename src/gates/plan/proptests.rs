@@ -104,6 +104,7 @@ fn build(model: &Model) -> (ServiceFacts, Vec<GatePod>, CloudState) {
     let mut groups: Vec<GroupState> = (0..2)
         .map(|i| GroupState {
             service_port: service.ports[i].port,
+            protocol: service.ports[i].protocol.clone(),
             load_balancer_id: "lb-1".into(),
             server_group_id: format!("rsp-{i}"),
             listener: format!("TCP:{}", service.ports[i].port),

@@ -58,6 +58,7 @@ pub(super) fn foreign(ip: &str) -> Backend {
 pub(super) fn group(backends: Vec<Backend>, health: &[(&str, HealthState)]) -> GroupState {
     GroupState {
         service_port: 80,
+        protocol: "TCP".into(),
         load_balancer_id: "lb-1".into(),
         server_group_id: "rsp-1".into(),
         listener: "TCP:80".into(),
@@ -664,4 +665,65 @@ fn a_port_without_a_listener_holds_the_gate_too() {
     let w = only_write(&out);
     assert!(!w.status);
     assert_eq!(w.reason, GateReason::ListenerNotForwarding);
+}
+
+/// TCP and UDP on one port: two groups, each gets the pod (before, the port number alone
+/// picked one group, so the other protocol's group was never filled and the gate
+/// judged the pod by one of them only).
+#[test]
+fn tcp_and_udp_on_one_port_fill_their_own_groups() {
+    let mut service = svc(false);
+    service.ports = vec![
+        ServicePort {
+            port: 53,
+            protocol: "TCP".into(),
+            target: TargetPort::Number(8053),
+        },
+        ServicePort {
+            port: 53,
+            protocol: "UDP".into(),
+            target: TargetPort::Name("dns".into()),
+        },
+    ];
+    let tcp = GroupState {
+        service_port: 53,
+        listener: "TCP:53".into(),
+        ..group(vec![], &[])
+    };
+    let udp = GroupState {
+        service_port: 53,
+        protocol: "UDP".into(),
+        server_group_id: "rsp-udp".into(),
+        listener: "UDP:53".into(),
+        listener_target: Some("rsp-udp".into()),
+        ..group(vec![], &[])
+    };
+    let mut dns = pod("a", "10.0.0.1");
+    dns.ports.push(PodPort {
+        name: Some("dns".into()),
+        container_port: 5353,
+        protocol: "UDP".into(),
+    });
+    let plan = run(&service, &[dns], &CloudState::Ready(vec![tcp, udp]));
+    let added: Vec<(&str, u16)> = plan
+        .changes
+        .iter()
+        .flat_map(|c| {
+            c.add
+                .iter()
+                .map(|b| (c.server_group_id.as_str(), b.key.port))
+        })
+        .collect();
+    assert_eq!(
+        added,
+        vec![("rsp-1", 8053), ("rsp-udp", 5353)],
+        "{:#?}",
+        plan.changes
+    );
+    let w = only_write(&plan);
+    assert!(
+        w.message.contains("rsp-1") && w.message.contains("rsp-udp"),
+        "{}",
+        w.message
+    );
 }

@@ -97,6 +97,8 @@ impl World {
             "DescribeLoadBalancerTCPListenerAttribute" => self.clb_listener_attribute(p, "tcp"),
             "DescribeLoadBalancerUDPListenerAttribute" => self.clb_listener_attribute(p, "udp"),
             "StartLoadBalancerListener" => self.clb_start_listener(p),
+            "DeleteLoadBalancerListener" => self.clb_delete_listener(p),
+            "DeleteVServerGroup" => self.clb_delete_group(p),
             "AddVServerGroupBackendServers" => self.clb_add(p),
             "RemoveVServerGroupBackendServers" => self.clb_remove(p),
             "SetVServerGroupAttribute" => self.clb_set(p),
@@ -407,6 +409,68 @@ impl World {
             "Status": listener.status, "VServerGroupId": listener.vserver_group_id,
             "HealthCheck": if listener.health_check { "on" } else { "off" },
         }))
+    }
+
+    /// `DeleteLoadBalancerListener`: by port, and by `ListenerProtocol` when the port
+    /// has listeners of two protocols.
+    fn clb_delete_listener(&mut self, p: &Params) -> ApiResult {
+        let lb_id = self.clb_lb(p)?.id.clone();
+        let port = parse_port(p, "ListenerPort")?;
+        let protocol = p
+            .get("ListenerProtocol")
+            .filter(|s| !s.is_empty())
+            .map(|s| s.to_ascii_lowercase());
+        let lb = self.clbs.get_mut(&lb_id).expect("checked");
+        let matching = lb
+            .listeners
+            .iter()
+            .filter(|l| l.port == port && protocol.as_ref().is_none_or(|p| *p == l.protocol))
+            .count();
+        match matching {
+            0 => Err(ApiError::new(
+                400,
+                "InvalidParameter.ListenerNotFound",
+                format!("The listener {port} does not exist."),
+            )),
+            1 => {
+                lb.listeners.retain(|l| {
+                    !(l.port == port && protocol.as_ref().is_none_or(|p| *p == l.protocol))
+                });
+                Ok(json!({}))
+            }
+            _ => Err(ApiError::new(
+                400,
+                "TooManyListeners",
+                format!("port {port} has listeners of two protocols: ListenerProtocol is required"),
+            )),
+        }
+    }
+
+    /// `DeleteVServerGroup`: refused while a listener of its instance forwards to it.
+    fn clb_delete_group(&mut self, p: &Params) -> ApiResult {
+        let group = self.vgroup(p)?.clone();
+        let in_use = self
+            .clbs
+            .get(&group.load_balancer_id)
+            .is_some_and(|lb| lb.listeners.iter().any(|l| l.vserver_group_id == group.id));
+        if in_use {
+            return Err(ApiError::new(
+                400,
+                "RspoolVipExist",
+                format!("The vserver group {} is used by a listener.", group.id),
+            ));
+        }
+        self.vgroups.remove(&group.id);
+        for b in &group.backends {
+            self.event(
+                "clb",
+                &group.id,
+                b,
+                "removed",
+                "server group deleted".into(),
+            );
+        }
+        Ok(json!({}))
     }
 
     fn clb_start_listener(&mut self, p: &Params) -> ApiResult {

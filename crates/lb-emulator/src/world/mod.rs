@@ -244,6 +244,8 @@ pub enum JobEffect {
     CreateServerGroup(ServerGroup),
     CreateListener(NlbListener),
     DeleteLoadBalancer(String),
+    DeleteListener(String),
+    DeleteServerGroup(String),
 }
 
 #[derive(Clone, Debug, Serialize)]

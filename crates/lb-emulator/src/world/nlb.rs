@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::params::{flat_list, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
+use super::params::{flat_list, get, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
 use super::{
     ApiError, ApiResult, BackendRec, Health, JobEffect, Nlb, NlbListener, Params, ServerGroup,
     World,
@@ -69,6 +69,30 @@ impl World {
                 Ok(json!({"JobId": job}))
             }
             "ListServerGroups" => self.nlb_list_groups(p),
+            "DeleteListener" => {
+                let id = get(p, "ListenerId")?.to_string();
+                if !self.listeners.contains_key(&id) {
+                    return Err(ApiError::new(
+                        404,
+                        "ResourceNotFound.listener",
+                        format!("The specified resource of listener {id} is not found."),
+                    ));
+                }
+                let job = self.start_job("DeleteListener", JobEffect::DeleteListener(id));
+                Ok(json!({"JobId": job}))
+            }
+            "DeleteServerGroup" => {
+                let id = self.server_group(p)?.id.clone();
+                if self.listeners.values().any(|l| l.server_group_id == id) {
+                    return Err(ApiError::new(
+                        400,
+                        "ResourceInUse.serverGroup",
+                        format!("The server group {id} is used by a listener."),
+                    ));
+                }
+                let job = self.start_job("DeleteServerGroup", JobEffect::DeleteServerGroup(id));
+                Ok(json!({"JobId": job}))
+            }
             "CreateServerGroup" => self.nlb_create_group(p),
             "ListListeners" => self.nlb_list_listeners(p),
             "CreateListener" => self.nlb_create_listener(p),

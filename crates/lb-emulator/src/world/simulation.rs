@@ -186,6 +186,16 @@ impl World {
                 self.nlbs.remove(&id);
                 self.listeners.retain(|_, l| l.load_balancer_id != id);
             }
+            JobEffect::DeleteListener(id) => {
+                self.listeners.remove(&id);
+            }
+            JobEffect::DeleteServerGroup(id) => {
+                if let Some(group) = self.server_groups.remove(&id) {
+                    for b in &group.backends {
+                        self.event("nlb", &id, b, "removed", "server group deleted".into());
+                    }
+                }
+            }
         }
     }
 

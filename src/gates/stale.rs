@@ -1,0 +1,249 @@
+//! Wiring rollgate no longer wants: after a Service's ports, protocols or load balancer
+//! change, the listeners and server groups rollgate made for the old ones. Pure
+//! (`stale_wiring`, table-tested) and applied by `remove_stale` (listener first, then
+//! its group, so no listener is ever left forwarding to nothing).
+//!
+//! What is rollgate's is told by the group's name alone (`k8s/<port>/<svc>/<ns>/
+//! <cluster>[/udp]`, NLB's `.` form too), read within one load balancer rollgate
+//! serves, never searched for across the region: a listener is rollgate's when it
+//! forwards to one of these groups. Everything else (the user's listeners and groups on
+//! an attached load balancer, another Service's, another cluster's) is never touched.
+use std::collections::BTreeSet;
+
+use alibaba_lb::{
+    Error as CloudError, ListenerProtocol, ListenerWiring, LoadBalancerSpec, Product, Wiring,
+};
+
+use super::context::Context;
+use super::model::owner_description;
+
+/// Whether `group_name` is a name rollgate gives this Service's groups (any port).
+pub fn owned_group_name(
+    group_name: &str,
+    service: &str,
+    namespace: &str,
+    cluster_id: &str,
+) -> bool {
+    let Some(rest) = group_name
+        .strip_prefix("k8s/")
+        .or_else(|| group_name.strip_prefix("k8s."))
+    else {
+        return false;
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let Ok(port) = digits.parse::<u16>() else {
+        return false;
+    };
+    let owner = owner_description(port, service, namespace, cluster_id);
+    [owner.clone(), format!("{owner}/udp")]
+        .iter()
+        .any(|name| group_name == name || group_name == alibaba_lb::nlb::server_group_name(name))
+}
+
+/// What to delete, in order: listeners, then groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StaleWiring {
+    pub listeners: Vec<ListenerWiring>,
+    pub groups: Vec<String>,
+}
+
+impl StaleWiring {
+    pub fn is_empty(&self) -> bool {
+        self.listeners.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// The listeners and groups of `wiring` that are rollgate's (`owned` by name) and not
+/// in `wanted` (the spec's listeners and group names). A wanted listener is never
+/// deleted, nor a group a listener rollgate keeps (or does not own) forwards to.
+pub fn stale_wiring(
+    wiring: &Wiring,
+    wanted: &[(u16, ListenerProtocol, String)],
+    owned: impl Fn(&str) -> bool,
+) -> StaleWiring {
+    let name_of = |id: &str| {
+        wiring
+            .groups
+            .iter()
+            .find(|g| g.id == id)
+            .map(|g| g.name.as_str())
+    };
+    let wanted_names: BTreeSet<String> = wanted
+        .iter()
+        .flat_map(|(_, _, name)| [name.clone(), alibaba_lb::nlb::server_group_name(name)])
+        .collect();
+    let is_wanted_listener = |l: &ListenerWiring| {
+        wanted
+            .iter()
+            .any(|(port, protocol, _)| *port == l.port && *protocol == l.protocol)
+    };
+    let ours = |id: &str| name_of(id).is_some_and(&owned);
+    let listeners: Vec<ListenerWiring> = wiring
+        .listeners
+        .iter()
+        .filter(|l| !is_wanted_listener(l) && ours(&l.server_group_id))
+        .cloned()
+        .collect();
+    let still_used = |id: &str| {
+        wiring
+            .listeners
+            .iter()
+            .any(|l| l.server_group_id == id && !listeners.contains(l))
+    };
+    let groups = wiring
+        .groups
+        .iter()
+        .filter(|g| owned(&g.name) && !wanted_names.contains(&g.name) && !still_used(&g.id))
+        .map(|g| g.id.clone())
+        .collect();
+    StaleWiring { listeners, groups }
+}
+
+/// Reads the load balancer's wiring and deletes what `stale_wiring` says is stale.
+/// Returns what was deleted.
+pub async fn remove_stale(
+    ctx: &Context,
+    product: Product,
+    load_balancer_id: &str,
+    spec: &LoadBalancerSpec,
+    service: &str,
+    namespace: &str,
+) -> Result<StaleWiring, CloudError> {
+    let client = ctx.cloud.client(product);
+    let Some(wiring) = client.wiring(load_balancer_id).await? else {
+        return Ok(StaleWiring::default());
+    };
+    let wanted: Vec<_> = spec
+        .listeners
+        .iter()
+        .map(|l| (l.port, l.protocol, l.server_group_name.clone()))
+        .collect();
+    let cluster_id = &ctx.settings.cluster_id;
+    let stale = stale_wiring(&wiring, &wanted, |name| {
+        owned_group_name(name, service, namespace, cluster_id)
+    });
+    for listener in &stale.listeners {
+        client.delete_listener(load_balancer_id, listener).await?;
+        tracing::info!(
+            load_balancer = load_balancer_id,
+            port = listener.port,
+            protocol = listener.protocol.as_api_str(),
+            "deleted a listener rollgate no longer wants"
+        );
+    }
+    for group in &stale.groups {
+        client.delete_server_group(group).await?;
+        tracing::info!(
+            load_balancer = load_balancer_id,
+            group,
+            "deleted a server group rollgate no longer wants"
+        );
+    }
+    Ok(stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use alibaba_lb::ServerGroupName;
+
+    use super::*;
+    use ListenerProtocol::*;
+
+    fn listener(port: u16, protocol: ListenerProtocol, group: &str) -> ListenerWiring {
+        ListenerWiring {
+            port,
+            protocol,
+            listener_id: None,
+            server_group_id: group.into(),
+        }
+    }
+
+    fn group(id: &str, name: &str) -> ServerGroupName {
+        ServerGroupName {
+            id: id.into(),
+            name: name.into(),
+        }
+    }
+
+    fn owned(name: &str) -> bool {
+        owned_group_name(name, "web", "shop", "c1")
+    }
+
+    #[test]
+    fn the_group_names_of_this_service_are_owned_and_no_other() {
+        let cases = [
+            ("k8s/80/web/shop/c1", true),
+            ("k8s/8080/web/shop/c1/udp", true),
+            ("k8s.80.web.shop.c1", true),
+            ("k8s.53.web.shop.c1.udp", true),
+            ("k8s/80/web/shop/c2", false),
+            ("k8s/80/web2/shop/c1", false),
+            ("k8s/80/web/shop/c1/tcp", false),
+            ("k8s/x/web/shop/c1", false),
+            ("my-group", false),
+        ];
+        for (name, want) in cases {
+            assert_eq!(owned(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_rollgates_unwanted_listeners_and_groups_go_listeners_first() {
+        let wiring = Wiring {
+            listeners: vec![
+                listener(80, Tcp, "g-old"),
+                listener(8080, Tcp, "g-new"),
+                listener(443, Tcp, "g-user"),
+                listener(53, Udp, "g-udp"),
+            ],
+            groups: vec![
+                group("g-old", "k8s/80/web/shop/c1"),
+                group("g-new", "k8s/8080/web/shop/c1"),
+                group("g-user", "my-group"),
+                group("g-udp", "k8s/53/web/shop/c1"),
+                group("g-orphan", "k8s/9000/web/shop/c1"),
+                group("g-other-cluster", "k8s/80/web/shop/c2"),
+            ],
+        };
+        let wanted = vec![(8080, Tcp, "k8s/8080/web/shop/c1".to_string())];
+        let stale = stale_wiring(&wiring, &wanted, owned);
+        assert_eq!(
+            stale,
+            StaleWiring {
+                listeners: vec![listener(80, Tcp, "g-old"), listener(53, Udp, "g-udp")],
+                groups: vec!["g-old".into(), "g-udp".into(), "g-orphan".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn a_protocol_change_keeps_the_port_but_not_the_old_protocol() {
+        let wiring = Wiring {
+            listeners: vec![listener(53, Tcp, "g-tcp"), listener(53, Udp, "g-udp")],
+            groups: vec![
+                group("g-tcp", "k8s/53/web/shop/c1"),
+                group("g-udp", "k8s/53/web/shop/c1/udp"),
+            ],
+        };
+        // The TCP port went away; UDP alone keeps the plain name.
+        let wanted = vec![(53, Udp, "k8s/53/web/shop/c1".to_string())];
+        let stale = stale_wiring(&wiring, &wanted, owned);
+        assert_eq!(stale.listeners, vec![listener(53, Tcp, "g-tcp")]);
+        // g-udp is still used by the wanted UDP listener; g-tcp's name is wanted again.
+        assert!(stale.groups.is_empty(), "{stale:?}");
+    }
+
+    #[test]
+    fn a_listener_rollgate_keeps_or_does_not_own_keeps_its_group() {
+        let wiring = Wiring {
+            listeners: vec![listener(443, Tcp, "g-old")],
+            groups: vec![group("g-old", "k8s/80/web/shop/c1")],
+        };
+        // A user's listener on 443 was pointed at rollgate's old group: 443 is not
+        // wanted, but the listener forwards to an owned group, so it is rollgate's...
+        // unless it is wanted: then neither goes.
+        let wanted = vec![(443, Tcp, "k8s/443/web/shop/c1".to_string())];
+        let stale = stale_wiring(&wiring, &wanted, owned);
+        assert!(stale.is_empty(), "{stale:?}");
+    }
+}
