@@ -1796,7 +1796,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
-            name: "n".into(),
+            name: "nlb-row-46".into(),
             existing_id: None,
             address_type: AddressType::Internet,
             vpc_id: Some("vpc-1".into()),
@@ -1843,4 +1843,88 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
         .unwrap()
         .listeners
         .is_empty());
+}
+
+/// Row 47: `DeleteLoadBalancerListener` deletes the listener on a port; none there is
+/// refused, and a port with listeners of two protocols needs `ListenerProtocol`.
+#[tokio::test]
+async fn clb_delete_listener_needs_a_listener_and_its_protocol_when_two_share_the_port() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    for action in [
+        "CreateLoadBalancerTCPListener",
+        "CreateLoadBalancerUDPListener",
+    ] {
+        bed.call(
+            Service::Clb,
+            action,
+            &[
+                ("LoadBalancerId", &lb),
+                ("ListenerPort", "53"),
+                ("Bandwidth", "-1"),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    let delete = |pairs: Vec<(&'static str, String)>| {
+        let bed = &bed;
+        async move {
+            let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bed.call(Service::Clb, "DeleteLoadBalancerListener", &pairs)
+                .await
+        }
+    };
+    let on = |port: &str| {
+        vec![
+            ("LoadBalancerId", lb.clone()),
+            ("ListenerPort", port.to_string()),
+        ]
+    };
+    refused(
+        delete(on("80")).await,
+        400,
+        "InvalidParameter.ListenerNotFound",
+    );
+    refused(delete(on("53")).await, 400, "TooManyListeners");
+    refused(
+        delete(vec![
+            ("LoadBalancerId", "lb-nosuch".to_string()),
+            ("ListenerPort", "53".to_string()),
+        ])
+        .await,
+        400,
+        "InvalidLoadBalancerId.NotFound",
+    );
+    let mut udp = on("53");
+    udp.push(("ListenerProtocol", "udp".to_string()));
+    delete(udp).await.unwrap();
+    // One protocol left on the port: no protocol needed.
+    delete(on("53")).await.unwrap();
+    refused(
+        delete(on("53")).await,
+        400,
+        "InvalidParameter.ListenerNotFound",
+    );
+}
+
+/// Row 48: `DeleteListener` (NLB) needs a known listener.
+#[tokio::test]
+async fn nlb_delete_listener_needs_a_known_listener() {
+    let bed = Bed::new().await;
+    let (_, group) = bed.group(Product::Nlb, None).await;
+    refused(
+        bed.call(
+            Service::Nlb,
+            "DeleteListener",
+            &[("ListenerId", "lsn-nosuch")],
+        )
+        .await,
+        404,
+        "ResourceNotFound.listener",
+    );
+    let listener = group.listener_id.clone().expect("an NLB group's listener");
+    bed.call(Service::Nlb, "DeleteListener", &[("ListenerId", &listener)])
+        .await
+        .unwrap();
 }
