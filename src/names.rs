@@ -206,6 +206,10 @@ gate_reasons! {
     /// The listener on a Service port forwards to another server group (named in the
     /// message), so the pod would get no traffic: no gate turns True.
     ListenerNotForwarding,
+    /// An annotation of the Service is not valid (or an NLB to create has no zone
+    /// maps): nothing is asked of the cloud. The message names the annotation and the
+    /// accepted forms. A gate already True stays True.
+    InvalidLoadBalancerAnnotation,
 }
 
 #[cfg(test)]

@@ -1089,6 +1089,50 @@ async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
     bed.cleanup().await;
 }
 
+/// An NLB Service without zone maps (nothing can be created): every gated pod's
+/// condition says so, naming the annotation and its accepted form, not only the
+/// Service's Event (the troubleshooting step reads the pod). Once the annotation is
+/// fixed the gates turn True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_annotation_shows_on_every_gated_pod() {
+    const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
+    let bed = Bed::new("gates-invalid", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), json!({}))
+        .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "gates False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        let (_, _, message) = gate_status(pod, "web").unwrap();
+        assert!(
+            message.contains(ZONES) && message.contains("<zone-id>:<vswitch-id>"),
+            "{message}"
+        );
+    }
+    let state = bed.emulator("state").await;
+    assert!(
+        state["nlb"]["load_balancers"]
+            .as_array()
+            .is_none_or(|l| l.is_empty()),
+        "nothing was asked of the cloud: {state}"
+    );
+    let fix =
+        json!({"metadata": {"annotations": {ZONES: "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.cleanup().await;
+}
+
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
 /// second Service does not exist at first, so its gate waits while the first is True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@ use super::lb_spec::lb_spec;
 use super::metrics::GateMetrics;
 use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState, PlanInput};
 use super::orphans;
-use super::plan::plan;
+use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
@@ -185,9 +185,19 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
                     EventType::Warning,
                     INVALID_ANNOTATION_EVENT,
                     EVENT_ACTION,
-                    problem,
+                    problem.clone(),
                 )
                 .await;
+            // The pods say it too: their condition is where users look first.
+            let pods = service_pods(&ctx.pods, &service);
+            let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();
+            let decided = GatePlan {
+                conditions: plan_invalid_annotation(&gate_pods, &problem),
+                ..GatePlan::default()
+            };
+            let facts = &service.facts;
+            let now = Timestamp::now();
+            write_conditions(&ctx, &facts.namespace, &facts.name, &pods, &decided, now).await?;
             return Ok(Action::await_change());
         }
     };

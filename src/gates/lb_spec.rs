@@ -21,7 +21,7 @@ pub fn lb_spec(
     let zones = service.zones.clone()?;
     if product == Product::Nlb && service.existing_id().is_none() && zones.len() < 2 {
         return Err(format!(
-            "an NLB needs at least two zones: set the annotation {}zone-maps to \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\"",
+            "annotation {}zone-maps: an NLB needs at least two zones to be created; accepted: \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\" (or name an existing NLB with the load-balancer-id annotation)",
             LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         ));
     }
@@ -178,11 +178,11 @@ mod tests {
             ("the named load balancer wins over the one rollgate made",
              Product::Clb, &[(LOAD_BALANCER_ID_ANNOTATION, "lb-user"), (CREATED_ID_ANNOTATION, "lb-made")], ok(Some("lb-user"), Internet, 0)),
             ("a malformed zone map is refused, even on a CLB",
-             Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry \"cn-hangzhou-k\" is not valid")),
+             Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry \"cn-hangzhou-k\" is not valid")),
             ("a malformed zone map is said before the missing zones",
-             Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry")),
+             Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry")),
             ("an unknown address type is refused",
-             Product::Clb, &[(ADDRESS, "public")], Err("address-type \"public\" is not valid")),
+             Product::Clb, &[(ADDRESS, "public")], Err("address-type: \"public\" is not valid")),
         ];
         for (case, product, annotations, want) in cases {
             let got = lb_spec(

@@ -175,7 +175,8 @@ pub fn address_type(service: &Service) -> Result<AddressType, String> {
         Some(v) if v == "internet" => Ok(AddressType::Internet),
         Some(v) if v == "intranet" => Ok(AddressType::Intranet),
         Some(v) => Err(format!(
-            "address-type {v:?} is not valid; accepted: internet, intranet"
+            "annotation {}address-type: {v:?} is not valid; accepted: internet, intranet",
+            LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         )),
     }
 }
@@ -196,7 +197,8 @@ pub fn zone_maps(service: &Service) -> Result<Vec<ZoneVSwitch>, String> {
                 })
             }
             _ => Err(format!(
-                "zone-maps entry {pair:?} is not valid; accepted: <zone-id>:<vswitch-id>[,<zone-id>:<vswitch-id>...]"
+                "annotation {}zone-maps: entry {pair:?} is not valid; accepted: <zone-id>:<vswitch-id>[,<zone-id>:<vswitch-id>...]",
+                LOAD_BALANCER_ANNOTATION_PREFIXES[0]
             )),
         })
         .collect()

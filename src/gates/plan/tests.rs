@@ -403,6 +403,52 @@ fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
     }
 }
 
+/// An annotation that is not valid (or an NLB without zone maps) shows on every gated
+/// pod, not only in the Service's Event; a True gate stays True, a terminating or
+/// ungated pod is not written, and an unchanged condition is not written again.
+#[test]
+fn an_invalid_annotation_shows_on_every_gated_pod_and_keeps_true_gates() {
+    let problem = "annotation service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps: an NLB needs at least two zones";
+    let mut ready = pod("ready", "10.0.0.1");
+    ready.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let waiting = pod("waiting", "10.0.0.2");
+    let mut no_ip = pod("no-ip", "");
+    no_ip.ip = None;
+    no_ip.containers_ready = false;
+    let mut leaving = pod("leaving", "10.0.0.3");
+    leaving.deletion = Some(Deletion {
+        requested_at: at(NOW),
+        deadline: at(NOW + 30),
+    });
+    let mut ungated = pod("ungated", "10.0.0.4");
+    ungated.gated = false;
+    let pods = [ready, waiting, no_ip, leaving, ungated];
+    let writes = plan_invalid_annotation(&pods, problem);
+    let of = |name: &str| writes.iter().find(|w| w.pod == name);
+    assert_eq!(writes.len(), 3, "{writes:#?}");
+    for w in &writes {
+        assert_eq!(w.reason, GateReason::InvalidLoadBalancerAnnotation);
+        assert!(w.message.contains(problem), "{}", w.message);
+    }
+    assert!(of("ready").unwrap().status, "a True gate stays True");
+    assert!(of("ready").unwrap().message.contains("stays True"));
+    assert!(!of("waiting").unwrap().status);
+    assert!(!of("no-ip").unwrap().status);
+    assert!(of("leaving").is_none() && of("ungated").is_none());
+    // Written once: the same condition is not written again.
+    let mut written = pods[1].clone();
+    written.gate = Some(GateCondition {
+        status: false,
+        reason: "InvalidLoadBalancerAnnotation".into(),
+        message: problem.into(),
+    });
+    assert!(plan_invalid_annotation(&[written], problem).is_empty());
+}
+
 /// Every cause follows the flip-back setting, the pod's own containers included: with
 /// the default a True gate stays True while the containers blip, so the pod is Ready
 /// again as soon as they are.
