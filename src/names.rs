@@ -149,6 +149,9 @@ pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
 pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
 /// Warning: a Service's load-balancer annotation cannot be read.
 pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
+/// Warning on a Service: an annotation of the Alibaba family that rollgate does not act
+/// on (not supported yet, or not applicable), named in the message; once per annotation.
+pub const UNSUPPORTED_ANNOTATION_EVENT: &str = "UnsupportedLoadBalancerAnnotation";
 /// Warning on a Service: pods whose IPs are outside the VPC are not registered.
 pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
 

@@ -1449,6 +1449,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "users-own-group".into(),
+                settings: Default::default(),
             }],
         })
         .await

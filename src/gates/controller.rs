@@ -81,6 +81,7 @@ pub fn start(
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
+        annotation_events: Default::default(),
     });
 
     // Pod events map to the Services they concern (`triggers`). Gates naming a
@@ -154,6 +155,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     drop(svc);
     let product = match step(&service) {
         Step::Release => {
+            ctx.annotation_events.forget(&service.uid);
             cleanup::release(&service, &ctx).await?;
             return Ok(Action::await_change());
         }
@@ -170,6 +172,14 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     if !service.holds_finalizer() {
         add_finalizer(&service, &ctx).await?;
     }
+    ctx.annotation_events
+        .warn(
+            &ctx.events,
+            &service.uid,
+            &service.reference,
+            &service.not_acted_on,
+        )
+        .await;
     let settings = &ctx.settings;
     let spec = match lb_spec(
         &service,

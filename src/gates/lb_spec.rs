@@ -1,6 +1,7 @@
 //! What rollgate asks the cloud for, for one Service (pure): its load balancer (the one
 //! named or created earlier, else a new one with a stable name), the address type and
-//! zones, and a listener and server group per Service port.
+//! zones, and a listener and server group per Service port with the health check and
+//! drain its annotations ask for (`settings`).
 use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
 
 use super::model::owner_description;
@@ -25,6 +26,8 @@ pub fn lb_spec(
             LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         ));
     }
+    let address_type = service.address_type.clone()?;
+    let settings = service.listener_settings.clone()?;
     let facts = &service.facts;
     let uid = &service.uid;
     let mut name = format!(
@@ -37,7 +40,7 @@ pub fn lb_spec(
     Ok(LoadBalancerSpec {
         name,
         existing_id: service.existing_id().map(str::to_string),
-        address_type: service.address_type.clone()?,
+        address_type,
         vpc_id: vpc_id.map(str::to_string),
         zones,
         listeners: facts
@@ -56,6 +59,7 @@ pub fn lb_spec(
                     &facts.namespace,
                     cluster_id,
                 ),
+                settings: settings.clone(),
             })
             .collect(),
     })
@@ -181,6 +185,8 @@ mod tests {
              Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry \"cn-hangzhou-k\" is not valid")),
             ("a malformed zone map is said before the missing zones",
              Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry")),
+            ("a health-check value out of the API's range is refused",
+             Product::Clb, &[("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-health-check-interval", "0")], Err("health-check-interval: \"0\" is not valid; accepted: an integer from 1 to 50")),
             ("an unknown address type is refused",
              Product::Clb, &[(ADDRESS, "public")], Err("address-type: \"public\" is not valid")),
         ];
@@ -220,14 +226,47 @@ mod tests {
                     port: 80,
                     protocol: ListenerProtocol::Tcp,
                     server_group_name: "k8s/80/web/shop/c1".into(),
+                    settings: Default::default(),
                 },
                 ListenerSpec {
                     port: 53,
                     protocol: ListenerProtocol::Udp,
                     server_group_name: "k8s/53/web/shop/c1".into(),
+                    settings: Default::default(),
                 },
             ]
         );
+    }
+
+    #[test]
+    fn every_listener_carries_the_health_check_and_drain_of_the_annotations() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let uri = format!("{p}health-check-uri");
+        let kind = format!("{p}health-check-type");
+        let drain = format!("{p}connection-drain");
+        let timeout = format!("{p}connection-drain-timeout");
+        let spec = lb_spec(
+            &snapshot(
+                "web",
+                "0123456789ab",
+                &[
+                    (&uri, "/ready"),
+                    (&kind, "http"),
+                    (&drain, "on"),
+                    (&timeout, "45"),
+                ],
+            ),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        assert_eq!(spec.listeners.len(), 2);
+        for listener in &spec.listeners {
+            let s = &listener.settings;
+            assert_eq!(s.health_check.uri.as_deref(), Some("/ready"));
+            assert_eq!(s.drain.and_then(|d| d.timeout_seconds), Some(45));
+        }
     }
 
     #[test]

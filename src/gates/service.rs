@@ -4,13 +4,14 @@
 //! that looks at the API object again.
 use std::collections::BTreeMap;
 
-use alibaba_lb::{AddressType, Product, ZoneVSwitch};
+use alibaba_lb::{AddressType, ListenerSettings, Product, ZoneVSwitch};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::model::{ServiceFacts, ServicePort, TargetPort};
+use super::settings;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
@@ -42,6 +43,10 @@ pub struct ServiceSnapshot {
     pub zones: Result<Vec<ZoneVSwitch>, String>,
     /// `address-type`, or why it is not valid.
     pub address_type: Result<AddressType, String>,
+    /// The listener annotations (health check, drain), or why they are not valid.
+    pub listener_settings: Result<ListenerSettings, String>,
+    /// Annotations of the family rollgate does not act on, each with its Warning.
+    pub not_acted_on: Vec<(String, String)>,
     /// `spec.selector`; `None` (absent or empty) selects no pod.
     pub selector: Option<BTreeMap<String, String>>,
     /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
@@ -67,6 +72,8 @@ impl ServiceSnapshot {
             created_id: created_id(service).map(str::to_string),
             zones: zone_maps(service),
             address_type: address_type(service),
+            listener_settings: settings::listener_settings(service.annotations()),
+            not_acted_on: settings::not_acted_on(service.annotations()),
             selector: selector(service).cloned(),
             published_address: service
                 .status

@@ -107,6 +107,7 @@ fn spec(name: &str) -> LoadBalancerSpec {
             port: 80,
             protocol: ListenerProtocol::Tcp,
             server_group_name: format!("k8s-80-{name}"),
+            settings: Default::default(),
         }],
     }
 }

@@ -134,6 +134,7 @@ impl Bed {
                     port: 80,
                     protocol: ListenerProtocol::Tcp,
                     server_group_name: "k8s-80-fidelity".into(),
+                    settings: Default::default(),
                 }],
             })
             .await
