@@ -13,6 +13,7 @@
 
 mod clb;
 pub mod ecs;
+pub mod listener_settings;
 mod nlb;
 mod params;
 mod simulation;
@@ -120,6 +121,9 @@ pub struct ClbListener {
     /// `HealthCheckSwitch` at creation (`on` by default). Off: every backend stays
     /// `unavailable`, as the real API reports it.
     pub health_check: bool,
+    /// Health-check and drain parameters as set (`listener_settings`), returned by
+    /// `Describe…ListenerAttribute`.
+    pub settings: listener_settings::Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -217,6 +221,10 @@ pub struct ServerGroup {
     pub backends: Vec<BackendRec>,
     /// `HealthCheckConfig.HealthCheckEnabled` at creation (true by default).
     pub health_check: bool,
+    /// The rest of `HealthCheckConfig.*` as set, listed under `HealthCheck`.
+    pub health_settings: listener_settings::Settings,
+    /// The drain (`ConnectionDrainEnabled`, `ConnectionDrainTimeout`) as set.
+    pub settings: listener_settings::Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -243,6 +251,14 @@ pub enum JobEffect {
     UpdateServers(String, Vec<BackendRec>),
     CreateServerGroup(ServerGroup),
     CreateListener(NlbListener),
+    /// `UpdateServerGroupAttribute`: the group, its health-check switch if given, and
+    /// the health-check and drain settings to lay over the current ones.
+    UpdateServerGroup {
+        id: String,
+        health_check: Option<bool>,
+        health_settings: listener_settings::Settings,
+        settings: listener_settings::Settings,
+    },
     DeleteLoadBalancer(String),
 }
 
