@@ -1133,6 +1133,119 @@ async fn an_invalid_annotation_shows_on_every_gated_pod() {
     bed.cleanup().await;
 }
 
+/// Annotations under the Alibaba prefix, from (suffix, value) pairs.
+fn lb_annotations(pairs: &[(&str, &str)]) -> Value {
+    let map: serde_json::Map<String, Value> = pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                format!("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-{k}"),
+                json!(v),
+            )
+        })
+        .collect();
+    Value::Object(map)
+}
+
+/// The health-check annotations reach the CLB listener and the NLB server group (read
+/// back from the emulator), the gates still turn True through the HTTP check, a
+/// changed annotation is set again on the listener, and an annotation rollgate does
+/// not act on gets one Warning Event naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
+    let bed = Bed::new("gates-healthcheck", 1, fast_emulator(), &[]).await;
+    let check = |uri: &'static str| {
+        vec![
+            ("health-check-type", "http"),
+            ("health-check-uri", uri),
+            ("health-check-httpcode", "http_2xx,http_3xx"),
+            ("health-check-connect-port", "8080"),
+            ("healthy-threshold", "3"),
+            ("unhealthy-threshold", "4"),
+            ("health-check-interval", "5"),
+            ("health-check-connect-timeout", "4"),
+            ("health-check-switch", "on"),
+        ]
+    };
+    let mut web = check("/healthz");
+    web.push(("scheduler", "wrr"));
+    bed.create_service("web", "web", None, lb_annotations(&web))
+        .await;
+    let mut api = check("/healthz");
+    api.push(("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"));
+    bed.create_service(
+        "api",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        lb_annotations(&api),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    let state = bed.emulator("state").await;
+    let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
+    assert_eq!(listener["HealthCheckType"], "http", "{state}");
+    assert_eq!(listener["HealthCheckURI"], "/healthz");
+    assert_eq!(listener["HealthCheckHttpCode"], "http_2xx,http_3xx");
+    assert_eq!(listener["HealthCheckConnectPort"], 8080);
+    assert_eq!(listener["HealthyThreshold"], 3);
+    assert_eq!(listener["UnhealthyThreshold"], 4);
+    assert_eq!(listener["HealthCheckInterval"], 5);
+    assert_eq!(listener["HealthCheckConnectTimeout"], 4);
+    let group = &state["nlb"]["server_groups"][0];
+    assert_eq!(group["health_check"], true, "{state}");
+    let health = &group["health_settings"];
+    assert_eq!(health["HealthCheckType"], "HTTP");
+    assert_eq!(health["HealthCheckUrl"], "/healthz");
+    assert_eq!(
+        health["HealthCheckHttpCode"],
+        json!(["http_2xx", "http_3xx"])
+    );
+    assert_eq!(health["HealthCheckInterval"], 5);
+
+    // A changed annotation reaches the listener that already exists.
+    let patch =
+        json!({"metadata": {"annotations": lb_annotations(&[("health-check-uri", "/ready")])}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(
+        "the new URI on the listener",
+        Duration::from_secs(30),
+        || async {
+            let state = bed.emulator("state").await;
+            let uri =
+                &state["clb"]["load_balancers"][0]["listeners"][0]["settings"]["HealthCheckURI"];
+            if uri == "/ready" {
+                Ok(())
+            } else {
+                Err(format!("{uri}"))
+            }
+        },
+    )
+    .await;
+
+    // Several reconciles later, one Warning about the scheduler, none about the rest.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let records = event_records(&bed.client, &bed.ns.name, "web").await;
+    let unsupported: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "UnsupportedLoadBalancerAnnotation")
+        .collect();
+    assert_eq!(unsupported.len(), 1, "{records:?}");
+    assert_eq!(unsupported[0].occurrences, 1, "{records:?}");
+    assert!(
+        unsupported[0]
+            .note
+            .contains("alibaba-cloud-loadbalancer-scheduler"),
+        "{records:?}"
+    );
+    bed.cleanup().await;
+}
+
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
 /// second Service does not exist at first, so its gate waits while the first is True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
