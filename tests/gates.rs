@@ -1246,6 +1246,83 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     bed.cleanup().await;
 }
 
+/// `connection-drain: on` with a 12 s timeout: the listener carries the drain (read
+/// back from the emulator), and a removed pod's backend stays at weight 0 for the
+/// drain's 12 s, not the controller's 3 s default (`ROLLGATE_GATE_DRAIN_TIME`), and
+/// well within the pod's 30 s grace; the timeline shows both moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_zero() {
+    let bed = Bed::new("gates-conndrain", 1, fast_emulator(), &[]).await;
+    let drain = lb_annotations(&[
+        ("connection-drain", "on"),
+        ("connection-drain-timeout", "12"),
+    ]);
+    bed.create_service("web", "web", None, drain).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let state = bed.emulator("state").await;
+    let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
+    assert_eq!(listener["ConnectionDrain"], "on", "{state}");
+    assert_eq!(listener["ConnectionDrainTimeout"], 12);
+
+    // A pod whose containers take 25 s of its 30 s grace to stop, so it stays
+    // Terminating meanwhile (the simulated kubelet's stop delay, per pod).
+    let pod = bed.app_pods("web").await.remove(0);
+    let (name, ip) = (pod.name_any(), pod_ip(&pod).unwrap());
+    let slow =
+        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
+    bed.pods()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&slow))
+        .await
+        .unwrap();
+    bed.pods()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the backend drained and removed",
+        Duration::from_secs(60),
+        || async {
+            let timeline = bed.emulator("timeline").await;
+            let removed = timeline["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["event"] == "removed" && e["ip"] == ip.as_str());
+            if removed {
+                Ok(())
+            } else {
+                Err("not removed yet".to_string())
+            }
+        },
+    )
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let events = timeline["events"].as_array().unwrap();
+    let removed = events
+        .iter()
+        .find(|e| e["event"] == "removed" && e["ip"] == ip.as_str())
+        .unwrap();
+    let ip = ip.as_str();
+    let drained = events
+        .iter()
+        .find(|e| e["ip"] == ip && e["event"] == "weight-changed")
+        .unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
+    let at = |e: &Value| {
+        e["at"]
+            .as_str()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+    };
+    let held = at(removed).duration_since(at(drained)).as_secs_f64();
+    assert!(
+        (11.0..25.0).contains(&held),
+        "{ip} stayed at weight 0 for {held:.1} s; the drain is 12 s: {events:?}"
+    );
+    bed.cleanup().await;
+}
+
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
 /// second Service does not exist at first, so its gate waits while the first is True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

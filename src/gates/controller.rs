@@ -36,6 +36,7 @@ use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
 use super::service_writes::{add_finalizer, publish_address, record_created};
+use super::settings::drain_time;
 use super::triggers;
 use crate::apply::{Events, Writer};
 use crate::leader::Leadership;
@@ -245,7 +246,11 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         placements: &placements,
         pods: &gate_pods,
         cloud: &cloud_state,
-        drain: settings.drain,
+        // Every listener carries the same settings (from the Service's annotations).
+        drain: spec
+            .listeners
+            .first()
+            .map_or(settings.drain, |l| drain_time(&l.settings, settings.drain)),
         now,
     };
     let mut decided = plan(&input);

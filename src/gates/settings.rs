@@ -8,6 +8,7 @@
 //! parameters, NLB `CreateServerGroup`), so a value the cloud would refuse is refused
 //! here, with the annotation and its accepted forms named, before any cloud call.
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use alibaba_lb::{ConnectionDrain, HealthCheck, HealthCheckType, ListenerSettings};
 
@@ -331,6 +332,21 @@ pub fn listener_settings(
     })
 }
 
+/// How long a terminating pod's backend stays at weight 0 before it is removed: the
+/// load balancer's connection drain when the Service turns it on (removing the backend
+/// earlier would cut the connections the drain keeps), else `default`
+/// (`--gate-drain-time`). The pod's grace period still ends it earlier
+/// (`plan::removal_time`).
+pub fn drain_time(settings: &ListenerSettings, default: Duration) -> Duration {
+    match settings.drain {
+        Some(ConnectionDrain {
+            enabled: true,
+            timeout_seconds: Some(seconds),
+        }) => Duration::from_secs(seconds.into()),
+        _ => default,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +483,44 @@ mod tests {
                 enabled: false,
                 timeout_seconds: None
             })
+        );
+    }
+
+    #[test]
+    fn the_drain_time_is_the_load_balancer_drain_when_it_is_on() {
+        let flag = Duration::from_secs(10);
+        let read = |pairs: &[(&str, &str)]| listener_settings(&annotations(pairs)).unwrap();
+        let cases = [
+            (read(&[]), flag),
+            (read(&[("connection-drain", "off")]), flag),
+            (
+                read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "60"),
+                ]),
+                Duration::from_secs(60),
+            ),
+            // Shorter than the flag too: the load balancer cuts the connections then.
+            (
+                read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "10"),
+                ]),
+                Duration::from_secs(10),
+            ),
+        ];
+        for (settings, want) in cases {
+            assert_eq!(drain_time(&settings, flag), want, "{settings:?}");
+        }
+        assert_eq!(
+            drain_time(
+                &read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "10")
+                ]),
+                Duration::from_secs(3)
+            ),
+            Duration::from_secs(10)
         );
     }
 

@@ -285,6 +285,45 @@ fn a_terminating_pod_drains_at_once_and_is_removed_after_the_drain_time() {
     assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.1", 0).key]);
 }
 
+/// With the load balancer's connection drain on for 60 s (the plan's drain time), a
+/// terminating pod's backend stays at weight 0 past the 10 s default, up to the drain's
+/// end or the pod's grace, whichever is first.
+#[test]
+fn a_long_connection_drain_keeps_the_backend_at_weight_zero_until_it_or_the_grace_ends() {
+    let drain = Duration::from_secs(60);
+    let cases = [
+        // (grace in seconds, seconds since deletion, still draining)
+        (120, 30, true),
+        (120, 59, true),
+        (120, 60, false),
+        (45, 30, true),
+        (45, 45, false),
+    ];
+    for (grace, elapsed, draining) in cases {
+        let mut p = pod("a", "10.0.0.1");
+        p.deletion = Some(Deletion {
+            requested_at: at(NOW - elapsed),
+            deadline: at(NOW - elapsed + grace),
+        });
+        let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 0)], &[])]);
+        let plan = plan(&PlanInput {
+            service: &svc(false),
+            cluster_id: CLUSTER,
+            backend_type: BackendType::Ip,
+            placements: &HashMap::new(),
+            pods: &[p],
+            cloud: &cloud,
+            drain,
+            now: at(NOW),
+        });
+        let removed = plan.changes.iter().any(|c| !c.remove.is_empty());
+        assert_eq!(
+            !removed, draining,
+            "grace {grace}s, {elapsed}s after deletion: {plan:?}"
+        );
+    }
+}
+
 #[test]
 fn the_drain_never_outlives_the_pod_and_a_gone_pod_is_removed_at_once() {
     let deletion = Deletion {
