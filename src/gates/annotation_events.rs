@@ -1,11 +1,11 @@
 //! The Warning Events about a Service's annotations of the Alibaba family that
 //! rollgate does not act on (`settings::not_acted_on`): one per annotation, said once
 //! per Service and not again on every reconcile, so a user moving a Service over from
-//! Alibaba's cloud controller learns which of its settings have no effect.
+//! Alibaba's cloud controller learns which of its settings have no effect. (It sits
+//! below the context that holds it, so the Event's action comes in as an argument.)
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 
-use super::context::EVENT_ACTION;
 use crate::apply::{event, EventDedup, Events, Topic};
 use crate::names::UNSUPPORTED_ANNOTATION_EVENT;
 
@@ -24,6 +24,7 @@ impl AnnotationEvents {
     pub async fn warn(
         &self,
         events: &Events,
+        action: &str,
         uid: &str,
         reference: &ObjectReference,
         not_acted_on: &[(String, String)],
@@ -32,7 +33,7 @@ impl AnnotationEvents {
             let warning = event(
                 EventType::Warning,
                 UNSUPPORTED_ANNOTATION_EVENT,
-                EVENT_ACTION,
+                action,
                 note.clone(),
             );
             events

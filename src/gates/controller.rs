@@ -176,6 +176,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     ctx.annotation_events
         .warn(
             &ctx.events,
+            EVENT_ACTION,
             &service.uid,
             &service.reference,
             &service.not_acted_on,

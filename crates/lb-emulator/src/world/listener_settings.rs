@@ -4,14 +4,10 @@
 //! (`CreateServerGroup`, `UpdateServerGroupAttribute`, `HealthCheckConfig.*`). Each
 //! value is checked against the API reference's accepted values and ranges, stored
 //! as the Describe / List calls return it, so a client's settings can be read back.
-use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{ApiError, Params};
-
-/// Stored settings, by the name the read call returns them under.
-pub type Settings = BTreeMap<String, Value>;
+use super::{ApiError, Params, Settings};
 
 /// What one parameter accepts.
 #[derive(Clone, Copy)]

@@ -30,6 +30,10 @@ use crate::config::{EmulatorConfig, HealthMode};
 
 pub type Params = BTreeMap<String, String>;
 
+/// Health-check and drain settings as stored, by the name the read calls return them
+/// under (checked by `listener_settings`).
+pub type Settings = BTreeMap<String, Value>;
+
 /// An API error as the cloud reports it.
 #[derive(Debug)]
 pub struct ApiError {
@@ -123,7 +127,7 @@ pub struct ClbListener {
     pub health_check: bool,
     /// Health-check and drain parameters as set (`listener_settings`), returned by
     /// `Describe…ListenerAttribute`.
-    pub settings: listener_settings::Settings,
+    pub settings: Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -222,9 +226,9 @@ pub struct ServerGroup {
     /// `HealthCheckConfig.HealthCheckEnabled` at creation (true by default).
     pub health_check: bool,
     /// The rest of `HealthCheckConfig.*` as set, listed under `HealthCheck`.
-    pub health_settings: listener_settings::Settings,
+    pub health_settings: Settings,
     /// The drain (`ConnectionDrainEnabled`, `ConnectionDrainTimeout`) as set.
-    pub settings: listener_settings::Settings,
+    pub settings: Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -256,8 +260,8 @@ pub enum JobEffect {
     UpdateServerGroup {
         id: String,
         health_check: Option<bool>,
-        health_settings: listener_settings::Settings,
-        settings: listener_settings::Settings,
+        health_settings: Settings,
+        settings: Settings,
     },
     DeleteLoadBalancer(String),
 }
