@@ -1147,8 +1147,8 @@ fn lb_annotations(pairs: &[(&str, &str)]) -> Value {
     Value::Object(map)
 }
 
-/// The health-check annotations reach the CLB listener and the NLB server group (read
-/// back from the emulator), the gates still turn True through the HTTP check, a
+/// The health-check and scheduler annotations reach the CLB listener and the NLB server
+/// group (read back from the emulator), the gates still turn True through the HTTP check, a
 /// changed annotation is set again on the listener, and an annotation rollgate does
 /// not act on gets one Warning Event naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1165,10 +1165,11 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
             ("health-check-interval", "5"),
             ("health-check-connect-timeout", "4"),
             ("health-check-switch", "on"),
+            ("scheduler", "rr"),
         ]
     };
     let mut web = check("/healthz");
-    web.push(("scheduler", "wrr"));
+    web.push(("acl-status", "on"));
     bed.create_service("web", "web", None, lb_annotations(&web))
         .await;
     let mut api = check("/healthz");
@@ -1194,6 +1195,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     assert_eq!(listener["UnhealthyThreshold"], 4);
     assert_eq!(listener["HealthCheckInterval"], 5);
     assert_eq!(listener["HealthCheckConnectTimeout"], 4);
+    assert_eq!(listener["Scheduler"], "rr");
     let group = &state["nlb"]["server_groups"][0];
     assert_eq!(group["health_check"], true, "{state}");
     let health = &group["health_settings"];
@@ -1204,6 +1206,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
         json!(["http_2xx", "http_3xx"])
     );
     assert_eq!(health["HealthCheckInterval"], 5);
+    assert_eq!(group["settings"]["Scheduler"], "rr");
 
     // A changed annotation reaches the listener that already exists.
     let patch =
@@ -1228,7 +1231,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     )
     .await;
 
-    // Several reconciles later, one Warning about the scheduler, none about the rest.
+    // Several reconciles later, one Warning about the ACL switch, none about the rest.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let records = event_records(&bed.client, &bed.ns.name, "web").await;
     let unsupported: Vec<_> = records
@@ -1240,7 +1243,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     assert!(
         unsupported[0]
             .note
-            .contains("alibaba-cloud-loadbalancer-scheduler"),
+            .contains("alibaba-cloud-loadbalancer-acl-status"),
         "{records:?}"
     );
     bed.cleanup().await;

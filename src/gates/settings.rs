@@ -1,5 +1,5 @@
 //! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
-//! the thresholds, `connection-drain` and its timeout), read into the listener
+//! the thresholds, `connection-drain` and its timeout, `scheduler`), read into the listener
 //! settings the cloud client sends; and the whole annotation family, each marked
 //! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
 //! controller hears about every annotation rollgate does not act on. Pure.
@@ -71,7 +71,7 @@ pub const FAMILY: &[(&str, Support)] = {
         ("alpn", NotYet),
         ("alpn-policy", NotYet),
         // Listeners and server groups.
-        ("scheduler", NotYet),
+        ("scheduler", Supported),
         ("weight", NotYet),
         ("default-weight", NotYet),
         ("ignore-weight-update", NotYet),
@@ -280,6 +280,20 @@ pub fn listener_settings(
         }
     });
 
+    let scheduler = get(annotations, "scheduler").and_then(|raw| {
+        let lower = raw.to_ascii_lowercase();
+        if ["wrr", "wlc", "rr", "sch", "tch", "qch"].contains(&lower.as_str()) {
+            Some(lower)
+        } else {
+            problems.push(invalid(
+                "scheduler",
+                raw,
+                "wrr, rr, sch, tch (CLB and NLB), qch (CLB UDP, NLB), wlc (NLB)",
+            ));
+            None
+        }
+    });
+
     // Both APIs want a timeout with the drain on, and none without it.
     let drain = match (drain, drain_timeout) {
         (None, None) => None,
@@ -329,6 +343,7 @@ pub fn listener_settings(
             connect_timeout_seconds,
         },
         drain,
+        scheduler,
     })
 }
 
@@ -382,6 +397,7 @@ mod tests {
             ("health-check-switch", "on"),
             ("connection-drain", "on"),
             ("connection-drain-timeout", "60"),
+            ("scheduler", "WRR"),
         ]))
         .unwrap();
         assert_eq!(
@@ -404,6 +420,7 @@ mod tests {
                     enabled: true,
                     timeout_seconds: Some(60),
                 }),
+                scheduler: Some("wrr".into()),
             }
         );
     }
@@ -446,6 +463,8 @@ mod tests {
             ("health-check-method", "post", Some("get, head")),
             ("health-check-switch", "yes", Some("on, off")),
             ("connection-drain", "true", Some("on, off")),
+            ("scheduler", "lc", Some("wrr, rr, sch, tch")),
+            ("scheduler", "tch", None),
         ];
         for (suffix, value, want) in cases {
             let got = listener_settings(&annotations(&[(suffix, value)]));
@@ -538,7 +557,7 @@ mod tests {
     fn annotations_not_acted_on_are_named_and_supported_ones_are_not() {
         let mut a = annotations(&[
             ("health-check-uri", "/"),
-            ("scheduler", "wrr"),
+            ("acl-status", "on"),
             ("backend-label", "x=y"),
             ("no-such-thing", "1"),
         ]);
@@ -552,14 +571,14 @@ mod tests {
         assert_eq!(
             names,
             [
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-backend-label",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-no-such-thing",
-                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-scheduler",
                 "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id",
             ]
         );
         let note = |name: &str| &said.iter().find(|(k, _)| k.ends_with(name)).unwrap().1;
-        assert!(note("scheduler").contains("not supported by rollgate yet"));
+        assert!(note("acl-status").contains("not supported by rollgate yet"));
         assert!(note("backend-label").contains("does not apply"));
         assert!(note("no-such-thing").contains("not one rollgate knows"));
     }

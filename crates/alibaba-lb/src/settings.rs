@@ -13,6 +13,9 @@ use serde_json::Value;
 pub struct ListenerSettings {
     pub health_check: HealthCheck,
     pub drain: Option<ConnectionDrain>,
+    /// The scheduling algorithm, lower case (`wrr`, `wlc`, `rr`, `sch`, `tch`, `qch`;
+    /// which ones a listener takes depends on the product and protocol).
+    pub scheduler: Option<String>,
 }
 
 /// Connection drain: a backend set to weight 0 (or removed) keeps its open
@@ -103,6 +106,9 @@ impl ListenerSettings {
             }
             self.common_numbers(&mut out, "");
         }
+        if let Some(scheduler) = &self.scheduler {
+            push(&mut out, "Scheduler", scheduler);
+        }
         if let Some(drain) = self.drain {
             push(
                 &mut out,
@@ -154,6 +160,15 @@ impl ListenerSettings {
                 }
             }
             self.common_numbers(&mut out, HC);
+        }
+        if let Some(scheduler) = &self.scheduler {
+            // NLB capitalises the weighted ones (`Wrr`, `Wlc`) only.
+            let spelled = match scheduler.as_str() {
+                "wrr" => "Wrr",
+                "wlc" => "Wlc",
+                other => other,
+            };
+            push(&mut out, "Scheduler", spelled);
         }
         if let Some(drain) = self.drain {
             push(&mut out, "ConnectionDrainEnabled", drain.enabled);
@@ -268,6 +283,7 @@ mod tests {
                 enabled: true,
                 timeout_seconds: Some(60),
             }),
+            scheduler: Some("wrr".into()),
         }
     }
 
@@ -305,6 +321,7 @@ mod tests {
                 "UnhealthyThreshold",
                 "HealthCheckInterval",
                 "HealthCheckConnectTimeout",
+                "Scheduler",
                 "ConnectionDrain",
                 "ConnectionDrainTimeout",
             ]
@@ -327,6 +344,8 @@ mod tests {
             "http_3xx".into()
         )));
         assert!(nlb.contains(&("ConnectionDrainEnabled".into(), "true".into())));
+        assert!(nlb.contains(&("Scheduler".into(), "Wrr".into())));
+        assert!(tcp.contains(&("Scheduler".into(), "wrr".into())));
         assert!(nlb.contains(&("ConnectionDrainTimeout".into(), "60".into())));
     }
 
@@ -335,6 +354,7 @@ mod tests {
         let mut s = http_check();
         s.health_check.enabled = Some(false);
         s.drain = None;
+        s.scheduler = None;
         assert_eq!(
             s.clb_params(true),
             vec![("HealthCheckSwitch".to_string(), "off".to_string())]
@@ -357,7 +377,7 @@ mod tests {
             "HealthCheckDomain": "shop.example", "HealthCheckHttpCode": "http_2xx,http_3xx",
             "HealthCheckConnectPort": 8081, "HealthyThreshold": 3, "UnhealthyThreshold": 4,
             "HealthCheckInterval": 5, "HealthCheckConnectTimeout": 2,
-            "ConnectionDrain": "on", "ConnectionDrainTimeout": 60,
+            "ConnectionDrain": "on", "ConnectionDrainTimeout": 60, "Scheduler": "wrr",
         });
         assert!(clb_differences(&wanted, &described).is_empty());
         described["HealthCheckURI"] = json!("/");
@@ -372,7 +392,7 @@ mod tests {
 
         let wanted = s.nlb_params(true);
         let mut group = json!({
-            "ConnectionDrainEnabled": true, "ConnectionDrainTimeout": 60,
+            "ConnectionDrainEnabled": true, "ConnectionDrainTimeout": 60, "Scheduler": "Wrr",
             "HealthCheck": {
                 "HealthCheckEnabled": true, "HealthCheckType": "HTTP", "HealthCheckUrl": "/healthz",
                 "HealthCheckDomain": "shop.example", "HealthCheckHttpCode": ["http_2xx", "http_3xx"],

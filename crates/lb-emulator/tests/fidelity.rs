@@ -1058,6 +1058,7 @@ fn checked(uri: &str, drain: u32) -> ListenerSettings {
             enabled: true,
             timeout_seconds: Some(drain),
         }),
+        scheduler: Some("rr".into()),
     }
 }
 
@@ -1201,6 +1202,7 @@ async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() 
     assert_eq!(read["HealthCheckConnectTimeout"], 4);
     assert_eq!(read["ConnectionDrain"], "on");
     assert_eq!(read["ConnectionDrainTimeout"], 60);
+    assert_eq!(read["Scheduler"], "rr");
     ensure_with(&client, Some(made.id.clone()), checked("/ready", 120)).await;
     let read = describe().await;
     assert_eq!(
@@ -1267,6 +1269,7 @@ async fn nlb_server_group_health_check_and_drain_are_checked_stored_and_updated(
     assert_eq!(group["HealthCheck"]["HealthCheckConnectTimeout"], 4);
     assert_eq!(group["ConnectionDrainEnabled"], true);
     assert_eq!(group["ConnectionDrainTimeout"], 60);
+    assert_eq!(group["Scheduler"], "rr");
     ensure_with(&client, Some(made.id.clone()), checked("/ready", 120)).await;
     let group = listed().await;
     assert_eq!(

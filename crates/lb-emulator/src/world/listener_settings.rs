@@ -138,6 +138,16 @@ fn read(
 pub fn clb(p: &Params, tcp: bool) -> Result<Settings, ApiError> {
     let mut out = Settings::new();
     read(p, "", CLB_COMMON, clb_refuse, &mut out)?;
+    // Schedulers: TCP wrr, rr, sch, tch; UDP also qch.
+    let scheduler = if tcp {
+        [("Scheduler", Accepts::OneOf(&["wrr", "rr", "sch", "tch"]))]
+    } else {
+        [(
+            "Scheduler",
+            Accepts::OneOf(&["wrr", "rr", "sch", "tch", "qch"]),
+        )]
+    };
+    read(p, "", &scheduler, clb_refuse, &mut out)?;
     if tcp {
         read(p, "", CLB_TCP_ONLY, clb_refuse, &mut out)?;
     } else if let Some((name, _)) = CLB_TCP_ONLY
@@ -169,7 +179,7 @@ pub fn clb_merged(current: &Settings, update: Settings) -> Result<Settings, ApiE
 /// What a CLB `Describe…ListenerAttribute` adds for these settings: the stored values,
 /// and the drain as off when never set.
 pub fn clb_described(settings: &Settings) -> Value {
-    let mut out = json!({"ConnectionDrain": "off"});
+    let mut out = json!({"ConnectionDrain": "off", "Scheduler": "wrr"});
     for (k, v) in settings {
         out[k] = v.clone();
     }
@@ -210,8 +220,14 @@ pub fn nlb(p: &Params) -> Result<(Settings, Settings), ApiError> {
         };
         group.insert("ConnectionDrainEnabled".into(), json!(enabled));
     }
-    let drain_timeout = [("ConnectionDrainTimeout", Accepts::Int(10, 900))];
-    read(p, "", &drain_timeout, nlb_refuse, &mut group)?;
+    let group_fields = [
+        ("ConnectionDrainTimeout", Accepts::Int(10, 900)),
+        (
+            "Scheduler",
+            Accepts::OneOf(&["Wrr", "Wlc", "rr", "sch", "tch", "qch"]),
+        ),
+    ];
+    read(p, "", &group_fields, nlb_refuse, &mut group)?;
     Ok((health, group))
 }
 
@@ -266,6 +282,7 @@ mod tests {
             ("ConnectionDrainTimeout", "9"),
             ("ConnectionDrain", "true"),
             ("HealthCheckType", "HTTP"),
+            ("Scheduler", "wlc"),
             ("HealthCheckURI", "healthz"),
             ("HealthCheckDomain", "a_b"),
             ("HealthCheckHttpCode", "http_2xx,200"),
@@ -316,6 +333,7 @@ mod tests {
             ("HealthCheckConfig.HealthCheckHttpCode.1", "2xx"),
             ("ConnectionDrainTimeout", "901"),
             ("ConnectionDrainEnabled", "on"),
+            ("Scheduler", "wrr"),
         ] {
             let err = nlb(&params(&[(name, value)])).unwrap_err();
             assert!(

@@ -235,7 +235,7 @@ impl World {
                     "ServerGroupId": g.id, "ServerGroupName": g.name, "ServerGroupType": g.group_type,
                     "ServerGroupStatus": if self.group_busy(&g.id, Instant::now()) { "Configuring" } else { "Available" }, "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
-                    "Scheduler": "Wrr", "RelatedLoadBalancerIds": related, "Tags": [],
+                    "Scheduler": g.settings.get("Scheduler").cloned().unwrap_or(json!("Wrr")), "RelatedLoadBalancerIds": related, "Tags": [],
                     "HealthCheck": listener_settings::nlb_health_listed(g.health_check, &g.health_settings),
                     "ConnectionDrainEnabled": g.settings.get("ConnectionDrainEnabled").cloned().unwrap_or(json!(false)),
                     "ConnectionDrainTimeout": g.settings.get("ConnectionDrainTimeout").cloned().unwrap_or(json!(0)),
