@@ -158,6 +158,9 @@ pub const SERVICE_NOT_FOUND_EVENT: &str = "ServiceNotFound";
 pub const SERVICE_NOT_LOAD_BALANCER_EVENT: &str = "ServiceNotLoadBalancer";
 /// Warning: a Service's load-balancer annotation cannot be read.
 pub const INVALID_ANNOTATION_EVENT: &str = "InvalidLoadBalancerAnnotation";
+/// Warning on a Service: an annotation of the Alibaba family that rollgate does not act
+/// on (not supported yet, or not applicable), named in the message; once per annotation.
+pub const UNSUPPORTED_ANNOTATION_EVENT: &str = "UnsupportedLoadBalancerAnnotation";
 /// Warning on a Service: pods whose IPs are outside the VPC are not registered.
 pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
 /// Warning on a Service: its CLB instance takes no ENI/ECI backends (shared-resource).
@@ -225,6 +228,10 @@ gate_reasons! {
     /// ENI and ECI backends only on performance-guaranteed instances, so no pod can be
     /// registered. The message names the instance and its spec.
     LoadBalancerTakesNoPodBackends,
+    /// An annotation of the Service is not valid (or an NLB to create has no zone
+    /// maps): nothing is asked of the cloud. The message names the annotation and the
+    /// accepted forms. A gate already True stays True.
+    InvalidLoadBalancerAnnotation,
 }
 
 #[cfg(test)]

@@ -1089,6 +1089,243 @@ async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
     bed.cleanup().await;
 }
 
+/// An NLB Service without zone maps (nothing can be created): every gated pod's
+/// condition says so, naming the annotation and its accepted form, not only the
+/// Service's Event (the troubleshooting step reads the pod). Once the annotation is
+/// fixed the gates turn True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_annotation_shows_on_every_gated_pod() {
+    const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
+    let bed = Bed::new("gates-invalid", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), json!({}))
+        .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "gates False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        let (_, _, message) = gate_status(pod, "web").unwrap();
+        assert!(
+            message.contains(ZONES) && message.contains("<zone-id>:<vswitch-id>"),
+            "{message}"
+        );
+    }
+    let state = bed.emulator("state").await;
+    assert!(
+        state["nlb"]["load_balancers"]
+            .as_array()
+            .is_none_or(|l| l.is_empty()),
+        "nothing was asked of the cloud: {state}"
+    );
+    let fix =
+        json!({"metadata": {"annotations": {ZONES: "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.cleanup().await;
+}
+
+/// Annotations under the Alibaba prefix, from (suffix, value) pairs.
+fn lb_annotations(pairs: &[(&str, &str)]) -> Value {
+    let map: serde_json::Map<String, Value> = pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                format!("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-{k}"),
+                json!(v),
+            )
+        })
+        .collect();
+    Value::Object(map)
+}
+
+/// The health-check and scheduler annotations reach the CLB listener and the NLB server
+/// group (read back from the emulator), the gates still turn True through the HTTP check, a
+/// changed annotation is set again on the listener, and an annotation rollgate does
+/// not act on gets one Warning Event naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
+    let bed = Bed::new("gates-healthcheck", 1, fast_emulator(), &[]).await;
+    let check = |uri: &'static str| {
+        vec![
+            ("health-check-type", "http"),
+            ("health-check-uri", uri),
+            ("health-check-httpcode", "http_2xx,http_3xx"),
+            ("health-check-connect-port", "8080"),
+            ("healthy-threshold", "3"),
+            ("unhealthy-threshold", "4"),
+            ("health-check-interval", "5"),
+            ("health-check-connect-timeout", "4"),
+            ("health-check-switch", "on"),
+            ("scheduler", "rr"),
+        ]
+    };
+    let mut web = check("/healthz");
+    web.push(("acl-status", "on"));
+    bed.create_service("web", "web", None, lb_annotations(&web))
+        .await;
+    let mut api = check("/healthz");
+    api.push(("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"));
+    bed.create_service(
+        "api",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        lb_annotations(&api),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    let state = bed.emulator("state").await;
+    let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
+    assert_eq!(listener["HealthCheckType"], "http", "{state}");
+    assert_eq!(listener["HealthCheckURI"], "/healthz");
+    assert_eq!(listener["HealthCheckHttpCode"], "http_2xx,http_3xx");
+    assert_eq!(listener["HealthCheckConnectPort"], 8080);
+    assert_eq!(listener["HealthyThreshold"], 3);
+    assert_eq!(listener["UnhealthyThreshold"], 4);
+    assert_eq!(listener["HealthCheckInterval"], 5);
+    assert_eq!(listener["HealthCheckConnectTimeout"], 4);
+    assert_eq!(listener["Scheduler"], "rr");
+    let group = &state["nlb"]["server_groups"][0];
+    assert_eq!(group["health_check"], true, "{state}");
+    let health = &group["health_settings"];
+    assert_eq!(health["HealthCheckType"], "HTTP");
+    assert_eq!(health["HealthCheckUrl"], "/healthz");
+    assert_eq!(
+        health["HealthCheckHttpCode"],
+        json!(["http_2xx", "http_3xx"])
+    );
+    assert_eq!(health["HealthCheckInterval"], 5);
+    assert_eq!(group["settings"]["Scheduler"], "rr");
+
+    // A changed annotation reaches the listener that already exists.
+    let patch =
+        json!({"metadata": {"annotations": lb_annotations(&[("health-check-uri", "/ready")])}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(
+        "the new URI on the listener",
+        Duration::from_secs(30),
+        || async {
+            let state = bed.emulator("state").await;
+            let uri =
+                &state["clb"]["load_balancers"][0]["listeners"][0]["settings"]["HealthCheckURI"];
+            if uri == "/ready" {
+                Ok(())
+            } else {
+                Err(format!("{uri}"))
+            }
+        },
+    )
+    .await;
+
+    // Several reconciles later, one Warning about the ACL switch, none about the rest.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let records = event_records(&bed.client, &bed.ns.name, "web").await;
+    let unsupported: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "UnsupportedLoadBalancerAnnotation")
+        .collect();
+    assert_eq!(unsupported.len(), 1, "{records:?}");
+    assert_eq!(unsupported[0].occurrences, 1, "{records:?}");
+    assert!(
+        unsupported[0]
+            .note
+            .contains("alibaba-cloud-loadbalancer-acl-status"),
+        "{records:?}"
+    );
+    bed.cleanup().await;
+}
+
+/// `connection-drain: on` with a 12 s timeout: the listener carries the drain (read
+/// back from the emulator), and a removed pod's backend stays at weight 0 for the
+/// drain's 12 s, not the controller's 3 s default (`ROLLGATE_GATE_DRAIN_TIME`), and
+/// well within the pod's 30 s grace; the timeline shows both moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_zero() {
+    let bed = Bed::new("gates-conndrain", 1, fast_emulator(), &[]).await;
+    let drain = lb_annotations(&[
+        ("connection-drain", "on"),
+        ("connection-drain-timeout", "12"),
+    ]);
+    bed.create_service("web", "web", None, drain).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let state = bed.emulator("state").await;
+    let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
+    assert_eq!(listener["ConnectionDrain"], "on", "{state}");
+    assert_eq!(listener["ConnectionDrainTimeout"], 12);
+
+    // A pod whose containers take 25 s of its 30 s grace to stop, so it stays
+    // Terminating meanwhile (the simulated kubelet's stop delay, per pod).
+    let pod = bed.app_pods("web").await.remove(0);
+    let (name, ip) = (pod.name_any(), pod_ip(&pod).unwrap());
+    let slow =
+        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
+    bed.pods()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&slow))
+        .await
+        .unwrap();
+    bed.pods()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the backend drained and removed",
+        Duration::from_secs(60),
+        || async {
+            let timeline = bed.emulator("timeline").await;
+            let removed = timeline["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["event"] == "removed" && e["ip"] == ip.as_str());
+            if removed {
+                Ok(())
+            } else {
+                Err("not removed yet".to_string())
+            }
+        },
+    )
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let events = timeline["events"].as_array().unwrap();
+    let removed = events
+        .iter()
+        .find(|e| e["event"] == "removed" && e["ip"] == ip.as_str())
+        .unwrap();
+    let ip = ip.as_str();
+    let drained = events
+        .iter()
+        .find(|e| e["ip"] == ip && e["event"] == "weight-changed")
+        .unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
+    let at = |e: &Value| {
+        e["at"]
+            .as_str()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+    };
+    let held = at(removed).duration_since(at(drained)).as_secs_f64();
+    assert!(
+        (11.0..25.0).contains(&held),
+        "{ip} stayed at weight 0 for {held:.1} s; the drain is 12 s: {events:?}"
+    );
+    bed.cleanup().await;
+}
+
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
 /// second Service does not exist at first, so its gate waits while the first is True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1462,6 +1699,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "users-own-group".into(),
+                settings: Default::default(),
             }],
         })
         .await
@@ -1807,6 +2045,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
                 port: 9000,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "users-group".into(),
+                settings: Default::default(),
             }],
         })
         .await

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc;
 
+use super::annotation_events::AnnotationEvents;
 use super::cloud::Cloud;
 use super::eni::Placer;
 use super::metrics::GateMetrics;
@@ -72,6 +73,8 @@ pub struct Context {
     /// Pods whose gate named a Service that was not in the store: checked by
     /// `super::orphans`.
     pub orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
+    /// The Warnings about annotations rollgate does not act on, said once each.
+    pub annotation_events: AnnotationEvents,
 }
 
 /// A context for tests: the writer and Events on `client` (a fake API server), `pods`
@@ -121,5 +124,6 @@ pub fn test_context(
         metrics,
         settings,
         orphans: mpsc::unbounded_channel().0,
+        annotation_events: AnnotationEvents::default(),
     }
 }

@@ -31,11 +31,12 @@ use super::lb_spec::lb_spec;
 use super::metrics::GateMetrics;
 use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState, PlanInput};
 use super::orphans;
-use super::plan::plan;
+use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
 use super::service_writes::{add_finalizer, publish_address, record_created};
+use super::settings::drain_time;
 use super::stale;
 use super::triggers;
 use crate::apply::{Events, Writer};
@@ -83,6 +84,7 @@ pub fn start(
         metrics: gate_metrics.clone(),
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
+        annotation_events: Default::default(),
     });
 
     // Pod events map to the Services they concern (`triggers`). Gates naming a
@@ -156,6 +158,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     drop(svc);
     let product = match step(&service) {
         Step::Release => {
+            ctx.annotation_events.forget(&service.uid);
             cleanup::release(&service, &ctx).await?;
             return Ok(Action::await_change());
         }
@@ -178,6 +181,15 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         ctx.cloud.forget(&service.uid);
         return Ok(Action::await_change());
     }
+    ctx.annotation_events
+        .warn(
+            &ctx.events,
+            EVENT_ACTION,
+            &service.uid,
+            &service.reference,
+            &service.not_acted_on,
+        )
+        .await;
     let settings = &ctx.settings;
     let spec = match lb_spec(
         &service,
@@ -193,9 +205,19 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
                     EventType::Warning,
                     INVALID_ANNOTATION_EVENT,
                     EVENT_ACTION,
-                    problem,
+                    problem.clone(),
                 )
                 .await;
+            // The pods say it too: their condition is where users look first.
+            let pods = service_pods(&ctx.pods, &service);
+            let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();
+            let decided = GatePlan {
+                conditions: plan_invalid_annotation(&gate_pods, &problem),
+                ..GatePlan::default()
+            };
+            let facts = &service.facts;
+            let now = Timestamp::now();
+            write_conditions(&ctx, &facts.namespace, &facts.name, &pods, &decided, now).await?;
             return Ok(Action::await_change());
         }
     };
@@ -236,7 +258,11 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         placements: &placements,
         pods: &gate_pods,
         cloud: &cloud_state,
-        drain: settings.drain,
+        // Every listener carries the same settings (from the Service's annotations).
+        drain: spec
+            .listeners
+            .first()
+            .map_or(settings.drain, |l| drain_time(&l.settings, settings.drain)),
         now,
     };
     let mut decided = plan(&input);

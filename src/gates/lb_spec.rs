@@ -1,6 +1,7 @@
 //! What rollgate asks the cloud for, for one Service (pure): its load balancer (the one
 //! named or created earlier, else a new one with a stable name), the address type and
-//! zones, and a listener and server group per Service port.
+//! zones, and a listener and server group per Service port with the health check and
+//! drain its annotations ask for (`settings`).
 use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
 
 use super::model::server_group_name;
@@ -21,10 +22,12 @@ pub fn lb_spec(
     let zones = service.zones.clone()?;
     if product == Product::Nlb && service.existing_id().is_none() && zones.len() < 2 {
         return Err(format!(
-            "an NLB needs at least two zones: set the annotation {}zone-maps to \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\"",
+            "annotation {}zone-maps: an NLB needs at least two zones to be created; accepted: \"<zone-id>:<vswitch-id>,<zone-id>:<vswitch-id>\" (or name an existing NLB with the load-balancer-id annotation)",
             LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         ));
     }
+    let address_type = service.address_type.clone()?;
+    let settings = service.listener_settings.clone()?;
     let facts = &service.facts;
     let uid = &service.uid;
     // The name is the create call's idempotency token too (`ClientToken`): a restart
@@ -40,7 +43,7 @@ pub fn lb_spec(
     Ok(LoadBalancerSpec {
         name,
         existing_id: service.existing_id().map(str::to_string),
-        address_type: service.address_type.clone()?,
+        address_type,
         vpc_id: vpc_id.map(str::to_string),
         zones,
         listeners: facts
@@ -60,6 +63,7 @@ pub fn lb_spec(
                     &facts.namespace,
                     cluster_id,
                 ),
+                settings: settings.clone(),
             })
             .collect(),
     })
@@ -182,11 +186,13 @@ mod tests {
             ("the named load balancer wins over the one rollgate made",
              Product::Clb, &[(LOAD_BALANCER_ID_ANNOTATION, "lb-user"), (CREATED_ID_ANNOTATION, "lb-made")], ok(Some("lb-user"), Internet, 0)),
             ("a malformed zone map is refused, even on a CLB",
-             Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry \"cn-hangzhou-k\" is not valid")),
+             Product::Clb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry \"cn-hangzhou-k\" is not valid")),
             ("a malformed zone map is said before the missing zones",
-             Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps entry")),
+             Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry")),
+            ("a health-check value out of the API's range is refused",
+             Product::Clb, &[("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-health-check-interval", "0")], Err("health-check-interval: \"0\" is not valid; accepted: an integer from 1 to 50")),
             ("an unknown address type is refused",
-             Product::Clb, &[(ADDRESS, "public")], Err("address-type \"public\" is not valid")),
+             Product::Clb, &[(ADDRESS, "public")], Err("address-type: \"public\" is not valid")),
         ];
         for (case, product, annotations, want) in cases {
             let got = lb_spec(
@@ -224,11 +230,13 @@ mod tests {
                     port: 80,
                     protocol: ListenerProtocol::Tcp,
                     server_group_name: "k8s/80/web/shop/c1".into(),
+                    settings: Default::default(),
                 },
                 ListenerSpec {
                     port: 53,
                     protocol: ListenerProtocol::Udp,
                     server_group_name: "k8s/53/web/shop/c1".into(),
+                    settings: Default::default(),
                 },
             ]
         );
@@ -251,6 +259,37 @@ mod tests {
                 (80, ListenerProtocol::Udp, "k8s/80/web/shop/c1/udp"),
             ]
         );
+    }
+
+    #[test]
+    fn every_listener_carries_the_health_check_and_drain_of_the_annotations() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let uri = format!("{p}health-check-uri");
+        let kind = format!("{p}health-check-type");
+        let drain = format!("{p}connection-drain");
+        let timeout = format!("{p}connection-drain-timeout");
+        let spec = lb_spec(
+            &snapshot(
+                "web",
+                "0123456789ab",
+                &[
+                    (&uri, "/ready"),
+                    (&kind, "http"),
+                    (&drain, "on"),
+                    (&timeout, "45"),
+                ],
+            ),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        assert_eq!(spec.listeners.len(), 2);
+        for listener in &spec.listeners {
+            let s = &listener.settings;
+            assert_eq!(s.health_check.uri.as_deref(), Some("/ready"));
+            assert_eq!(s.drain.and_then(|d| d.timeout_seconds), Some(45));
+        }
     }
 
     #[test]

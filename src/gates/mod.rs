@@ -7,6 +7,7 @@
 //!
 //! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
+pub mod annotation_events;
 pub mod cleanup;
 pub mod cloud;
 pub mod conditions;
@@ -23,6 +24,7 @@ pub mod poller;
 pub mod reasons;
 pub mod service;
 pub mod service_writes;
+pub mod settings;
 pub mod stale;
 pub mod triggers;
 

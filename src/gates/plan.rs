@@ -406,6 +406,26 @@ pub fn plan_without_service(
     writes
 }
 
+/// Gates of a Service whose annotations do not make a load balancer spec (a value
+/// not valid, or an NLB to create without zone maps): nothing is asked of the cloud,
+/// and every gated pod says why, so `kubectl get pod -o yaml` shows it and not only
+/// the Service's Event. A True gate stays True: its backends are left as they are,
+/// and turning it False would take a serving pod out of every endpoint list over a
+/// typo.
+pub fn plan_invalid_annotation(pods: &[GatePod], problem: &str) -> Vec<ConditionWrite> {
+    let reason = GateReason::InvalidLoadBalancerAnnotation;
+    let mut writes = vec![];
+    for pod in pods.iter().filter(|p| p.gated && p.deletion.is_none()) {
+        if pod.gate.as_ref().is_some_and(|g| g.status) {
+            let kept = reasons::kept_with_invalid_annotation(problem);
+            push_if_changed(&mut writes, pod, true, reason, kept);
+        } else {
+            push_if_changed(&mut writes, pod, false, reason, problem.to_string());
+        }
+    }
+    writes
+}
+
 fn push_if_changed(
     writes: &mut Vec<ConditionWrite>,
     pod: &GatePod,

@@ -23,6 +23,13 @@ pub fn kept_without_load_balancer(why: &str) -> String {
     )
 }
 
+/// A True gate kept while an annotation of its Service is not valid.
+pub fn kept_with_invalid_annotation(problem: &str) -> String {
+    format!(
+        "{problem}. The gate stays True and the backends stay as they are until the annotation is fixed"
+    )
+}
+
 pub fn pod_not_selected(service: &ServiceFacts) -> String {
     format!(
         "the pod's labels do not match the selector of Service {}/{}, so it is not a backend",

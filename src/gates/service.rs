@@ -4,13 +4,14 @@
 //! that looks at the API object again.
 use std::collections::BTreeMap;
 
-use alibaba_lb::{AddressType, Product, ZoneVSwitch};
+use alibaba_lb::{AddressType, ListenerSettings, Product, ZoneVSwitch};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::model::{ServiceFacts, ServicePort, TargetPort};
+use super::settings;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
@@ -45,6 +46,10 @@ pub struct ServiceSnapshot {
     pub zones: Result<Vec<ZoneVSwitch>, String>,
     /// `address-type`, or why it is not valid.
     pub address_type: Result<AddressType, String>,
+    /// The listener annotations (health check, drain), or why they are not valid.
+    pub listener_settings: Result<ListenerSettings, String>,
+    /// Annotations of the family rollgate does not act on, each with its Warning.
+    pub not_acted_on: Vec<(String, String)>,
     /// `spec.selector`; `None` (absent or empty) selects no pod.
     pub selector: Option<BTreeMap<String, String>>,
     /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
@@ -71,6 +76,8 @@ impl ServiceSnapshot {
             preserve_on_delete: preserve_on_delete(service),
             zones: zone_maps(service),
             address_type: address_type(service),
+            listener_settings: settings::listener_settings(service.annotations()),
+            not_acted_on: settings::not_acted_on(service.annotations()),
             selector: selector(service).cloned(),
             published_address: service
                 .status
@@ -188,7 +195,8 @@ pub fn address_type(service: &Service) -> Result<AddressType, String> {
         Some(v) if v == "internet" => Ok(AddressType::Internet),
         Some(v) if v == "intranet" => Ok(AddressType::Intranet),
         Some(v) => Err(format!(
-            "address-type {v:?} is not valid; accepted: internet, intranet"
+            "annotation {}address-type: {v:?} is not valid; accepted: internet, intranet",
+            LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         )),
     }
 }
@@ -209,7 +217,8 @@ pub fn zone_maps(service: &Service) -> Result<Vec<ZoneVSwitch>, String> {
                 })
             }
             _ => Err(format!(
-                "zone-maps entry {pair:?} is not valid; accepted: <zone-id>:<vswitch-id>[,<zone-id>:<vswitch-id>...]"
+                "annotation {}zone-maps: entry {pair:?} is not valid; accepted: <zone-id>:<vswitch-id>[,<zone-id>:<vswitch-id>...]",
+                LOAD_BALANCER_ANNOTATION_PREFIXES[0]
             )),
         })
         .collect()

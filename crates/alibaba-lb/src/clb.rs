@@ -12,6 +12,7 @@ use crate::config::{ClientConfig, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
+use crate::settings::clb_differences;
 use crate::transport::{lenient, params, ApiClient, Params};
 
 /// Documented limit of backends per Add/Remove/Set call.
@@ -367,17 +368,19 @@ impl ClbClient {
                 ListenerProtocol::Tcp => "CreateLoadBalancerTCPListener",
                 ListenerProtocol::Udp => "CreateLoadBalancerUDPListener",
             };
-            self.call::<Empty>(
-                create_action,
-                params([
-                    ("LoadBalancerId", lb_id.to_string()),
-                    ("ListenerPort", listener.port.to_string()),
-                    // -1: no per-listener bandwidth cap (pay-by-traffic instances).
-                    ("Bandwidth", "-1".to_string()),
-                    ("VServerGroupId", group_id.clone()),
-                ]),
-            )
-            .await?;
+            let mut query = params([
+                ("LoadBalancerId", lb_id.to_string()),
+                ("ListenerPort", listener.port.to_string()),
+                // -1: no per-listener bandwidth cap (pay-by-traffic instances).
+                ("Bandwidth", "-1".to_string()),
+                ("VServerGroupId", group_id.clone()),
+            ]);
+            query.extend(
+                listener
+                    .settings
+                    .clb_params(listener.protocol == ListenerProtocol::Tcp),
+            );
+            self.call::<Empty>(create_action, query).await?;
             self.call::<Empty>(
                 "StartLoadBalancerListener",
                 params([
@@ -387,6 +390,8 @@ impl ClbClient {
                 ]),
             )
             .await?;
+        } else if !listener.settings.is_default() {
+            self.sync_listener_settings(lb_id, listener).await?;
         }
         Ok(ServerGroupRef {
             load_balancer_id: lb_id.to_string(),
@@ -395,6 +400,53 @@ impl ClbClient {
             listener_protocol: listener.protocol,
             listener_id: None,
         })
+    }
+
+    /// Sets an existing listener's health check and drain again where they differ
+    /// from the Service's annotations (read back with `Describe…ListenerAttribute`):
+    /// a changed annotation reaches the listener, an unchanged one costs one read.
+    async fn sync_listener_settings(&self, lb_id: &str, listener: &ListenerSpec) -> Result<()> {
+        let wanted = listener
+            .settings
+            .clb_params(listener.protocol == ListenerProtocol::Tcp);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let (describe, set) = match listener.protocol {
+            ListenerProtocol::Tcp => (
+                "DescribeLoadBalancerTCPListenerAttribute",
+                "SetLoadBalancerTCPListenerAttribute",
+            ),
+            ListenerProtocol::Udp => (
+                "DescribeLoadBalancerUDPListenerAttribute",
+                "SetLoadBalancerUDPListenerAttribute",
+            ),
+        };
+        let at = params([
+            ("LoadBalancerId", lb_id.to_string()),
+            ("ListenerPort", listener.port.to_string()),
+        ]);
+        let (described, _) = self.call::<serde_json::Value>(describe, at.clone()).await?;
+        let differ = clb_differences(&wanted, &described);
+        if differ.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            load_balancer_id = lb_id,
+            port = listener.port,
+            ?differ,
+            "setting listener attributes"
+        );
+        let mut query = at;
+        query.extend(wanted);
+        self.call::<Empty>(set, query).await?;
+        // The switch may have moved: the health reading must not trust the old one.
+        self.listener_checks.lock().unwrap().remove(&(
+            lb_id.to_string(),
+            listener.port,
+            listener.protocol,
+        ));
+        Ok(())
     }
 
     /// Sends `items` in batches of [`CLB_BATCH_LIMIT`] to `action`.

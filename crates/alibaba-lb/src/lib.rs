@@ -21,6 +21,7 @@ pub mod network;
 pub mod nlb;
 pub mod retry;
 pub mod secret;
+pub mod settings;
 pub mod sign;
 pub mod transport;
 
@@ -34,6 +35,7 @@ pub use network::{VpcCidrBlocks, VpcNetwork};
 pub use nlb::NlbClient;
 pub use retry::{RateLimit, RetryPolicy};
 pub use secret::Secret;
+pub use settings::{ConnectionDrain, HealthCheck, HealthCheckType, ListenerSettings};
 pub use sign::SignatureVersion;
 
 use std::sync::Arc;

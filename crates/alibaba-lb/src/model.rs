@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::settings::ListenerSettings;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ListenerProtocol {
     Tcp,
@@ -47,6 +49,9 @@ pub struct ListenerSpec {
     pub protocol: ListenerProtocol,
     /// Name of the server group to find or create, unique per Service port.
     pub server_group_name: String,
+    /// Health check and drain from the Service's annotations: sent when the listener
+    /// (CLB) or server group (NLB) is created, and set again when they differ.
+    pub settings: ListenerSettings,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use crate::config::{ClientConfig, JobPolicy, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
+use crate::settings::nlb_differences;
 use crate::transport::{lenient, params, ApiClient, Params};
 
 /// Documented limit of servers per Add/Remove/Update call.
@@ -410,6 +411,10 @@ impl NlbClient {
             )
             .await?;
         if let Some(group) = existing.iter().find(|g| g.server_group_name == name) {
+            if !listener.settings.is_default() {
+                self.sync_group_settings(&group.server_group_id, listener)
+                    .await?;
+            }
             return Ok(group.server_group_id.clone());
         }
         let mut form = params([
@@ -418,12 +423,17 @@ impl NlbClient {
             ("ServerGroupType", "Ip".to_string()),
             ("Protocol", listener.protocol.as_api_str().to_string()),
             ("AddressIPVersion", "ipv4".to_string()),
-            ("HealthCheckConfig.HealthCheckEnabled", "true".to_string()),
             (
                 "ClientToken",
                 client_token(&["nlb-sg", &self.region, &name]),
             ),
         ]);
+        // The health check (on unless switched off) and the drain.
+        form.extend(
+            listener
+                .settings
+                .nlb_params(listener.protocol == ListenerProtocol::Tcp),
+        );
         if let Some(vpc) = &spec.vpc_id {
             form.push(("VpcId".into(), vpc.clone()));
         }
@@ -433,6 +443,36 @@ impl NlbClient {
         self.wait_for_job("CreateServerGroup", &created.job_id, &request_id)
             .await?;
         Ok(created.server_group_id)
+    }
+}
+
+impl NlbClient {
+    /// Sets an existing server group's health check and drain again where they
+    /// differ from the Service's annotations (read back with `ListServerGroups`).
+    async fn sync_group_settings(&self, group_id: &str, listener: &ListenerSpec) -> Result<()> {
+        let wanted = listener
+            .settings
+            .nlb_params(listener.protocol == ListenerProtocol::Tcp);
+        let listed: serde_json::Value = self
+            .read(
+                "ListServerGroups",
+                params([("ServerGroupIds.1", group_id.to_string())]),
+            )
+            .await?;
+        let group = &listed["ServerGroups"][0];
+        let differ = nlb_differences(&wanted, group);
+        if differ.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            server_group_id = group_id,
+            ?differ,
+            "setting server group attributes"
+        );
+        let mut form = params([("ServerGroupId", group_id.to_string())]);
+        form.extend(wanted);
+        self.mutate_and_wait("UpdateServerGroupAttribute", form)
+            .await
     }
 }
 

@@ -144,6 +144,19 @@ def clb_flow(slb, label, endpoint):
         else:
             raise AssertionError("a UDP attribute of a TCP-only port was answered")
     listener_attribute()
+    @check(f"[{label}] CLB SetLoadBalancerTCPListenerAttribute + DescribeLoadBalancerTCPListenerAttribute")
+    def set_listener():
+        slb.set_load_balancer_tcplistener_attribute(slb_models.SetLoadBalancerTCPListenerAttributeRequest(
+            region_id=REGION, load_balancer_id=lb_id, listener_port=80, health_check_type="http",
+            health_check_uri="/healthz", health_check_http_code="http_2xx,http_3xx", health_check_interval=5,
+            health_check_connect_timeout=4, healthy_threshold=3, connection_drain="on",
+            connection_drain_timeout=60))
+        body = slb.describe_load_balancer_tcplistener_attribute(
+            slb_models.DescribeLoadBalancerTCPListenerAttributeRequest(
+                region_id=REGION, load_balancer_id=lb_id, listener_port=80)).body
+        expect(body.health_check_uri == "/healthz" and body.connection_drain_timeout == 60,
+               "settings not read back")
+    set_listener()
 
     @check(f"[{label}] CLB DescribeVServerGroups")
     def groups():
@@ -274,6 +287,22 @@ def nlb_flow(nlb, label, endpoint):
         expect(len(body.server_groups) == 1 and body.server_groups[0].server_group_id == group_id, "group not found")
         expect(body.server_groups[0].health_check.health_check_enabled is True, "health check model empty")
     list_groups()
+
+    @check(f"[{label}] NLB UpdateServerGroupAttribute + GetJobStatus")
+    def update_group():
+        body = nlb.update_server_group_attribute(nlb_models.UpdateServerGroupAttributeRequest(
+            region_id=REGION, server_group_id=group_id, connection_drain_enabled=True,
+            connection_drain_timeout=60,
+            health_check_config=nlb_models.UpdateServerGroupAttributeRequestHealthCheckConfig(
+                health_check_enabled=True, health_check_type="HTTP", health_check_url="/healthz",
+                health_check_http_code=["http_2xx"], http_check_method="HEAD"))).body
+        expect(body.job_id, "no JobId")
+        wait_job(nlb, body.job_id)
+        listed = nlb.list_server_groups(nlb_models.ListServerGroupsRequest(
+            region_id=REGION, server_group_ids=[group_id])).body.server_groups[0]
+        expect(listed.health_check.health_check_url == "/healthz" and listed.connection_drain_timeout == 60,
+               "settings not read back")
+    update_group()
 
     @check(f"[{label}] NLB CreateListener + ListListeners")
     def create_listener():

@@ -1586,6 +1586,245 @@ async fn vpc_attribute_of_an_unknown_vpc_is_404_and_vpc_id_is_required() {
     );
 }
 
+// ------------------------------------------------- listener settings (rows 49-50)
+
+/// An HTTP health check on port 80 and a drain of `drain` seconds.
+fn checked(uri: &str, drain: u32) -> ListenerSettings {
+    ListenerSettings {
+        health_check: HealthCheck {
+            kind: Some(HealthCheckType::Http),
+            uri: Some(uri.into()),
+            http_codes: vec!["http_2xx".into()],
+            healthy_threshold: Some(3),
+            interval_seconds: Some(5),
+            connect_timeout_seconds: Some(4),
+            ..Default::default()
+        },
+        drain: Some(ConnectionDrain {
+            enabled: true,
+            timeout_seconds: Some(drain),
+        }),
+        scheduler: Some("rr".into()),
+    }
+}
+
+/// The Service's load balancer with one TCP listener on port 80 of `settings`,
+/// ensured through the client as rollgate does.
+async fn ensure_with(
+    client: &Arc<dyn LoadBalancerBackends>,
+    existing: Option<String>,
+    settings: ListenerSettings,
+) -> LoadBalancer {
+    client
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "fidelity-settings".into(),
+            existing_id: existing,
+            address_type: AddressType::Internet,
+            vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+            zones: vec![
+                ZoneVSwitch {
+                    zone_id: "cn-hangzhou-h".into(),
+                    vswitch_id: "vsw-h".into(),
+                },
+                ZoneVSwitch {
+                    zone_id: "cn-hangzhou-i".into(),
+                    vswitch_id: "vsw-i".into(),
+                },
+            ],
+            listeners: vec![ListenerSpec {
+                port: 80,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: "k8s-80-settings".into(),
+                settings,
+            }],
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() {
+    let bed = Bed::new().await;
+    let lb = bed
+        .call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerSpec", "slb.s1.small")],
+        )
+        .await
+        .unwrap();
+    let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
+    let tcp = |extra: &[(&'static str, &'static str)]| {
+        let mut p = vec![
+            ("LoadBalancerId", lb.as_str()),
+            ("ListenerPort", "81"),
+            ("Bandwidth", "-1"),
+        ];
+        p.extend_from_slice(extra);
+        let bed = &bed;
+        async move {
+            bed.call(Service::Clb, "CreateLoadBalancerTCPListener", &p)
+                .await
+        }
+    };
+    refused(
+        tcp(&[("HealthCheckInterval", "51")]).await,
+        400,
+        "InvalidParameter.HealthCheckInterval",
+    );
+    refused(
+        tcp(&[("HealthyThreshold", "1")]).await,
+        400,
+        "InvalidParameter.HealthyThreshold",
+    );
+    refused(
+        tcp(&[("HealthCheckConnectTimeout", "301")]).await,
+        400,
+        "InvalidParameter.HealthCheckConnectTimeout",
+    );
+    refused(
+        tcp(&[("HealthCheckURI", "healthz")]).await,
+        400,
+        "InvalidParameter.HealthCheckURI",
+    );
+    refused(
+        tcp(&[("HealthCheckHttpCode", "http_200")]).await,
+        400,
+        "InvalidParameter.HealthCheckHttpCode",
+    );
+    refused(
+        tcp(&[("ConnectionDrainTimeout", "901")]).await,
+        400,
+        "InvalidParameter.ConnectionDrainTimeout",
+    );
+    refused(
+        tcp(&[("ConnectionDrain", "on")]).await,
+        400,
+        "MissingParameter",
+    );
+    let udp = bed
+        .call(
+            Service::Clb,
+            "CreateLoadBalancerUDPListener",
+            &[
+                ("LoadBalancerId", &lb),
+                ("ListenerPort", "53"),
+                ("Bandwidth", "-1"),
+                ("HealthCheckURI", "/"),
+            ],
+        )
+        .await;
+    refused(udp, 400, "InvalidParameter.HealthCheckURI");
+    // The positive control: the same values in range are taken.
+    tcp(&[
+        ("HealthCheckInterval", "50"),
+        ("ConnectionDrain", "on"),
+        ("ConnectionDrainTimeout", "900"),
+    ])
+    .await
+    .unwrap();
+
+    // Through the client: created with the settings, read back, changed, read back.
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let made = ensure_with(&client, None, checked("/healthz", 60)).await;
+    let describe = || {
+        let (bed, id) = (&bed, made.id.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let read = describe().await;
+    assert_eq!(read["HealthCheckType"], "http");
+    assert_eq!(read["HealthCheckURI"], "/healthz");
+    assert_eq!(read["HealthCheckHttpCode"], "http_2xx");
+    assert_eq!(read["HealthyThreshold"], 3);
+    assert_eq!(read["HealthCheckInterval"], 5);
+    assert_eq!(read["HealthCheckConnectTimeout"], 4);
+    assert_eq!(read["ConnectionDrain"], "on");
+    assert_eq!(read["ConnectionDrainTimeout"], 60);
+    assert_eq!(read["Scheduler"], "rr");
+    ensure_with(&client, Some(made.id.clone()), checked("/ready", 120)).await;
+    let read = describe().await;
+    assert_eq!(
+        read["HealthCheckURI"], "/ready",
+        "a changed annotation reaches the listener"
+    );
+    assert_eq!(read["ConnectionDrainTimeout"], 120);
+}
+
+#[tokio::test]
+async fn nlb_server_group_health_check_and_drain_are_checked_stored_and_updated() {
+    let bed = Bed::new().await;
+    let create = |extra: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move {
+            let mut p = vec![("ServerGroupName", "k8s-80-web"), ("VpcId", "vpc-emulator")];
+            p.extend_from_slice(extra);
+            bed.call(Service::Nlb, "CreateServerGroup", &p).await
+        }
+    };
+    for extra in [
+        &[("HealthCheckConfig.HealthCheckInterval", "51")][..],
+        &[("HealthCheckConfig.HealthyThreshold", "11")],
+        &[("HealthCheckConfig.HealthCheckType", "ICMP")],
+        &[("HealthCheckConfig.HttpCheckMethod", "POST")],
+        &[("HealthCheckConfig.HealthCheckHttpCode.1", "200")],
+        &[("ConnectionDrainTimeout", "9")],
+        &[("ConnectionDrainEnabled", "on")],
+    ] {
+        refused(create(extra).await, 400, "IllegalParam");
+    }
+    create(&[
+        ("HealthCheckConfig.HealthCheckInterval", "50"),
+        ("ConnectionDrainTimeout", "900"),
+    ])
+    .await
+    .unwrap();
+
+    let client = bed.client(Product::Nlb, None);
+    let made = ensure_with(&client, None, checked("/healthz", 60)).await;
+    let group_id = made.listeners[0].server_group_id.clone();
+    let listed = || {
+        let (bed, id) = (&bed, group_id.clone());
+        async move {
+            let page = bed
+                .call(
+                    Service::Nlb,
+                    "ListServerGroups",
+                    &[("ServerGroupIds.1", &id)],
+                )
+                .await
+                .unwrap();
+            page["ServerGroups"][0].clone()
+        }
+    };
+    let group = listed().await;
+    assert_eq!(group["HealthCheck"]["HealthCheckEnabled"], true);
+    assert_eq!(group["HealthCheck"]["HealthCheckType"], "HTTP");
+    assert_eq!(group["HealthCheck"]["HealthCheckUrl"], "/healthz");
+    assert_eq!(
+        group["HealthCheck"]["HealthCheckHttpCode"],
+        json!(["http_2xx"])
+    );
+    assert_eq!(group["HealthCheck"]["HealthCheckConnectTimeout"], 4);
+    assert_eq!(group["ConnectionDrainEnabled"], true);
+    assert_eq!(group["ConnectionDrainTimeout"], 60);
+    assert_eq!(group["Scheduler"], "rr");
+    ensure_with(&client, Some(made.id.clone()), checked("/ready", 120)).await;
+    let group = listed().await;
+    assert_eq!(
+        group["HealthCheck"]["HealthCheckUrl"], "/ready",
+        "a changed annotation reaches the group"
+    );
+    assert_eq!(group["ConnectionDrainTimeout"], 120);
+}
+
 /// Every test the README's fidelity table names exists, so the table cannot point at
 /// a test that was renamed or never written.
 #[test]
@@ -1814,6 +2053,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "grp".into(),
+                settings: Default::default(),
             }],
         })
         .await

@@ -326,6 +326,45 @@ fn a_terminating_pod_drains_at_once_and_is_removed_after_the_drain_time() {
     assert_eq!(plan.changes[0].remove, vec![owned("10.0.0.1", 0).key]);
 }
 
+/// With the load balancer's connection drain on for 60 s (the plan's drain time), a
+/// terminating pod's backend stays at weight 0 past the 10 s default, up to the drain's
+/// end or the pod's grace, whichever is first.
+#[test]
+fn a_long_connection_drain_keeps_the_backend_at_weight_zero_until_it_or_the_grace_ends() {
+    let drain = Duration::from_secs(60);
+    let cases = [
+        // (grace in seconds, seconds since deletion, still draining)
+        (120, 30, true),
+        (120, 59, true),
+        (120, 60, false),
+        (45, 30, true),
+        (45, 45, false),
+    ];
+    for (grace, elapsed, draining) in cases {
+        let mut p = pod("a", "10.0.0.1");
+        p.deletion = Some(Deletion {
+            requested_at: at(NOW - elapsed),
+            deadline: at(NOW - elapsed + grace),
+        });
+        let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 0)], &[])]);
+        let plan = plan(&PlanInput {
+            service: &svc(false),
+            cluster_id: CLUSTER,
+            backend_type: BackendType::Ip,
+            placements: &HashMap::new(),
+            pods: &[p],
+            cloud: &cloud,
+            drain,
+            now: at(NOW),
+        });
+        let removed = plan.changes.iter().any(|c| !c.remove.is_empty());
+        assert_eq!(
+            !removed, draining,
+            "grace {grace}s, {elapsed}s after deletion: {plan:?}"
+        );
+    }
+}
+
 #[test]
 fn the_drain_never_outlives_the_pod_and_a_gone_pod_is_removed_at_once() {
     let deletion = Deletion {
@@ -442,6 +481,52 @@ fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
         assert!(!of("waiting").status);
         assert_eq!(of("waiting").message, gone);
     }
+}
+
+/// An annotation that is not valid (or an NLB without zone maps) shows on every gated
+/// pod, not only in the Service's Event; a True gate stays True, a terminating or
+/// ungated pod is not written, and an unchanged condition is not written again.
+#[test]
+fn an_invalid_annotation_shows_on_every_gated_pod_and_keeps_true_gates() {
+    let problem = "annotation service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps: an NLB needs at least two zones";
+    let mut ready = pod("ready", "10.0.0.1");
+    ready.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    let waiting = pod("waiting", "10.0.0.2");
+    let mut no_ip = pod("no-ip", "");
+    no_ip.ip = None;
+    no_ip.containers_ready = false;
+    let mut leaving = pod("leaving", "10.0.0.3");
+    leaving.deletion = Some(Deletion {
+        requested_at: at(NOW),
+        deadline: at(NOW + 30),
+    });
+    let mut ungated = pod("ungated", "10.0.0.4");
+    ungated.gated = false;
+    let pods = [ready, waiting, no_ip, leaving, ungated];
+    let writes = plan_invalid_annotation(&pods, problem);
+    let of = |name: &str| writes.iter().find(|w| w.pod == name);
+    assert_eq!(writes.len(), 3, "{writes:#?}");
+    for w in &writes {
+        assert_eq!(w.reason, GateReason::InvalidLoadBalancerAnnotation);
+        assert!(w.message.contains(problem), "{}", w.message);
+    }
+    assert!(of("ready").unwrap().status, "a True gate stays True");
+    assert!(of("ready").unwrap().message.contains("stays True"));
+    assert!(!of("waiting").unwrap().status);
+    assert!(!of("no-ip").unwrap().status);
+    assert!(of("leaving").is_none() && of("ungated").is_none());
+    // Written once: the same condition is not written again.
+    let mut written = pods[1].clone();
+    written.gate = Some(GateCondition {
+        status: false,
+        reason: "InvalidLoadBalancerAnnotation".into(),
+        message: problem.into(),
+    });
+    assert!(plan_invalid_annotation(&[written], problem).is_empty());
 }
 
 /// Every cause follows the flip-back setting, the pod's own containers included: with

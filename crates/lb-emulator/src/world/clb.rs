@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+use super::listener_settings;
 use super::params::{clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
@@ -96,6 +97,8 @@ impl World {
             "CreateLoadBalancerUDPListener" => self.clb_create_listener(p, "udp"),
             "DescribeLoadBalancerTCPListenerAttribute" => self.clb_listener_attribute(p, "tcp"),
             "DescribeLoadBalancerUDPListenerAttribute" => self.clb_listener_attribute(p, "udp"),
+            "SetLoadBalancerTCPListenerAttribute" => self.clb_set_listener(p, "tcp"),
+            "SetLoadBalancerUDPListenerAttribute" => self.clb_set_listener(p, "udp"),
             "StartLoadBalancerListener" => self.clb_start_listener(p),
             "DeleteLoadBalancerListener" => self.clb_delete_listener(p),
             "DeleteVServerGroup" => self.clb_delete_group(p),
@@ -358,16 +361,9 @@ impl World {
                 Some(_) => {}
             }
         }
-        let health_check = match p.get("HealthCheckSwitch").map(String::as_str) {
-            None | Some("") | Some("on") => true,
-            Some("off") => false,
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    "HealthCheckSwitch",
-                    format!("{other:?} is not one of on, off"),
-                ))
-            }
-        };
+        let health_check = health_check_switch(p)?.unwrap_or(true);
+        let settings = listener_settings::clb(p, protocol == "tcp")?;
+        let settings = listener_settings::clb_merged(&Default::default(), settings)?;
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         if lb
             .listeners
@@ -386,7 +382,34 @@ impl World {
             vserver_group_id: group_id,
             status: "stopped".into(),
             health_check,
+            settings,
         });
+        Ok(json!({}))
+    }
+
+    /// `SetLoadBalancer{TCP,UDP}ListenerAttribute`: the switch and the health-check
+    /// and drain settings, checked as on create, laid over the current ones.
+    fn clb_set_listener(&mut self, p: &Params, protocol: &str) -> ApiResult {
+        let lb_id = self.clb_lb(p)?.id.clone();
+        let port = parse_port(p, "ListenerPort")?;
+        let switch = health_check_switch(p)?;
+        let update = listener_settings::clb(p, protocol == "tcp")?;
+        let lb = self.clbs.get_mut(&lb_id).expect("checked");
+        let listener = lb
+            .listeners
+            .iter_mut()
+            .find(|l| l.port == port && l.protocol == protocol)
+            .ok_or_else(|| {
+                ApiError::new(
+                    400,
+                    "InvalidParameter.ListenerNotFound",
+                    format!("The listener {port}/{protocol} does not exist."),
+                )
+            })?;
+        listener.settings = listener_settings::clb_merged(&listener.settings, update)?;
+        if let Some(on) = switch {
+            listener.health_check = on;
+        }
         Ok(json!({}))
     }
 
@@ -404,11 +427,20 @@ impl World {
                     format!("The listener {port}/{protocol} does not exist."),
                 )
             })?;
-        Ok(json!({
-            "LoadBalancerId": lb.id, "ListenerPort": listener.port,
-            "Status": listener.status, "VServerGroupId": listener.vserver_group_id,
-            "HealthCheck": if listener.health_check { "on" } else { "off" },
-        }))
+        let mut attribute = listener_settings::clb_described(&listener.settings);
+        for (k, v) in [
+            ("LoadBalancerId", json!(lb.id)),
+            ("ListenerPort", json!(listener.port)),
+            ("Status", json!(listener.status)),
+            ("VServerGroupId", json!(listener.vserver_group_id)),
+            (
+                "HealthCheck",
+                json!(if listener.health_check { "on" } else { "off" }),
+            ),
+        ] {
+            attribute[k] = v;
+        }
+        Ok(attribute)
     }
 
     /// `DeleteLoadBalancerListener`: by port, and by `ListenerProtocol` when the port
@@ -846,6 +878,19 @@ fn clb_backend_json(b: &BackendRec) -> Value {
         "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port, "Weight": b.weight,
         "Type": b.kind, "Description": b.description,
     })
+}
+
+/// `HealthCheckSwitch` (`on`/`off`), if given.
+fn health_check_switch(p: &Params) -> Result<Option<bool>, ApiError> {
+    match p.get("HealthCheckSwitch").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some("on") => Ok(Some(true)),
+        Some("off") => Ok(Some(false)),
+        Some(other) => Err(ApiError::invalid(
+            "HealthCheckSwitch",
+            format!("{other:?} is not one of on, off"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 mod clb;
 pub mod ecs;
+pub mod listener_settings;
 mod nlb;
 mod params;
 mod simulation;
@@ -28,6 +29,10 @@ use tokio::time::Instant;
 use crate::config::{EmulatorConfig, HealthMode};
 
 pub type Params = BTreeMap<String, String>;
+
+/// Health-check and drain settings as stored, by the name the read calls return them
+/// under (checked by `listener_settings`).
+pub type Settings = BTreeMap<String, Value>;
 
 /// An API error as the cloud reports it.
 #[derive(Debug)]
@@ -120,6 +125,9 @@ pub struct ClbListener {
     /// `HealthCheckSwitch` at creation (`on` by default). Off: every backend stays
     /// `unavailable`, as the real API reports it.
     pub health_check: bool,
+    /// Health-check and drain parameters as set (`listener_settings`), returned by
+    /// `Describe…ListenerAttribute`.
+    pub settings: Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -217,6 +225,10 @@ pub struct ServerGroup {
     pub backends: Vec<BackendRec>,
     /// `HealthCheckConfig.HealthCheckEnabled` at creation (true by default).
     pub health_check: bool,
+    /// The rest of `HealthCheckConfig.*` as set, listed under `HealthCheck`.
+    pub health_settings: Settings,
+    /// The drain (`ConnectionDrainEnabled`, `ConnectionDrainTimeout`) as set.
+    pub settings: Settings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -243,6 +255,14 @@ pub enum JobEffect {
     UpdateServers(String, Vec<BackendRec>),
     CreateServerGroup(ServerGroup),
     CreateListener(NlbListener),
+    /// `UpdateServerGroupAttribute`: the group, its health-check switch if given, and
+    /// the health-check and drain settings to lay over the current ones.
+    UpdateServerGroup {
+        id: String,
+        health_check: Option<bool>,
+        health_settings: Settings,
+        settings: Settings,
+    },
     DeleteLoadBalancer(String),
     DeleteListener(String),
     DeleteServerGroup(String),

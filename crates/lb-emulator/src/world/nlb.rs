@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::listener_settings;
 use super::params::{flat_list, get, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
 use super::{
     ApiError, ApiResult, BackendRec, Health, JobEffect, Nlb, NlbListener, Params, ServerGroup,
@@ -57,6 +58,24 @@ fn nlb_page<T: Clone>(items: &[T], p: &Params) -> Result<(Vec<T>, String, usize)
     })
 }
 
+/// `HealthCheckConfig.HealthCheckEnabled`, if given. The official SDKs send booleans
+/// as `true` or, from Python, `True`.
+fn health_check_enabled(p: &Params) -> Result<Option<bool>, ApiError> {
+    match p
+        .get("HealthCheckConfig.HealthCheckEnabled")
+        .map(|v| v.to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("") => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(ApiError::invalid(
+            "HealthCheckConfig.HealthCheckEnabled",
+            format!("{other:?} is not one of true, false"),
+        )),
+    }
+}
+
 impl World {
     pub fn nlb(&mut self, action: &str, p: &Params) -> ApiResult {
         match action {
@@ -94,6 +113,21 @@ impl World {
                 Ok(json!({"JobId": job}))
             }
             "CreateServerGroup" => self.nlb_create_group(p),
+            "UpdateServerGroupAttribute" => {
+                let id = self.server_group(p)?.id.clone();
+                let health_check = health_check_enabled(p)?;
+                let (health_settings, settings) = listener_settings::nlb(p)?;
+                let job = self.start_job(
+                    "UpdateServerGroupAttribute",
+                    JobEffect::UpdateServerGroup {
+                        id: id.clone(),
+                        health_check,
+                        health_settings,
+                        settings,
+                    },
+                );
+                Ok(json!({"JobId": job, "ServerGroupId": id}))
+            }
             "ListListeners" => self.nlb_list_listeners(p),
             "CreateListener" => self.nlb_create_listener(p),
             "ListServerGroupServers" => self.nlb_list_servers(p),
@@ -304,8 +338,10 @@ impl World {
                     "ServerGroupId": g.id, "ServerGroupName": g.name, "ServerGroupType": g.group_type,
                     "ServerGroupStatus": if self.group_busy(&g.id, Instant::now()) { "Configuring" } else { "Available" }, "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
-                    "Scheduler": "Wrr", "RelatedLoadBalancerIds": related, "Tags": [],
-                    "HealthCheck": {"HealthCheckEnabled": g.health_check, "HealthCheckType": "TCP", "HealthyThreshold": 2, "UnhealthyThreshold": 2},
+                    "Scheduler": g.settings.get("Scheduler").cloned().unwrap_or(json!("Wrr")), "RelatedLoadBalancerIds": related, "Tags": [],
+                    "HealthCheck": listener_settings::nlb_health_listed(g.health_check, &g.health_settings),
+                    "ConnectionDrainEnabled": g.settings.get("ConnectionDrainEnabled").cloned().unwrap_or(json!(false)),
+                    "ConnectionDrainTimeout": g.settings.get("ConnectionDrainTimeout").cloned().unwrap_or(json!(0)),
                 })
             })
             .collect();
@@ -339,6 +375,7 @@ impl World {
             ));
         }
         let vpc_id = nlb_get(p, "VpcId")?.to_string();
+        let (health_settings, settings) = listener_settings::nlb(p)?;
         let id = self.new_id("sgp");
         let group = ServerGroup {
             id: id.clone(),
@@ -347,21 +384,9 @@ impl World {
             protocol,
             vpc_id,
             backends: vec![],
-            // The official SDKs send booleans as `true` or, from Python, `True`.
-            health_check: match p
-                .get("HealthCheckConfig.HealthCheckEnabled")
-                .map(|v| v.to_ascii_lowercase())
-                .as_deref()
-            {
-                None | Some("") | Some("true") => true,
-                Some("false") => false,
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        "HealthCheckConfig.HealthCheckEnabled",
-                        format!("{other:?} is not one of true, false"),
-                    ))
-                }
-            },
+            health_check: health_check_enabled(p)?.unwrap_or(true),
+            health_settings,
+            settings,
         };
         let job = self.start_job("CreateServerGroup", JobEffect::CreateServerGroup(group));
         Ok(json!({"ServerGroupId": id, "JobId": job}))

@@ -179,6 +179,20 @@ impl World {
             JobEffect::CreateServerGroup(group) => {
                 self.server_groups.insert(group.id.clone(), group);
             }
+            JobEffect::UpdateServerGroup {
+                id,
+                health_check,
+                health_settings,
+                settings,
+            } => {
+                if let Some(group) = self.server_groups.get_mut(&id) {
+                    if let Some(on) = health_check {
+                        group.health_check = on;
+                    }
+                    group.health_settings.extend(health_settings);
+                    group.settings.extend(settings);
+                }
+            }
             JobEffect::CreateListener(listener) => {
                 self.listeners.insert(listener.id.clone(), listener);
             }

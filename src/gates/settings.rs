@@ -1,0 +1,601 @@
+//! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
+//! the thresholds, `connection-drain` and its timeout, `scheduler`), read into the listener
+//! settings the cloud client sends; and the whole annotation family, each marked
+//! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
+//! controller hears about every annotation rollgate does not act on. Pure.
+//!
+//! Accepted values and ranges are those of the API reference (CLB TCP/UDP listener
+//! parameters, NLB `CreateServerGroup`), so a value the cloud would refuse is refused
+//! here, with the annotation and its accepted forms named, before any cloud call.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use alibaba_lb::{ConnectionDrain, HealthCheck, HealthCheckType, ListenerSettings};
+
+use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
+
+/// Where rollgate stands on one annotation of the family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    Supported,
+    /// Not implemented yet: a Service that sets it gets a Warning Event.
+    NotYet,
+    /// Means nothing for rollgate (which registers pods, not nodes): a Warning Event
+    /// says so too, so nobody waits for it.
+    NotApplicable,
+}
+
+/// Every annotation of Alibaba's cloud controller under the family's prefixes (the
+/// suffix after `...-loadbalancer-`), and rollgate's support of it. The README's
+/// annotation table lists each (a test checks).
+pub const FAMILY: &[(&str, Support)] = {
+    use Support::*;
+    &[
+        ("id", Supported),
+        ("address-type", Supported),
+        ("zone-maps", Supported),
+        ("health-check-switch", Supported),
+        ("health-check-flag", Supported),
+        ("health-check-type", Supported),
+        ("health-check-uri", Supported),
+        ("health-check-domain", Supported),
+        ("health-check-httpcode", Supported),
+        ("health-check-method", Supported),
+        ("health-check-connect-port", Supported),
+        ("healthy-threshold", Supported),
+        ("unhealthy-threshold", Supported),
+        ("health-check-interval", Supported),
+        ("health-check-connect-timeout", Supported),
+        ("connection-drain", Supported),
+        ("connection-drain-timeout", Supported),
+        // HTTP/HTTPS listeners (with `protocol-port`), not made yet.
+        ("health-check-timeout", NotYet),
+        ("protocol-port", NotYet),
+        ("cert-id", NotYet),
+        ("cacert-id", NotYet),
+        ("cacert", NotYet),
+        ("additional-cert-ids", NotYet),
+        ("tls-cipher-policy", NotYet),
+        ("http2-enabled", NotYet),
+        ("forward-port", NotYet),
+        ("idle-timeout", NotYet),
+        ("request-timeout", NotYet),
+        ("sticky-session", NotYet),
+        ("sticky-session-type", NotYet),
+        ("cookie", NotYet),
+        ("cookie-timeout", NotYet),
+        ("xforwardedfor-proto", NotYet),
+        ("xforwardedfor-slbport", NotYet),
+        ("xforwardedfor-clientsrcport", NotYet),
+        ("domain-extensions", NotYet),
+        ("alpn", NotYet),
+        ("alpn-policy", NotYet),
+        // Listeners and server groups.
+        ("scheduler", Supported),
+        ("weight", NotYet),
+        ("default-weight", NotYet),
+        ("ignore-weight-update", NotYet),
+        ("persistence-timeout", NotYet),
+        ("established-timeout", NotYet),
+        ("proxy-protocol", NotYet),
+        ("ppv2-pvl-ep-id-enabled", NotYet),
+        ("ppv2-pvl-eps-id-enabled", NotYet),
+        ("ppv2-pvl-vpc-id-enabled", NotYet),
+        ("acl-status", NotYet),
+        ("acl-id", NotYet),
+        ("acl-type", NotYet),
+        ("vgroup-port", NotYet),
+        ("force-override-listeners", NotYet),
+        ("listener-port-range", NotYet),
+        ("cps", NotYet),
+        ("preserve-client-ip", NotYet),
+        ("server-group-type", NotYet),
+        ("backend-ip-version", NotYet),
+        // The load balancer itself.
+        ("name", NotYet),
+        ("spec", NotYet),
+        ("instance-charge-type", NotYet),
+        ("charge-type", NotYet),
+        ("bandwidth", NotYet),
+        ("vswitch-id", NotYet),
+        ("network-type", NotYet),
+        ("master-zoneid", NotYet),
+        ("slave-zoneid", NotYet),
+        ("ip-version", NotYet),
+        ("ipv6-address-type", NotYet),
+        ("external-ip-type", NotYet),
+        ("hostname", NotYet),
+        ("ip", NotYet),
+        ("resource-group-id", NotYet),
+        ("additional-resource-tags", NotYet),
+        ("delete-protection", NotYet),
+        ("modification-protection", NotYet),
+        ("preserve-lb-on-delete", Supported),
+        ("security-group-ids", NotYet),
+        ("bandwidth-package-id", NotYet),
+        ("cross-zone-enabled", NotYet),
+        // Node backends: rollgate registers pods (ENI/IP), never nodes.
+        ("backend-label", NotApplicable),
+        ("remove-unscheduled-backend", NotApplicable),
+    ]
+};
+
+/// The annotation's full name under the current prefix (what messages name).
+pub fn full_name(suffix: &str) -> String {
+    format!("{}{suffix}", LOAD_BALANCER_ANNOTATION_PREFIXES[0])
+}
+
+/// Annotations of the family on the Service that rollgate does not act on, by full
+/// name as written, each with the sentence its Warning Event says. Annotations of
+/// the family that rollgate does not know at all are reported too.
+pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    annotations
+        .keys()
+        .filter_map(|key| {
+            let suffix = LOAD_BALANCER_ANNOTATION_PREFIXES
+                .iter()
+                .find_map(|prefix| key.strip_prefix(prefix))?;
+            let support = FAMILY.iter().find(|(s, _)| *s == suffix).map(|(_, s)| *s);
+            let note = match support {
+                Some(Support::Supported) => return None,
+                Some(Support::NotYet) => format!(
+                    "annotation {key} is not supported by rollgate yet: it has no effect on the load balancer"
+                ),
+                Some(Support::NotApplicable) => format!(
+                    "annotation {key} does not apply: rollgate registers pods as backends, never nodes; it has no effect"
+                ),
+                None => format!(
+                    "annotation {key} is not one rollgate knows: it has no effect on the load balancer"
+                ),
+            };
+            Some((key.clone(), note))
+        })
+        .collect()
+}
+
+/// One annotation, read under either prefix (the current one wins), trimmed.
+fn get<'a>(annotations: &'a BTreeMap<String, String>, suffix: &str) -> Option<&'a str> {
+    LOAD_BALANCER_ANNOTATION_PREFIXES
+        .iter()
+        .find_map(|prefix| annotations.get(&format!("{prefix}{suffix}")))
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+fn invalid(suffix: &str, value: &str, accepted: &str) -> String {
+    format!(
+        "annotation {}: {value:?} is not valid; accepted: {accepted}",
+        full_name(suffix)
+    )
+}
+
+/// Reads the annotations that fill the listener settings; every bad value is said
+/// (one sentence each, joined), and then nothing is sent.
+pub fn listener_settings(
+    annotations: &BTreeMap<String, String>,
+) -> Result<ListenerSettings, String> {
+    let mut problems: Vec<String> = vec![];
+    let mut number = |suffix: &str, range: std::ops::RangeInclusive<u32>| -> Option<u32> {
+        let raw = get(annotations, suffix)?;
+        match raw.parse::<u32>() {
+            Ok(n) if range.contains(&n) => Some(n),
+            _ => {
+                let accepted = format!("an integer from {} to {}", range.start(), range.end());
+                problems.push(invalid(suffix, raw, &accepted));
+                None
+            }
+        }
+    };
+    let connect_port = number("health-check-connect-port", 1..=65535).map(|p| p as u16);
+    let healthy_threshold = number("healthy-threshold", 2..=10);
+    let unhealthy_threshold = number("unhealthy-threshold", 2..=10);
+    let interval_seconds = number("health-check-interval", 1..=50);
+    let connect_timeout_seconds = number("health-check-connect-timeout", 1..=300);
+    let drain_timeout = number("connection-drain-timeout", 10..=900);
+
+    let mut switch = |suffix: &str| -> Option<bool> {
+        let raw = get(annotations, suffix)?;
+        match raw.to_ascii_lowercase().as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => {
+                problems.push(invalid(suffix, raw, "on, off"));
+                None
+            }
+        }
+    };
+    // CLB names the switch of TCP/UDP listeners `health-check-switch`, NLB
+    // `health-check-flag`; either works on both, the first wins.
+    let enabled = switch("health-check-switch").or(switch("health-check-flag"));
+    let drain = switch("connection-drain");
+
+    let kind = get(annotations, "health-check-type").and_then(|raw| {
+        match raw.to_ascii_lowercase().as_str() {
+            "tcp" => Some(HealthCheckType::Tcp),
+            "http" => Some(HealthCheckType::Http),
+            _ => {
+                problems.push(invalid("health-check-type", raw, "tcp, http"));
+                None
+            }
+        }
+    });
+    let uri = get(annotations, "health-check-uri").and_then(|raw| {
+        let ok =
+            raw.starts_with('/') && raw.len() <= 80 && raw.chars().all(|c| c.is_ascii_graphic());
+        if ok {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid(
+                "health-check-uri",
+                raw,
+                "a path of 1 to 80 characters starting with /",
+            ));
+            None
+        }
+    });
+    let domain = get(annotations, "health-check-domain").and_then(|raw| {
+        let ok = raw == "$_ip"
+            || (raw.len() <= 80
+                && raw
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-'));
+        if ok {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid(
+                "health-check-domain",
+                raw,
+                "$_ip, or 1 to 80 letters, digits, '.' and '-'",
+            ));
+            None
+        }
+    });
+    const CODES: [&str; 4] = ["http_2xx", "http_3xx", "http_4xx", "http_5xx"];
+    let http_codes = match get(annotations, "health-check-httpcode") {
+        None => vec![],
+        Some(raw) => {
+            let codes: Vec<String> = raw
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect();
+            if codes.iter().all(|c| CODES.contains(&c.as_str())) {
+                codes
+            } else {
+                problems.push(invalid(
+                    "health-check-httpcode",
+                    raw,
+                    "a comma-separated list of http_2xx, http_3xx, http_4xx, http_5xx",
+                ));
+                vec![]
+            }
+        }
+    };
+    let method = get(annotations, "health-check-method").and_then(|raw| {
+        match raw.to_ascii_uppercase().as_str() {
+            m @ ("GET" | "HEAD") => Some(m.to_string()),
+            _ => {
+                problems.push(invalid("health-check-method", raw, "get, head"));
+                None
+            }
+        }
+    });
+
+    let scheduler = get(annotations, "scheduler").and_then(|raw| {
+        let lower = raw.to_ascii_lowercase();
+        if ["wrr", "wlc", "rr", "sch", "tch", "qch"].contains(&lower.as_str()) {
+            Some(lower)
+        } else {
+            problems.push(invalid(
+                "scheduler",
+                raw,
+                "wrr, rr, sch, tch (CLB and NLB), qch (CLB UDP, NLB), wlc (NLB)",
+            ));
+            None
+        }
+    });
+
+    // Both APIs want a timeout with the drain on, and none without it.
+    let drain = match (drain, drain_timeout) {
+        (None, None) => None,
+        (Some(true), Some(t)) => Some(ConnectionDrain {
+            enabled: true,
+            timeout_seconds: Some(t),
+        }),
+        (Some(false), None) => Some(ConnectionDrain {
+            enabled: false,
+            timeout_seconds: None,
+        }),
+        (Some(true), None) => {
+            if get(annotations, "connection-drain-timeout").is_none() {
+                problems.push(format!(
+                    "annotation {}: \"on\" needs {} (an integer from 10 to 900)",
+                    full_name("connection-drain"),
+                    full_name("connection-drain-timeout")
+                ));
+            }
+            None
+        }
+        (_, Some(_)) => {
+            problems.push(format!(
+                "annotation {} is only accepted with {}: \"on\"",
+                full_name("connection-drain-timeout"),
+                full_name("connection-drain")
+            ));
+            None
+        }
+    };
+
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(ListenerSettings {
+        health_check: HealthCheck {
+            enabled,
+            kind,
+            uri,
+            domain,
+            http_codes,
+            method,
+            connect_port,
+            healthy_threshold,
+            unhealthy_threshold,
+            interval_seconds,
+            connect_timeout_seconds,
+        },
+        drain,
+        scheduler,
+    })
+}
+
+/// How long a terminating pod's backend stays at weight 0 before it is removed: the
+/// load balancer's connection drain when the Service turns it on (removing the backend
+/// earlier would cut the connections the drain keeps), else `default`
+/// (`--gate-drain-time`). The pod's grace period still ends it earlier
+/// (`plan::removal_time`).
+pub fn drain_time(settings: &ListenerSettings, default: Duration) -> Duration {
+    match settings.drain {
+        Some(ConnectionDrain {
+            enabled: true,
+            timeout_seconds: Some(seconds),
+        }) => Duration::from_secs(seconds.into()),
+        _ => default,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (full_name(k), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_annotation_is_the_default() {
+        assert_eq!(
+            listener_settings(&BTreeMap::new()),
+            Ok(ListenerSettings::default())
+        );
+    }
+
+    #[test]
+    fn every_health_check_annotation_is_read() {
+        let s = listener_settings(&annotations(&[
+            ("health-check-type", "HTTP"),
+            ("health-check-uri", "/healthz"),
+            ("health-check-domain", "shop.example"),
+            ("health-check-httpcode", "http_2xx, http_3xx"),
+            ("health-check-method", "head"),
+            ("health-check-connect-port", "8081"),
+            ("healthy-threshold", "3"),
+            ("unhealthy-threshold", "4"),
+            ("health-check-interval", "5"),
+            ("health-check-connect-timeout", "2"),
+            ("health-check-switch", "on"),
+            ("connection-drain", "on"),
+            ("connection-drain-timeout", "60"),
+            ("scheduler", "WRR"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s,
+            ListenerSettings {
+                health_check: HealthCheck {
+                    enabled: Some(true),
+                    kind: Some(HealthCheckType::Http),
+                    uri: Some("/healthz".into()),
+                    domain: Some("shop.example".into()),
+                    http_codes: vec!["http_2xx".into(), "http_3xx".into()],
+                    method: Some("HEAD".into()),
+                    connect_port: Some(8081),
+                    healthy_threshold: Some(3),
+                    unhealthy_threshold: Some(4),
+                    interval_seconds: Some(5),
+                    connect_timeout_seconds: Some(2),
+                },
+                drain: Some(ConnectionDrain {
+                    enabled: true,
+                    timeout_seconds: Some(60),
+                }),
+                scheduler: Some("wrr".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn the_legacy_prefix_and_the_nlb_switch_name_are_read_too() {
+        let legacy: BTreeMap<String, String> = [(
+            "service.beta.kubernetes.io/alicloud-loadbalancer-health-check-flag".to_string(),
+            "off".to_string(),
+        )]
+        .into();
+        let s = listener_settings(&legacy).unwrap();
+        assert_eq!(s.health_check.enabled, Some(false));
+    }
+
+    /// Each bad value is refused naming the annotation and the accepted forms; the
+    /// bounds themselves are accepted.
+    #[test]
+    fn values_outside_the_api_ranges_are_refused_naming_the_accepted_forms() {
+        #[rustfmt::skip]
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("healthy-threshold", "1", Some("an integer from 2 to 10")),
+            ("healthy-threshold", "2", None),
+            ("healthy-threshold", "10", None),
+            ("unhealthy-threshold", "11", Some("an integer from 2 to 10")),
+            ("health-check-interval", "0", Some("an integer from 1 to 50")),
+            ("health-check-interval", "50", None),
+            ("health-check-interval", "51", Some("an integer from 1 to 50")),
+            ("health-check-connect-timeout", "300", None),
+            ("health-check-connect-timeout", "301", Some("an integer from 1 to 300")),
+            ("health-check-connect-timeout", "5s", Some("an integer from 1 to 300")),
+            ("health-check-connect-port", "0", Some("an integer from 1 to 65535")),
+            ("health-check-connect-port", "65536", Some("an integer from 1 to 65535")),
+            ("health-check-type", "udp", Some("tcp, http")),
+            ("health-check-uri", "healthz", Some("starting with /")),
+            ("health-check-uri", "/a b", Some("starting with /")),
+            ("health-check-domain", "a_b", Some("$_ip, or 1 to 80")),
+            ("health-check-domain", "$_ip", None),
+            ("health-check-httpcode", "http_2xx,200", Some("http_2xx, http_3xx")),
+            ("health-check-method", "post", Some("get, head")),
+            ("health-check-switch", "yes", Some("on, off")),
+            ("connection-drain", "true", Some("on, off")),
+            ("scheduler", "lc", Some("wrr, rr, sch, tch")),
+            ("scheduler", "tch", None),
+        ];
+        for (suffix, value, want) in cases {
+            let got = listener_settings(&annotations(&[(suffix, value)]));
+            match (got, want) {
+                (Ok(_), None) => {}
+                (Err(problem), Some(want)) => {
+                    assert!(
+                        problem.contains(&full_name(suffix)) && problem.contains(want),
+                        "{suffix}={value}: {problem}"
+                    );
+                }
+                (got, want) => panic!("{suffix}={value}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_drain_needs_its_timeout_and_the_timeout_needs_the_drain() {
+        let on = listener_settings(&annotations(&[("connection-drain", "on")])).unwrap_err();
+        assert!(on.contains("connection-drain-timeout"), "{on}");
+        let alone =
+            listener_settings(&annotations(&[("connection-drain-timeout", "30")])).unwrap_err();
+        assert!(alone.contains("only accepted with"), "{alone}");
+        let out_of_range = listener_settings(&annotations(&[
+            ("connection-drain", "on"),
+            ("connection-drain-timeout", "5"),
+        ]))
+        .unwrap_err();
+        assert!(out_of_range.contains("from 10 to 900"), "{out_of_range}");
+        assert!(!out_of_range.contains("needs"), "said once: {out_of_range}");
+        let off = listener_settings(&annotations(&[("connection-drain", "off")])).unwrap();
+        assert_eq!(
+            off.drain,
+            Some(ConnectionDrain {
+                enabled: false,
+                timeout_seconds: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_drain_time_is_the_load_balancer_drain_when_it_is_on() {
+        let flag = Duration::from_secs(10);
+        let read = |pairs: &[(&str, &str)]| listener_settings(&annotations(pairs)).unwrap();
+        let cases = [
+            (read(&[]), flag),
+            (read(&[("connection-drain", "off")]), flag),
+            (
+                read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "60"),
+                ]),
+                Duration::from_secs(60),
+            ),
+            // Shorter than the flag too: the load balancer cuts the connections then.
+            (
+                read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "10"),
+                ]),
+                Duration::from_secs(10),
+            ),
+        ];
+        for (settings, want) in cases {
+            assert_eq!(drain_time(&settings, flag), want, "{settings:?}");
+        }
+        assert_eq!(
+            drain_time(
+                &read(&[
+                    ("connection-drain", "on"),
+                    ("connection-drain-timeout", "10")
+                ]),
+                Duration::from_secs(3)
+            ),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn every_bad_value_is_said_at_once() {
+        let problem = listener_settings(&annotations(&[
+            ("healthy-threshold", "0"),
+            ("health-check-type", "icmp"),
+        ]))
+        .unwrap_err();
+        assert!(problem.contains("healthy-threshold") && problem.contains("health-check-type"));
+    }
+
+    #[test]
+    fn annotations_not_acted_on_are_named_and_supported_ones_are_not() {
+        let mut a = annotations(&[
+            ("health-check-uri", "/"),
+            ("acl-status", "on"),
+            ("backend-label", "x=y"),
+            ("no-such-thing", "1"),
+        ]);
+        a.insert(
+            "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id".into(),
+            "acl-1".into(),
+        );
+        a.insert("example.com/other".into(), "x".into());
+        let said = not_acted_on(&a);
+        let names: Vec<&str> = said.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status",
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-backend-label",
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-no-such-thing",
+                "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id",
+            ]
+        );
+        let note = |name: &str| &said.iter().find(|(k, _)| k.ends_with(name)).unwrap().1;
+        assert!(note("acl-status").contains("not supported by rollgate yet"));
+        assert!(note("backend-label").contains("does not apply"));
+        assert!(note("no-such-thing").contains("not one rollgate knows"));
+    }
+
+    #[test]
+    fn the_family_lists_each_annotation_once_and_the_readme_table_has_each() {
+        let readme = include_str!("../../README.md");
+        let mut seen = std::collections::BTreeSet::new();
+        for (suffix, support) in FAMILY {
+            assert!(seen.insert(*suffix), "{suffix} twice");
+            let word = match support {
+                Support::Supported => "supported",
+                Support::NotYet => "not yet",
+                Support::NotApplicable => "not applicable",
+            };
+            let row = format!("| `{suffix}` | {word} |");
+            assert!(readme.contains(&row), "README lacks the row {row}");
+        }
+    }
+}
