@@ -67,6 +67,7 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
             stale_status_wait: args.stale_status_wait,
             max_deletions_per_plan: args.max_deletions_per_plan as usize,
         },
+        args.native_controller_stall_after,
         leadership.clone(),
         shutdown.clone(),
     );
