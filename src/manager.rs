@@ -62,12 +62,14 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         &watches,
         client.clone(),
         &metrics,
-        args.daemonset_concurrency,
-        crate::daemonset::rolling_plan::RollingLimits {
-            stale_status_wait: args.stale_status_wait,
-            max_deletions_per_plan: args.max_deletions_per_plan as usize,
+        crate::daemonset::controller::Settings {
+            concurrency: args.daemonset_concurrency,
+            limits: crate::daemonset::rolling_plan::RollingLimits {
+                stale_status_wait: args.stale_status_wait,
+                max_deletions_per_plan: args.max_deletions_per_plan as usize,
+            },
+            stall_after: args.native_controller_stall_after,
         },
-        args.native_controller_stall_after,
         leadership.clone(),
         shutdown.clone(),
     );

@@ -78,17 +78,30 @@ impl Context {
     }
 }
 
+/// The controller's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// DaemonSets reconciled at the same time.
+    pub concurrency: u16,
+    pub limits: RollingLimits,
+    /// A wait on the native controller longer than this is a stall.
+    pub stall_after: Duration,
+}
+
 /// Subscribes to the shared watches and returns the controller, ready to be driven.
 pub fn start(
     watches: &Watches,
     client: Client,
     metrics: &Metrics,
-    concurrency: u16,
-    limits: RollingLimits,
-    stall_after: Duration,
+    settings: Settings,
     leadership: Leadership,
     shutdown: Shutdown,
 ) -> impl Future<Output = ()> {
+    let Settings {
+        concurrency,
+        limits,
+        stall_after,
+    } = settings;
     let stores = watches.stores.clone();
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
     let ctx = Arc::new(Context {
