@@ -18,6 +18,7 @@
 #   BENCH_CLUSTER_DIR, BENCH_APISERVER_PORT, BENCH_ETCD_PORT   the bench's control plane
 #                      (target/bench-cluster, 36643, 32579), so two clones can bench side by side
 #   POD_START_DELAY_MS, POD_STOP_DELAY_MS, NODE_GRACE_SECONDS   the simulated nodes (3000, 500, 20)
+#   POD_REREPORT_DELAY_MS  how long a returning node's kubelet takes to report its pods again (3000)
 #   ROLLGATE_BENCH_OUT the results folder (target/bench)
 #   and the knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
@@ -35,6 +36,10 @@ export POD_START_DELAY_MS=${POD_START_DELAY_MS:-3000} POD_STOP_DELAY_MS=${POD_ST
 # 20 s: shorter grace periods make nodes flap NotReady when the machine is loaded
 # (kwok renews the Leases late), which stalls every rollout on them.
 export NODE_GRACE_SECONDS=${NODE_GRACE_SECONDS:-20}
+# A real kubelet takes seconds to report its pods again after a reconnect; the bed's
+# default (0) re-readies them at once, which would hide what the stale-status wait costs
+# in the comeback rows.
+export POD_REREPORT_DELAY_MS=${POD_REREPORT_DELAY_MS:-3000}
 export ROLLGATE_BENCH_OUT=${ROLLGATE_BENCH_OUT:-$repo/target/bench}
 mkdir -p "$ROLLGATE_BENCH_OUT"
 results=$ROLLGATE_BENCH_OUT/results.txt

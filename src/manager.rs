@@ -69,6 +69,7 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
                 max_deletions_per_plan: args.max_deletions_per_plan as usize,
             },
             other_updater_quiet: args.other_updater_quiet,
+            stall_after: args.native_controller_stall_after,
         },
         leadership.clone(),
         shutdown.clone(),

@@ -146,6 +146,10 @@ pub const WAITING_FOR_STALE_STATUS_EVENT: &str = "WaitingForStaleStatus";
 pub const OLD_PODS_ON_UNPLACED_NODES_EVENT: &str = "OldPodsOnUnplacedNodes";
 /// The rollout waits for the native controller's newest ControllerRevision.
 pub const CURRENT_REVISION_UNKNOWN_EVENT: &str = "CurrentRevisionUnknown";
+/// Warning: the rollout has waited on the native DaemonSet controller (generation not
+/// observed, no ControllerRevision, or a cached revision behind the API server's) longer
+/// than `--native-controller-stall-after`.
+pub const NATIVE_CONTROLLER_STALLED_EVENT: &str = "NativeControllerStalled";
 /// A pull Job was created for a pod.
 pub const PULL_IMAGE_STARTED_EVENT: &str = "PullImageStarted";
 /// Warning on a DaemonSet whose pull-deadline annotation cannot be read.

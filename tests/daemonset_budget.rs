@@ -14,7 +14,6 @@
 //! at it. Needs `make cluster-up`.
 mod support;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -22,13 +21,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
+use support::daemonset::*;
 use support::unavailable::Watcher;
 use support::*;
 
 const A: &str = "registry.local/edge-agent:a";
 const B: &str = "registry.local/edge-agent:b";
 const C: &str = "registry.local/edge-agent:c";
-const START_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
 const REREPORT_DELAY: &str = "pod-rereport.stage.kwok.x-k8s.io/delay";
 /// How long a returning kubelet takes to re-report its pods: a few seconds, like a real
 /// one, and far longer than a controller needs to replan on the node's return.
@@ -38,28 +37,19 @@ fn rereport_delay() -> String {
 }
 
 fn daemonset(nodes: &TestNodes, budget: usize, shape: Shape) -> DaemonSet {
-    serde_json::from_value(json!({
-        "metadata": {"name": "edge", "annotations": {
-            "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
-            "apps.openyurt.io/max-unavailable": budget.to_string(),
-        }},
-        "spec": {
-            "selector": {"matchLabels": {"app": "edge"}},
-            "updateStrategy": {"type": "OnDelete"},
-            "template": {
-                "metadata": {
-                    "labels": {"app": "edge"},
-                    "annotations": {START_DELAY: "3s", REREPORT_DELAY: rereport_delay()}
-                },
-                "spec": {
-                    "nodeSelector": nodes.selector(),
-                    "tolerations": shape.tolerations(),
-                    "containers": [{"name": "main", "image": A}]
-                }
-            }
-        }
-    }))
-    .unwrap()
+    let annotations = json!({
+        "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
+        "apps.openyurt.io/max-unavailable": budget.to_string(),
+    });
+    let mut ds = edge_daemonset("edge", nodes, annotations, "OnDelete", shape, A);
+    ds.spec
+        .template
+        .metadata
+        .as_mut()
+        .and_then(|m| m.annotations.as_mut())
+        .unwrap()
+        .insert(REREPORT_DELAY.into(), rereport_delay());
+    ds
 }
 
 /// A new revision: `image`, starting after `start_delay`.
@@ -71,49 +61,6 @@ async fn set_revision(api: &Api<DaemonSet>, image: &str, start_delay: &str) {
     api.patch("edge", &PatchParams::default(), &Patch::Strategic(&patch))
         .await
         .unwrap();
-}
-
-fn image_of(p: &Pod) -> &str {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.containers.first()?.image.as_deref())
-        .unwrap_or_default()
-}
-
-/// Waits until every node runs a live, Ready pod of `image` and nothing else.
-async fn wait_all_on(pods: &Api<Pod>, nodes: &TestNodes, image: &str, timeout: Duration) {
-    let want: BTreeSet<&String> = nodes.names.iter().collect();
-    wait_for(
-        &format!("{image} Ready on all {} nodes", want.len()),
-        timeout,
-        || async {
-            let list = pods
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items;
-            let done: BTreeSet<&String> = list
-                .iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && pod_is_ready(p)
-                        && image_of(p) == image
-                })
-                .filter_map(|p| p.spec.as_ref()?.node_name.as_ref())
-                .collect();
-            if done == want && list.len() == want.len() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{}/{}: {}",
-                    done.len(),
-                    want.len(),
-                    describe_pods(&list)
-                ))
-            }
-        },
-    )
-    .await
 }
 
 struct Bed {
@@ -135,7 +82,14 @@ async fn bed(prefix: &str, count: usize, budget: usize, shape: Shape) -> Bed {
     dss.create(&PostParams::default(), &daemonset(&nodes, budget, shape))
         .await
         .unwrap();
-    wait_all_on(&pods, &nodes, A, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        A,
+        Others::None,
+        Duration::from_secs(120),
+    )
+    .await;
     note(format!("{shape:?}: {count} nodes run {A}, budget {budget}"));
     Bed {
         client,
@@ -205,7 +159,14 @@ async fn template_changes_mid_rollout(shape: Shape) {
     note(format!("{starting} b pods starting; template changed to c"));
     set_revision(&bed.dss, C, "3s").await;
 
-    wait_all_on(&bed.pods, &bed.nodes, C, Duration::from_secs(240)).await;
+    wait_ready_on(
+        &bed.pods,
+        &bed.nodes.names,
+        C,
+        Others::None,
+        Duration::from_secs(240),
+    )
+    .await;
     let (peak, at_peak) = watcher.peak();
     note(format!(
         "all {NODES} nodes run c; peak unavailable {peak} (budget {BUDGET}) on {at_peak:?}, {} observations",
@@ -277,7 +238,14 @@ async fn comeback_of_many_nodes(shape: Shape) {
     }
     note(format!("heartbeats resumed on all {NODES} nodes"));
 
-    wait_all_on(&bed.pods, &bed.nodes, B, Duration::from_secs(240)).await;
+    wait_ready_on(
+        &bed.pods,
+        &bed.nodes.names,
+        B,
+        Others::None,
+        Duration::from_secs(240),
+    )
+    .await;
     let (peak, at_peak) = watcher.peak();
     note(format!(
         "all {NODES} nodes run b; peak unavailable {peak} (budget {BUDGET}) on {at_peak:?}, {} observations",

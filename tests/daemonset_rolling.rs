@@ -19,6 +19,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
+use support::daemonset::*;
 use support::*;
 
 const STRATEGY: &str = "apps.openyurt.io/update-strategy";
@@ -29,35 +30,6 @@ const NEED_UPGRADE: &str = "PodNeedUpgrade";
 const HASH_LABEL: &str = "controller-revision-hash";
 const V1: &str = "registry.local/edge-agent:v1";
 const V2: &str = "registry.local/edge-agent:v2";
-
-fn edge_daemonset(
-    name: &str,
-    nodes: &TestNodes,
-    annotations: serde_json::Value,
-    update: &str,
-    shape: Shape,
-) -> DaemonSet {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "updateStrategy": {"type": update},
-            "template": {
-                "metadata": {
-                    "labels": {"app": name},
-                    // Simulated image pull + start time of every pod.
-                    "annotations": {"pod-ready.stage.kwok.x-k8s.io/delay": "3s"}
-                },
-                "spec": {
-                    "nodeSelector": nodes.selector(),
-                    "tolerations": shape.tolerations(),
-                    "containers": [{"name": "main", "image": V1}]
-                }
-            }
-        }
-    }))
-    .unwrap()
-}
 
 async fn set_image(api: &Api<DaemonSet>, name: &str, image: &str) {
     let patch =
@@ -74,17 +46,6 @@ async fn touch(api: &Api<DaemonSet>, name: &str, round: usize) {
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-}
-
-fn image_of(p: &Pod) -> String {
-    p.spec
-        .as_ref()
-        .map(|s| s.containers[0].image.clone().unwrap_or_default())
-        .unwrap_or_default()
-}
-
-fn node_of(p: &Pod) -> Option<String> {
-    p.spec.as_ref().and_then(|s| s.node_name.clone())
 }
 
 fn name_of(p: &Pod) -> String {
@@ -191,40 +152,6 @@ fn watch_pods(client: &Client, ns: &str, new_image: Arc<Mutex<String>>) -> Arc<M
     observed
 }
 
-async fn wait_pods_ready_on(api: &Api<Pod>, nodes: &[String], image: &str, timeout: Duration) {
-    let want: BTreeSet<String> = nodes.iter().cloned().collect();
-    wait_for(
-        &format!("Ready {image} pods on {} nodes", want.len()),
-        timeout,
-        || async {
-            let pods = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items;
-            let have: BTreeSet<String> = pods
-                .iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && pod_is_ready(p)
-                        && image_of(p) == image
-                })
-                .filter_map(node_of)
-                .collect();
-            if want.is_subset(&have) {
-                Ok(())
-            } else {
-                let missing: Vec<_> = want.difference(&have).collect();
-                Err(format!(
-                    "missing on {missing:?}; pods {}",
-                    describe_pods(&pods)
-                ))
-            }
-        },
-    )
-    .await
-}
-
 /// Audit-log checks of the controller's DELETE calls in `ns`: no pod got two, and none
 /// of `spared` got any. Returns the calls per pod.
 fn assert_controller_deletes(ns: &str, spared: &BTreeSet<String>) -> BTreeMap<String, usize> {
@@ -273,11 +200,18 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
     ds_api
         .create(
             &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape),
+            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
     note(format!("{shape:?}: {} nodes run edge-agent:v1", case.nodes));
 
     // Some edge nodes lose their network.
@@ -311,7 +245,14 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
         case.max_unavailable, case.budget
     ));
 
-    wait_pods_ready_on(&pods, &ready_nodes, V2, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &ready_nodes,
+        V2,
+        Others::Allowed,
+        Duration::from_secs(120),
+    )
+    .await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -396,7 +337,14 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
             nodes.set_heartbeat(n, true).await;
         }
         note(format!("heartbeats resumed on the {} nodes", cut.len()));
-        wait_pods_ready_on(&pods, &nodes.names, V2, Duration::from_secs(120)).await;
+        wait_ready_on(
+            &pods,
+            &nodes.names,
+            V2,
+            Others::Allowed,
+            Duration::from_secs(120),
+        )
+        .await;
         {
             let o = observed.lock().unwrap();
             note(format!(
@@ -521,9 +469,16 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
     let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "1"});
-    let ds = edge_daemonset("quiet", &nodes, annotations, "OnDelete", shape);
+    let ds = edge_daemonset("quiet", &nodes, annotations, "OnDelete", shape, V1);
     ds_api.create(&PostParams::default(), &ds).await.unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(60)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(60),
+    )
+    .await;
     let controller = ControllerProcess::start(&ns.name, &prefix);
     wait_for(
         "the controller's first reconciles, then none for 3 s",
@@ -675,11 +630,18 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
     ds_api
         .create(
             &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape),
+            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
     let old_pods: BTreeSet<String> = list_pods(&pods).await.iter().map(name_of).collect();
 
     let new_image = Arc::new(Mutex::new(V2.to_string()));
@@ -708,7 +670,14 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
         "the deletions in flight are of old pods: {landed:?}"
     );
     let second = ControllerProcess::start(&ns.name, &format!("{prefix}-2"));
-    wait_pods_ready_on(&pods, &nodes.names, V2, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V2,
+        Others::Allowed,
+        Duration::from_secs(120),
+    )
+    .await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -758,11 +727,18 @@ async fn rollback_mid_rollout_spares_pods_of_the_target(shape: Shape) {
     ds_api
         .create(
             &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape),
+            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
 
     let target = Arc::new(Mutex::new(V2.to_string()));
     let observed = watch_pods(&client, &ns.name, target.clone());
@@ -801,7 +777,14 @@ async fn rollback_mid_rollout_spares_pods_of_the_target(shape: Shape) {
         "the rollback happens mid-rollout: v1 pods {spared:?}, v2 pods {to_replace:?}"
     );
 
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(120),
+    )
+    .await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -922,11 +905,25 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
     ds_api
         .create(
             &PostParams::default(),
-            &edge_daemonset("edge", &nodes, json!({STRATEGY: "OTA"}), "OnDelete", shape),
+            &edge_daemonset(
+                "edge",
+                &nodes,
+                json!({STRATEGY: "OTA"}),
+                "OnDelete",
+                shape,
+                V1,
+            ),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
     let observed = watch_pods(&client, &ns.name, Arc::new(Mutex::new(V2.to_string())));
     let controller = ControllerProcess::start(&ns.name, &prefix);
     let v1_pods = wait_need_upgrade(&pods, "v1 pods up to date", 4, None, |_| "False").await;
@@ -946,7 +943,14 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
         .map(name_of)
         .collect();
     delete_pods(&pods, &upgraded).await;
-    wait_pods_ready_on(&pods, &nodes.names[..2], V2, Duration::from_secs(60)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names[..2],
+        V2,
+        Others::Allowed,
+        Duration::from_secs(60),
+    )
+    .await;
     let mid = wait_need_upgrade(&pods, "v2 pods up to date", 4, None, |p| {
         if image_of(p) == V2 {
             "False"
@@ -990,7 +994,14 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
         .map(name_of)
         .collect();
     delete_pods(&pods, &v2_pods).await;
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(60)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(60),
+    )
+    .await;
     wait_need_upgrade(
         &pods,
         "all pods up to date on v1",
@@ -1102,7 +1113,7 @@ async fn bad_annotations_get_a_warning_and_nothing_is_deleted() {
             ds_api
                 .create(
                     &PostParams::default(),
-                    &edge_daemonset(&name, &nodes, annotations.clone(), update, shape),
+                    &edge_daemonset(&name, &nodes, annotations.clone(), update, shape, V1),
                 )
                 .await
                 .unwrap();
@@ -1306,11 +1317,18 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
     ds_api
         .create(
             &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape),
+            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
     let old_pods: BTreeSet<String> = list_pods(&pods).await.iter().map(name_of).collect();
 
     let leader = ControllerProcess::start_with_env(&ns.name, "ha-a", &[("POD_NAME", "ha-a")]);
@@ -1356,7 +1374,14 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
         takeover <= Duration::from_secs(15 + 8),
         "takeover within the lease duration plus a few seconds: {takeover:?}"
     );
-    wait_pods_ready_on(&pods, &nodes.names, V2, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V2,
+        Others::Allowed,
+        Duration::from_secs(120),
+    )
+    .await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -1459,11 +1484,19 @@ async fn an_old_pod_where_the_daemonset_no_longer_places_one_is_kept_and_reporte
                 annotations,
                 "OnDelete",
                 Shape::ToleratesNone,
+                V1,
             ),
         )
         .await
         .unwrap();
-    wait_pods_ready_on(&pods, &nodes.names, V1, Duration::from_secs(90)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names,
+        V1,
+        Others::Allowed,
+        Duration::from_secs(90),
+    )
+    .await;
     let dedicated = nodes.names[0].clone();
     let taint =
         json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}});
@@ -1483,7 +1516,14 @@ async fn an_old_pod_where_the_daemonset_no_longer_places_one_is_kept_and_reporte
 
     let controller = ControllerProcess::start(&ns.name, "placement");
     set_image(&ds_api, "edge", V2).await;
-    wait_pods_ready_on(&pods, &nodes.names[1..], V2, Duration::from_secs(120)).await;
+    wait_ready_on(
+        &pods,
+        &nodes.names[1..],
+        V2,
+        Others::Allowed,
+        Duration::from_secs(120),
+    )
+    .await;
     let warning = wait_for(
         "a Warning OldPodsOnUnplacedNodes naming the node",
         Duration::from_secs(30),

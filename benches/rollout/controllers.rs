@@ -119,6 +119,11 @@ fn yurt_kubeconfig() -> Result<PathBuf, String> {
 impl ControllerUnderTest {
     /// Starts the controller and waits until it reports its caches synced.
     pub async fn start(which: Which, tag: &str) -> Result<Self, String> {
+        Self::start_with(which, tag, &[]).await
+    }
+
+    /// The same, rollgate with `extra` flags (e.g. `--stale-status-wait=0s`).
+    pub async fn start_with(which: Which, tag: &str, extra: &[&str]) -> Result<Self, String> {
         let dir = repo_root().join("target/bench/logs");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let log = dir.join(format!("{tag}-{}.log", which.name()));
@@ -130,6 +135,7 @@ impl ControllerUnderTest {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_rollgate"));
                 c.args(["controller", "--leader-elect=false"])
                     .arg(format!("--metrics-addr={metrics}"))
+                    .args(extra)
                     .env("KUBECONFIG", controller_kubeconfig())
                     .env("ROLLGATE_LOG", "info");
                 (c, "caches synced")

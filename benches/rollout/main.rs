@@ -12,7 +12,9 @@
 //! At the first size, when yurt-manager is there (`YURT_MANAGER`, default the shared
 //! OpenYurt v1.7.0 baseline), the same under it (`vs_openyurt.*`): AdvancedRollingUpdate
 //! all Ready; 10% NotReady with a tolerate-all and a tolerate-none DaemonSet (rollgate
-//! too); the cut-off nodes coming back; OTA marking and what is left when a DaemonSet
+//! too); the cut-off nodes coming back (a third under each controller, a third under
+//! rollgate with `--stale-status-wait=0s`: the code before that wait, for its cost, with
+//! the bed's re-report delay `POD_REREPORT_DELAY_MS`); OTA marking and what is left when a DaemonSet
 //! stops being OTA; each controller's memory and CPU. One controller process runs at a
 //! time. One budget watcher (watcher.rs), which knows neither controller, watches every
 //! scenario.
@@ -132,6 +134,8 @@ struct SizeResults {
     yurt_not_ready: Option<Rollout>,
     yurt_not_ready_none: Option<Rollout>,
     comeback: BTreeMap<&'static str, Vec<Option<Duration>>>,
+    /// Times over the budget while each controller's cut-off nodes came back.
+    comeback_violations: BTreeMap<&'static str, usize>,
     ota: BTreeMap<&'static str, (Option<Duration>, usize, usize)>,
     usage: BTreeMap<&'static str, ControllerUsage>,
     /// Why a part was not measured.
@@ -457,20 +461,18 @@ async fn measure_size(
         usage.cpu_s_notready = [Some(cpu1 - cpu0), Some(cpu2 - cpu1)];
     }
 
-    // ---- the cut-off nodes come back: half with rollgate running, half with yurt-manager ----
+    // ---- the cut-off nodes come back: a third with rollgate running, a third with
+    // yurt-manager, a third with rollgate without the stale-status wait (the code before
+    // it, for what the wait costs) ----
     if vs_openyurt_full {
-        let (first, second): (Vec<String>, Vec<String>) = {
-            let mut first = Vec::new();
-            let mut second = Vec::new();
-            for (i, node) in cut.iter().enumerate() {
-                if i % 2 == 0 {
-                    first.push(node.clone());
-                } else {
-                    second.push(node.clone());
-                }
+        let (mut first, mut second, mut third) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, node) in cut.iter().enumerate() {
+            match i % 3 {
+                0 => first.push(node.clone()),
+                1 => second.push(node.clone()),
+                _ => third.push(node.clone()),
             }
-            (first, second)
-        };
+        }
         let comeback_timeout = Duration::from_secs(90);
         // Each controller comes back to its own DaemonSets alone. The other's are taken
         // away meanwhile: rollgate used to finish yurt-manager's stalled tolerate-none
@@ -481,22 +483,39 @@ async fn measure_size(
         for p in &yurts {
             p.set_managed(false).await?;
         }
-        let rollgate =
-            ControllerUnderTest::start(Which::Rollgate, &format!("{n}-comeback")).await?;
-        let restored = Instant::now();
-        note(format!(
-            "heartbeat back on {} nodes (rollgate running)",
-            first.len()
-        ));
-        for node in &first {
-            nodes.set_heartbeat(node, true).await;
+        let rollgates_violations =
+            |ps: &[&Prepared]| ps.iter().map(|p| p.watcher.violations()).sum::<usize>();
+        // Without the stale-status wait (the third third), a pod marked not Ready while
+        // its node was away is replaced as soon as the node is back, as before the wait.
+        let runs: [(&'static str, &[&str], &[String]); 2] = [
+            ("rollgate", &[], &first),
+            (
+                "rollgate_no_stale_wait",
+                &["--stale-status-wait=0s"],
+                &third,
+            ),
+        ];
+        for (who, flags, back) in runs {
+            let tag = format!("{n}-comeback-{who}");
+            let rollgate = ControllerUnderTest::start_with(Which::Rollgate, &tag, flags).await?;
+            let restored = Instant::now();
+            note(format!(
+                "heartbeat back on {} nodes (rollgate running {flags:?})",
+                back.len()
+            ));
+            let before = rollgates_violations(&rollgates);
+            for node in back {
+                nodes.set_heartbeat(node, true).await;
+            }
+            let mut times = c.comeback(back, restored, comeback_timeout).await;
+            if let Some(p) = &rg_none {
+                times.extend(p.comeback(back, restored, comeback_timeout).await);
+            }
+            r.comeback.insert(who, times);
+            r.comeback_violations
+                .insert(who, rollgates_violations(&rollgates) - before);
+            drop(rollgate);
         }
-        let mut times = c.comeback(&first, restored, comeback_timeout).await;
-        if let Some(p) = &rg_none {
-            times.extend(p.comeback(&first, restored, comeback_timeout).await);
-        }
-        r.comeback.insert("rollgate", times);
-        drop(rollgate);
         for p in &rollgates {
             p.set_managed(false).await?;
         }
@@ -511,12 +530,17 @@ async fn measure_size(
                 "heartbeat back on {} nodes (yurt-manager running)",
                 second.len()
             ));
+            let before = ya.watcher.violations() + yn.watcher.violations();
             for node in &second {
                 nodes.set_heartbeat(node, true).await;
             }
             let mut times = ya.comeback(&second, restored, comeback_timeout).await;
             times.extend(yn.comeback(&second, restored, comeback_timeout).await);
             r.comeback.insert("openyurt", times);
+            r.comeback_violations.insert(
+                "openyurt",
+                ya.watcher.violations() + yn.watcher.violations() - before,
+            );
             drop(yurt);
         }
     } else if with_yurt {
@@ -726,6 +750,16 @@ fn result_entries(
                 .map(|r| r.violations)
                 .sum::<usize>()),
         );
+        // Every NotReady run of rollgate, both toleration shapes: excursions of any cause
+        // (the watcher does not know why a node is unavailable).
+        put(
+            format!("{prefix}.notready_budget_violations"),
+            json!([&s.rollgate_not_ready, &s.rollgate_not_ready_none]
+                .iter()
+                .filter_map(|r| r.as_ref())
+                .map(|r| r.violations)
+                .sum::<usize>()),
+        );
         put(
             format!("{prefix}.pod_start_delay_ms"),
             json!(params.pod_delay.as_millis() as u64),
@@ -831,8 +865,18 @@ fn result_entries(
             );
         }
     }
-    for who in ["rollgate", "openyurt"] {
+    // rollgate without the stale-status wait: the comeback before it, measured in the
+    // same run, so the two figures differ by the wait alone.
+    for who in ["rollgate", "rollgate_no_stale_wait", "openyurt"] {
         let times = first.comeback.get(who).filter(|_| measured);
+        put(
+            format!("{v}.comeback_budget_violations.{who}"),
+            first
+                .comeback_violations
+                .get(who)
+                .filter(|_| measured)
+                .map_or(Value::Null, |v| json!(v)),
+        );
         let (p50, max, missing) =
             times.map_or((Value::Null, Value::Null, 0), |t| comeback_stats(t));
         put(format!("{v}.comeback_p50_s.{who}"), p50);

@@ -9,6 +9,7 @@ use crate::watch::runner::ReconcileError;
 pub enum Call {
     DeletePod,
     ReadPod,
+    ListRevisions,
     WriteCondition,
     CreateJob,
     ReadJob,
@@ -22,6 +23,7 @@ impl Call {
         match self {
             Call::DeletePod => "delete_pod",
             Call::ReadPod => "read_pod",
+            Call::ListRevisions => "list_revisions",
             Call::WriteCondition => "write_condition",
             Call::CreateJob => "create_job",
             Call::ReadJob => "read_job",
@@ -34,6 +36,7 @@ impl Call {
         match self {
             Call::DeletePod => "deleting pod",
             Call::ReadPod => "reading pod",
+            Call::ListRevisions => "listing the ControllerRevisions of DaemonSet",
             Call::WriteCondition => "writing a condition on pod",
             Call::CreateJob => "creating Job",
             Call::ReadJob => "reading Job",

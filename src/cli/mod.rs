@@ -159,6 +159,14 @@ pub struct ControllerArgs {
     /// rollout long after it was turned off.
     #[arg(long, env = "ROLLGATE_OTHER_UPDATER_QUIET", default_value = "5m", value_parser = parse_interval)]
     pub other_updater_quiet: Duration,
+    /// AdvancedRollingUpdate: a rollout waiting on the native DaemonSet controller
+    /// (latest generation not observed, no ControllerRevision yet) longer than this gets
+    /// a Warning Event (NativeControllerStalled) and the
+    /// rollgate_daemonset_native_controller_stalled gauge. kube-controller-manager
+    /// answers in milliseconds, and a leader fail-over takes its 15 s lease plus a
+    /// resync; 2 minutes is past both, well before a person would suspect rollgate.
+    #[arg(long, env = "ROLLGATE_NATIVE_CONTROLLER_STALL_AFTER", default_value = "2m", value_parser = parse_interval)]
+    pub native_controller_stall_after: Duration,
     #[command(flatten)]
     pub leader: LeaderArgs,
     #[command(flatten)]

@@ -1,36 +1,41 @@
 //! Wiring of the DaemonSet upgrade controller: observe (the shared stores) ->
 //! plan (pure, `rolling_plan` / `ota_plan`) -> apply (deletions, condition writes, Events).
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::Controller;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use super::describe::{describe, shorten};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
+use super::native_wait::{NativeWait, NativeWaits, Verdict};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
 use super::other_updater::{self, OtherUpdaters};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
-use super::revision::{generation_observed, CurrentRevision};
+use super::revision::{
+    check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
+};
 use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
 use super::triggers::{daemonset_unchanged, pod_unchanged};
 use crate::apply::{
-    event, issue_together, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
+    event, issue_together, Call, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
 };
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
     ANOTHER_UPDATER_ACTIVE_EVENT, CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME,
-    OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION, ROLLOUT_COMPLETE_EVENT,
-    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
-    WAITING_FOR_STALE_STATUS_EVENT,
+    NATIVE_CONTROLLER_STALLED_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION,
+    ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT,
+    WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -38,11 +43,15 @@ use crate::watch::runner::{Run, RunMetrics};
 use crate::watch::{applied, applied_unless, touched_unless, Stores, Watches};
 /// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// A cached target revision behind the API server's is looked at again this soon: the
+/// watch normally delivers the missing revision within milliseconds.
+const TARGET_RECHECK: Duration = Duration::from_secs(1);
 
 /// A failed deletion or condition write (see `crate::apply`).
 pub use crate::apply::Error;
 
 pub struct Context {
+    client: Client,
     writer: Writer,
     stores: Stores,
     events: Events,
@@ -51,6 +60,13 @@ pub struct Context {
     said: EventDedup,
     limits: RollingLimits,
     other_updaters: Arc<OtherUpdaters>,
+    /// Targets proved consistent with their DaemonSet (see `revision::check_target`),
+    /// by DaemonSet UID: the fresh read is skipped while the key stays the same.
+    verified: Mutex<HashMap<String, VerifiedTarget>>,
+    /// DaemonSets waiting on the native controller, since when.
+    waits: Mutex<NativeWaits>,
+    /// A wait on the native controller longer than this is a stall (Warning, metric).
+    stall_after: Duration,
 }
 
 impl Context {
@@ -58,18 +74,23 @@ impl Context {
     fn forget(&self, uid: &str, namespace: &str, name: &str) {
         self.expectations.lock().unwrap().forget_daemonset(uid);
         self.said.forget_object(uid);
+        self.verified.lock().unwrap().remove(uid);
+        self.waits.lock().unwrap().done(uid);
         self.metrics.forget(namespace, name);
         self.other_updaters.forget(namespace, name);
     }
 }
 
-/// The controller's settings, from its flags.
+/// The controller's flags.
+#[derive(Debug, Clone, Copy)]
 pub struct Settings {
     /// DaemonSets reconciled at the same time.
     pub concurrency: u16,
     pub limits: RollingLimits,
     /// How long rollgate keeps off a DaemonSet after another updater's last sighting.
     pub other_updater_quiet: Duration,
+    /// A wait on the native controller longer than this is a stall.
+    pub stall_after: Duration,
 }
 
 /// Subscribes to the shared watches and returns the controller, ready to be driven.
@@ -85,11 +106,13 @@ pub fn start(
         concurrency,
         limits,
         other_updater_quiet,
+        stall_after,
     } = settings;
     let stores = watches.stores.clone();
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
     let other_updaters = Arc::new(OtherUpdaters::new(other_updater_quiet));
     let ctx = Arc::new(Context {
+        client: client.clone(),
         writer: Writer::new(client.clone()),
         stores: stores.clone(),
         events: Events::new(client, DAEMONSET_CONTROLLER_NAME),
@@ -98,6 +121,9 @@ pub fn start(
         said: EventDedup::default(),
         limits,
         other_updaters: other_updaters.clone(),
+        verified: Mutex::default(),
+        waits: Mutex::default(),
+        stall_after,
     });
     // Another updater's deletion re-plans its DaemonSet at once (rollgate steps back).
     let sightings = watches
@@ -177,6 +203,8 @@ fn forget_deleted(
                         .collect();
                     ctx.said.retain(|uid| live.contains(uid));
                     ctx.expectations.lock().unwrap().retain(|uid| live.contains(uid));
+                    ctx.verified.lock().unwrap().retain(|uid, _| live.contains(uid));
+                    ctx.waits.lock().unwrap().retain(|uid| live.contains(uid));
                 }
                 _ = &mut stop => return,
             }
@@ -204,12 +232,13 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
         }
         // The native controller has not processed the latest spec: its newest revision
         // may not be the target yet (a rollback a -> b -> a would then delete or mark
-        // pods already on a). Its status update wakes us.
+        // pods already on a). Its status update wakes us; a stall is said.
         PolicyDecision::Managed(_) if !generation_observed(&ds) => {
-            tracing::debug!(
-                "waiting for the DaemonSet controller to observe the latest generation"
-            );
-            Ok(Action::await_change())
+            let wait = NativeWait::GenerationNotObserved {
+                generation: ds.metadata.generation.unwrap_or_default(),
+                observed: ds.status.as_ref().and_then(|s| s.observed_generation),
+            };
+            Ok(wait_on_native(&ds, &ctx, wait, None).await)
         }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { .. })
             if other_updater_active(&ds, &ctx).is_some() =>
@@ -221,8 +250,6 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             Ok(Action::requeue(left + Duration::from_secs(1)))
         }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
-            ctx.said
-                .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
             // One look at the store serves both steps.
             let (pods, current) = owned(&ds, &ctx);
             let action =
@@ -231,8 +258,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             Ok(action)
         }
         PolicyDecision::Managed(Policy::Ota) => {
-            ctx.said
-                .forget(&ds.uid().unwrap_or_default(), Topic::Warning);
+            native_wait_over(&ds, &ctx);
             mark_need_upgrade(&ds, &ctx).await
         }
     }
@@ -264,6 +290,108 @@ async fn warn_once(ds: &DaemonSet, ctx: &Context, reason: &str, message: &str) {
     if said.await {
         tracing::warn!(reason, message, "DaemonSet not acted upon");
     }
+}
+
+/// The DaemonSet waits on the native controller: counts how long, and past
+/// `stall_after` says so once (Warning Event, deduplicated on its text) and in the
+/// `native_controller_stalled` gauge. `recheck` is the caller's own next look.
+async fn wait_on_native(
+    ds: &DaemonSet,
+    ctx: &Context,
+    wait: NativeWait,
+    recheck: Option<Duration>,
+) -> Action {
+    let uid = ds.uid().unwrap_or_default();
+    let verdict = ctx
+        .waits
+        .lock()
+        .unwrap()
+        .waiting(&uid, Instant::now(), ctx.stall_after);
+    let (namespace, name) = (ds.namespace().unwrap_or_default(), ds.name_any());
+    ctx.metrics
+        .set_stalled(&namespace, &name, verdict == Verdict::Stalled);
+    let until_stall = match verdict {
+        Verdict::Within { recheck_after } => {
+            tracing::debug!(?wait, "waiting for the native DaemonSet controller");
+            // Nothing may fire a watch event when the threshold passes: look then.
+            Some(recheck_after + Duration::from_millis(100))
+        }
+        Verdict::Stalled => {
+            let note = wait.describe(ctx.stall_after);
+            let warning = event(
+                EventType::Warning,
+                NATIVE_CONTROLLER_STALLED_EVENT,
+                "Rollout",
+                note.clone(),
+            );
+            let reference = ds.object_ref(&());
+            let said =
+                ctx.events
+                    .publish_once(&ctx.said, &uid, Topic::Warning, &reference, warning);
+            if said.await {
+                tracing::warn!(%note, "rollout stalled on the native DaemonSet controller");
+            }
+            None
+        }
+    };
+    match (recheck, until_stall) {
+        (Some(a), Some(b)) => Action::requeue(a.min(b)),
+        (Some(after), None) | (None, Some(after)) => Action::requeue(after),
+        (None, None) => Action::await_change(),
+    }
+}
+
+/// The DaemonSet does not wait on the native controller (any more).
+fn native_wait_over(ds: &DaemonSet, ctx: &Context) {
+    let uid = ds.uid().unwrap_or_default();
+    ctx.waits.lock().unwrap().done(&uid);
+    // A later Warning (a new stall, or bad input) is said again.
+    ctx.said.forget(&uid, Topic::Warning);
+    ctx.metrics
+        .set_stalled(&ds.namespace().unwrap_or_default(), &ds.name_any(), false);
+}
+
+/// Whether the cached target revision can be acted on: proved once per DaemonSet
+/// generation and cached hash by a quorum read of its ControllerRevisions (see
+/// `revision::check_target` for why that proves it).
+async fn verify_target(
+    ds: &DaemonSet,
+    ctx: &Context,
+    current: Option<&CurrentRevision>,
+) -> Result<TargetCheck, Error> {
+    let uid = ds.uid().unwrap_or_default();
+    let key = VerifiedTarget::of(ds, current);
+    if ctx.verified.lock().unwrap().get(&uid) == Some(&key) {
+        return Ok(TargetCheck::Consistent);
+    }
+    let ns = ds.namespace().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
+    // The native controller copies the template's labels onto its revisions: the
+    // selector's matchLabels narrow the list, the owner reference decides.
+    let selector = ds
+        .spec
+        .selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    // No resourceVersion: a quorum read, newer than every write before it.
+    let fresh = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error {
+            call: Call::ListRevisions,
+            namespace: ns.clone(),
+            name: ds.name_any(),
+            source,
+        })?;
+    let check = check_target(current, CurrentRevision::of(ds, &fresh.items).as_ref());
+    if check == TargetCheck::Consistent {
+        ctx.verified.lock().unwrap().insert(uid, key);
+    }
+    Ok(check)
 }
 
 /// This DaemonSet's pods and current revision, borrowed from the shared stores.
@@ -308,6 +436,25 @@ async fn rolling_update(
         vacated_by_us: &pending.vacated,
         limits: ctx.limits,
     });
+    // Nothing to judge pods by yet: the native controller has not written a revision.
+    if plan.progress.blocked == Some(Blocker::CurrentRevisionUnknown) {
+        record_progress(ds, ctx, &plan);
+        return Ok(wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await);
+    }
+    // Deletions are only made against a target the DaemonSet read agrees with: in a
+    // rollback a -> b -> a the revisions watch may still name b for a moment.
+    if !plan.deletions.is_empty() {
+        if let TargetCheck::Behind { cached, fresh } = verify_target(ds, ctx, current).await? {
+            tracing::info!(
+                ?cached,
+                ?fresh,
+                "cached ControllerRevision behind the API server's; no deletion until they agree"
+            );
+            let wait = NativeWait::RevisionBehind;
+            return Ok(wait_on_native(ds, ctx, wait, Some(TARGET_RECHECK)).await);
+        }
+    }
+    native_wait_over(ds, ctx);
     // Recorded before any call: an event burst replanning while calls are in flight must
     // already see these pods as gone and their nodes as vacated.
     {
@@ -522,6 +669,7 @@ mod tests {
 
     fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Context {
         Context {
+            client: client.clone(),
             writer: Writer::new(client.clone()),
             stores: Stores {
                 pods: store_of(pods.iter().cloned().map(CachedPod::from)),
@@ -536,6 +684,9 @@ mod tests {
             said: EventDedup::default(),
             limits: RollingLimits::default(),
             other_updaters: Arc::new(OtherUpdaters::new(Duration::from_secs(300))),
+            verified: Mutex::default(),
+            waits: Mutex::default(),
+            stall_after: Duration::from_secs(120),
         }
     }
 
@@ -632,5 +783,163 @@ mod tests {
             patches[0].body,
             json!({"status": {"conditions": [{"type": "PodNeedUpgrade", "$patch": "delete"}]}})
         );
+    }
+
+    /// a -> b -> a: the DaemonSet reads a again (generation 3 observed), but the
+    /// revisions cache still has a at number 1 and b at 2; the API server has a at 3.
+    /// Two Ready nodes run a-pods, which the stale cache calls old.
+    fn rollback_bed(
+        answer_list: serde_json::Value,
+    ) -> (
+        Context,
+        DaemonSet,
+        Vec<Arc<CachedPod>>,
+        Arc<crate::apply::fake_api::Seen>,
+    ) {
+        let ds = DaemonSetBuilder::new("agent")
+            .strategy("AdvancedRollingUpdate")
+            .on_delete()
+            .generations(3, 3)
+            .build();
+        let cached = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
+        let pods = [
+            PodBuilder::new("p1", &ds)
+                .hash("a")
+                .on_node("n1")
+                .ready_since(crate::testkit::at(0))
+                .build(),
+            PodBuilder::new("p2", &ds)
+                .hash("a")
+                .on_node("n2")
+                .ready_since(crate::testkit::at(0))
+                .build(),
+        ];
+        let (client, seen) = fake_client(move |method, path| match (method, path) {
+            ("GET", p) if p.ends_with("/controllerrevisions") => (200, answer_list.clone()),
+            _ => (200, json!({})),
+        });
+        let mut ctx = context(client, &pods, &cached);
+        ctx.stores.nodes = store_of(
+            ["n1", "n2"].map(|n| crate::object::CachedNode::from(crate::testkit::node(n, true))),
+        );
+        let cached_pods = ctx.stores.pods.state();
+        (ctx, ds, cached_pods, seen)
+    }
+
+    fn revision_list(revisions: &[ControllerRevision]) -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevisionList",
+            "metadata": {"resourceVersion": "7"},
+            "items": revisions,
+        })
+    }
+
+    async fn roll(ctx: &Context, ds: &DaemonSet, pods: &[Arc<CachedPod>]) -> Action {
+        let (_, current) = owned(ds, ctx);
+        rolling_update(ds, ctx, MaxUnavailable::Count(2), pods, current.as_ref())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_rollback_not_yet_in_the_revisions_cache_deletes_nothing_and_looks_again_soon() {
+        let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
+        let fresh = [revision(&ds, "b", 2), revision(&ds, "a", 3)];
+        let (ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
+        let action = roll(&ctx, &ds, &pods).await;
+        assert!(seen.calls_to("DELETE").is_empty(), "{:?}", seen.calls());
+        assert_eq!(action, Action::requeue(TARGET_RECHECK));
+        // One quorum list of this DaemonSet's revisions (no resourceVersion).
+        let lists = seen.calls_to("GET /apis/apps/v1/namespaces/edge/controllerrevisions");
+        assert_eq!(lists.len(), 1, "{:?}", seen.calls());
+        assert!(
+            !lists[0].query.contains("resourceVersion"),
+            "{}",
+            lists[0].query
+        );
+        // Not verified, so not remembered: the next look reads the server again.
+        roll(&ctx, &ds, &pods).await;
+        assert_eq!(seen.calls_to("GET").len(), 2);
+        assert!(seen.calls_to("DELETE").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_target_the_server_agrees_with_is_acted_on_and_read_once_per_generation() {
+        let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
+        // The server agrees with the cache: b (2) is the newest, so the a-pods are old.
+        let fresh = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
+        let (ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
+        roll(&ctx, &ds, &pods).await;
+        let mut deleted: Vec<String> = seen
+            .calls_to("DELETE")
+            .iter()
+            .map(|c| c.path.clone())
+            .collect();
+        deleted.sort();
+        assert_eq!(
+            deleted,
+            [
+                "/api/v1/namespaces/edge/pods/p1",
+                "/api/v1/namespaces/edge/pods/p2"
+            ]
+        );
+        assert_eq!(seen.calls_to("GET").len(), 1);
+        // Same generation, same cached hash: proved already, no second read.
+        let ctx_pods = ctx.stores.pods.state();
+        ctx.expectations
+            .lock()
+            .unwrap()
+            .forget_daemonset(&ds.uid().unwrap());
+        roll(&ctx, &ds, &ctx_pods).await;
+        assert_eq!(seen.calls_to("GET").len(), 1, "{:?}", seen.calls());
+    }
+
+    #[tokio::test]
+    async fn a_wait_on_the_native_controller_past_the_threshold_says_so_once() {
+        let ds = DaemonSetBuilder::new("agent")
+            .strategy("AdvancedRollingUpdate")
+            .on_delete()
+            .generations(4, 3)
+            .build();
+        let (client, seen) = fake_client(|_, _| (200, json!({})));
+        let mut ctx = context(client, &[], &[revision(&ds, "a", 1)]);
+        ctx.stall_after = Duration::from_millis(50);
+        let ctx = Arc::new(ctx);
+        let stalled = |ctx: &Context| {
+            ctx.metrics
+                .native_controller_stalled
+                .get_or_create(&super::super::metrics::DaemonSetLabels {
+                    namespace: "edge".into(),
+                    daemonset: "agent".into(),
+                })
+                .get()
+        };
+        // Within the threshold: no Event, and a look when it passes.
+        let action = reconcile(Arc::new(ds.clone()), ctx.clone()).await.unwrap();
+        assert!(seen.events().is_empty());
+        assert_eq!(stalled(&ctx), 0);
+        assert!(action != Action::await_change(), "{action:?}");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        for _ in 0..3 {
+            reconcile(Arc::new(ds.clone()), ctx.clone()).await.unwrap();
+        }
+        assert_eq!(seen.events(), ["Warning NativeControllerStalled"]);
+        assert_eq!(stalled(&ctx), 1);
+        let note = &seen.calls_to("POST")[0].body["note"];
+        assert!(note.as_str().unwrap().contains("generation 4"), "{note}");
+
+        // The controller catches up: the gauge drops; a later stall is said again.
+        let caught_up = DaemonSetBuilder::new("agent")
+            .strategy("AdvancedRollingUpdate")
+            .on_delete()
+            .generations(4, 4)
+            .build();
+        reconcile(Arc::new(caught_up), ctx.clone()).await.unwrap();
+        assert_eq!(stalled(&ctx), 0);
+        reconcile(Arc::new(ds.clone()), ctx.clone()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        reconcile(Arc::new(ds.clone()), ctx.clone()).await.unwrap();
+        assert_eq!(seen.events().len(), 2, "{:?}", seen.events());
     }
 }

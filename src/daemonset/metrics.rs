@@ -27,6 +27,9 @@ pub struct DaemonSetMetrics {
     pub pods_updated: Family<DaemonSetLabels, Gauge>,
     pub pods_pending: Family<DaemonSetLabels, Gauge>,
     pub nodes_skipped_not_ready: Family<DaemonSetLabels, Gauge>,
+    pub nodes_stale_status: Family<DaemonSetLabels, Gauge>,
+    pub deletions_deferred_by_cap: Family<DaemonSetLabels, Gauge>,
+    pub native_controller_stalled: Family<DaemonSetLabels, Gauge>,
     pub pods_deleted: Family<DeletionLabels, Counter>,
     pub reconcile_errors: ErrorCounter,
     pub reconcile_duration: Histogram,
@@ -39,6 +42,9 @@ impl DaemonSetMetrics {
             pods_updated: Family::default(),
             pods_pending: Family::default(),
             nodes_skipped_not_ready: Family::default(),
+            nodes_stale_status: Family::default(),
+            deletions_deferred_by_cap: Family::default(),
+            native_controller_stalled: Family::default(),
             pods_deleted: Family::default(),
             reconcile_errors: Family::default(),
             // 1 ms .. ~16 s
@@ -66,6 +72,21 @@ impl DaemonSetMetrics {
                 "nodes_skipped_not_ready",
                 "NotReady or missing nodes whose pods wait for the node to come back",
                 m.nodes_skipped_not_ready.clone(),
+            );
+            r.register(
+                "nodes_stale_status",
+                "Ready nodes whose old pod reads not Ready from before the node came back: neither replaced nor counted until the kubelet reports again",
+                m.nodes_stale_status.clone(),
+            );
+            r.register(
+                "deletions_deferred_by_cap",
+                "Deletions the budget allowed that the last plan left to the next one (--max-deletions-per-plan)",
+                m.deletions_deferred_by_cap.clone(),
+            );
+            r.register(
+                "native_controller_stalled",
+                "1 while the rollout has waited on the native DaemonSet controller longer than --native-controller-stall-after",
+                m.native_controller_stalled.clone(),
             );
             r.register(
                 "pods_deleted",
@@ -102,6 +123,23 @@ impl DaemonSetMetrics {
         self.nodes_skipped_not_ready.get_or_create(&labels).set(
             (progress.not_ready_nodes_skipped.len() + progress.missing_nodes_skipped.len()) as i64,
         );
+        self.nodes_stale_status
+            .get_or_create(&labels)
+            .set(progress.stale_status_nodes.len() as i64);
+        self.deletions_deferred_by_cap
+            .get_or_create(&labels)
+            .set(progress.deferred_by_cap as i64);
+    }
+
+    /// Publishes whether the DaemonSet's wait on the native controller is a stall.
+    pub fn set_stalled(&self, namespace: &str, name: &str, stalled: bool) {
+        let labels = DaemonSetLabels {
+            namespace: namespace.into(),
+            daemonset: name.into(),
+        };
+        self.native_controller_stalled
+            .get_or_create(&labels)
+            .set(i64::from(stalled));
     }
 
     /// Drops the series of a deleted DaemonSet.
@@ -113,5 +151,39 @@ impl DaemonSetMetrics {
         self.pods_updated.remove(&labels);
         self.pods_pending.remove(&labels);
         self.nodes_skipped_not_ready.remove(&labels);
+        self.nodes_stale_status.remove(&labels);
+        self.deletions_deferred_by_cap.remove(&labels);
+        self.native_controller_stalled.remove(&labels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_publishes_the_stale_status_wait_and_the_deletions_the_cap_held_back() {
+        let metrics = Metrics::default();
+        let m = DaemonSetMetrics::register(&metrics);
+        let progress = Progress {
+            total_nodes: 10,
+            updated: 4,
+            stale_status_nodes: vec!["n1".into(), "n2".into()],
+            deferred_by_cap: 3,
+            ..Default::default()
+        };
+        m.set_progress("edge", "agent", &progress);
+        m.set_stalled("edge", "agent", true);
+        let text = metrics.render();
+        for line in [
+            "rollgate_daemonset_nodes_stale_status{namespace=\"edge\",daemonset=\"agent\"} 2",
+            "rollgate_daemonset_deletions_deferred_by_cap{namespace=\"edge\",daemonset=\"agent\"} 3",
+            "rollgate_daemonset_native_controller_stalled{namespace=\"edge\",daemonset=\"agent\"} 1",
+            "rollgate_daemonset_pods_pending{namespace=\"edge\",daemonset=\"agent\"} 6",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        m.forget("edge", "agent");
+        assert!(!metrics.render().contains("daemonset=\"agent\""));
     }
 }

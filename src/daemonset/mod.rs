@@ -10,6 +10,8 @@
 //! - [`rolling_plan`]: AdvancedRollingUpdate: which old pods to delete now;
 //! - [`ota_plan`]: OTA: which pods' `PodNeedUpgrade` condition to write or remove;
 //! - [`placement`]: which nodes a DaemonSet's pods belong on (taints, selectors);
+//! - [`native_wait`]: how long each DaemonSet waits on the native controller, and when
+//!   that is a stall;
 //! - [`expectations`]: deletions sent but not yet seen in the cache;
 //! - [`triggers`]: which object changes can change a plan;
 //! - [`describe`]: how a rollout's progress reads to people (Events, `rollgate status`);
@@ -21,6 +23,7 @@ pub mod describe;
 pub mod expectations;
 pub mod image_pull;
 pub mod metrics;
+pub mod native_wait;
 pub mod ota_plan;
 pub mod other_updater;
 pub mod placement;

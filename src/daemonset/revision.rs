@@ -91,6 +91,59 @@ pub fn generation_observed(daemonset: &DaemonSet) -> bool {
         .is_some_and(|observed| observed >= generation)
 }
 
+/// Whether the target revision read from the cache can be acted on, given what a fresh
+/// (quorum) read of the revisions says.
+///
+/// Why this proves consistency: kube-controller-manager's `syncDaemonSet` writes the
+/// revision of the template it read (creating it, or renumbering an earlier one to the
+/// highest number in a rollback) before the status write that raises
+/// `observedGeneration`. A DaemonSet read with `observedGeneration >= generation` has
+/// therefore had its revision written before it was read, and a quorum read of the
+/// revisions made after it sees that write. If the cached newest revision names the
+/// same hash as the fresh newest, the cache is not behind the DaemonSet; if not, it is
+/// (or the template moved on since the read): act on neither until they agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetCheck {
+    Consistent,
+    /// The cache's newest revision is not the API server's.
+    Behind {
+        cached: Option<String>,
+        fresh: Option<String>,
+    },
+}
+
+pub fn check_target(
+    cached: Option<&CurrentRevision>,
+    fresh: Option<&CurrentRevision>,
+) -> TargetCheck {
+    let hash = |current: Option<&CurrentRevision>| current.and_then(|c| c.hash.clone());
+    let (cached, fresh) = (hash(cached), hash(fresh));
+    if cached == fresh {
+        TargetCheck::Consistent
+    } else {
+        TargetCheck::Behind { cached, fresh }
+    }
+}
+
+/// A target proved consistent once (see `check_target`) stays so while the DaemonSet's
+/// generation and the cached newest hash stay the same: the native controller only makes
+/// or renumbers revisions for a template change, which raises the generation. This key
+/// lets the controller skip the fresh read until one of them moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedTarget {
+    pub generation: Option<i64>,
+    pub hash: Option<String>,
+}
+
+impl VerifiedTarget {
+    pub fn of(daemonset: &DaemonSet, current: Option<&CurrentRevision>) -> Self {
+        Self {
+            generation: daemonset.metadata.generation,
+            hash: current.and_then(|c| c.hash.clone()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +232,68 @@ mod tests {
         no_status.status = None;
         assert!(!generation_observed(&no_status));
         assert!(generation_observed(&DaemonSetBuilder::new("agent").build()));
+    }
+
+    #[test]
+    fn the_target_is_consistent_only_when_the_fresh_read_names_the_cached_hash() {
+        let ds = DaemonSetBuilder::new("agent")
+            .template_generation(3)
+            .build();
+        let of = |revisions: &[ControllerRevision]| CurrentRevision::of(&ds, revisions);
+        // a -> b -> a: the API server renumbered a's revision to 3; the cache still
+        // has it at 1, so its newest is b.
+        let cached_behind = of(&[revision(&ds, "a", 1), revision(&ds, "b", 2)]);
+        let fresh = of(&[revision(&ds, "b", 2), revision(&ds, "a", 3)]);
+        let cases = [
+            ("cache caught up", fresh.clone(), fresh.clone(), true),
+            (
+                "rollback not yet seen",
+                cached_behind.clone(),
+                fresh.clone(),
+                false,
+            ),
+            // The template moved on after the read: the cache is older than the truth.
+            (
+                "template moved on",
+                fresh.clone(),
+                of(&[revision(&ds, "c", 4)]),
+                false,
+            ),
+            // Only the template generation known on both sides: nothing to disagree on.
+            ("no revision anywhere", of(&[]), of(&[]), true),
+            ("revision only on the server", of(&[]), fresh.clone(), false),
+        ];
+        for (name, cached, fresh, consistent) in cases {
+            let check = check_target(cached.as_ref(), fresh.as_ref());
+            assert_eq!(
+                check == TargetCheck::Consistent,
+                consistent,
+                "{name}: {check:?}"
+            );
+        }
+        assert_eq!(
+            check_target(cached_behind.as_ref(), fresh.as_ref()),
+            TargetCheck::Behind {
+                cached: Some("b".into()),
+                fresh: Some("a".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_verified_target_is_keyed_by_generation_and_cached_hash() {
+        let at = |generation| {
+            DaemonSetBuilder::new("agent")
+                .generations(generation, generation)
+                .build()
+        };
+        let current = |hash: &str| CurrentRevision {
+            hash: Some(hash.into()),
+            template_generation: None,
+        };
+        let verified = VerifiedTarget::of(&at(3), Some(&current("a")));
+        assert_eq!(verified, VerifiedTarget::of(&at(3), Some(&current("a"))));
+        assert_ne!(verified, VerifiedTarget::of(&at(4), Some(&current("a"))));
+        assert_ne!(verified, VerifiedTarget::of(&at(3), Some(&current("b"))));
     }
 }

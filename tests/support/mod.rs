@@ -4,6 +4,7 @@
 //! without seeing each other's pods.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod daemonset;
 pub mod ghost_ready;
 pub mod unavailable;
 pub mod yurt_manager;

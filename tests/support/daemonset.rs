@@ -1,0 +1,115 @@
+//! The DaemonSet e2e tests' common ground (`daemonset_rolling`, `daemonset_budget`): the
+//! edge DaemonSet they roll out, what they read off a pod, and the wait for a revision's
+//! pods to be Ready on a set of nodes.
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::Api;
+use serde_json::json;
+
+use super::{describe_pods, pod_is_ready, wait_for, Shape, TestNodes};
+
+/// kwok's per-pod start delay (the simulated image pull and start).
+pub const START_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
+
+/// A DaemonSet `name` of `image` on `nodes`, selected by `app: name`, with the
+/// DaemonSet `annotations` (the model and its budget), `updateStrategy.type` `update`,
+/// and pods that take 3 s to start.
+pub fn edge_daemonset(
+    name: &str,
+    nodes: &TestNodes,
+    annotations: serde_json::Value,
+    update: &str,
+    shape: Shape,
+    image: &str,
+) -> DaemonSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": {"type": update},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {START_DELAY: "3s"}
+                },
+                "spec": {
+                    "nodeSelector": nodes.selector(),
+                    "tolerations": shape.tolerations(),
+                    "containers": [{"name": "main", "image": image}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// The image of the pod's first container.
+pub fn image_of(p: &Pod) -> &str {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.containers.first()?.image.as_deref())
+        .unwrap_or_default()
+}
+
+pub fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// What `wait_ready_on` waits for besides Ready pods of the image on the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Others {
+    /// Other pods (other nodes, old or terminating ones) may be there too.
+    Allowed,
+    /// Nothing else: one pod per node, all of `image`, none terminating.
+    None,
+}
+
+/// Waits until every node of `nodes` runs a live, Ready pod of `image`.
+pub async fn wait_ready_on(
+    pods: &Api<Pod>,
+    nodes: &[String],
+    image: &str,
+    others: Others,
+    timeout: Duration,
+) {
+    let want: BTreeSet<&String> = nodes.iter().collect();
+    wait_for(
+        &format!("{image} Ready on {} nodes", want.len()),
+        timeout,
+        || async {
+            let list = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let have: Vec<String> = list
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && pod_is_ready(p)
+                        && image_of(p) == image
+                })
+                .filter_map(node_of)
+                .collect();
+            let have: BTreeSet<&String> = have.iter().collect();
+            let done = match others {
+                Others::Allowed => want.is_subset(&have),
+                Others::None => have == want && list.len() == want.len(),
+            };
+            if done {
+                Ok(())
+            } else {
+                let missing: Vec<_> = want.difference(&have).collect();
+                Err(format!(
+                    "missing on {missing:?}; pods {}",
+                    describe_pods(&list)
+                ))
+            }
+        },
+    )
+    .await
+}
