@@ -28,6 +28,13 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const UPDATE_STRATEGY_ANNOTATION: &str = "apps.openyurt.io/update-strategy";
 /// Annotation bounding AdvancedRollingUpdate: an integer or a percentage.
 pub const MAX_UNAVAILABLE_ANNOTATION: &str = "apps.openyurt.io/max-unavailable";
+/// AdvancedRollingUpdate: `true` stops every deletion (progress and status say paused);
+/// `false` or absent goes on. OTA marking is not affected.
+pub const PAUSED_ANNOTATION: &str = "rollgate.io/paused";
+/// Warning: `rollgate.io/paused` is neither `true` nor `false`.
+pub const INVALID_PAUSED_EVENT: &str = "InvalidPaused";
+/// Normal: an AdvancedRollingUpdate rollout is paused (`rollgate.io/paused=true`).
+pub const ROLLOUT_PAUSED_EVENT: &str = "RolloutPaused";
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 /// Pod condition tracking the optional image pre-pull of the current revision.

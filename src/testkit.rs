@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use k8s_openapi::jiff::Timestamp;
 
 use crate::names::{
-    CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, POD_TEMPLATE_GENERATION_LABEL,
-    TEMPLATE_GENERATION_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
+    CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, PAUSED_ANNOTATION,
+    POD_TEMPLATE_GENERATION_LABEL, TEMPLATE_GENERATION_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
 };
 
 pub const NAMESPACE: &str = "edge";
@@ -88,6 +88,10 @@ impl DaemonSetBuilder {
 
     pub fn max_unavailable(self, value: &str) -> Self {
         self.annotate(MAX_UNAVAILABLE_ANNOTATION, value)
+    }
+
+    pub fn paused(self, value: &str) -> Self {
+        self.annotate(PAUSED_ANNOTATION, value)
     }
 
     pub fn template_generation(self, generation: i64) -> Self {

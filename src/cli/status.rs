@@ -83,7 +83,10 @@ pub fn summarize(
             }
             Summary { lines, updated, total: mine.len(), complete: updated == mine.len() }
         }
-        PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
+        PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+            max_unavailable,
+            paused,
+        }) => {
             let plan = plan_rolling_update(&RollingInput {
                 daemonset: ds,
                 current: current.as_ref(),
@@ -95,6 +98,7 @@ pub fn summarize(
                 vacated_by_us: &Default::default(),
                 limits: Default::default(),
             });
+            let plan = if paused { plan.paused() } else { plan };
             let p = &plan.progress;
             let mut lines = vec![format!(
                 "daemonset/{name} (AdvancedRollingUpdate, max-unavailable {max_unavailable} = {} node(s)): {}/{} nodes updated, {} unavailable, {} candidate(s) left",

@@ -34,8 +34,8 @@ use crate::metrics::Metrics;
 use crate::names::{
     ANOTHER_UPDATER_ACTIVE_EVENT, CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME,
     NATIVE_CONTROLLER_STALLED_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION,
-    ROLLOUT_COMPLETE_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT,
-    WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
+    ROLLOUT_COMPLETE_EVENT, ROLLOUT_PAUSED_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+    UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -249,11 +249,14 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
             Ok(Action::requeue(left + Duration::from_secs(1)))
         }
-        PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable }) => {
+        PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+            max_unavailable,
+            paused,
+        }) => {
             // One look at the store serves both steps.
             let (pods, current) = owned(&ds, &ctx);
             let action =
-                rolling_update(&ds, &ctx, max_unavailable, &pods, current.as_ref()).await?;
+                rolling_update(&ds, &ctx, max_unavailable, paused, &pods, current.as_ref()).await?;
             remove_stale_conditions(&ds, &ctx, &pods).await?;
             Ok(action)
         }
@@ -415,6 +418,7 @@ async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
     max_unavailable: MaxUnavailable,
+    paused: bool,
     pods: &[Arc<CachedPod>],
     current: Option<&CurrentRevision>,
 ) -> Result<Action, Error> {
@@ -441,6 +445,9 @@ async fn rolling_update(
         record_progress(ds, ctx, &plan);
         return Ok(wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await);
     }
+    // Paused: the plan is made (progress, status and the budget read as usual), and its
+    // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
+    let plan = if paused { plan.paused() } else { plan };
     // Deletions are only made against a target the DaemonSet read agrees with: in a
     // rollback a -> b -> a the revisions watch may still name b for a moment.
     if !plan.deletions.is_empty() {
@@ -585,6 +592,7 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
         Some(Blocker::WaitingForStaleStatus { .. }) => {
             Some((WAITING_FOR_STALE_STATUS_EVENT, describe(p)))
         }
+        Some(Blocker::Paused { .. }) => Some((ROLLOUT_PAUSED_EVENT, describe(p))),
         _ => None,
     };
     // Said once per set of nodes, beside the progress: these nodes stay old for good.
@@ -837,9 +845,16 @@ mod tests {
 
     async fn roll(ctx: &Context, ds: &DaemonSet, pods: &[Arc<CachedPod>]) -> Action {
         let (_, current) = owned(ds, ctx);
-        rolling_update(ds, ctx, MaxUnavailable::Count(2), pods, current.as_ref())
-            .await
-            .unwrap()
+        rolling_update(
+            ds,
+            ctx,
+            MaxUnavailable::Count(2),
+            false,
+            pods,
+            current.as_ref(),
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test]

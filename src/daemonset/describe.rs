@@ -26,6 +26,9 @@ pub fn describe(progress: &Progress) -> String {
     match &p.blocked {
         None => line.push_str("; progressing"),
         Some(Blocker::Complete) => line.push_str("; rollout complete"),
+        Some(Blocker::Paused { held }) => line.push_str(&format!(
+            "; paused (rollgate.io/paused=true): {held} deletion(s) held, nothing is deleted until it is removed or false"
+        )),
         Some(Blocker::CurrentRevisionUnknown) => line.push_str(
             "; waiting: no ControllerRevision or template generation identifies the current revision yet",
         ),

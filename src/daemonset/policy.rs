@@ -11,8 +11,9 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 
 use crate::names::{
-    INVALID_MAX_UNAVAILABLE_EVENT, MAX_UNAVAILABLE_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT,
-    UPDATE_STRATEGY_ANNOTATION, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+    INVALID_MAX_UNAVAILABLE_EVENT, INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION,
+    PAUSED_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT, UPDATE_STRATEGY_ANNOTATION,
+    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
 };
 /// The only `spec.updateStrategy.type` we act on: the native controller then only
 /// recreates pods we delete, so the two controllers never fight.
@@ -25,8 +26,12 @@ pub const MAX_UNAVAILABLE_ACCEPTED_FORMS: &str = "a non-negative integer (e.g. 2
 /// The upgrade model a DaemonSet selected, with its parsed parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// Delete old pods on Ready nodes, bounded by `max_unavailable`.
-    AdvancedRollingUpdate { max_unavailable: MaxUnavailable },
+    /// Delete old pods on Ready nodes, bounded by `max_unavailable`; none while
+    /// `paused` (`rollgate.io/paused`).
+    AdvancedRollingUpdate {
+        max_unavailable: MaxUnavailable,
+        paused: bool,
+    },
     /// Only mark pods with `PodNeedUpgrade`; the node operator triggers the upgrade.
     Ota,
 }
@@ -70,6 +75,11 @@ pub enum PolicyError {
          {MAX_UNAVAILABLE_ACCEPTED_FORMS}"
     )]
     InvalidMaxUnavailable { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {PAUSED_ANNOTATION}: expected true or false \
+         (no pod is deleted until it is fixed)"
+    )]
+    InvalidPaused { value: String },
 }
 
 impl PolicyError {
@@ -78,6 +88,7 @@ impl PolicyError {
         match self {
             PolicyError::UnknownStrategy { .. } => UNKNOWN_UPDATE_STRATEGY_EVENT,
             PolicyError::InvalidMaxUnavailable { .. } => INVALID_MAX_UNAVAILABLE_EVENT,
+            PolicyError::InvalidPaused { .. } => INVALID_PAUSED_EVENT,
         }
     }
 }
@@ -199,10 +210,20 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
     match kind {
         StrategyKind::Ota => PolicyDecision::Managed(Policy::Ota),
         StrategyKind::AdvancedRollingUpdate => {
-            match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
-                Ok(max_unavailable) => {
-                    PolicyDecision::Managed(Policy::AdvancedRollingUpdate { max_unavailable })
+            let paused = match annotation(PAUSED_ANNOTATION).map(str::trim) {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    return PolicyDecision::Invalid(PolicyError::InvalidPaused {
+                        value: other.to_string(),
+                    })
                 }
+            };
+            match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
+                Ok(max_unavailable) => PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                    max_unavailable,
+                    paused,
+                }),
                 Err(error) => PolicyDecision::Invalid(error),
             }
         }
@@ -213,6 +234,37 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
 mod tests {
     use super::*;
     use crate::testkit::DaemonSetBuilder;
+
+    #[test]
+    fn paused_takes_true_or_false_and_anything_else_names_the_forms() {
+        let decision = |value: Option<&str>| {
+            let mut builder = DaemonSetBuilder::new("edge")
+                .on_delete()
+                .strategy("AdvancedRollingUpdate");
+            if let Some(v) = value {
+                builder = builder.paused(v);
+            }
+            policy_for(&builder.build())
+        };
+        let paused = |p| {
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                max_unavailable: MaxUnavailable::Percent(10),
+                paused: p,
+            })
+        };
+        assert_eq!(decision(None), paused(false));
+        assert_eq!(decision(Some("false")), paused(false));
+        assert_eq!(decision(Some("true")), paused(true));
+        assert_eq!(decision(Some(" true ")), paused(true));
+        for bad in ["yes", "True", "1", ""] {
+            let d = decision(Some(bad));
+            assert_eq!(d.warning_reason(), Some("InvalidPaused"), "{bad:?}");
+            let PolicyDecision::Invalid(e) = d else {
+                panic!("{bad:?}")
+            };
+            assert!(e.to_string().contains("expected true or false"), "{e}");
+        }
+    }
 
     #[test]
     fn max_unavailable_accepted_forms() {
@@ -330,7 +382,8 @@ mod tests {
         assert_eq!(
             policy_for(&on_delete().strategy("advancedrollingupdate").build()),
             PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
-                max_unavailable: MaxUnavailable::Percent(10)
+                max_unavailable: MaxUnavailable::Percent(10),
+                paused: false
             })
         );
         assert_eq!(
@@ -341,7 +394,8 @@ mod tests {
                     .build()
             ),
             PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
-                max_unavailable: MaxUnavailable::Percent(30)
+                max_unavailable: MaxUnavailable::Percent(30),
+                paused: false
             })
         );
 

@@ -152,6 +152,17 @@ impl RollingPlan {
     pub fn is_complete(&self) -> bool {
         self.progress.blocked == Some(Blocker::Complete)
     }
+
+    /// The same plan with its deletions held (a paused rollout). Nothing else changes:
+    /// the budget counts as before, and a complete rollout stays complete.
+    pub fn paused(mut self) -> Self {
+        if self.is_complete() {
+            return self;
+        }
+        let held = std::mem::take(&mut self.deletions).len();
+        self.progress.blocked = Some(Blocker::Paused { held });
+        self
+    }
 }
 
 /// One pod to delete.
@@ -258,6 +269,8 @@ pub enum Blocker {
     WaitingForSkippedNodes { nodes: Vec<String> },
     /// Every pod is up to date; on Ready nodes, available.
     Complete,
+    /// `rollgate.io/paused` is true: this many deletions the plan would make are held.
+    Paused { held: usize },
 }
 
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
@@ -736,6 +749,55 @@ mod tests {
 
     fn ready_nodes(names: &[&str]) -> Vec<Node> {
         names.iter().map(|name| node(name, true)).collect()
+    }
+
+    #[test]
+    fn a_paused_plan_holds_its_deletions_and_keeps_its_counts() {
+        let (ds, revisions) = upgrading(0);
+        let pods = vec![
+            old_available(&ds, "a", "n1"),
+            old_available(&ds, "b", "n2"),
+            new_available(&ds, "c", "n3"),
+        ];
+        let case = input(
+            &ds,
+            &revisions,
+            pods,
+            ready_nodes(&["n1", "n2", "n3"]),
+            MaxUnavailable::Count(2),
+        );
+        let running = plan(&case);
+        assert_eq!(
+            running.deletions.len(),
+            2,
+            "premise: two deletions within budget"
+        );
+        let paused = running.clone().paused();
+        assert!(paused.deletions.is_empty());
+        assert_eq!(paused.progress.blocked, Some(Blocker::Paused { held: 2 }));
+        assert_eq!(
+            (
+                paused.progress.updated,
+                paused.progress.budget,
+                paused.progress.candidates
+            ),
+            (
+                running.progress.updated,
+                running.progress.budget,
+                running.progress.candidates
+            )
+        );
+        assert!(crate::daemonset::describe::describe(&paused.progress).contains("paused"));
+
+        // A complete rollout stays complete when paused.
+        let done = input(
+            &ds,
+            &revisions,
+            vec![new_available(&ds, "c", "n3")],
+            ready_nodes(&["n3"]),
+            MaxUnavailable::Count(2),
+        );
+        assert!(plan(&done).paused().is_complete());
     }
 
     fn deleted_names(plan: &RollingPlan) -> Vec<(&str, DeletionReason)> {
