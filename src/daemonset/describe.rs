@@ -107,6 +107,19 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_rollout_says_so_and_how_many_deletions_it_holds() {
+        let progress = Progress {
+            blocked: Some(Blocker::Paused { held: 2 }),
+            ..Default::default()
+        };
+        let line = describe(&progress);
+        assert!(
+            line.contains("paused (rollgate.io/paused=true): 2 deletion(s) held"),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn nodes_kept_for_placement_are_named_whatever_else_blocks() {
         for blocked in [Some(Blocker::Complete), None] {
             let p = Progress {

@@ -787,7 +787,6 @@ mod tests {
                 running.progress.candidates
             )
         );
-        assert!(crate::daemonset::describe::describe(&paused.progress).contains("paused"));
 
         // A complete rollout stays complete when paused.
         let done = input(
