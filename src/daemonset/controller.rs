@@ -240,19 +240,17 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             };
             Ok(wait_on_native(&ds, &ctx, wait, None).await)
         }
-        PolicyDecision::Managed(Policy::AdvancedRollingUpdate { .. })
-            if other_updater_active(&ds, &ctx).is_some() =>
-        {
-            let (sighting, left) = other_updater_active(&ds, &ctx).expect("checked above");
-            let message = sighting.explain(ctx.other_updaters.quiet());
-            warn_once(&ds, &ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
-            tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
-            Ok(Action::requeue(left + Duration::from_secs(1)))
-        }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
             max_unavailable,
             paused,
         }) => {
+            // Another updater deletes this DaemonSet's pods: step back until it is quiet.
+            if let Some((sighting, left)) = other_updater_active(&ds, &ctx) {
+                let message = sighting.explain(ctx.other_updaters.quiet());
+                warn_once(&ds, &ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
+                tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
+                return Ok(Action::requeue(left + Duration::from_secs(1)));
+            }
             // One look at the store serves both steps.
             let (pods, current) = owned(&ds, &ctx);
             let action =
@@ -272,14 +270,13 @@ fn other_updater_active(
     ds: &DaemonSet,
     ctx: &Context,
 ) -> Option<(other_updater::Sighting, Duration)> {
-    let active = ctx.other_updaters.active(
-        &ds.namespace().unwrap_or_default(),
-        &ds.name_any(),
-        Timestamp::now(),
-    );
+    let now = Timestamp::now();
+    let active =
+        ctx.other_updaters
+            .active(&ds.namespace().unwrap_or_default(), &ds.name_any(), now);
     ctx.metrics
         .daemonsets_with_other_updater
-        .set(ctx.other_updaters.count_active(Timestamp::now()) as i64);
+        .set(ctx.other_updaters.count_active(now) as i64);
     active
 }
 

@@ -438,6 +438,21 @@ pub fn debug_list<T: Debug>(items: &[T]) -> String {
     format!("{items:?}")
 }
 
+/// A binary of the shared baselines (`shared/baselines/openyurt-v1.7.0/<name>`): `env`
+/// if set, else in a folder above the repository, else in the development machine's
+/// shared folder. `None` when none is there (the tests that need it say SKIPPED).
+pub fn baseline_binary(env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let relative = format!("shared/baselines/openyurt-v1.7.0/{name}");
+    repo_root()
+        .ancestors()
+        .map(|dir| dir.join(&relative))
+        .chain([PathBuf::from("/work").join(&relative)])
+        .find(|candidate| candidate.is_file())
+}
+
 /// A `rollgate controller` process scoped to one namespace, logging to
 /// `target/e2e-logs/<name>.log`.
 pub struct ControllerProcess {

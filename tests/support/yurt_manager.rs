@@ -17,15 +17,7 @@ pub const YURT_MANAGER_DELETER: &str =
 /// `YURT_MANAGER`, else `shared/baselines/openyurt-v1.7.0/yurt-manager` in a folder above
 /// the repository, else in the development machine's shared folder.
 pub fn yurt_manager_binary() -> Option<PathBuf> {
-    const RELATIVE: &str = "shared/baselines/openyurt-v1.7.0/yurt-manager";
-    if let Some(path) = std::env::var_os("YURT_MANAGER").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    repo_root()
-        .ancestors()
-        .map(|dir| dir.join(RELATIVE))
-        .chain([PathBuf::from("/work").join(RELATIVE)])
-        .find(|candidate| candidate.is_file())
+    baseline_binary("YURT_MANAGER", "yurt-manager")
 }
 
 pub struct YurtManager {

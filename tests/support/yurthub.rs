@@ -22,15 +22,7 @@ use super::*;
 /// Where the binary is looked for: `YURTHUB`, else `shared/baselines/openyurt-v1.7.0/`
 /// in a folder above the repository, else the development machine's shared folder.
 pub fn yurthub_binary() -> Option<PathBuf> {
-    const RELATIVE: &str = "shared/baselines/openyurt-v1.7.0/yurthub";
-    if let Some(path) = std::env::var_os("YURTHUB").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    repo_root()
-        .ancestors()
-        .map(|dir| dir.join(RELATIVE))
-        .chain([PathBuf::from("/work").join(RELATIVE)])
-        .find(|candidate| candidate.is_file())
+    baseline_binary("YURTHUB", "yurthub")
 }
 
 pub struct Yurthub {
