@@ -16,6 +16,12 @@ log "control plane binaries (cached outside the clone; a cold build takes a whil
 bash hack/build-control-plane.sh >/dev/null &
 build_pid=$!
 
+log "promtool (the alert rules' tests; cached outside the clone), in the background"
+promtool_log=$repo/target/build-promtool.log
+mkdir -p "$repo/target"
+bash hack/build-promtool.sh >"$promtool_log" 2>&1 &
+promtool_pid=$!
+
 log "static musl release build of the image's binary, in the background (cache outside the clone)"
 musl_log=$repo/target/musl-check.log
 mkdir -p "$repo/target"
@@ -40,6 +46,11 @@ log "the official Alibaba Cloud Python SDKs against the emulator (venv cached ou
 bash crates/lb-emulator/sdk-check/run.sh
 
 wait "$build_pid"
+if ! wait "$promtool_pid"; then
+  cat "$promtool_log" >&2
+  echo "[test] hack/build-promtool.sh failed (log above)" >&2
+  exit 1
+fi
 # kubectl of the pinned version comes with the control plane; tests call it.
 PATH="$(bash hack/build-control-plane.sh):$PATH"
 export PATH

@@ -5,7 +5,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
-use super::rolling_plan::Progress;
+use super::rolling_plan::{Blocker, Progress};
 use crate::metrics::Metrics;
 use crate::watch::runner::ErrorCounter;
 
@@ -30,6 +30,12 @@ pub struct DaemonSetMetrics {
     pub nodes_stale_status: Family<DaemonSetLabels, Gauge>,
     pub deletions_deferred_by_cap: Family<DaemonSetLabels, Gauge>,
     pub native_controller_stalled: Family<DaemonSetLabels, Gauge>,
+    /// 1 while an operator holds the rollout (`rollgate.io/paused`): alerts on a rollout
+    /// that makes no progress leave a deliberate hold alone.
+    pub rollout_paused: Family<DaemonSetLabels, Gauge>,
+    /// The budget and what uses it, so a dashboard can show the budget in use.
+    pub nodes_unavailable: Family<DaemonSetLabels, Gauge>,
+    pub max_unavailable: Family<DaemonSetLabels, Gauge>,
     pub pods_deleted: Family<DeletionLabels, Counter>,
     pub reconcile_errors: ErrorCounter,
     pub reconcile_duration: Histogram,
@@ -45,6 +51,9 @@ impl DaemonSetMetrics {
             nodes_stale_status: Family::default(),
             deletions_deferred_by_cap: Family::default(),
             native_controller_stalled: Family::default(),
+            rollout_paused: Family::default(),
+            nodes_unavailable: Family::default(),
+            max_unavailable: Family::default(),
             pods_deleted: Family::default(),
             reconcile_errors: Family::default(),
             // 1 ms .. ~16 s
@@ -52,7 +61,7 @@ impl DaemonSetMetrics {
             daemonsets_with_other_updater: Gauge::default(),
         };
         metrics.with_registry(|r| {
-            let r = r.sub_registry_with_prefix("rollgate_daemonset");
+            let mut r = r.prefixed("rollgate_daemonset");
             r.register(
                 "other_updater_active",
                 "DaemonSets another updater (yurt-manager's daemonpodupdater) acts on; rollgate deletes nothing there",
@@ -87,6 +96,21 @@ impl DaemonSetMetrics {
                 "native_controller_stalled",
                 "1 while the rollout has waited on the native DaemonSet controller longer than --native-controller-stall-after",
                 m.native_controller_stalled.clone(),
+            );
+            r.register(
+                "rollout_paused",
+                "1 while rollgate.io/paused holds the rollout's deletions, else 0",
+                m.rollout_paused.clone(),
+            );
+            r.register(
+                "nodes_unavailable",
+                "Ready nodes of the rollout counted against the max-unavailable budget",
+                m.nodes_unavailable.clone(),
+            );
+            r.register(
+                "max_unavailable",
+                "The max-unavailable budget, resolved against the rollout's node count",
+                m.max_unavailable.clone(),
             );
             r.register(
                 "pods_deleted",
@@ -129,6 +153,18 @@ impl DaemonSetMetrics {
         self.deletions_deferred_by_cap
             .get_or_create(&labels)
             .set(progress.deferred_by_cap as i64);
+        self.nodes_unavailable
+            .get_or_create(&labels)
+            .set(progress.unavailable as i64);
+        self.max_unavailable
+            .get_or_create(&labels)
+            .set(progress.budget as i64);
+        self.rollout_paused
+            .get_or_create(&labels)
+            .set(i64::from(matches!(
+                progress.blocked,
+                Some(Blocker::Paused { .. })
+            )));
     }
 
     /// Publishes whether the DaemonSet's wait on the native controller is a stall.
@@ -154,6 +190,9 @@ impl DaemonSetMetrics {
         self.nodes_stale_status.remove(&labels);
         self.deletions_deferred_by_cap.remove(&labels);
         self.native_controller_stalled.remove(&labels);
+        self.rollout_paused.remove(&labels);
+        self.nodes_unavailable.remove(&labels);
+        self.max_unavailable.remove(&labels);
     }
 }
 
@@ -170,6 +209,9 @@ mod tests {
             updated: 4,
             stale_status_nodes: vec!["n1".into(), "n2".into()],
             deferred_by_cap: 3,
+            blocked: Some(Blocker::Paused { held: 1 }),
+            unavailable: 2,
+            budget: 5,
             ..Default::default()
         };
         m.set_progress("edge", "agent", &progress);
@@ -180,6 +222,9 @@ mod tests {
             "rollgate_daemonset_deletions_deferred_by_cap{namespace=\"edge\",daemonset=\"agent\"} 3",
             "rollgate_daemonset_native_controller_stalled{namespace=\"edge\",daemonset=\"agent\"} 1",
             "rollgate_daemonset_pods_pending{namespace=\"edge\",daemonset=\"agent\"} 6",
+            "rollgate_daemonset_rollout_paused{namespace=\"edge\",daemonset=\"agent\"} 1",
+            "rollgate_daemonset_nodes_unavailable{namespace=\"edge\",daemonset=\"agent\"} 2",
+            "rollgate_daemonset_max_unavailable{namespace=\"edge\",daemonset=\"agent\"} 5",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

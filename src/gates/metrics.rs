@@ -62,7 +62,7 @@ impl GateMetrics {
             reconcile_errors: Family::default(),
         };
         metrics.with_registry(|r| {
-            let r = r.sub_registry_with_prefix("rollgate_gate");
+            let mut r = r.prefixed("rollgate_gate");
             r.register(
                 "flip_latency_seconds",
                 "Time to gate True, from the containers ready or from the load balancer first seen healthy",

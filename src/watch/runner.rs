@@ -83,7 +83,7 @@ impl RunMetrics {
                 errors: Family::default(),
                 duration: Family::new_with_constructor(duration_histogram),
             };
-            let r = registry.sub_registry_with_prefix("rollgate");
+            let mut r = registry.prefixed("rollgate");
             r.register(
                 "reconciles",
                 "Reconciles that ran, by controller and result",

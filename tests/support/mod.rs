@@ -518,7 +518,13 @@ impl ControllerProcess {
 
     /// The controller's /metrics text (its port is in its log, once it serves them).
     pub async fn metrics(&self) -> String {
-        let addr = wait_for(
+        let addr = self.metrics_addr().await;
+        http_request(addr, "GET", "/metrics").await.unwrap().body
+    }
+
+    /// Where the controller serves /metrics (read from its log, once it serves them).
+    pub async fn metrics_addr(&self) -> std::net::SocketAddr {
+        wait_for(
             "the metrics address in the controller's log",
             Duration::from_secs(30),
             || async {
@@ -534,8 +540,7 @@ impl ControllerProcess {
                     .ok_or_else(|| "not served yet".to_string())
             },
         )
-        .await;
-        http_request(addr, "GET", "/metrics").await.unwrap().body
+        .await
     }
 
     /// One sample of the controller's metrics, by its full name with labels as printed
@@ -1510,6 +1515,30 @@ impl EmulatorProcess {
     /// `127.0.0.1:PORT`, the endpoint override for the cloud client.
     pub fn endpoint(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// The environment that points a `rollgate controller` at this emulator, for every
+    /// product, with the emulator's credentials, and never at the instance metadata
+    /// service (not loopback).
+    pub fn controller_env(&self) -> Vec<(String, String)> {
+        let endpoint = self.endpoint();
+        [
+            ("ALIBABA_CLOUD_REGION_ID", "cn-hangzhou"),
+            ("ALIBABA_CLOUD_SLB_ENDPOINT", &endpoint),
+            ("ALIBABA_CLOUD_NLB_ENDPOINT", &endpoint),
+            ("ALIBABA_CLOUD_ECS_ENDPOINT", &endpoint),
+            ("ALIBABA_CLOUD_VPC_ENDPOINT", &endpoint),
+            ("ROLLGATE_CLOUD_SCHEME", "http"),
+            ("ALIBABA_CLOUD_ACCESS_KEY_ID", "emulator-access-key-id"),
+            (
+                "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+                "emulator-access-key-secret",
+            ),
+            ("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
     }
 
     pub fn base_url(&self) -> String {

@@ -122,7 +122,7 @@ impl ImagePullMetrics {
             reconcile_errors: Family::default(),
         };
         metrics.with_registry(|r| {
-            let r = r.sub_registry_with_prefix("rollgate_image_pull");
+            let mut r = r.prefixed("rollgate_image_pull");
             r.register(
                 "jobs_created",
                 "Image pre-pull Jobs created",
