@@ -54,21 +54,21 @@ pub enum Partition {
 
 impl Partition {
     /// Parses the annotation value. `Ok(None)` for `0` and `0%`: no partition.
-    pub fn parse(raw: &str) -> Result<Option<Partition>, ()> {
+    pub fn parse(raw: &str) -> Result<Option<Partition>, NotAPartition> {
         let trimmed = raw.trim();
         let (digits, is_percent) = match trimmed.strip_suffix('%') {
             Some(number) => (number, true),
             None => (trimmed, false),
         };
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(());
+            return Err(NotAPartition);
         }
         // Digits only: the sole failure is overflow, and a huge count only clamps.
         let value = digits.parse::<u64>().unwrap_or(u64::MAX);
         match (is_percent, value) {
             (_, 0) => Ok(None),
             (true, 1..=100) => Ok(Some(Partition::Percent(value as u8))),
-            (true, _) => Err(()),
+            (true, _) => Err(NotAPartition),
             (false, _) => Ok(Some(Partition::Count(
                 u32::try_from(value).unwrap_or(u32::MAX),
             ))),
@@ -92,6 +92,10 @@ impl Partition {
         }
     }
 }
+
+/// A `rollgate.io/partition` value that is not one of `PARTITION_ACCEPTED_FORMS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAPartition;
 
 impl std::fmt::Display for Partition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -423,7 +427,7 @@ mod tests {
 
     #[test]
     fn partition_accepted_forms() {
-        let cases: &[(&str, Result<Option<Partition>, ()>)] = &[
+        let cases: &[(&str, Result<Option<Partition>, NotAPartition>)] = &[
             ("3", Ok(Some(Partition::Count(3)))),
             (" 3 ", Ok(Some(Partition::Count(3)))),
             ("0", Ok(None)),
@@ -431,13 +435,13 @@ mod tests {
             ("10%", Ok(Some(Partition::Percent(10)))),
             ("100%", Ok(Some(Partition::Percent(100)))),
             ("99999999999", Ok(Some(Partition::Count(u32::MAX)))),
-            ("101%", Err(())),
-            ("-1", Err(())),
-            ("1.5", Err(())),
-            ("", Err(())),
-            ("%", Err(())),
-            ("three", Err(())),
-            ("3 %", Err(())),
+            ("101%", Err(NotAPartition)),
+            ("-1", Err(NotAPartition)),
+            ("1.5", Err(NotAPartition)),
+            ("", Err(NotAPartition)),
+            ("%", Err(NotAPartition)),
+            ("three", Err(NotAPartition)),
+            ("3 %", Err(NotAPartition)),
         ];
         for (raw, expected) in cases {
             assert_eq!(&Partition::parse(raw), expected, "{raw:?}");

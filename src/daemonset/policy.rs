@@ -242,7 +242,7 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
             let partition = match annotation(PARTITION_ANNOTATION).map(Partition::parse) {
                 None => None,
                 Some(Ok(partition)) => partition,
-                Some(Err(())) => {
+                Some(Err(_)) => {
                     return PolicyDecision::Invalid(PolicyError::InvalidPartition {
                         value: annotation(PARTITION_ANNOTATION).unwrap_or_default().into(),
                     })

@@ -483,7 +483,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let held = if input.partition.is_none() && input.node_selector.is_none() {
         HeldBack::default()
     } else {
-        let old = old_nodes(&pods_by_node, &nodes, &progress, &is_live, current);
+        let old = old_nodes(&pods_by_node, &nodes, &progress, is_live, current);
         HeldBack::choose(
             input.partition,
             input.node_selector,

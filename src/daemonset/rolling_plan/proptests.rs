@@ -176,8 +176,11 @@ fn pool_of(index: usize) -> Option<&'static str> {
     [Some("a"), Some("b"), None][index % 3]
 }
 
+/// Whether a node of this pool (or none) matches, written out by hand.
+type PoolTest = fn(Option<&str>) -> bool;
+
 /// Node selectors the controls property draws from, with the same test written out.
-const SELECTORS: &[(&str, fn(Option<&str>) -> bool)] = &[
+const SELECTORS: &[(&str, PoolTest)] = &[
     ("pool=a", |pool| pool == Some("a")),
     ("pool in (a,b)", |pool| pool.is_some()),
     ("!pool", |pool| pool.is_none()),
