@@ -35,6 +35,19 @@ pub const PAUSED_ANNOTATION: &str = "rollgate.io/paused";
 pub const INVALID_PAUSED_EVENT: &str = "InvalidPaused";
 /// Normal: an AdvancedRollingUpdate rollout is paused (`rollgate.io/paused=true`).
 pub const ROLLOUT_PAUSED_EVENT: &str = "RolloutPaused";
+/// AdvancedRollingUpdate: how many of the DaemonSet's nodes (an integer or a percentage)
+/// stay on the old revision; which ones is documented in `daemonset::controls`.
+pub const PARTITION_ANNOTATION: &str = "rollgate.io/partition";
+/// Warning: `rollgate.io/partition` is not an integer or a percentage up to 100%.
+pub const INVALID_PARTITION_EVENT: &str = "InvalidPartition";
+/// AdvancedRollingUpdate: a label selector (kubectl `-l` syntax); only the nodes that
+/// match are upgraded, the others are held back.
+pub const NODE_SELECTOR_ANNOTATION: &str = "rollgate.io/node-selector";
+/// Warning: `rollgate.io/node-selector` does not parse as a label selector.
+pub const INVALID_NODE_SELECTOR_EVENT: &str = "InvalidNodeSelector";
+/// Normal: every node an AdvancedRollingUpdate may upgrade is done; the others are kept
+/// old by `rollgate.io/partition` or held back by `rollgate.io/node-selector`.
+pub const ROLLOUT_HELD_BACK_EVENT: &str = "RolloutHeldBack";
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 /// Pod condition tracking the optional image pre-pull of the current revision.

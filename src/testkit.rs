@@ -14,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use k8s_openapi::jiff::Timestamp;
 
 use crate::names::{
-    CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, PAUSED_ANNOTATION,
-    POD_TEMPLATE_GENERATION_LABEL, TEMPLATE_GENERATION_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
+    CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, NODE_SELECTOR_ANNOTATION,
+    PARTITION_ANNOTATION, PAUSED_ANNOTATION, POD_TEMPLATE_GENERATION_LABEL,
+    TEMPLATE_GENERATION_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
 };
 
 pub const NAMESPACE: &str = "edge";
@@ -92,6 +93,14 @@ impl DaemonSetBuilder {
 
     pub fn paused(self, value: &str) -> Self {
         self.annotate(PAUSED_ANNOTATION, value)
+    }
+
+    pub fn partition(self, value: &str) -> Self {
+        self.annotate(PARTITION_ANNOTATION, value)
+    }
+
+    pub fn node_selector(self, value: &str) -> Self {
+        self.annotate(NODE_SELECTOR_ANNOTATION, value)
     }
 
     pub fn template_generation(self, generation: i64) -> Self {

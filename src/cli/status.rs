@@ -19,7 +19,7 @@ use crate::daemonset::describe::describe;
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
-use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput};
+use crate::daemonset::rolling_plan::{plan_rolling_update, Blocker, RollingInput};
 use crate::names::{POD_NEED_UPGRADE_CONDITION, UPDATE_STRATEGY_ANNOTATION};
 use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
@@ -39,6 +39,9 @@ pub struct Summary {
     pub updated: usize,
     pub total: usize,
     pub complete: bool,
+    /// Not complete, but nothing more happens until the operator changes
+    /// `rollgate.io/partition` or `rollgate.io/node-selector`: `--watch` stops here too.
+    pub held_back: bool,
 }
 
 pub fn summarize(
@@ -55,14 +58,16 @@ pub fn summarize(
             updated: 0,
             total: 0,
             complete: true,
+            held_back: false,
         },
-        PolicyDecision::NotOurs { reason } => Summary { lines: vec![reason], updated: 0, total: 0, complete: true },
-        PolicyDecision::Invalid(e) => Summary { lines: vec![format!("blocked: {e}")], updated: 0, total: 0, complete: false },
+        PolicyDecision::NotOurs { reason } => Summary { lines: vec![reason], updated: 0, total: 0, complete: true, held_back: false },
+        PolicyDecision::Invalid(e) => Summary { lines: vec![format!("blocked: {e}")], updated: 0, total: 0, complete: false, held_back: false },
         PolicyDecision::Managed(_) if !generation_observed(ds) => Summary {
             lines: vec![format!("daemonset/{name}: waiting for the DaemonSet controller to observe the latest spec")],
             updated: 0,
             total: 0,
             complete: false,
+            held_back: false,
         },
         PolicyDecision::Managed(Policy::Ota) => {
             let uid = ds.uid().unwrap_or_default();
@@ -81,11 +86,13 @@ pub fn summarize(
             if !need.is_empty() {
                 lines.push(format!("waiting for the node operator to upgrade: {}", need.join(", ")));
             }
-            Summary { lines, updated, total: mine.len(), complete: updated == mine.len() }
+            Summary { lines, updated, total: mine.len(), complete: updated == mine.len(), held_back: false }
         }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
             max_unavailable,
             paused,
+            partition,
+            node_selector,
         }) => {
             let plan = plan_rolling_update(&RollingInput {
                 daemonset: ds,
@@ -97,6 +104,8 @@ pub fn summarize(
                 expected_deletions: &Default::default(),
                 vacated_by_us: &Default::default(),
                 limits: Default::default(),
+                partition,
+                node_selector: node_selector.as_ref(),
             });
             let plan = if paused { plan.paused() } else { plan };
             let p = &plan.progress;
@@ -108,7 +117,8 @@ pub fn summarize(
                 lines.push(format!("pods on missing Node objects (skipped): {}", p.missing_nodes_skipped.join(", ")));
             }
             lines.push(describe(p));
-            Summary { lines, updated: p.updated, total: p.total_nodes, complete: plan.is_complete() }
+            let held_back = p.blocked == Some(Blocker::HeldBack);
+            Summary { lines, updated: p.updated, total: p.total_nodes, complete: plan.is_complete(), held_back }
         }
     }
 }
@@ -197,6 +207,7 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         if let Some(line) = other_updater_line(&event_api, &namespace, &name).await? {
             summary.lines.push(line);
             summary.complete = false;
+            summary.held_back = false;
         }
         let Some(bar) = &bar else {
             return print(args.output, &summary, table);
@@ -204,7 +215,7 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
         bar.set_length(summary.total as u64);
         bar.set_position(summary.updated as u64);
         bar.set_message(summary.lines.last().cloned().unwrap_or_default());
-        if summary.complete {
+        if summary.complete || summary.held_back {
             bar.finish();
             return print(args.output, &summary, table);
         }

@@ -138,6 +138,8 @@ fn every_planner_decides_the_same_on_cached_objects() {
             expected_deletions: &Default::default(),
             vacated_by_us: &Default::default(),
             limits: Default::default(),
+            partition: None,
+            node_selector: None,
         })
     }
     let full = rolling(&ds, current.as_ref(), &arcs(&full_pods), &arcs(&full_nodes));

@@ -14,6 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::Controller;
 use kube::{Api, Client, Resource, ResourceExt};
 
+use super::controls::{NodeSelector, Partition};
 use super::describe::{describe, shorten};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
@@ -34,8 +35,9 @@ use crate::metrics::Metrics;
 use crate::names::{
     ANOTHER_UPDATER_ACTIVE_EVENT, CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME,
     NATIVE_CONTROLLER_STALLED_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION,
-    ROLLOUT_COMPLETE_EVENT, ROLLOUT_PAUSED_EVENT, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
-    UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT, WAITING_FOR_STALE_STATUS_EVENT,
+    ROLLOUT_COMPLETE_EVENT, ROLLOUT_HELD_BACK_EVENT, ROLLOUT_PAUSED_EVENT,
+    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
+    WAITING_FOR_STALE_STATUS_EVENT,
 };
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
@@ -243,6 +245,8 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
             max_unavailable,
             paused,
+            partition,
+            node_selector,
         }) => {
             // Another updater deletes this DaemonSet's pods: step back until it is quiet.
             if let Some((sighting, left)) = other_updater_active(&ds, &ctx) {
@@ -253,8 +257,20 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             }
             // One look at the store serves both steps.
             let (pods, current) = owned(&ds, &ctx);
-            let action =
-                rolling_update(&ds, &ctx, max_unavailable, paused, &pods, current.as_ref()).await?;
+            let controls = Controls {
+                paused,
+                partition,
+                node_selector: node_selector.as_ref(),
+            };
+            let action = rolling_update(
+                &ds,
+                &ctx,
+                max_unavailable,
+                controls,
+                &pods,
+                current.as_ref(),
+            )
+            .await?;
             remove_stale_conditions(&ds, &ctx, &pods).await?;
             Ok(action)
         }
@@ -411,11 +427,20 @@ fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<CachedPod>>, Option<CurrentR
     (pods, current)
 }
 
+/// The operator's controls on an AdvancedRollingUpdate, as its annotations read now.
+#[derive(Debug, Clone, Copy, Default)]
+struct Controls<'a> {
+    /// `rollgate.io/paused`: the plan is made, its deletions held.
+    paused: bool,
+    partition: Option<Partition>,
+    node_selector: Option<&'a NodeSelector>,
+}
+
 async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
     max_unavailable: MaxUnavailable,
-    paused: bool,
+    controls: Controls<'_>,
     pods: &[Arc<CachedPod>],
     current: Option<&CurrentRevision>,
 ) -> Result<Action, Error> {
@@ -436,6 +461,8 @@ async fn rolling_update(
         expected_deletions: &pending.deletions,
         vacated_by_us: &pending.vacated,
         limits: ctx.limits,
+        partition: controls.partition,
+        node_selector: controls.node_selector,
     });
     // Nothing to judge pods by yet: the native controller has not written a revision.
     if plan.progress.blocked == Some(Blocker::CurrentRevisionUnknown) {
@@ -444,7 +471,7 @@ async fn rolling_update(
     }
     // Paused: the plan is made (progress, status and the budget read as usual), and its
     // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
-    let plan = if paused { plan.paused() } else { plan };
+    let plan = if controls.paused { plan.paused() } else { plan };
     // Deletions are only made against a target the DaemonSet read agrees with: in a
     // rollback a -> b -> a the revisions watch may still name b for a moment.
     if !plan.deletions.is_empty() {
@@ -590,6 +617,7 @@ fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan) {
             Some((WAITING_FOR_STALE_STATUS_EVENT, describe(p)))
         }
         Some(Blocker::Paused { .. }) => Some((ROLLOUT_PAUSED_EVENT, describe(p))),
+        Some(Blocker::HeldBack) => Some((ROLLOUT_HELD_BACK_EVENT, describe(p))),
         _ => None,
     };
     // Said once per set of nodes, beside the progress: these nodes stay old for good.
@@ -846,7 +874,7 @@ mod tests {
             ds,
             ctx,
             MaxUnavailable::Count(2),
-            false,
+            Controls::default(),
             pods,
             current.as_ref(),
         )

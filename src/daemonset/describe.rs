@@ -29,6 +29,9 @@ pub fn describe(progress: &Progress) -> String {
         Some(Blocker::Paused { held }) => line.push_str(&format!(
             "; paused (rollgate.io/paused=true): {held} deletion(s) held, nothing is deleted until it is removed or false"
         )),
+        Some(Blocker::HeldBack) => line.push_str(
+            "; held back: every node the partition and node selector let through is upgraded",
+        ),
         Some(Blocker::CurrentRevisionUnknown) => line.push_str(
             "; waiting: no ControllerRevision or template generation identifies the current revision yet",
         ),
@@ -64,6 +67,23 @@ pub fn describe(progress: &Progress) -> String {
         line.push_str(&format!(
             "; pod status from before the node came back, not acted on until the kubelet reports again: {}",
             shorten(&p.stale_status_nodes)
+        ));
+    }
+    // Said whatever else blocks: these old pods stay by the operator's choice.
+    if let Some(partition) = p.partition {
+        line.push_str(&format!(
+            "; partition {partition}: {} node(s) kept on the old revision",
+            p.kept_by_partition.len()
+        ));
+        if !p.kept_by_partition.is_empty() {
+            line.push_str(&format!(": {}", shorten(&p.kept_by_partition)));
+        }
+    }
+    if !p.held_by_selector.is_empty() {
+        line.push_str(&format!(
+            "; {} node(s) held back by the node selector (rollgate.io/node-selector), upgraded when it matches them: {}",
+            p.held_by_selector.len(),
+            shorten(&p.held_by_selector)
         ));
     }
     if !p.unplaced_nodes.is_empty() {
@@ -116,6 +136,41 @@ mod tests {
         assert!(
             line.contains("paused (rollgate.io/paused=true): 2 deletion(s) held"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn partition_and_selector_are_said_whatever_else_blocks() {
+        for blocked in [
+            Some(Blocker::HeldBack),
+            None,
+            Some(Blocker::Paused { held: 1 }),
+        ] {
+            let p = Progress {
+                partition: Some(2),
+                kept_by_partition: vec!["n1".into(), "n2".into()],
+                held_by_selector: vec!["n5".into()],
+                blocked: blocked.clone(),
+                ..Default::default()
+            };
+            let line = describe(&p);
+            assert!(
+                line.contains("partition 2: 2 node(s) kept on the old revision: n1, n2"),
+                "{line}"
+            );
+            assert!(
+                line.contains("1 node(s) held back by the node selector") && line.contains(": n5"),
+                "{line}"
+            );
+        }
+        let held = describe(&Progress {
+            blocked: Some(Blocker::HeldBack),
+            ..Default::default()
+        });
+        assert!(held.contains("held back: every node"), "{held}");
+        assert!(
+            !held.contains("kept on the old revision"),
+            "no partition set: {held}"
         );
     }
 

@@ -6,6 +6,8 @@
 //!
 //! - [`controller`]: the wiring: reconcile one DaemonSet, apply its plan, report;
 //! - [`policy`]: which model a DaemonSet asks for, from its annotations;
+//! - [`controls`]: `rollgate.io/partition` and `rollgate.io/node-selector`: which nodes
+//!   an AdvancedRollingUpdate holds on the old revision;
 //! - [`revision`]: the current template revision, and which pods are up to date;
 //! - [`rolling_plan`]: AdvancedRollingUpdate: which old pods to delete now;
 //! - [`ota_plan`]: OTA: which pods' `PodNeedUpgrade` condition to write or remove;
@@ -19,6 +21,7 @@
 //! - [`other_updater`]: another updater (yurt-manager's) on the same DaemonSet: step back;
 //! - [`image_pull`]: the OTA image pre-pull with Jobs.
 pub mod controller;
+pub mod controls;
 pub mod describe;
 pub mod expectations;
 pub mod image_pull;

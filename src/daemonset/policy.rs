@@ -10,10 +10,14 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 
+use super::controls::{
+    NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
+};
 use crate::names::{
-    INVALID_MAX_UNAVAILABLE_EVENT, INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION,
-    PAUSED_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT, UPDATE_STRATEGY_ANNOTATION,
-    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+    INVALID_MAX_UNAVAILABLE_EVENT, INVALID_NODE_SELECTOR_EVENT, INVALID_PARTITION_EVENT,
+    INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION, NODE_SELECTOR_ANNOTATION,
+    PARTITION_ANNOTATION, PAUSED_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT,
+    UPDATE_STRATEGY_ANNOTATION, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
 };
 /// The only `spec.updateStrategy.type` we act on: the native controller then only
 /// recreates pods we delete, so the two controllers never fight.
@@ -24,13 +28,17 @@ pub const MAX_UNAVAILABLE_ACCEPTED_FORMS: &str = "a non-negative integer (e.g. 2
      percentage from 0% to 100% (e.g. 30%); 0 and 0% mean the default 10%";
 
 /// The upgrade model a DaemonSet selected, with its parsed parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Policy {
     /// Delete old pods on Ready nodes, bounded by `max_unavailable`; none while
-    /// `paused` (`rollgate.io/paused`).
+    /// `paused` (`rollgate.io/paused`); none on the nodes `partition`
+    /// (`rollgate.io/partition`) keeps or `node_selector` (`rollgate.io/node-selector`)
+    /// does not match.
     AdvancedRollingUpdate {
         max_unavailable: MaxUnavailable,
         paused: bool,
+        partition: Option<Partition>,
+        node_selector: Option<NodeSelector>,
     },
     /// Only mark pods with `PodNeedUpgrade`; the node operator triggers the upgrade.
     Ota,
@@ -80,6 +88,16 @@ pub enum PolicyError {
          (no pod is deleted until it is fixed)"
     )]
     InvalidPaused { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {PARTITION_ANNOTATION}: expected \
+         {PARTITION_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidPartition { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {NODE_SELECTOR_ANNOTATION}: {why}; expected \
+         {NODE_SELECTOR_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidNodeSelector { value: String, why: String },
 }
 
 impl PolicyError {
@@ -89,6 +107,8 @@ impl PolicyError {
             PolicyError::UnknownStrategy { .. } => UNKNOWN_UPDATE_STRATEGY_EVENT,
             PolicyError::InvalidMaxUnavailable { .. } => INVALID_MAX_UNAVAILABLE_EVENT,
             PolicyError::InvalidPaused { .. } => INVALID_PAUSED_EVENT,
+            PolicyError::InvalidPartition { .. } => INVALID_PARTITION_EVENT,
+            PolicyError::InvalidNodeSelector { .. } => INVALID_NODE_SELECTOR_EVENT,
         }
     }
 }
@@ -219,10 +239,33 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
                     })
                 }
             };
+            let partition = match annotation(PARTITION_ANNOTATION).map(Partition::parse) {
+                None => None,
+                Some(Ok(partition)) => partition,
+                Some(Err(_)) => {
+                    return PolicyDecision::Invalid(PolicyError::InvalidPartition {
+                        value: annotation(PARTITION_ANNOTATION).unwrap_or_default().into(),
+                    })
+                }
+            };
+            let node_selector = match annotation(NODE_SELECTOR_ANNOTATION) {
+                None => None,
+                Some(raw) => match NodeSelector::parse(raw) {
+                    Ok(selector) => Some(selector),
+                    Err(why) => {
+                        return PolicyDecision::Invalid(PolicyError::InvalidNodeSelector {
+                            value: raw.to_string(),
+                            why,
+                        })
+                    }
+                },
+            };
             match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
                 Ok(max_unavailable) => PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                     max_unavailable,
                     paused,
+                    partition,
+                    node_selector,
                 }),
                 Err(error) => PolicyDecision::Invalid(error),
             }
@@ -250,6 +293,8 @@ mod tests {
             PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                 max_unavailable: MaxUnavailable::Percent(10),
                 paused: p,
+                partition: None,
+                node_selector: None,
             })
         };
         assert_eq!(decision(None), paused(false));
@@ -264,6 +309,61 @@ mod tests {
             };
             assert!(e.to_string().contains("expected true or false"), "{e}");
         }
+    }
+
+    #[test]
+    fn partition_and_node_selector_parse_or_name_the_accepted_forms() {
+        let ds = |partition: Option<&str>, selector: Option<&str>, strategy: &str| {
+            let mut builder = DaemonSetBuilder::new("edge").on_delete().strategy(strategy);
+            if let Some(v) = partition {
+                builder = builder.partition(v);
+            }
+            if let Some(v) = selector {
+                builder = builder.node_selector(v);
+            }
+            policy_for(&builder.build())
+        };
+        let managed = |partition, node_selector: Option<&str>| {
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                max_unavailable: MaxUnavailable::Percent(10),
+                paused: false,
+                partition,
+                node_selector: node_selector.map(|s| NodeSelector::parse(s).unwrap()),
+            })
+        };
+        let aru = "AdvancedRollingUpdate";
+        assert_eq!(ds(None, None, aru), managed(None, None));
+        assert_eq!(
+            ds(Some("3"), None, aru),
+            managed(Some(Partition::Count(3)), None)
+        );
+        assert_eq!(
+            ds(Some("10%"), Some("pool in (a,b)"), aru),
+            managed(Some(Partition::Percent(10)), Some("pool in (a,b)"))
+        );
+        assert_eq!(ds(Some("0"), None, aru), managed(None, None));
+
+        let bad_partition = ds(Some("ten"), None, aru);
+        assert_eq!(bad_partition.warning_reason(), Some("InvalidPartition"));
+        let PolicyDecision::Invalid(e) = bad_partition else {
+            panic!()
+        };
+        assert!(e.to_string().contains(PARTITION_ACCEPTED_FORMS), "{e}");
+
+        let bad_selector = ds(None, Some("pool>3"), aru);
+        assert_eq!(bad_selector.warning_reason(), Some("InvalidNodeSelector"));
+        let PolicyDecision::Invalid(e) = bad_selector else {
+            panic!()
+        };
+        let text = e.to_string();
+        assert!(text.contains("unexpected character"), "{text}");
+        assert!(text.contains(NODE_SELECTOR_ACCEPTED_FORMS), "{text}");
+
+        // OTA marking is not steered by either, so neither is read (nor warned about).
+        assert_eq!(
+            ds(Some("ten"), Some("pool>3"), "OTA"),
+            PolicyDecision::Managed(Policy::Ota)
+        );
     }
 
     #[test]
@@ -383,7 +483,9 @@ mod tests {
             policy_for(&on_delete().strategy("advancedrollingupdate").build()),
             PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                 max_unavailable: MaxUnavailable::Percent(10),
-                paused: false
+                paused: false,
+                partition: None,
+                node_selector: None,
             })
         );
         assert_eq!(
@@ -395,7 +497,9 @@ mod tests {
             ),
             PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                 max_unavailable: MaxUnavailable::Percent(30),
-                paused: false
+                paused: false,
+                partition: None,
+                node_selector: None,
             })
         );
 

@@ -53,6 +53,12 @@
 //!   keeps such a pod running but would not recreate it, so replacing it would only
 //!   remove it. The node is out of the rollout (neither in the base nor counted) and is
 //!   named in `Progress::unplaced_nodes`.
+//! - Partition and node selector (`controls`, `rollgate.io/partition` and
+//!   `rollgate.io/node-selector`): old pods on the nodes they hold back are neither
+//!   replaced nor candidates; everything else, the base and the budget included, counts
+//!   as without them. A partition keeps the old nodes whose names sort first (see
+//!   `controls` for the exact rule and the percentage rounding). When only held-back
+//!   nodes are left old, the plan says `HeldBack`, not complete and not a wait.
 //! - Available = Ready condition True for at least `spec.minReadySeconds`, measured from
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
@@ -66,6 +72,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::controls::{HeldBack, NodeSelector, Partition};
 use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::CurrentRevision;
@@ -96,6 +103,10 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     /// replacement is seen there (see `VacatedNodes`).
     pub vacated_by_us: &'a BTreeMap<String, String>,
     pub limits: RollingLimits,
+    /// `rollgate.io/partition`: this many nodes stay on the old revision.
+    pub partition: Option<Partition>,
+    /// `rollgate.io/node-selector`: only the nodes that match are upgraded.
+    pub node_selector: Option<&'a NodeSelector>,
 }
 
 /// Limits on a plan besides the budget, set by the controller's flags.
@@ -242,6 +253,13 @@ pub struct Progress {
     pub not_ready_nodes_skipped: Vec<String>,
     /// Node names that pods point to but no Node object exists for: not touched.
     pub missing_nodes_skipped: Vec<String>,
+    /// `rollgate.io/partition` resolved against `total_nodes`, when set.
+    pub partition: Option<usize>,
+    /// Nodes still on an old revision that the partition keeps there, by name.
+    pub kept_by_partition: Vec<String>,
+    /// Nodes still on an old revision that `rollgate.io/node-selector` does not match,
+    /// by name: held back, not stalled.
+    pub held_by_selector: Vec<String>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
     /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
@@ -271,6 +289,10 @@ pub enum Blocker {
     Complete,
     /// `rollgate.io/paused` is true: this many deletions the plan would make are held.
     Paused { held: usize },
+    /// Every node the partition and the node selector let through is done; old pods
+    /// remain only on the nodes they hold back (`Progress::kept_by_partition`,
+    /// `Progress::held_by_selector`). Not complete, and not waiting on anything.
+    HeldBack,
 }
 
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
@@ -456,6 +478,27 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             .filter(|node| skipped_with_old_pods.contains(node))
             .count();
 
+    // Partition and node selector: the old pods of the nodes they hold back are taken
+    // out of what may be replaced; every count above stays as without them.
+    let held = if input.partition.is_none() && input.node_selector.is_none() {
+        HeldBack::default()
+    } else {
+        let old = old_nodes(&pods_by_node, &nodes, &progress, is_live, current);
+        HeldBack::choose(
+            input.partition,
+            input.node_selector,
+            &old,
+            progress.total_nodes,
+        )
+    };
+    let mut skipped_with_old_pods = skipped_with_old_pods;
+    if !held.is_empty() {
+        skipped_with_old_pods.retain(|node| !held.holds(node));
+        replaced_not_available.retain(|(node, _)| !held.holds(node));
+        old_not_available.retain(|(node, _)| !held.holds(node));
+        candidates.retain(|(node, _)| !held.holds(node));
+    }
+
     // Nodes left out for placement are not in the base either (a smaller base only
     // makes the budget more conservative).
     progress.budget = input.max_unavailable.budget(progress.total_nodes);
@@ -504,8 +547,10 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         Some(Blocker::WaitingForStaleStatus {
             nodes: progress.stale_status_nodes.clone(),
         })
-    } else if skipped_with_old_pods.is_empty() {
+    } else if skipped_with_old_pods.is_empty() && held.is_empty() {
         Some(Blocker::Complete)
+    } else if skipped_with_old_pods.is_empty() {
+        Some(Blocker::HeldBack)
     } else {
         Some(Blocker::WaitingForSkippedNodes {
             nodes: skipped_with_old_pods,
@@ -513,6 +558,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     };
     settled.sort();
     settled.dedup();
+    progress.partition = held.partition;
+    progress.kept_by_partition = held.kept_by_partition;
+    progress.held_by_selector = held.held_by_selector;
 
     RollingPlan {
         deletions,
@@ -584,6 +632,29 @@ impl<'a, P: PodFacts> LivePods<'a, P> {
             _ => LivePods::Other,
         }
     }
+}
+
+/// The nodes of the base still on an old revision, in name order: a live out-of-date
+/// pod on a Ready or NotReady node, not left out for placement (see `controls`).
+fn old_nodes<'a, P: PodFacts, N: NodeFacts>(
+    pods_by_node: &PodsByNode<'a, P>,
+    nodes: &HashMap<&str, &'a N>,
+    progress: &Progress,
+    is_live: impl Fn(&P) -> bool,
+    current: &CurrentRevision,
+) -> Vec<(&'a str, &'a N)> {
+    pods_by_node
+        .iter()
+        .filter(|(node, pods)| {
+            pods.iter()
+                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
+                && progress
+                    .unplaced_nodes
+                    .binary_search_by(|n| n.as_str().cmp(node))
+                    .is_err()
+        })
+        .filter_map(|(name, _)| Some((name, *nodes.get(name)?)))
+        .collect()
 }
 
 /// Ready means the Node's `Ready` condition has status `True`.
@@ -667,6 +738,8 @@ pub(crate) struct OwnedInput {
     pub expected_deletions: BTreeSet<String>,
     pub vacated_by_us: BTreeMap<String, String>,
     pub limits: RollingLimits,
+    pub partition: Option<Partition>,
+    pub node_selector: Option<NodeSelector>,
 }
 
 #[cfg(test)]
@@ -682,6 +755,8 @@ impl OwnedInput {
             expected_deletions: &self.expected_deletions,
             vacated_by_us: &self.vacated_by_us,
             limits: self.limits,
+            partition: self.partition,
+            node_selector: self.node_selector.as_ref(),
         }
     }
 }
@@ -724,6 +799,8 @@ mod tests {
             expected_deletions: BTreeSet::new(),
             vacated_by_us: BTreeMap::new(),
             limits: RollingLimits::default(),
+            partition: None,
+            node_selector: None,
         }
     }
 
@@ -797,6 +874,263 @@ mod tests {
             MaxUnavailable::Count(2),
         );
         assert!(plan(&done).paused().is_complete());
+    }
+
+    /// A node's state in the control tables.
+    #[derive(Clone, Copy)]
+    enum Is {
+        Old,
+        /// Old, and its pod not Ready: replaced first without controls.
+        OldNotAvailable,
+        New,
+        /// NotReady, with an old pod.
+        OldNotReady,
+    }
+
+    /// Five nodes n1..n5 in the given states; n1 and n2 are `pool=a`, n3 and n4
+    /// `pool=b`, n5 has no pool label.
+    fn five(ds: &DaemonSet, states: [Is; 5]) -> (Vec<Pod>, Vec<Node>) {
+        let (mut pods, mut nodes) = (Vec::new(), Vec::new());
+        for (i, state) in states.into_iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let mut n = node(&name, !matches!(state, Is::OldNotReady));
+            if i < 4 {
+                let pool = if i < 2 { "a" } else { "b" };
+                n.metadata.labels = Some([("pool".to_string(), pool.to_string())].into());
+            }
+            nodes.push(n);
+            let pod = format!("p{}", i + 1);
+            pods.push(match state {
+                Is::Old | Is::OldNotReady => old_available(ds, &pod, &name),
+                Is::New => new_available(ds, &pod, &name),
+                Is::OldNotAvailable => PodBuilder::new(&pod, ds)
+                    .hash("old")
+                    .on_node(&name)
+                    .not_ready()
+                    .build(),
+            });
+        }
+        (pods, nodes)
+    }
+
+    fn strings(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_partition_keeps_the_old_nodes_whose_names_sort_first() {
+        use Is::*;
+        let (ds, revisions) = upgrading(0);
+        // (partition, max-unavailable, states, deleted, kept, blocked)
+        type Case = (
+            Partition,
+            u32,
+            [Is; 5],
+            &'static [&'static str],
+            &'static [&'static str],
+            Option<Blocker>,
+        );
+        let cases: &[Case] = &[
+            (
+                Partition::Count(2),
+                5,
+                [Old; 5],
+                &["n3", "n4", "n5"],
+                &["n1", "n2"],
+                None,
+            ),
+            // The budget counts as before: one at a time.
+            (
+                Partition::Count(2),
+                1,
+                [Old; 5],
+                &["n3"],
+                &["n1", "n2"],
+                Some(Blocker::BudgetExhausted {
+                    unavailable: vec![],
+                }),
+            ),
+            // Reached: only the kept nodes are old.
+            (
+                Partition::Count(2),
+                5,
+                [Old, Old, New, New, New],
+                &[],
+                &["n1", "n2"],
+                Some(Blocker::HeldBack),
+            ),
+            // 50% of 5 rounds up to 3.
+            (
+                Partition::Percent(50),
+                5,
+                [Old; 5],
+                &["n4", "n5"],
+                &["n1", "n2", "n3"],
+                None,
+            ),
+            // A node that is new already (joined, or upgraded before) is not kept.
+            (
+                Partition::Count(2),
+                5,
+                [New, Old, Old, Old, Old],
+                &["n4", "n5"],
+                &["n2", "n3"],
+                None,
+            ),
+            (
+                Partition::Count(9),
+                5,
+                [Old; 5],
+                &[],
+                &["n1", "n2", "n3", "n4", "n5"],
+                Some(Blocker::HeldBack),
+            ),
+            // A kept pod that serves nothing is kept all the same.
+            (
+                Partition::Count(1),
+                5,
+                [OldNotAvailable, Old, Old, New, New],
+                &["n2", "n3"],
+                &["n1"],
+                None,
+            ),
+            // A NotReady node can be kept; then nothing waits on it.
+            (
+                Partition::Count(1),
+                5,
+                [OldNotReady, New, New, New, New],
+                &[],
+                &["n1"],
+                Some(Blocker::HeldBack),
+            ),
+            // One not kept is waited on as usual.
+            (
+                Partition::Count(1),
+                5,
+                [Old, OldNotReady, New, New, New],
+                &[],
+                &["n1"],
+                Some(Blocker::WaitingForSkippedNodes {
+                    nodes: strings(&["n2"]),
+                }),
+            ),
+        ];
+        for (i, (partition, max, states, deleted, kept, blocked)) in cases.iter().enumerate() {
+            let (pods, nodes) = five(&ds, *states);
+            let mut case = input(&ds, &revisions, pods, nodes, MaxUnavailable::Count(*max));
+            let free = plan(&case);
+            case.partition = Some(*partition);
+            let planned = plan(&case);
+            let names: Vec<&str> = planned.deletions.iter().map(|d| d.node.as_str()).collect();
+            assert_eq!(&names, deleted, "case {i}: deletions");
+            assert_eq!(
+                planned.progress.kept_by_partition,
+                strings(kept),
+                "case {i}: kept"
+            );
+            assert_eq!(planned.progress.blocked, *blocked, "case {i}: blocked");
+            assert_eq!(
+                planned.progress.partition,
+                Some(partition.kept(5)),
+                "case {i}"
+            );
+            assert_eq!(
+                (
+                    planned.progress.budget,
+                    planned.progress.unavailable,
+                    planned.progress.total_nodes
+                ),
+                (
+                    free.progress.budget,
+                    free.progress.unavailable,
+                    free.progress.total_nodes
+                ),
+                "case {i}: the budget counts as without a partition"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_selector_upgrades_only_the_nodes_it_matches_and_holds_the_rest() {
+        use Is::*;
+        let (ds, revisions) = upgrading(0);
+        // (selector, states, deleted, held, blocked)
+        type Case = (
+            &'static str,
+            [Is; 5],
+            &'static [&'static str],
+            &'static [&'static str],
+            Option<Blocker>,
+        );
+        let cases: &[Case] = &[
+            ("pool=a", [Old; 5], &["n1", "n2"], &["n3", "n4", "n5"], None),
+            (
+                "pool=a",
+                [New, New, Old, Old, Old],
+                &[],
+                &["n3", "n4", "n5"],
+                Some(Blocker::HeldBack),
+            ),
+            // Widened: the next pool goes.
+            (
+                "pool in (a,b)",
+                [New, New, Old, Old, Old],
+                &["n3", "n4"],
+                &["n5"],
+                None,
+            ),
+            (
+                "pool",
+                [New, New, New, New, Old],
+                &[],
+                &["n5"],
+                Some(Blocker::HeldBack),
+            ),
+            ("!pool", [New, New, New, New, Old], &["n5"], &[], None),
+            // An unmatched NotReady node is held back, not waited on.
+            (
+                "pool=a",
+                [New, New, OldNotReady, New, New],
+                &[],
+                &["n3"],
+                Some(Blocker::HeldBack),
+            ),
+            // Nothing old is left: complete, whatever the selector.
+            ("pool=a", [New; 5], &[], &[], Some(Blocker::Complete)),
+        ];
+        for (i, (selector, states, deleted, held, blocked)) in cases.iter().enumerate() {
+            let (pods, nodes) = five(&ds, *states);
+            let mut case = input(&ds, &revisions, pods, nodes, MaxUnavailable::Count(5));
+            let free = plan(&case);
+            case.node_selector = Some(NodeSelector::parse(selector).unwrap());
+            let planned = plan(&case);
+            let names: Vec<&str> = planned.deletions.iter().map(|d| d.node.as_str()).collect();
+            assert_eq!(&names, deleted, "case {i}: deletions");
+            assert_eq!(
+                planned.progress.held_by_selector,
+                strings(held),
+                "case {i}: held"
+            );
+            assert_eq!(planned.progress.blocked, *blocked, "case {i}: blocked");
+            assert!(planned.progress.kept_by_partition.is_empty());
+            assert_eq!(planned.progress.partition, None);
+            assert_eq!(
+                (planned.progress.budget, planned.progress.unavailable),
+                (free.progress.budget, free.progress.unavailable),
+                "case {i}: the budget counts as without a selector"
+            );
+        }
+
+        // With a partition: the held-back nodes count toward it first.
+        let (pods, nodes) = five(&ds, [Old; 5]);
+        let mut case = input(&ds, &revisions, pods, nodes, MaxUnavailable::Count(5));
+        case.node_selector = Some(NodeSelector::parse("pool in (a,b)").unwrap());
+        case.partition = Some(Partition::Count(2));
+        let planned = plan(&case);
+        let names: Vec<&str> = planned.deletions.iter().map(|d| d.node.as_str()).collect();
+        assert_eq!(names, ["n2", "n3", "n4"]);
+        assert_eq!(planned.progress.kept_by_partition, strings(&["n1"]));
+        assert_eq!(planned.progress.held_by_selector, strings(&["n5"]));
     }
 
     fn deleted_names(plan: &RollingPlan) -> Vec<(&str, DeletionReason)> {

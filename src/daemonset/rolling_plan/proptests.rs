@@ -171,6 +171,22 @@ fn model() -> impl Strategy<Value = Model> {
         )
 }
 
+/// n0, n3, n6.. are in pool a, n1, n4.. in pool b, the rest have no pool label.
+fn pool_of(index: usize) -> Option<&'static str> {
+    [Some("a"), Some("b"), None][index % 3]
+}
+
+/// Whether a node of this pool (or none) matches, written out by hand.
+type PoolTest = fn(Option<&str>) -> bool;
+
+/// Node selectors the controls property draws from, with the same test written out.
+const SELECTORS: &[(&str, PoolTest)] = &[
+    ("pool=a", |pool| pool == Some("a")),
+    ("pool in (a,b)", |pool| pool.is_some()),
+    ("!pool", |pool| pool.is_none()),
+    ("pool!=b", |pool| pool != Some("b")),
+];
+
 fn node_name(index: usize) -> String {
     format!("n{index}")
 }
@@ -224,6 +240,13 @@ fn to_input(model: &Model) -> OwnedInput {
         };
         if model_node.dedicated {
             made = made.map(|n| tainted(n, taint("dedicated", "NoSchedule")));
+        }
+        // Pools for the node selector property; nothing else reads node labels here.
+        if let Some(pool) = pool_of(node_index) {
+            made = made.map(|mut n| {
+                n.metadata.labels = Some([("pool".to_string(), pool.to_string())].into());
+                n
+            });
         }
         nodes.extend(made.map(Arc::new));
         for (pod_index, p) in model_node.pods.iter().enumerate() {
@@ -284,6 +307,8 @@ fn to_input(model: &Model) -> OwnedInput {
             max_deletions_per_plan: model.max_deletions_per_plan,
             ..RollingLimits::default()
         },
+        partition: None,
+        node_selector: None,
     }
 }
 
@@ -303,6 +328,8 @@ fn back_since(name: &str, since: i64) -> Node {
 
 /// What the spec says about a model, computed directly from it.
 struct Oracle {
+    /// The percentage base.
+    base: usize,
     budget: usize,
     unavailable: usize,
     /// Old available pods alone on a Ready node, in node order.
@@ -407,6 +434,7 @@ fn oracle(model: &Model) -> Oracle {
         MaxUnavailable::Percent(percent) => (base * percent as usize + 99) / 100,
     };
     Oracle {
+        base,
         budget,
         unavailable,
         candidates,
@@ -415,6 +443,92 @@ fn oracle(model: &Model) -> Oracle {
         stale,
         deletable,
         on_skipped_nodes,
+    }
+}
+
+/// The nodes still on an old revision, by index: a live old pod of ours, on a Node that
+/// exists, and not a lone old pod where the DaemonSet no longer places one.
+fn old_node_indices(model: &Model) -> Vec<usize> {
+    let mut old = Vec::new();
+    for (index, n) in model.nodes.iter().enumerate() {
+        if n.state == NodeState::Missing {
+            continue;
+        }
+        let live: Vec<&ModelPod> = n
+            .pods
+            .iter()
+            .filter(|p| !p.owned_by_other_daemonset && !p.terminating && !p.deletion_expected)
+            .collect();
+        let targeted = model.tolerate_everything || !n.dedicated;
+        if n.state == NodeState::Ready && !targeted && matches!(live.as_slice(), [p] if !p.updated)
+        {
+            continue;
+        }
+        if live.iter().any(|p| !p.updated) {
+            old.push(index);
+        }
+    }
+    old
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    /// No node inside the partition, and no node the selector does not match, is ever
+    /// chosen for deletion; the budget counts as without them; and the kept nodes are the
+    /// documented ones (held-back nodes count first, then the first names).
+    #[test]
+    fn partition_and_selector_never_delete_on_the_nodes_they_hold(
+        model in model(),
+        partition in prop_oneof![
+            Just(None),
+            (0u32..=10).prop_map(|c| Some(Partition::Count(c))),
+            (1u8..=100).prop_map(|p| Some(Partition::Percent(p))),
+        ],
+        selector in prop::option::of(0..SELECTORS.len()),
+    ) {
+        let mut owned = to_input(&model);
+        let free = plan_rolling_update(&owned.input());
+        owned.partition = partition.filter(|p| *p != Partition::Count(0));
+        owned.node_selector =
+            selector.map(|i| NodeSelector::parse(SELECTORS[i].0).unwrap());
+        let plan = plan_rolling_update(&owned.input());
+        let expected = oracle(&model);
+
+        let old = old_node_indices(&model);
+        let matches = |i: usize| selector.is_none_or(|s| (SELECTORS[s].1)(pool_of(i)));
+        let held: Vec<String> =
+            old.iter().filter(|&&i| !matches(i)).map(|&i| node_name(i)).collect();
+        let admitted: Vec<String> =
+            old.iter().filter(|&&i| matches(i)).map(|&i| node_name(i)).collect();
+        let base = expected.base;
+        let kept_count = match owned.partition {
+            None => 0,
+            Some(Partition::Count(c)) => (c as usize).min(base),
+            Some(Partition::Percent(p)) => {
+                let up = (base * p as usize).div_ceil(100);
+                if p < 100 && base > 1 { up.min(base - 1) } else { up }
+            }
+        };
+        let keep = kept_count.saturating_sub(held.len()).min(admitted.len());
+        let kept = admitted[..keep].to_vec();
+
+        prop_assert_eq!(&plan.progress.held_by_selector, &held);
+        prop_assert_eq!(&plan.progress.kept_by_partition, &kept);
+        for deletion in &plan.deletions {
+            prop_assert!(
+                !kept.contains(&deletion.node) && !held.contains(&deletion.node),
+                "deleted on a held-back node {}: kept {:?}, held {:?}",
+                deletion.node, kept, held
+            );
+        }
+        prop_assert_eq!(plan.progress.budget, free.progress.budget);
+        prop_assert_eq!(plan.progress.unavailable, free.progress.unavailable);
+        prop_assert_eq!(plan.progress.total_nodes, free.progress.total_nodes);
+        prop_assert!(plan.deletions.len() <= free.deletions.len());
+        if !kept.is_empty() || !held.is_empty() {
+            prop_assert!(!plan.is_complete());
+        }
     }
 }
 

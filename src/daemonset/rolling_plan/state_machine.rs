@@ -426,6 +426,8 @@ impl Sim {
             expected_deletions: &pending.deletions,
             vacated_by_us: &pending.vacated,
             limits: self.limits,
+            partition: None,
+            node_selector: None,
         });
         prop_assert!(plan.deletions.len() <= self.limits.max_deletions_per_plan);
         self.expectations.settle("ds", &plan.settled);
