@@ -35,6 +35,9 @@ pub struct DaemonSetMetrics {
     pub rollout_paused: Family<DaemonSetLabels, Gauge>,
     /// The budget and what uses it, so a dashboard can show the budget in use.
     pub nodes_unavailable: Family<DaemonSetLabels, Gauge>,
+    /// Nodes kept on the old revision on purpose (partition, node selector): pending,
+    /// but not a stall.
+    pub nodes_held_back: Family<DaemonSetLabels, Gauge>,
     pub max_unavailable: Family<DaemonSetLabels, Gauge>,
     pub pods_deleted: Family<DeletionLabels, Counter>,
     pub reconcile_errors: ErrorCounter,
@@ -53,6 +56,7 @@ impl DaemonSetMetrics {
             native_controller_stalled: Family::default(),
             rollout_paused: Family::default(),
             nodes_unavailable: Family::default(),
+            nodes_held_back: Family::default(),
             max_unavailable: Family::default(),
             pods_deleted: Family::default(),
             reconcile_errors: Family::default(),
@@ -108,6 +112,11 @@ impl DaemonSetMetrics {
                 m.nodes_unavailable.clone(),
             );
             r.register(
+                "nodes_held_back",
+                "Nodes kept on the old revision by rollgate.io/partition or held back by rollgate.io/node-selector",
+                m.nodes_held_back.clone(),
+            );
+            r.register(
                 "max_unavailable",
                 "The max-unavailable budget, resolved against the rollout's node count",
                 m.max_unavailable.clone(),
@@ -159,6 +168,9 @@ impl DaemonSetMetrics {
         self.max_unavailable
             .get_or_create(&labels)
             .set(progress.budget as i64);
+        self.nodes_held_back.get_or_create(&labels).set(
+            (progress.kept_by_partition.len() + progress.held_by_selector.len()) as i64,
+        );
         self.rollout_paused
             .get_or_create(&labels)
             .set(i64::from(matches!(
@@ -193,6 +205,7 @@ impl DaemonSetMetrics {
         self.rollout_paused.remove(&labels);
         self.nodes_unavailable.remove(&labels);
         self.max_unavailable.remove(&labels);
+        self.nodes_held_back.remove(&labels);
     }
 }
 
@@ -212,6 +225,8 @@ mod tests {
             blocked: Some(Blocker::Paused { held: 1 }),
             unavailable: 2,
             budget: 5,
+            kept_by_partition: vec!["n3".into()],
+            held_by_selector: vec!["n4".into(), "n5".into()],
             ..Default::default()
         };
         m.set_progress("edge", "agent", &progress);
@@ -225,6 +240,7 @@ mod tests {
             "rollgate_daemonset_rollout_paused{namespace=\"edge\",daemonset=\"agent\"} 1",
             "rollgate_daemonset_nodes_unavailable{namespace=\"edge\",daemonset=\"agent\"} 2",
             "rollgate_daemonset_max_unavailable{namespace=\"edge\",daemonset=\"agent\"} 5",
+            "rollgate_daemonset_nodes_held_back{namespace=\"edge\",daemonset=\"agent\"} 3",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
