@@ -16,6 +16,10 @@ log "control plane binaries (cached outside the clone; a cold build takes a whil
 bash hack/build-control-plane.sh >/dev/null &
 build_pid=$!
 
+log "helm, for the chart (cached outside the clone, keyed by HELM_VERSION)"
+bash hack/build-helm.sh >/dev/null &
+helm_pid=$!
+
 log "static musl release build of the image's binary, in the background (cache outside the clone)"
 musl_log=$repo/target/musl-check.log
 mkdir -p "$repo/target"
@@ -40,9 +44,15 @@ log "the official Alibaba Cloud Python SDKs against the emulator (venv cached ou
 bash crates/lb-emulator/sdk-check/run.sh
 
 wait "$build_pid"
-# kubectl of the pinned version comes with the control plane; tests call it.
-PATH="$(bash hack/build-control-plane.sh):$PATH"
+wait "$helm_pid"
+# kubectl of the pinned version comes with the control plane, helm from its own cache;
+# tests call both (tests/helm.rs would only skip without helm: here it is never missing).
+PATH="$(bash hack/build-helm.sh):$(bash hack/build-control-plane.sh):$PATH"
 export PATH
+
+log "lint: helm lint --strict of charts/rollgate"
+helm lint --strict charts/rollgate
+
 trap 'bash hack/cluster-down.sh' EXIT
 log "starting the test control plane"
 NODES=0 bash hack/cluster-up.sh
