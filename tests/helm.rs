@@ -616,9 +616,14 @@ const RELEASE_KINDS: &[&str] = &[
 
 /// The chart's kinds as `kubectl get` names them (ServiceAccount -> serviceaccounts).
 fn resource_of(kind: &str) -> &'static str {
+    let lower = kind.to_lowercase();
+    let plural = match lower.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{lower}s"),
+    };
     RELEASE_KINDS
         .iter()
-        .find(|r| r.split('.').next().unwrap() == format!("{}s", kind.to_lowercase()))
+        .find(|r| r.split('.').next().unwrap() == plural)
         .copied()
         .unwrap_or_else(|| {
             panic!("the chart makes a {kind}: add it to RELEASE_KINDS so uninstall checks it")
