@@ -22,6 +22,10 @@ mkdir -p "$repo/target"
 bash hack/build-promtool.sh >"$promtool_log" 2>&1 &
 promtool_pid=$!
 
+log "helm, for the chart (cached outside the clone, keyed by HELM_VERSION)"
+bash hack/build-helm.sh >/dev/null &
+helm_pid=$!
+
 log "static musl release build of the image's binary, in the background (cache outside the clone)"
 musl_log=$repo/target/musl-check.log
 mkdir -p "$repo/target"
@@ -51,9 +55,15 @@ if ! wait "$promtool_pid"; then
   echo "[test] hack/build-promtool.sh failed (log above)" >&2
   exit 1
 fi
-# kubectl of the pinned version comes with the control plane; tests call it.
-PATH="$(bash hack/build-control-plane.sh):$PATH"
+wait "$helm_pid"
+# kubectl of the pinned version comes with the control plane, helm from its own cache;
+# tests call both (tests/helm.rs would only skip without helm: here it is never missing).
+PATH="$(bash hack/build-helm.sh):$(bash hack/build-control-plane.sh):$PATH"
 export PATH
+
+log "lint: helm lint --strict of charts/rollgate"
+helm lint --strict charts/rollgate
+
 trap 'bash hack/cluster-down.sh' EXIT
 log "starting the test control plane"
 NODES=0 bash hack/cluster-up.sh

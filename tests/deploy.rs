@@ -14,10 +14,9 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::{json, Value};
 use support::*;
 
@@ -25,27 +24,6 @@ use support::*;
 const WORKLOAD_KINDS: &[&str] = &["Deployment", "DaemonSet"];
 
 const UPDATE_SNAPSHOT_ENV: &str = "ROLLGATE_UPDATE_RBAC_SNAPSHOT";
-
-/// The objects `kubectl apply -k dir` would send, as JSON (`create --dry-run=client`
-/// prints them as built, without merging anything from the cluster).
-fn kustomize_build(dir: &Path) -> Vec<Value> {
-    let out = kubectl(&[
-        "create",
-        "-k",
-        dir.to_str().unwrap(),
-        "--dry-run=client",
-        "-o",
-        "json",
-    ]);
-    serde_json::Deserializer::from_str(&out)
-        .into_iter::<Value>()
-        .map(|object| object.expect("kubectl printed JSON objects"))
-        .collect()
-}
-
-fn kind_of(object: &Value) -> &str {
-    object["kind"].as_str().unwrap_or_default()
-}
 
 /// Writes `objects` as one List file in `dir` and applies it (or dry-runs it).
 fn apply_objects(dir: &Path, file: &str, objects: &[Value], extra: &[&str]) -> String {
@@ -203,27 +181,6 @@ async fn the_layout_for_yurthub_nodes_is_the_install_without_the_agent() {
     }
 }
 
-/// `kubectl auth can-i --list` of a ServiceAccount, one normalized rule a line, sorted:
-/// columns joined by a single space, so whitespace changes of kubectl do not matter.
-fn can_i_list(namespace: &str, service_account: &str) -> String {
-    let out = kubectl(&[
-        "auth",
-        "can-i",
-        "--list",
-        "-n",
-        namespace,
-        &format!("--as=system:serviceaccount:{namespace}:{service_account}"),
-    ]);
-    let mut lines: Vec<String> = out
-        .lines()
-        .skip(1) // the header
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.sort();
-    lines.join("\n") + "\n"
-}
-
 /// The first differing lines of two snapshots, as a short unified-style listing.
 fn line_diff(committed: &str, actual: &str) -> String {
     let old: Vec<&str> = committed.lines().collect();
@@ -324,23 +281,6 @@ async fn the_rbac_matches_the_committed_snapshot_and_has_no_wildcard() {
          {UPDATE_SNAPSHOT_ENV}=1 cargo test -p rollgate --test deploy rbac",
         mismatches.join("\n")
     );
-}
-
-/// A token of `namespace/service_account` bound to `pod` (see support::agent_token).
-async fn bound_token(client: &Client, namespace: &str, service_account: &str, pod: &Pod) -> String {
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let request = json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"audiences": [], "expirationSeconds": 3600, "boundObjectRef": {
-            "kind": "Pod", "apiVersion": "v1",
-            "name": pod.metadata.name, "uid": pod.metadata.uid
-        }}
-    });
-    let response: TokenRequest = api
-        .create_subresource("token", service_account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
-    response.status.and_then(|s| s.token).expect("a token")
 }
 
 fn pod_on(name: &str, node: &str, service_account: Option<&str>) -> Pod {
