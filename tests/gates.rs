@@ -2404,8 +2404,10 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
 }
 
 /// The user points the Service from one load balancer of theirs (A) to another (B):
-/// rollgate's backends leave A, and everything else on A stays (the user's listener
-/// and group, a backend the user added by hand to rollgate's group, A itself). Fails
+/// rollgate's backends (and the listener and group it made) leave A, and everything
+/// else on A stays (A itself, the user's listener, group and backend). B's backends
+/// are counted in groups B's listeners did not have before, so a group shared by A and
+/// B (an NLB group found by name across the region) fails it too. Fails
 /// if the old backends are orphaned on A (before, only a load balancer rollgate created
 /// was let go of; an attached one kept rollgate's backends, forwarding to pod IPs that
 /// Terway hands to other pods), or if the move touches what rollgate does not own.
@@ -2436,17 +2438,12 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
     assert_eq!(groups_a.len(), 2, "the user's group and rollgate's on A");
     let backends = bed.backends().await;
     assert_eq!(ours_in(&backends, &groups_a), 2, "{backends:?}");
-    // The user adds a backend of their own to rollgate's group on A.
-    let rollgates_a = backends
-        .iter()
-        .find(|x| x.description == owner)
-        .unwrap()
-        .group
-        .clone();
+    let b_before = listener_groups(&bed, &b.id).await;
+    // The user's own backend in the user's own group on A.
+    let users_group_a = a.listeners[0].clone();
     let nlb = emulator_client(&bed, Product::Nlb);
-    let listener_80 = a_listener_ref(&bed, &a.id, 80, &rollgates_a).await;
     nlb.add_backends(
-        &listener_80,
+        &users_group_a,
         &[Backend {
             key: BackendKey {
                 server_id: "10.255.0.8".into(),
@@ -2474,7 +2471,11 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
         Duration::from_secs(60),
         || async {
             let backends = bed.backends().await;
-            let groups_b = listener_groups(&bed, &b.id).await;
+            let groups_b: BTreeSet<String> = listener_groups(&bed, &b.id)
+                .await
+                .difference(&b_before)
+                .cloned()
+                .collect();
             let (on_a, on_b) = (ours_in(&backends, &groups_a), ours_in(&backends, &groups_b));
             if on_a == 0 && on_b == 2 {
                 Ok(())
@@ -2485,31 +2486,27 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
     )
     .await;
     wait_gate(&bed, "web", "web", "gates True on B", |s, _| s == "True").await;
-    // Everything on A that is not rollgate's backend is still there.
+    // Everything on A that is not rollgate's is still there: A, the user's listener,
+    // group and backend. rollgate's listener and group on A are gone (an NLB group is
+    // the region's: left there, B's listener would have shared it by name).
     assert!(load_balancer_ids(&bed, "nlb").await.contains(&a.id));
     assert_eq!(
         listener_groups(&bed, &a.id).await,
-        groups_a,
-        "A's listeners as they were"
+        BTreeSet::from([users_group_a.server_group_id.clone()]),
+        "A's own listener only"
     );
-    let left: Vec<String> = bed
-        .backends()
-        .await
-        .into_iter()
-        .filter(|x| x.group == rollgates_a)
-        .map(|x| x.description)
-        .collect();
-    assert_eq!(left, vec!["added-by-hand".to_string()]);
-    // Deleting the Service now takes nothing more from A.
-    bed.delete_service("web").await;
-    assert_eq!(
+    let users_backends = || async {
         bed.backends()
             .await
             .into_iter()
-            .filter(|x| x.group == rollgates_a)
-            .count(),
-        1
-    );
+            .filter(|x| x.group == users_group_a.server_group_id)
+            .map(|x| x.description)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(users_backends().await, vec!["added-by-hand".to_string()]);
+    // Deleting the Service now takes nothing from A.
+    bed.delete_service("web").await;
+    assert_eq!(users_backends().await, vec!["added-by-hand".to_string()]);
     bed.cleanup().await;
 }
 
@@ -2523,28 +2520,4 @@ async fn listener_groups(bed: &Bed, lb_id: &str) -> BTreeSet<String> {
         .filter(|l| l["load_balancer_id"] == lb_id)
         .filter_map(|l| l["server_group_id"].as_str().map(str::to_string))
         .collect()
-}
-
-/// The reference to a listener's group of an NLB, as the client addresses it.
-async fn a_listener_ref(
-    bed: &Bed,
-    lb_id: &str,
-    port: u16,
-    group: &str,
-) -> alibaba_lb::ServerGroupRef {
-    let state = bed.emulator("state").await;
-    let listener = state["nlb"]["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["load_balancer_id"] == lb_id && l["port"] == port)
-        .cloned()
-        .unwrap_or_else(|| panic!("no listener {port} on {lb_id}: {state}"));
-    alibaba_lb::ServerGroupRef {
-        load_balancer_id: lb_id.into(),
-        server_group_id: group.into(),
-        listener_port: port,
-        listener_protocol: alibaba_lb::ListenerProtocol::Tcp,
-        listener_id: listener["id"].as_str().map(str::to_string),
-    }
 }

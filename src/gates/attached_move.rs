@@ -1,12 +1,13 @@
 //! A Service moved off a load balancer the user named (`...-loadbalancer-id` changed to
-//! another, or removed): rollgate's backends leave the one it served, and everything
-//! else there (the user's listeners, groups and backends) stays. Which one it served is
+//! another, or removed): rollgate's listeners, groups and backends leave the one it
+//! served, and everything else there (the user's listeners, groups and backends) stays. Which one it served is
 //! recorded on the Service (`rollgate.io/attached-load-balancer-id`) before any backend
 //! is registered in it, so a move is seen even across a restart.
 use super::cleanup::{cleanup_steps, remove_own_backends, CleanupStep};
 use super::context::{Context, Error};
 use super::service::ServiceSnapshot;
 use super::service_writes::record_served_attached;
+use super::stale::remove_unwanted;
 
 /// What to do about the attached load balancer on record (pure).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,12 +84,24 @@ pub async fn follow_attached_move(service: &ServiceSnapshot, ctx: &Context) -> R
             now,
         } => {
             if remove_backends {
-                let removed = remove_own_backends(service, ctx, service.made_with, &former).await?;
+                // The listeners rollgate made there and their groups go (an NLB group
+                // belongs to the region: left behind, the next load balancer's listener
+                // would find it by name and share it with the former one), then any
+                // backend of rollgate's left in a group it keeps (a user's listener
+                // forwards to it).
+                let facts = &service.facts;
+                let product = service.made_with;
+                let wiring =
+                    remove_unwanted(ctx, product, &former, &[], &facts.name, &facts.namespace)
+                        .await?;
+                let removed = remove_own_backends(service, ctx, product, &former).await?;
                 tracing::info!(
                     load_balancer = former,
                     now = now.as_deref().unwrap_or("-"),
+                    listeners = wiring.listeners.len(),
+                    groups = wiring.groups.len(),
                     removed,
-                    "took rollgate's backends out of the load balancer the Service no longer names"
+                    "took rollgate's listeners, groups and backends off the load balancer the Service no longer names"
                 );
             }
             record_served_attached(service, ctx, now.as_deref()).await?;

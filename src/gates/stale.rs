@@ -120,17 +120,31 @@ pub async fn remove_stale(
     service: &str,
     namespace: &str,
 ) -> Result<StaleWiring, CloudError> {
-    let client = ctx.cloud.client(product);
-    let Some(wiring) = client.wiring(load_balancer_id).await? else {
-        return Ok(StaleWiring::default());
-    };
     let wanted: Vec<_> = spec
         .listeners
         .iter()
         .map(|l| (l.port, l.protocol, l.server_group_name.clone()))
         .collect();
+    remove_unwanted(ctx, product, load_balancer_id, &wanted, service, namespace).await
+}
+
+/// [`remove_stale`] for the wanted listeners given as (port, protocol, group name):
+/// none wanted takes every listener and group of this Service's off the load balancer
+/// (a Service moved off it).
+pub async fn remove_unwanted(
+    ctx: &Context,
+    product: Product,
+    load_balancer_id: &str,
+    wanted: &[(u16, ListenerProtocol, String)],
+    service: &str,
+    namespace: &str,
+) -> Result<StaleWiring, CloudError> {
+    let client = ctx.cloud.client(product);
+    let Some(wiring) = client.wiring(load_balancer_id).await? else {
+        return Ok(StaleWiring::default());
+    };
     let settings = &ctx.settings;
-    let stale = stale_wiring(&wiring, &wanted, |name| {
+    let stale = stale_wiring(&wiring, wanted, |name| {
         owned_group_name(
             name,
             service,
