@@ -114,6 +114,15 @@ pub async fn follow_attached_move(service: &ServiceSnapshot, ctx: &Context) -> R
 mod tests {
     use super::*;
 
+    /// What the case is about, the served, attached and created ids, the move.
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        AttachedMove,
+    );
+
     #[test]
     fn a_move_off_the_served_load_balancer_takes_our_backends_out_of_it_once() {
         let leave = |former: &str, remove: bool, now: Option<&str>| AttachedMove::LeaveFormer {
@@ -122,7 +131,7 @@ mod tests {
             now: now.map(str::to_string),
         };
         #[rustfmt::skip]
-        let cases: &[(&str, Option<&str>, Option<&str>, Option<&str>, AttachedMove)] = &[
+        let cases: &[Case] = &[
             ("nothing named, nothing served", None, None, None, AttachedMove::Stay),
             ("a created one only", None, None, Some("lb-made"), AttachedMove::Stay),
             ("first served: recorded before anything is registered", None, Some("lb-a"), None, AttachedMove::Record("lb-a".into())),

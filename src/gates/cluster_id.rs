@@ -47,11 +47,19 @@ pub async fn resolve(client: &Client, explicit: Option<&str>) -> anyhow::Result<
 mod tests {
     use super::*;
 
+    /// What the case is about, the flag, the namespace UID, the ids chosen.
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<(&'a str, &'a str)>,
+    );
+
     #[test]
     fn the_flag_wins_else_the_namespace_uid_and_the_former_default_is_adopted() {
         let uid = "5f0c1d2e-0000-4000-8000-000000000001";
         #[rustfmt::skip]
-        let cases: &[(&str, Option<&str>, Option<&str>, Option<(&str, &str)>)] = &[
+        let cases: &[Case] = &[
             ("explicit flag, its own markers adopted", Some("prod-1"), Some(uid), Some(("prod-1", "prod-1"))),
             ("explicit flag, nothing read", Some("prod-1"), None, Some(("prod-1", "prod-1"))),
             ("no flag: the uid, the former default adopted", None, Some(uid), Some((uid, FORMER_DEFAULT_CLUSTER_ID))),

@@ -343,12 +343,8 @@ impl ClbClient {
         // The current name first; else the former name (an upgrade), within this
         // load balancer only (its own vServer groups).
         let named = |name: &str| groups.iter().find(|g| g.v_server_group_name == name);
-        let found = named(&listener.server_group_name).or_else(|| {
-            listener
-                .former_group_name
-                .as_deref()
-                .and_then(|former| named(former))
-        });
+        let found = named(&listener.server_group_name)
+            .or_else(|| listener.former_group_name.as_deref().and_then(named));
         let group_id = match found {
             Some(group) => group.v_server_group_id.clone(),
             None => {
