@@ -51,7 +51,14 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         .map_or_else(Leadership::always, |e| e.leadership.clone());
 
     // The readiness gates are on with a cloud region; only they need the Services.
-    let gates = crate::gates::from_args(&args.gates)?;
+    let mut gates = crate::gates::from_args(&args.gates)?;
+    if let Some((_, settings)) = gates.as_mut() {
+        let (id, legacy) =
+            crate::gates::cluster_id::resolve(&client, args.gates.cluster_id.as_deref()).await?;
+        tracing::info!(cluster_id = %id, adopts = %legacy, "readiness gates: this cluster's id");
+        settings.cluster_id = id;
+        settings.legacy_cluster_id = Some(legacy);
+    }
     let service_watch = match gates {
         Some(_) => ServiceWatch::On,
         None => ServiceWatch::Off,

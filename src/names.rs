@@ -125,6 +125,10 @@ pub const PULL_DEADLINE_ANNOTATION: &str = "rollgate.io/image-pull-deadline";
 pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
 /// Where rollgate records a load balancer it created (and so may delete).
 pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
+/// Where rollgate records the load balancer the user named (`...-loadbalancer-id`) that
+/// it registers backends in: when the user names another (or none), rollgate's backends
+/// leave this one, even after a restart.
+pub const SERVED_ATTACHED_ID_ANNOTATION: &str = "rollgate.io/attached-load-balancer-id";
 /// Held while rollgate may still have cloud resources to clean up for the Service.
 pub const LOAD_BALANCER_FINALIZER: &str = "rollgate.io/load-balancer";
 /// Alibaba's annotation (read under both prefixes, any non-empty value, as Alibaba's

@@ -20,6 +20,11 @@ use support::*;
 
 const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
 const CLUSTER_ID: &str = "e2e";
+
+/// The marker rollgate writes on a backend of `service` in `namespace` for `port`.
+fn owner(port: u16, service: &str, namespace: &str) -> String {
+    rollgate::gates::model::owner_description(port, service, namespace, CLUSTER_ID)
+}
 /// The cluster's VPC in the emulator: the pods' ENIs are there.
 const VPC_ID: &str = "vpc-e2e";
 
@@ -452,7 +457,7 @@ async fn restart(bed: &Bed, name: &str) {
 
 /// Owned backends must be exactly the live pods' IPs once things settle.
 async fn wait_no_orphans(bed: &Bed, app: &str, service: &str) {
-    let owner = format!("k8s/80/{service}/{}/{CLUSTER_ID}", bed.ns.name);
+    let owner = owner(80, service, &bed.ns.name);
     wait_for(
         "owned backends = live pods",
         Duration::from_secs(30),
@@ -906,7 +911,7 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
             "all 6 backends healthy",
             Duration::from_secs(30),
             || async {
-                let owner = format!("k8s/80/{app}/{}/{CLUSTER_ID}", bed.ns.name);
+                let owner = owner(80, app, &bed.ns.name);
                 let healthy = bed
                     .backends()
                     .await
@@ -925,7 +930,7 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
             .backends()
             .await
             .into_iter()
-            .find(|b| b.description.starts_with(&format!("k8s/80/{app}/")))
+            .find(|b| b.description == owner(80, app, &bed.ns.name))
             .unwrap()
             .group;
         let start = bed.emulator("timeline").await["events"]
@@ -1446,7 +1451,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
             .contains_key("rollgate.io/created-load-balancer-id"),
         "an attached load balancer is not recorded as created"
     );
-    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let owner = owner(80, "web", &bed.ns.name);
     let state = bed.emulator("state").await;
     let group_id = state["clb"]["vserver_groups"]
         .as_array()
@@ -1699,6 +1704,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "users-own-group".into(),
+                former_group_name: None,
                 settings: Default::default(),
             }],
         })
@@ -1843,7 +1849,7 @@ async fn preserve_on_delete_keeps_the_created_load_balancer_without_our_backends
         .get("rollgate.io/created-load-balancer-id")
         .cloned()
         .expect("the created load balancer is recorded");
-    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let owner = owner(80, "web", &bed.ns.name);
     let ours = |b: &[EmuBackend]| b.iter().filter(|b| b.description == owner).count();
     assert_eq!(ours(&bed.backends().await), 2);
     bed.delete_service("web").await;
@@ -2045,6 +2051,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
                 port: 9000,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "users-group".into(),
+                former_group_name: None,
                 settings: Default::default(),
             }],
         })
@@ -2059,8 +2066,8 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
         )
         .await
         .unwrap();
-    let old = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
-    let new = format!("k8s/8080/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let old = owner(80, "web", &bed.ns.name);
+    let new = owner(8080, "web", &bed.ns.name);
     let wiring = || async {
         let state = bed.emulator("state").await;
         let lb = state["clb"]["load_balancers"]
@@ -2161,7 +2168,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         )
         .await
         .unwrap();
-    let owner = format!("k8s/80/web/{}/{CLUSTER_ID}", bed.ns.name);
+    let owner = owner(80, "web", &bed.ns.name);
     wait_for(
         "the created load balancer gone, both pods healthy in the named one",
         Duration::from_secs(60),
@@ -2195,4 +2202,322 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         "the named load balancer stays"
     );
     bed.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// One cluster, one owner (issue 24, item 3)
+// ---------------------------------------------------------------------------------------
+
+/// The `kube-system` namespace's UID: the cluster id rollgate uses without `--cluster-id`.
+async fn kube_system_uid(bed: &Bed) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    Api::<Namespace>::all(bed.client.clone())
+        .get("kube-system")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap()
+}
+
+/// An upgrade from a version that wrote the legacy marker (`k8s/<port>/<svc>/<ns>/
+/// kubernetes`, the former default id) into a group of the legacy name. The controller
+/// runs without `--cluster-id`, so it writes markers under the kube-system UID. The
+/// backends of live pods are adopted in place (re-marked, never removed and added
+/// again), a legacy backend of no pod is removed, the listener keeps its group (no
+/// second group beside it), and after the Service is deleted the adopted backends go
+/// like any other. A user's backend and another cluster's legacy backend in the same
+/// group are never touched. Fails if legacy backends are orphaned (the stale one
+/// stays, or the pods' backends are left behind on deletion), if a new group is made
+/// (the listener would forward to the old one: gates stuck on ListenerNotForwarding),
+/// or if adoption reaches beyond the former id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_normally() {
+    use alibaba_lb::*;
+    // An empty ROLLGATE_CLUSTER_ID (set later than the bed's own) is no flag: the default.
+    let bed = Bed::new(
+        "gates-adopt",
+        1,
+        fast_emulator(),
+        &[("ROLLGATE_CLUSTER_ID", "")],
+    )
+    .await;
+    let ns = bed.ns.name.clone();
+    let uid = kube_system_uid(&bed).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 1).await;
+    let ips: BTreeSet<String> = wait_for("2 pod IPs", Duration::from_secs(60), || async {
+        let ips: BTreeSet<String> = bed
+            .app_pods("web")
+            .await
+            .iter()
+            .filter_map(pod_ip)
+            .collect();
+        if ips.len() == 2 {
+            Ok(ips)
+        } else {
+            Err(format!("{ips:?}"))
+        }
+    })
+    .await;
+    // What the earlier version left: its group on the NLB's listener, its backends.
+    let legacy = format!("k8s/80/web/{ns}/kubernetes");
+    let nlb = emulator_client(&bed, Product::Nlb);
+    let lb = nlb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: "made-by-an-earlier-version".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: lb_emulator::testing::two_zones(),
+            listeners: vec![ListenerSpec {
+                port: 80,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: legacy.clone(),
+                former_group_name: None,
+                settings: Default::default(),
+            }],
+        })
+        .await
+        .unwrap();
+    let group = lb.listeners[0].clone();
+    let backend = |ip: &str, description: &str| Backend {
+        key: BackendKey {
+            server_id: ip.into(),
+            ip: ip.into(),
+            port: 8080,
+        },
+        kind: BackendType::Ip,
+        weight: 100,
+        description: description.into(),
+    };
+    let other_cluster = format!("k8s/80/web/{ns}/another-cluster");
+    let mut seeded: Vec<Backend> = ips.iter().map(|ip| backend(ip, &legacy)).collect();
+    seeded.push(backend("10.255.0.9", &legacy));
+    seeded.push(backend("10.255.0.8", "added-by-hand"));
+    seeded.push(backend("10.255.0.7", &other_cluster));
+    nlb.add_backends(&group, &seeded).await.unwrap();
+    let before = bed.emulator("timeline").await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+
+    bed.create_service(
+        "web",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
+    )
+    .await;
+    let marker = rollgate::gates::model::owner_description(80, "web", &ns, &uid);
+    wait_gate(&bed, "web", "web", "both gates True", |s, _| s == "True").await;
+    let in_group = |backends: Vec<EmuBackend>| -> BTreeMap<String, String> {
+        backends
+            .into_iter()
+            .filter(|b| b.group == group.server_group_id)
+            .map(|b| (b.ip, b.description))
+            .collect()
+    };
+    let mut want: BTreeMap<String, String> =
+        ips.iter().map(|ip| (ip.clone(), marker.clone())).collect();
+    want.insert("10.255.0.8".into(), "added-by-hand".into());
+    want.insert("10.255.0.7".into(), other_cluster.clone());
+    wait_for(
+        "the pods' backends re-marked, the stale one gone",
+        Duration::from_secs(30),
+        || async {
+            let got = in_group(bed.backends().await);
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await;
+    // Adopted in place: the pods' backends were never removed (nor added again), and
+    // rollgate made no group of its own beside the one the listener forwards to.
+    let timeline = bed.emulator("timeline").await;
+    let churn: Vec<&Value> = timeline["events"].as_array().unwrap()[before..]
+        .iter()
+        .filter(|e| ips.contains(e["ip"].as_str().unwrap_or_default()))
+        .filter(|e| e["event"] == "removed" || e["event"] == "added")
+        .collect();
+    assert!(churn.is_empty(), "the pods' backends churned: {churn:?}");
+    let state = bed.emulator("state").await;
+    let groups: Vec<&str> = state["nlb"]["server_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(
+        groups,
+        vec![server_group_name_nlb(&legacy)],
+        "one group, the adopted one"
+    );
+
+    // Deleted: the adopted backends leave like any other; the rest stay.
+    bed.delete_service("web").await;
+    let mut rest = want.clone();
+    rest.retain(|ip, _| !ips.contains(ip));
+    wait_for(
+        "only the user's and the other cluster's backends left",
+        Duration::from_secs(30),
+        || async {
+            let got = in_group(bed.backends().await);
+            if got == rest {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await;
+    bed.cleanup().await;
+}
+
+fn server_group_name_nlb(name: &str) -> String {
+    alibaba_lb::nlb::server_group_name(name)
+}
+
+/// A load balancer of the user's, made by hand on the emulator: an NLB with the user's
+/// own listener on 9000 forwarding to the user's own group.
+async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
+    use alibaba_lb::*;
+    emulator_client(bed, Product::Nlb)
+        .ensure_load_balancer(&LoadBalancerSpec {
+            name: name.into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: lb_emulator::testing::two_zones(),
+            listeners: vec![ListenerSpec {
+                port: 9000,
+                protocol: ListenerProtocol::Tcp,
+                server_group_name: format!("{name}-group"),
+                former_group_name: None,
+                settings: Default::default(),
+            }],
+        })
+        .await
+        .unwrap()
+}
+
+/// The user points the Service from one load balancer of theirs (A) to another (B):
+/// rollgate's backends (and the listener and group it made) leave A, and everything
+/// else on A stays (A itself, the user's listener, group and backend). B's backends
+/// are counted in groups B's listeners did not have before, so a group shared by A and
+/// B (an NLB group found by name across the region) fails it too. Fails
+/// if the old backends are orphaned on A (before, only a load balancer rollgate created
+/// was let go of; an attached one kept rollgate's backends, forwarding to pod IPs that
+/// Terway hands to other pods), or if the move touches what rollgate does not own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_off_the_first() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
+    let a = users_nlb(&bed, "users-a").await;
+    let b = users_nlb(&bed, "users-b").await;
+    let id_annotation = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id";
+    bed.create_service(
+        "web",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({ id_annotation: a.id }),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 1).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let owner = owner(80, "web", &bed.ns.name);
+    let ours_in = |backends: &[EmuBackend], groups: &BTreeSet<String>| {
+        backends
+            .iter()
+            .filter(|x| x.description == owner && groups.contains(&x.group))
+            .count()
+    };
+    let groups_a = listener_groups(&bed, &a.id).await;
+    assert_eq!(groups_a.len(), 2, "the user's group and rollgate's on A");
+    let backends = bed.backends().await;
+    assert_eq!(ours_in(&backends, &groups_a), 2, "{backends:?}");
+    let b_before = listener_groups(&bed, &b.id).await;
+    // The user's own backend in the user's own group on A.
+    let users_group_a = a.listeners[0].clone();
+    let nlb = emulator_client(&bed, Product::Nlb);
+    nlb.add_backends(
+        &users_group_a,
+        &[Backend {
+            key: BackendKey {
+                server_id: "10.255.0.8".into(),
+                ip: "10.255.0.8".into(),
+                port: 8080,
+            },
+            kind: BackendType::Ip,
+            weight: 100,
+            description: "added-by-hand".into(),
+        }],
+    )
+    .await
+    .unwrap();
+
+    bed.services()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": { id_annotation: b.id }}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "rollgate's backends on B only",
+        Duration::from_secs(60),
+        || async {
+            let backends = bed.backends().await;
+            let groups_b: BTreeSet<String> = listener_groups(&bed, &b.id)
+                .await
+                .difference(&b_before)
+                .cloned()
+                .collect();
+            let (on_a, on_b) = (ours_in(&backends, &groups_a), ours_in(&backends, &groups_b));
+            if on_a == 0 && on_b == 2 {
+                Ok(())
+            } else {
+                Err(format!("ours on A {on_a}, on B {on_b}"))
+            }
+        },
+    )
+    .await;
+    wait_gate(&bed, "web", "web", "gates True on B", |s, _| s == "True").await;
+    // Everything on A that is not rollgate's is still there: A, the user's listener,
+    // group and backend. rollgate's listener and group on A are gone (an NLB group is
+    // the region's: left there, B's listener would have shared it by name).
+    assert!(load_balancer_ids(&bed, "nlb").await.contains(&a.id));
+    assert_eq!(
+        listener_groups(&bed, &a.id).await,
+        BTreeSet::from([users_group_a.server_group_id.clone()]),
+        "A's own listener only"
+    );
+    let users_backends = || async {
+        bed.backends()
+            .await
+            .into_iter()
+            .filter(|x| x.group == users_group_a.server_group_id)
+            .map(|x| x.description)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(users_backends().await, vec!["added-by-hand".to_string()]);
+    // Deleting the Service now takes nothing from A.
+    bed.delete_service("web").await;
+    assert_eq!(users_backends().await, vec!["added-by-hand".to_string()]);
+    bed.cleanup().await;
+}
+
+/// The groups an NLB's listeners forward to.
+async fn listener_groups(bed: &Bed, lb_id: &str) -> BTreeSet<String> {
+    let state = bed.emulator("state").await;
+    state["nlb"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["load_balancer_id"] == lb_id)
+        .filter_map(|l| l["server_group_id"].as_str().map(str::to_string))
+        .collect()
 }

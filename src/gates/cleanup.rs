@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::cloud;
 use super::context::{Context, Error, EVENT_ACTION};
-use super::model::{owned_port, GroupChanges};
+use super::model::{GroupChanges, Owner};
 use super::orphans::gated_pods;
 use super::reasons;
 use super::service::ServiceSnapshot;
@@ -112,11 +112,8 @@ pub async fn let_go_of_replaced(service: &ServiceSnapshot, ctx: &Context) -> Res
 /// Runs the cleanup steps. A failure keeps the finalizer (the reconcile is retried)
 /// and is said once per cause in a Warning Event on the Service.
 async fn clean_up_cloud(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
-    let steps = cleanup_steps(
-        service.attached_id.as_deref(),
-        service.created_id.as_deref(),
-        service.preserve_on_delete,
-    );
+    // With the attached load balancer served before a move not yet acted on.
+    let steps = super::attached_move::release_steps(service);
     for step in &steps {
         if let Err(error) = run_step(service, ctx, step).await {
             let failure = cloud::failure(&error);
@@ -183,7 +180,14 @@ pub async fn remove_own_backends(
         return Ok(0);
     };
     let facts = &service.facts;
-    let cluster_id = &ctx.settings.cluster_id;
+    // The legacy marker too: a Service let go of before it was ever reconciled after
+    // an upgrade still has the backends earlier versions wrote.
+    let owner = Owner {
+        service: &facts.name,
+        namespace: &facts.namespace,
+        cluster_id: &ctx.settings.cluster_id,
+        legacy_cluster_id: ctx.settings.legacy_cluster_id.as_deref(),
+    };
     let mut removed = 0;
     for group in &groups {
         let backends = match ctx.cloud.list_backends(product, group).await {
@@ -193,9 +197,7 @@ pub async fn remove_own_backends(
         };
         let ours: Vec<_> = backends
             .iter()
-            .filter(|b| {
-                owned_port(&b.description, &facts.name, &facts.namespace, cluster_id).is_some()
-            })
+            .filter(|b| owner.owned_port(&b.description).is_some())
             .map(|b| b.key.clone())
             .collect();
         if ours.is_empty() {

@@ -44,7 +44,12 @@ impl ReconcileError for Error {
 /// Settings from the command line.
 #[derive(Clone, Debug)]
 pub struct GateSettings {
+    /// The id in every marker and tag rollgate writes: `--cluster-id`, else the
+    /// `kube-system` namespace's UID (`cluster_id::resolve`).
     pub cluster_id: String,
+    /// The id earlier versions wrote markers under (the explicit `--cluster-id`, else
+    /// `kubernetes`, the former default): those backends and groups are adopted.
+    pub legacy_cluster_id: Option<String>,
     pub classes: ClassSelection,
     pub drain: Duration,
     pub vpc_id: Option<String>,
@@ -104,6 +109,7 @@ pub fn test_context(
     let metrics = GateMetrics::register(&Metrics::default());
     let settings = GateSettings {
         cluster_id: "test".into(),
+        legacy_cluster_id: None,
         classes: ClassSelection::Standard,
         drain: Duration::from_secs(10),
         vpc_id: None,

@@ -22,12 +22,13 @@ use kube::runtime::Controller;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
+use super::attached_move::follow_attached_move;
 use super::cleanup;
 use super::cloud::{self, Cloud};
 use super::conditions::write_conditions;
 use super::context::{Context, EVENT_ACTION};
 use super::eni::{self, Placer};
-use super::lb_spec::lb_spec;
+use super::lb_spec::{adopt_former_groups, lb_spec};
 use super::metrics::GateMetrics;
 use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState, PlanInput};
 use super::orphans;
@@ -181,6 +182,11 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         ctx.cloud.forget(&service.uid);
         return Ok(Action::await_change());
     }
+    // Moved off a load balancer the user named: rollgate's backends leave it first.
+    if follow_attached_move(&service, &ctx).await? {
+        ctx.cloud.forget(&service.uid);
+        return Ok(Action::await_change());
+    }
     ctx.annotation_events
         .warn(
             &ctx.events,
@@ -197,7 +203,14 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         &settings.cluster_id,
         settings.vpc_id.as_deref(),
     ) {
-        Ok(spec) => spec,
+        Ok(mut spec) => {
+            adopt_former_groups(
+                &mut spec,
+                &service.facts,
+                settings.legacy_cluster_id.as_deref(),
+            );
+            spec
+        }
         Err(problem) => {
             ctx.events
                 .publish(
@@ -254,6 +267,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     let input = PlanInput {
         service: facts,
         cluster_id: &settings.cluster_id,
+        legacy_cluster_id: settings.legacy_cluster_id.as_deref(),
         backend_type: ctx.cloud.backend_type(product),
         placements: &placements,
         pods: &gate_pods,

@@ -4,7 +4,7 @@
 //! drain its annotations ask for (`settings`).
 use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
 
-use super::model::server_group_name;
+use super::model::{legacy_server_group_name, server_group_name, ServiceFacts};
 use super::service::ServiceSnapshot;
 use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
 
@@ -63,10 +63,34 @@ pub fn lb_spec(
                     &facts.namespace,
                     cluster_id,
                 ),
+                // Filled in by `adopt_former_groups` where there is a former id.
+                former_group_name: None,
                 settings: settings.clone(),
             })
             .collect(),
     })
+}
+
+/// Names each listener's group as earlier versions did under `legacy_cluster_id`, so
+/// that on upgrade the group a listener already forwards to is found and kept (see
+/// `ListenerSpec::former_group_name`) rather than a second one made beside it.
+pub fn adopt_former_groups(
+    spec: &mut LoadBalancerSpec,
+    facts: &ServiceFacts,
+    legacy_cluster_id: Option<&str>,
+) {
+    let Some(legacy) = legacy_cluster_id else {
+        return;
+    };
+    for (listener, port) in spec.listeners.iter_mut().zip(&facts.ports) {
+        listener.former_group_name = Some(legacy_server_group_name(
+            port,
+            &facts.ports,
+            &facts.name,
+            &facts.namespace,
+            legacy,
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +100,7 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+    use crate::gates::model::owner_description;
     use crate::gates::service::ClassSelection;
     use crate::names::{CREATED_ID_ANNOTATION, LOAD_BALANCER_ID_ANNOTATION};
 
@@ -229,13 +254,15 @@ mod tests {
                 ListenerSpec {
                     port: 80,
                     protocol: ListenerProtocol::Tcp,
-                    server_group_name: "k8s/80/web/shop/c1".into(),
+                    server_group_name: owner_description(80, "web", "shop", "c1"),
+                    former_group_name: None,
                     settings: Default::default(),
                 },
                 ListenerSpec {
                     port: 53,
                     protocol: ListenerProtocol::Udp,
-                    server_group_name: "k8s/53/web/shop/c1".into(),
+                    server_group_name: owner_description(53, "web", "shop", "c1"),
+                    former_group_name: None,
                     settings: Default::default(),
                 },
             ]
@@ -250,13 +277,43 @@ mod tests {
         let names: Vec<_> = spec
             .listeners
             .iter()
-            .map(|l| (l.port, l.protocol, l.server_group_name.as_str()))
+            .map(|l| (l.port, l.protocol, l.server_group_name.clone()))
             .collect();
         assert_eq!(
             names,
             vec![
-                (80, ListenerProtocol::Tcp, "k8s/80/web/shop/c1"),
-                (80, ListenerProtocol::Udp, "k8s/80/web/shop/c1/udp"),
+                (
+                    80,
+                    ListenerProtocol::Tcp,
+                    owner_description(80, "web", "shop", "c1")
+                ),
+                (
+                    80,
+                    ListenerProtocol::Udp,
+                    format!("{}/udp", owner_description(80, "web", "shop", "c1"))
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn groups_are_also_named_as_earlier_versions_named_them_under_the_former_id() {
+        let mut snap = snapshot("web", "0123456789ab", &[]);
+        snap.facts.ports[1].port = 80;
+        let mut spec = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        adopt_former_groups(&mut spec, &snap.facts, None);
+        assert!(spec.listeners.iter().all(|l| l.former_group_name.is_none()));
+        adopt_former_groups(&mut spec, &snap.facts, Some("kubernetes"));
+        let former: Vec<_> = spec
+            .listeners
+            .iter()
+            .map(|l| l.former_group_name.as_deref())
+            .collect();
+        assert_eq!(
+            former,
+            vec![
+                Some("k8s/80/web/shop/kubernetes"),
+                Some("k8s/80/web/shop/kubernetes/udp")
             ]
         );
     }

@@ -8,8 +8,10 @@
 //! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
 pub mod annotation_events;
+pub mod attached_move;
 pub mod cleanup;
 pub mod cloud;
+pub mod cluster_id;
 pub mod conditions;
 pub mod context;
 pub mod controller;
@@ -71,10 +73,12 @@ pub struct GateArgs {
     /// ENIs holding pod IPs in this VPC; created load balancers go into it.
     #[arg(long, env = "ROLLGATE_CLOUD_VPC_ID")]
     pub cloud_vpc_id: Option<String>,
-    /// This cluster's id in backend descriptions (`k8s/<port>/<svc>/<ns>/<cluster-id>`):
-    /// rollgate only ever changes backends that carry it.
-    #[arg(long, env = "ROLLGATE_CLUSTER_ID", default_value = "kubernetes")]
-    pub cluster_id: String,
+    /// This cluster's id, hashed into each backend's marker (`k8s/<port>/<hash>`):
+    /// rollgate only ever changes backends that carry it. Default: the `kube-system`
+    /// namespace's UID (unique per cluster). Markers earlier versions wrote under this
+    /// id (or under `kubernetes`, the former default) are adopted once.
+    #[arg(long, env = "ROLLGATE_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
     /// Which LoadBalancer Services rollgate manages: `standard` (no class = CLB,
     /// `alibabacloud.com/nlb` = NLB, and rollgate's own classes) or `rollgate` (only
     /// `rollgate.io/clb` and `rollgate.io/nlb`, beside Alibaba's cloud controller).
@@ -142,7 +146,9 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
     let network = Arc::new(VpcNetwork::new(&config, credentials.clone())?);
     let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials)?;
     let settings = GateSettings {
-        cluster_id: args.cluster_id.clone(),
+        // Filled in by `cluster_id::resolve` once there is a client.
+        cluster_id: String::new(),
+        legacy_cluster_id: None,
         classes: args.load_balancer_classes,
         drain: args.gate_drain_time,
         vpc_id: Some(vpc_id),

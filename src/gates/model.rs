@@ -25,16 +25,82 @@ pub fn service_of_gate(condition_type: &str) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
-/// The ownership marker rollgate writes into each backend's description (the same
-/// shape the Alibaba cloud controller uses), and the name of the server group it creates.
+/// Hex digits of the owner hash in markers: 64 bits, so two Services (of any clusters)
+/// sharing one load balancer's group never collide by chance.
+const OWNER_HASH_LEN: usize = 16;
+
+/// Who a marker names: a Service (namespace and name) of one cluster, hashed. The names
+/// are hashed rather than written out because CLB takes 80 characters of description
+/// and a namespace and a Service name may have 63 each, a cluster id (a UID) 36.
+pub fn owner_hash(service: &str, namespace: &str, cluster_id: &str) -> String {
+    // `/` cannot occur in a namespace or Service name, so the parts never run together.
+    let digest =
+        alibaba_lb::sign::sha256_hex(format!("{namespace}/{service}/{cluster_id}").as_bytes());
+    digest[..OWNER_HASH_LEN].to_string()
+}
+
+/// The ownership marker rollgate writes into each backend's description, and the name
+/// of the server group it creates: `k8s/<port>/<owner hash>`, at most 26 characters
+/// whatever the names (CLB's rule is 1 to 80).
 pub fn owner_description(port: u16, service: &str, namespace: &str, cluster_id: &str) -> String {
+    format!("k8s/{port}/{}", owner_hash(service, namespace, cluster_id))
+}
+
+/// The marker earlier versions wrote (the Alibaba cloud controller's shape, names
+/// written out): backends and groups carrying it under this cluster's former id are
+/// adopted once, on upgrade, and never written again.
+pub fn legacy_owner_description(
+    port: u16,
+    service: &str,
+    namespace: &str,
+    cluster_id: &str,
+) -> String {
     format!("k8s/{port}/{service}/{namespace}/{cluster_id}")
 }
 
+/// The cluster ids rollgate recognises its own markers under: the one it writes, and
+/// the former one whose markers (legacy shape) it adopts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub service: &'a str,
+    pub namespace: &'a str,
+    pub cluster_id: &'a str,
+    /// The id earlier versions ran under (the explicit `--cluster-id`, else
+    /// `kubernetes`); `None`: nothing is adopted.
+    pub legacy_cluster_id: Option<&'a str>,
+}
+
+impl Owner<'_> {
+    /// The marker written now, for one Service port.
+    pub fn marker(&self, port: u16) -> String {
+        owner_description(port, self.service, self.namespace, self.cluster_id)
+    }
+
+    /// The legacy marker of one Service port, when there is a former id.
+    pub fn legacy_marker(&self, port: u16) -> Option<String> {
+        self.legacy_cluster_id
+            .map(|c| legacy_owner_description(port, self.service, self.namespace, c))
+    }
+
+    /// Whether `description` is this Service's marker for `port`, now or legacy.
+    pub fn marks(&self, port: u16, description: &str) -> bool {
+        description == self.marker(port) || self.legacy_marker(port).as_deref() == Some(description)
+    }
+
+    /// The Service port a description marks as this Service's (either shape; a port
+    /// the Service no longer has included), or `None` when it is not.
+    pub fn owned_port(&self, description: &str) -> Option<u16> {
+        let rest = description.strip_prefix("k8s/")?;
+        let (port, _) = rest.split_once('/')?;
+        let port: u16 = port.parse().ok()?;
+        self.marks(port, description).then_some(port)
+    }
+}
+
 /// The name of the server group rollgate makes for one Service port: the ownership
-/// marker itself, as before, so groups made by earlier versions are found again. A UDP
-/// port whose number a TCP port of the Service also has gets `/udp` after it, since a
-/// group serves one protocol (NLB) and each listener needs its own.
+/// marker itself. A UDP port whose number a TCP port of the Service also has gets
+/// `/udp` after it, since a group serves one protocol (NLB) and each listener needs
+/// its own.
 pub fn server_group_name(
     port: &ServicePort,
     all: &[ServicePort],
@@ -42,7 +108,30 @@ pub fn server_group_name(
     namespace: &str,
     cluster_id: &str,
 ) -> String {
-    let owner = owner_description(port.port, service, namespace, cluster_id);
+    with_protocol_suffix(
+        port,
+        all,
+        owner_description(port.port, service, namespace, cluster_id),
+    )
+}
+
+/// The name earlier versions gave that group (legacy marker, former cluster id): a
+/// group of this name that the port's listener already forwards to is adopted.
+pub fn legacy_server_group_name(
+    port: &ServicePort,
+    all: &[ServicePort],
+    service: &str,
+    namespace: &str,
+    legacy_cluster_id: &str,
+) -> String {
+    with_protocol_suffix(
+        port,
+        all,
+        legacy_owner_description(port.port, service, namespace, legacy_cluster_id),
+    )
+}
+
+fn with_protocol_suffix(port: &ServicePort, all: &[ServicePort], owner: String) -> String {
     let shared = all
         .iter()
         .any(|p| p.port == port.port && p.protocol != port.protocol);
@@ -54,17 +143,20 @@ pub fn server_group_name(
 }
 
 /// The Service port a backend's description marks it as rollgate's for this Service
-/// (any port: a port the Service no longer has included), or `None` when it is not.
+/// under `cluster_id` (current shape only; see [`Owner::owned_port`] for adoption).
 pub fn owned_port(
     description: &str,
     service: &str,
     namespace: &str,
     cluster_id: &str,
 ) -> Option<u16> {
-    let rest = description.strip_prefix("k8s/")?;
-    let (port, tail) = rest.split_once('/')?;
-    let port: u16 = port.parse().ok()?;
-    (tail == format!("{service}/{namespace}/{cluster_id}")).then_some(port)
+    Owner {
+        service,
+        namespace,
+        cluster_id,
+        legacy_cluster_id: None,
+    }
+    .owned_port(description)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,6 +302,9 @@ pub enum Placement {
 pub struct PlanInput<'a> {
     pub service: &'a ServiceFacts,
     pub cluster_id: &'a str,
+    /// The id earlier versions wrote markers under: backends of the legacy marker in
+    /// rollgate's groups are adopted (re-marked, or removed when no live pod has them).
+    pub legacy_cluster_id: Option<&'a str>,
     pub backend_type: BackendType,
     /// Pod IP -> where its backend lives, for products that register servers rather
     /// than IPs (CLB); an IP missing here has [`Placement::NoEni`].
@@ -259,4 +354,85 @@ pub struct GatePlan {
     pub next_deadline: Option<Timestamp>,
     /// Gates of live pods that are not True after this plan (poll fast while > 0).
     pub pending_gates: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A DNS label as Kubernetes allows for namespaces and Service names (1 to 63).
+    fn label() -> impl Strategy<Value = String> {
+        "[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+    }
+
+    proptest! {
+        /// CLB takes 1 to 80 characters of description (and of vServer group name);
+        /// the marker fits whatever the names and the cluster id (a UID, or a flag).
+        #[test]
+        fn the_marker_fits_clbs_80_characters_for_any_names(
+            port in 1u16..,
+            service in label(),
+            namespace in label(),
+            cluster in "[-a-z0-9]{1,100}",
+        ) {
+            let marker = owner_description(port, &service, &namespace, &cluster);
+            prop_assert!(marker.len() <= 80, "{} ({} chars)", marker, marker.len());
+            let group = format!("{marker}/udp");
+            prop_assert!(group.len() <= 80, "{group}");
+            // Read back as this Service's, on this port; never another's.
+            let owner = Owner { service: &service, namespace: &namespace, cluster_id: &cluster, legacy_cluster_id: None };
+            prop_assert_eq!(owner.owned_port(&marker), Some(port));
+            let other_cluster = format!("{cluster}x");
+            let other = Owner { cluster_id: &other_cluster, ..owner };
+            prop_assert_eq!(other.owned_port(&marker), None);
+            let other_service = format!("{service}x");
+            let other = Owner { service: &other_service, ..owner };
+            prop_assert_eq!(other.owned_port(&marker), None);
+        }
+
+        /// The parts are hashed apart: moving a `-` between namespace and name (or
+        /// name and cluster) gives another owner.
+        #[test]
+        fn names_that_concatenate_alike_are_different_owners(
+            a in "[a-z]{1,10}", b in "[a-z]{1,10}", c in "[a-z]{1,10}",
+        ) {
+            let one = owner_description(80, &format!("{a}-{b}"), &c, "k");
+            let two = owner_description(80, &b, &format!("{c}-{a}"), "k");
+            let three = owner_description(80, &a, &format!("{c}-{b}"), "k");
+            prop_assert_ne!(&one, &two);
+            prop_assert_ne!(&one, &three);
+        }
+    }
+
+    #[test]
+    fn the_legacy_marker_is_adopted_only_under_the_former_id() {
+        let owner = Owner {
+            service: "web",
+            namespace: "shop",
+            cluster_id: "5f0c1d2e",
+            legacy_cluster_id: Some("kubernetes"),
+        };
+        #[rustfmt::skip]
+        let cases = [
+            (owner_description(80, "web", "shop", "5f0c1d2e"), Some(80)),
+            ("k8s/80/web/shop/kubernetes".to_string(), Some(80)),
+            ("k8s/443/web/shop/kubernetes".to_string(), Some(443)),
+            // The legacy shape under the current id was never written: not adopted.
+            ("k8s/80/web/shop/5f0c1d2e".to_string(), None),
+            ("k8s/80/web/shop/other".to_string(), None),
+            ("k8s/80/api/shop/kubernetes".to_string(), None),
+            ("k8s/80/web/shop/kubernetes/extra".to_string(), None),
+            ("added by hand".to_string(), None),
+        ];
+        for (description, want) in cases {
+            assert_eq!(owner.owned_port(&description), want, "{description}");
+        }
+        let no_adoption = Owner {
+            legacy_cluster_id: None,
+            ..owner
+        };
+        assert_eq!(no_adoption.owned_port("k8s/80/web/shop/kubernetes"), None);
+    }
 }

@@ -81,12 +81,14 @@ fn plan_group(
     port: &ServicePort,
     group: &GroupState,
 ) -> (GroupChanges, Option<Timestamp>) {
-    let owner = owner_description(
-        port.port,
-        &input.service.name,
-        &input.service.namespace,
-        input.cluster_id,
-    );
+    let marks = Owner {
+        service: &input.service.name,
+        namespace: &input.service.namespace,
+        cluster_id: input.cluster_id,
+        legacy_cluster_id: input.legacy_cluster_id,
+    };
+    let owner = marks.marker(port.port);
+    let is_ours = |b: &Backend| marks.marks(port.port, &b.description);
     let mut changes = GroupChanges {
         service_port: port.port,
         server_group_id: group.server_group_id.clone(),
@@ -94,13 +96,13 @@ fn plan_group(
     };
     let present: HashMap<&BackendKey, &Backend> =
         group.backends.iter().map(|b| (&b.key, b)).collect();
-    let owned = |key: &BackendKey| present.get(key).is_some_and(|b| b.description == owner);
+    let owned = |key: &BackendKey| present.get(key).is_some_and(|b| is_ours(b));
     // Rollgate's backend of a pod IP and port, whatever server it was registered as.
     let owned_at = |ip: &str, target: u16| {
         group
             .backends
             .iter()
-            .find(|b| b.description == owner && b.key.ip == ip && b.key.port == target)
+            .find(|b| is_ours(b) && b.key.ip == ip && b.key.port == target)
     };
 
     // Keys of live, eligible pods: registered, and never removed.
@@ -129,7 +131,10 @@ fn plan_group(
         };
         match present.get(&b.key) {
             None => changes.add.push(b.clone()),
-            Some(existing) if owned(&b.key) && existing.weight == 0 => {
+            // Weight 0 (drained earlier), or the legacy marker (adopted: re-marked once).
+            Some(existing)
+                if owned(&b.key) && (existing.weight == 0 || existing.description != owner) =>
+            {
                 changes.restore.push(b.clone())
             }
             Some(_) => {}
@@ -176,7 +181,7 @@ fn plan_group(
     changes.remove = group
         .backends
         .iter()
-        .filter(|b| b.description == owner)
+        .filter(|b| is_ours(b))
         .filter(|b| !wanted.contains(&b.key) && !draining.contains(&b.key))
         .map(|b| b.key.clone())
         .collect();

@@ -15,7 +15,7 @@ use super::settings;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
-    ROLLGATE_NLB_CLASS,
+    ROLLGATE_NLB_CLASS, SERVED_ATTACHED_ID_ANNOTATION,
 };
 
 /// Everything a reconcile needs of its Service, read once at its top.
@@ -40,6 +40,9 @@ pub struct ServiceSnapshot {
     pub attached_id: Option<String>,
     /// The load balancer rollgate created earlier (its own annotation).
     pub created_id: Option<String>,
+    /// The attached load balancer rollgate last registered backends in (its own
+    /// annotation): differs from `attached_id` after the user names another.
+    pub served_attached_id: Option<String>,
     /// `preserve-lb-on-delete`: a created load balancer outlives the Service.
     pub preserve_on_delete: bool,
     /// `zone-maps`, or why it is not valid.
@@ -73,6 +76,8 @@ impl ServiceSnapshot {
             finalizers: service.finalizers().to_vec(),
             attached_id: attached_id(service).map(str::to_string),
             created_id: created_id(service).map(str::to_string),
+            served_attached_id: own_annotation(service, SERVED_ATTACHED_ID_ANNOTATION)
+                .map(str::to_string),
             preserve_on_delete: preserve_on_delete(service),
             zones: zone_maps(service),
             address_type: address_type(service),
@@ -165,9 +170,14 @@ pub fn attached_id(service: &Service) -> Option<&str> {
 
 /// The load balancer rollgate created for this Service earlier.
 pub fn created_id(service: &Service) -> Option<&str> {
+    own_annotation(service, CREATED_ID_ANNOTATION)
+}
+
+/// One of rollgate's own annotations, when set and not empty.
+fn own_annotation<'a>(service: &'a Service, name: &str) -> Option<&'a str> {
     service
         .annotations()
-        .get(CREATED_ID_ANNOTATION)
+        .get(name)
         .map(String::as_str)
         .filter(|v| !v.is_empty())
 }

@@ -1,5 +1,6 @@
 //! Apply, Service side: rollgate's writes to the Service itself: its finalizer, the
-//! annotation that remembers a load balancer rollgate created, and the address in
+//! annotations that remember a load balancer rollgate created and the attached one it
+//! serves, and the address in
 //! `status.loadBalancer.ingress`. All under the one field manager (`crate::apply`).
 use k8s_openapi::api::core::v1::Service;
 use serde_json::json;
@@ -7,7 +8,7 @@ use serde_json::json;
 use super::context::{Context, Error};
 use super::service::ServiceSnapshot;
 use crate::apply::{Call, Part};
-use crate::names::{CREATED_ID_ANNOTATION, LOAD_BALANCER_FINALIZER};
+use crate::names::{CREATED_ID_ANNOTATION, LOAD_BALANCER_FINALIZER, SERVED_ATTACHED_ID_ANNOTATION};
 
 /// Adds rollgate's finalizer, before any cloud resource is made for the Service.
 pub async fn add_finalizer(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
@@ -79,6 +80,16 @@ pub async fn record_created(
 pub async fn forget_created(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
     let patch = json!({"metadata": {"annotations": {CREATED_ID_ANNOTATION: null}}});
     patch_metadata(service, ctx, patch, "created load balancer id").await
+}
+
+/// Records (or clears) the attached load balancer rollgate registers backends in.
+pub async fn record_served_attached(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    id: Option<&str>,
+) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {SERVED_ATTACHED_ID_ANNOTATION: id}}});
+    patch_metadata(service, ctx, patch, "attached load balancer id").await
 }
 
 /// `status.loadBalancer.ingress`: an IP for CLB, a DNS name for NLB. Written only when

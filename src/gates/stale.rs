@@ -3,8 +3,9 @@
 //! (`stale_wiring`, table-tested) and applied by `remove_stale` (listener first, then
 //! its group, so no listener is ever left forwarding to nothing).
 //!
-//! What is rollgate's is told by the group's name alone (`k8s/<port>/<svc>/<ns>/
-//! <cluster>[/udp]`, NLB's `.` form too), read within one load balancer rollgate
+//! What is rollgate's is told by the group's name alone (`k8s/<port>/<owner hash>
+//! [/udp]`, or the legacy `k8s/<port>/<svc>/<ns>/<former cluster id>` of earlier
+//! versions; NLB's `.` form too), read within one load balancer rollgate
 //! serves, never searched for across the region: a listener is rollgate's when it
 //! forwards to one of these groups. Everything else (the user's listeners and groups on
 //! an attached load balancer, another Service's, another cluster's) is never touched.
@@ -15,14 +16,17 @@ use alibaba_lb::{
 };
 
 use super::context::Context;
-use super::model::owner_description;
+use super::model::Owner;
 
-/// Whether `group_name` is a name rollgate gives this Service's groups (any port).
+/// Whether `group_name` is a name rollgate gives this Service's groups (any port):
+/// the marker (`k8s/<port>/<hash>[/udp]`), or the legacy one earlier versions used
+/// under `legacy_cluster_id`, NLB's `.` form of either too.
 pub fn owned_group_name(
     group_name: &str,
     service: &str,
     namespace: &str,
     cluster_id: &str,
+    legacy_cluster_id: Option<&str>,
 ) -> bool {
     let Some(rest) = group_name
         .strip_prefix("k8s/")
@@ -34,10 +38,17 @@ pub fn owned_group_name(
     let Ok(port) = digits.parse::<u16>() else {
         return false;
     };
-    let owner = owner_description(port, service, namespace, cluster_id);
-    [owner.clone(), format!("{owner}/udp")]
-        .iter()
-        .any(|name| group_name == name || group_name == alibaba_lb::nlb::server_group_name(name))
+    let owner = Owner {
+        service,
+        namespace,
+        cluster_id,
+        legacy_cluster_id,
+    };
+    [Some(owner.marker(port)), owner.legacy_marker(port)]
+        .into_iter()
+        .flatten()
+        .flat_map(|marker| [format!("{marker}/udp"), marker])
+        .any(|name| group_name == name || group_name == alibaba_lb::nlb::server_group_name(&name))
 }
 
 /// What to delete, in order: listeners, then groups.
@@ -109,18 +120,38 @@ pub async fn remove_stale(
     service: &str,
     namespace: &str,
 ) -> Result<StaleWiring, CloudError> {
-    let client = ctx.cloud.client(product);
-    let Some(wiring) = client.wiring(load_balancer_id).await? else {
-        return Ok(StaleWiring::default());
-    };
     let wanted: Vec<_> = spec
         .listeners
         .iter()
         .map(|l| (l.port, l.protocol, l.server_group_name.clone()))
         .collect();
-    let cluster_id = &ctx.settings.cluster_id;
-    let stale = stale_wiring(&wiring, &wanted, |name| {
-        owned_group_name(name, service, namespace, cluster_id)
+    remove_unwanted(ctx, product, load_balancer_id, &wanted, service, namespace).await
+}
+
+/// [`remove_stale`] for the wanted listeners given as (port, protocol, group name):
+/// none wanted takes every listener and group of this Service's off the load balancer
+/// (a Service moved off it).
+pub async fn remove_unwanted(
+    ctx: &Context,
+    product: Product,
+    load_balancer_id: &str,
+    wanted: &[(u16, ListenerProtocol, String)],
+    service: &str,
+    namespace: &str,
+) -> Result<StaleWiring, CloudError> {
+    let client = ctx.cloud.client(product);
+    let Some(wiring) = client.wiring(load_balancer_id).await? else {
+        return Ok(StaleWiring::default());
+    };
+    let settings = &ctx.settings;
+    let stale = stale_wiring(&wiring, wanted, |name| {
+        owned_group_name(
+            name,
+            service,
+            namespace,
+            &settings.cluster_id,
+            settings.legacy_cluster_id.as_deref(),
+        )
     });
     for listener in &stale.listeners {
         client.delete_listener(load_balancer_id, listener).await?;
@@ -166,24 +197,41 @@ mod tests {
     }
 
     fn owned(name: &str) -> bool {
-        owned_group_name(name, "web", "shop", "c1")
+        owned_group_name(name, "web", "shop", "c1", Some("kubernetes"))
+    }
+
+    /// The name rollgate gives this Service's group on `port` now.
+    fn m(port: u16) -> String {
+        crate::gates::model::owner_description(port, "web", "shop", "c1")
     }
 
     #[test]
     fn the_group_names_of_this_service_are_owned_and_no_other() {
+        let hash = |svc: &str, ns: &str, cluster: &str| {
+            crate::gates::model::owner_description(80, svc, ns, cluster)
+        };
+        let nlb = alibaba_lb::nlb::server_group_name;
         let cases = [
-            ("k8s/80/web/shop/c1", true),
-            ("k8s/8080/web/shop/c1/udp", true),
-            ("k8s.80.web.shop.c1", true),
-            ("k8s.53.web.shop.c1.udp", true),
-            ("k8s/80/web/shop/c2", false),
-            ("k8s/80/web2/shop/c1", false),
-            ("k8s/80/web/shop/c1/tcp", false),
-            ("k8s/x/web/shop/c1", false),
-            ("my-group", false),
+            (m(80), true),
+            (format!("{}/udp", m(8080)), true),
+            (nlb(&m(80)), true),
+            (nlb(&format!("{}/udp", m(53))), true),
+            // Earlier versions' names under the former id: adopted.
+            ("k8s/80/web/shop/kubernetes".into(), true),
+            ("k8s.53.web.shop.kubernetes.udp".into(), true),
+            // Under the current id in the legacy shape: never written, not ours.
+            ("k8s/80/web/shop/c1".into(), false),
+            (hash("web", "shop", "c2"), false),
+            (hash("web2", "shop", "c1"), false),
+            (hash("web", "shop2", "c1"), false),
+            ("k8s/80/web/shop/c2".into(), false),
+            ("k8s/80/web2/shop/kubernetes".into(), false),
+            (format!("{}/tcp", m(80)), false),
+            ("k8s/x/web/shop/kubernetes".into(), false),
+            ("my-group".into(), false),
         ];
         for (name, want) in cases {
-            assert_eq!(owned(name), want, "{name}");
+            assert_eq!(owned(&name), want, "{name}");
         }
     }
 
@@ -197,21 +245,27 @@ mod tests {
                 listener(53, Udp, "g-udp"),
             ],
             groups: vec![
-                group("g-old", "k8s/80/web/shop/c1"),
-                group("g-new", "k8s/8080/web/shop/c1"),
+                group("g-old", &m(80)),
+                group("g-new", &m(8080)),
                 group("g-user", "my-group"),
-                group("g-udp", "k8s/53/web/shop/c1"),
-                group("g-orphan", "k8s/9000/web/shop/c1"),
+                group("g-udp", &m(53)),
+                group("g-orphan", &m(9000)),
                 group("g-other-cluster", "k8s/80/web/shop/c2"),
+                group("g-legacy", "k8s/8081/web/shop/kubernetes"),
             ],
         };
-        let wanted = vec![(8080, Tcp, "k8s/8080/web/shop/c1".to_string())];
+        let wanted = vec![(8080, Tcp, m(8080))];
         let stale = stale_wiring(&wiring, &wanted, owned);
         assert_eq!(
             stale,
             StaleWiring {
                 listeners: vec![listener(80, Tcp, "g-old"), listener(53, Udp, "g-udp")],
-                groups: vec!["g-old".into(), "g-udp".into(), "g-orphan".into()],
+                groups: vec![
+                    "g-old".into(),
+                    "g-udp".into(),
+                    "g-orphan".into(),
+                    "g-legacy".into()
+                ],
             }
         );
     }
@@ -221,12 +275,12 @@ mod tests {
         let wiring = Wiring {
             listeners: vec![listener(53, Tcp, "g-tcp"), listener(53, Udp, "g-udp")],
             groups: vec![
-                group("g-tcp", "k8s/53/web/shop/c1"),
-                group("g-udp", "k8s/53/web/shop/c1/udp"),
+                group("g-tcp", &m(53)),
+                group("g-udp", &format!("{}/udp", m(53))),
             ],
         };
         // The TCP port went away; UDP alone keeps the plain name.
-        let wanted = vec![(53, Udp, "k8s/53/web/shop/c1".to_string())];
+        let wanted = vec![(53, Udp, m(53))];
         let stale = stale_wiring(&wiring, &wanted, owned);
         assert_eq!(stale.listeners, vec![listener(53, Tcp, "g-tcp")]);
         // g-udp is still used by the wanted UDP listener; g-tcp's name is wanted again.
@@ -237,12 +291,12 @@ mod tests {
     fn a_listener_rollgate_keeps_or_does_not_own_keeps_its_group() {
         let wiring = Wiring {
             listeners: vec![listener(443, Tcp, "g-old")],
-            groups: vec![group("g-old", "k8s/80/web/shop/c1")],
+            groups: vec![group("g-old", &m(80))],
         };
         // A user's listener on 443 was pointed at rollgate's old group: 443 is not
         // wanted, but the listener forwards to an owned group, so it is rollgate's...
         // unless it is wanted: then neither goes.
-        let wanted = vec![(443, Tcp, "k8s/443/web/shop/c1".to_string())];
+        let wanted = vec![(443, Tcp, m(443))];
         let stale = stale_wiring(&wiring, &wanted, owned);
         assert!(stale.is_empty(), "{stale:?}");
     }

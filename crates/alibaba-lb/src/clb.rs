@@ -340,10 +340,12 @@ impl ClbClient {
         groups: &mut Vec<VServerGroupSummary>,
         listener: &ListenerSpec,
     ) -> Result<ServerGroupRef> {
-        let group_id = match groups
-            .iter()
-            .find(|g| g.v_server_group_name == listener.server_group_name)
-        {
+        // The current name first; else the former name (an upgrade), within this
+        // load balancer only (its own vServer groups).
+        let named = |name: &str| groups.iter().find(|g| g.v_server_group_name == name);
+        let found = named(&listener.server_group_name)
+            .or_else(|| listener.former_group_name.as_deref().and_then(named));
+        let group_id = match found {
             Some(group) => group.v_server_group_id.clone(),
             None => {
                 let (created, _) = self

@@ -49,6 +49,11 @@ pub struct ListenerSpec {
     pub protocol: ListenerProtocol,
     /// Name of the server group to find or create, unique per Service port.
     pub server_group_name: String,
+    /// The name earlier versions gave this group: a group of that name is used (never
+    /// renamed) when none of `server_group_name` exists, but only within this load
+    /// balancer: one of its vServer groups (CLB), or the group its listener on this
+    /// port already forwards to (NLB, whose groups belong to the region).
+    pub former_group_name: Option<String>,
     /// Health check and drain from the Service's annotations: sent when the listener
     /// (CLB) or server group (NLB) is created, and set again when they differ.
     pub settings: ListenerSettings,
@@ -219,7 +224,7 @@ pub struct Backend {
     pub key: BackendKey,
     pub kind: BackendType,
     pub weight: u32,
-    /// Ownership marker (`k8s/<port>/<svc>/<ns>/<cluster-id>`).
+    /// Ownership marker (rollgate writes `k8s/<port>/<owner hash>`).
     pub description: String,
 }
 

@@ -447,6 +447,38 @@ impl NlbClient {
 }
 
 impl NlbClient {
+    /// The group an existing listener of this port forwards to, when it carries the
+    /// name earlier versions gave it and none of the current name exists yet (an
+    /// upgrade): adopted as it is. Looked up by the listener's own group id, never by
+    /// name across the region, where another cluster's group may carry that name.
+    async fn former_group(
+        &self,
+        existing: Option<&ListenerSummary>,
+        listener: &ListenerSpec,
+    ) -> Result<Option<String>> {
+        let (Some(former), Some(existing)) = (&listener.former_group_name, existing) else {
+            return Ok(None);
+        };
+        if existing.server_group_id.is_empty() {
+            return Ok(None);
+        }
+        let current = server_group_name(&listener.server_group_name);
+        let names = self
+            .paged(
+                "ListServerGroups",
+                params([("ServerGroupIds.1", existing.server_group_id.clone())]),
+                NLB_PAGE_SIZE,
+                |p: ServerGroupPage| (p.server_groups, p.next_token),
+            )
+            .await?;
+        let former = server_group_name(former);
+        let adopted = names
+            .iter()
+            .find(|g| g.server_group_id == existing.server_group_id)
+            .filter(|g| g.server_group_name == former && g.server_group_name != current);
+        Ok(adopted.map(|g| g.server_group_id.clone()))
+    }
+
     /// Sets an existing server group's health check and drain again where they
     /// differ from the Service's annotations (read back with `ListServerGroups`).
     async fn sync_group_settings(&self, group_id: &str, listener: &ListenerSpec) -> Result<()> {
@@ -527,12 +559,21 @@ impl LoadBalancerBackends for NlbClient {
             .await?;
         let mut groups = Vec::with_capacity(spec.listeners.len());
         for listener in &spec.listeners {
-            let group_id = self.ensure_server_group(spec, listener).await?;
             let protocol = listener.protocol.as_api_str();
-            let listener_id = match listeners.iter().find(|l| {
+            let existing = listeners.iter().find(|l| {
                 l.listener_port == listener.port
                     && l.listener_protocol.eq_ignore_ascii_case(protocol)
-            }) {
+            });
+            let group_id = match self.former_group(existing, listener).await? {
+                Some(adopted) => {
+                    if !listener.settings.is_default() {
+                        self.sync_group_settings(&adopted, listener).await?;
+                    }
+                    adopted
+                }
+                None => self.ensure_server_group(spec, listener).await?,
+            };
+            let listener_id = match existing {
                 Some(existing) => existing.listener_id.clone(),
                 None => {
                     let (created, request_id) = self

@@ -106,6 +106,7 @@ pub fn spec(name: &str, vpc_id: &str, group: &str) -> LoadBalancerSpec {
             port: 80,
             protocol: ListenerProtocol::Tcp,
             server_group_name: group.into(),
+            former_group_name: None,
             settings: Default::default(),
         }],
     }

@@ -1635,6 +1635,7 @@ async fn ensure_with(
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "k8s-80-settings".into(),
+                former_group_name: None,
                 settings,
             }],
         })
@@ -2053,6 +2054,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
                 port: 80,
                 protocol: ListenerProtocol::Tcp,
                 server_group_name: "grp".into(),
+                former_group_name: None,
                 settings: Default::default(),
             }],
         })

@@ -5,7 +5,7 @@
 //! - no backend of a live, eligible pod is ever removed or drained.
 use proptest::prelude::*;
 
-use super::tests::{at, owned, pod, CLUSTER, NOW};
+use super::tests::{at, owned, pod, CLUSTER, LEGACY, NOW};
 use super::*;
 
 #[derive(Debug, Clone)]
@@ -132,7 +132,11 @@ fn build(model: &Model) -> (ServiceFacts, Vec<GatePod>, CloudState) {
             if let Some((weight_zero, code)) = backend {
                 let mut b = owned(&ip(i), if *weight_zero { 0 } else { 100 });
                 b.key = key_for(&ip(i), g);
-                b.description = owner_description(service.ports[g].port, "web", "ns", CLUSTER);
+                // Some were registered by an earlier version (legacy marker): adopted.
+                b.description = match (i + g) % 3 {
+                    0 => legacy_owner_description(service.ports[g].port, "web", "ns", LEGACY),
+                    _ => owner_description(service.ports[g].port, "web", "ns", CLUSTER),
+                };
                 groups[g].health.insert(b.key.clone(), health(*code));
                 groups[g].backends.push(b);
             }
@@ -143,7 +147,10 @@ fn build(model: &Model) -> (ServiceFacts, Vec<GatePod>, CloudState) {
         let g = *g as usize;
         let mut b = owned(&format!("10.9.0.{n}"), 100);
         b.key.port = 8080 + g as u16;
-        b.description = owner_description(service.ports[g].port, "web", "ns", CLUSTER);
+        b.description = match n % 2 {
+            0 => owner_description(service.ports[g].port, "web", "ns", CLUSTER),
+            _ => legacy_owner_description(service.ports[g].port, "web", "ns", LEGACY),
+        };
         if *healthy {
             groups[g].health.insert(b.key.clone(), HealthState::Healthy);
         }
@@ -178,6 +185,7 @@ proptest! {
         let plan = plan(&PlanInput {
             service: &service,
             cluster_id: CLUSTER,
+            legacy_cluster_id: Some(LEGACY),
             backend_type: BackendType::Ip,
             placements: &HashMap::new(),
             pods: &pods,
@@ -208,8 +216,14 @@ proptest! {
         for changes in &plan.changes {
             let group = groups.iter().find(|g| g.server_group_id == changes.server_group_id).unwrap();
             let owner = owner_description(changes.service_port, "web", "ns", CLUSTER);
+            let adopted = legacy_owner_description(changes.service_port, "web", "ns", LEGACY);
             let owned_keys: BTreeSet<&BackendKey> = group.backends.iter()
-                .filter(|b| b.description == owner).map(|b| &b.key).collect();
+                .filter(|b| b.description == owner || b.description == adopted)
+                .map(|b| &b.key).collect();
+            // Whatever is written carries the current marker, never the legacy one.
+            for b in changes.add.iter().chain(&changes.restore) {
+                prop_assert_eq!(&b.description, &owner);
+            }
             // Never touch a backend rollgate does not own.
             for key in changes.remove.iter()
                 .chain(changes.drain.iter().map(|b| &b.key))

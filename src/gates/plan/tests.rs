@@ -3,6 +3,8 @@ use super::*;
 
 pub(super) const NOW: i64 = 1_000_000;
 pub(super) const CLUSTER: &str = "c1";
+/// The id markers were written under before the upgrade.
+pub(super) const LEGACY: &str = "kubernetes";
 
 pub(super) fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(seconds).unwrap()
@@ -75,6 +77,7 @@ fn run(service: &ServiceFacts, pods: &[GatePod], cloud: &CloudState) -> GatePlan
     plan(&PlanInput {
         service,
         cluster_id: CLUSTER,
+        legacy_cluster_id: Some(LEGACY),
         backend_type: BackendType::Ip,
         placements: &HashMap::new(),
         pods,
@@ -173,7 +176,10 @@ fn every_port_must_be_healthy_before_the_gate_turns_true() {
         .unwrap()
         .add;
     assert_eq!(add[0].key.port, 8443);
-    assert_eq!(add[0].description, "k8s/443/web/ns/c1");
+    assert_eq!(
+        add[0].description,
+        owner_description(443, "web", "ns", CLUSTER)
+    );
 }
 
 #[test]
@@ -350,6 +356,7 @@ fn a_long_connection_drain_keeps_the_backend_at_weight_zero_until_it_or_the_grac
         let plan = plan(&PlanInput {
             service: &svc(false),
             cluster_id: CLUSTER,
+            legacy_cluster_id: Some(LEGACY),
             backend_type: BackendType::Ip,
             placements: &HashMap::new(),
             pods: &[p],
@@ -581,6 +588,7 @@ fn run_clb(
     plan(&PlanInput {
         service: &svc(false),
         cluster_id: CLUSTER,
+        legacy_cluster_id: Some(LEGACY),
         backend_type: BackendType::Eni,
         placements,
         pods,
@@ -811,4 +819,74 @@ fn tcp_and_udp_on_one_port_fill_their_own_groups() {
         "{}",
         w.message
     );
+}
+
+/// A backend an earlier version registered (legacy marker, former cluster id).
+fn legacy(ip: &str, weight: u32) -> Backend {
+    Backend {
+        description: legacy_owner_description(80, "web", "ns", LEGACY),
+        ..owned(ip, weight)
+    }
+}
+
+#[test]
+fn a_legacy_backend_of_a_live_pod_is_adopted_once_by_re_marking_it() {
+    let cloud = CloudState::Ready(vec![group(vec![legacy("10.0.0.1", 100)], &[])]);
+    let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    assert_eq!(plan.changes.len(), 1, "{:?}", plan.changes);
+    let c = &plan.changes[0];
+    assert!(c.add.is_empty() && c.remove.is_empty(), "{c:?}");
+    assert_eq!(
+        c.restore,
+        vec![owned("10.0.0.1", 100)],
+        "re-marked in place"
+    );
+    // Once re-marked, nothing more is done to it.
+    let cloud = CloudState::Ready(vec![group(vec![owned("10.0.0.1", 100)], &[])]);
+    let plan = run(&svc(false), &[pod("a", "10.0.0.1")], &cloud);
+    assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+}
+
+#[test]
+fn a_legacy_backend_of_no_live_pod_is_removed_and_a_terminating_one_drains() {
+    let cloud = CloudState::Ready(vec![group(
+        vec![legacy("10.0.0.9", 100), legacy("10.0.0.2", 100)],
+        &[],
+    )]);
+    let mut leaving = pod("b", "10.0.0.2");
+    leaving.deletion = Some(Deletion {
+        requested_at: at(NOW),
+        deadline: at(NOW + 30),
+    });
+    let plan = run(&svc(false), &[leaving], &cloud);
+    let c = &plan.changes[0];
+    assert_eq!(c.remove, vec![legacy("10.0.0.9", 0).key]);
+    assert_eq!(c.drain.len(), 1, "{c:?}");
+    assert_eq!(
+        (c.drain[0].key.ip.as_str(), c.drain[0].weight),
+        ("10.0.0.2", 0)
+    );
+}
+
+#[test]
+fn legacy_markers_of_another_id_or_with_adoption_off_are_never_touched() {
+    let mut other_cluster = legacy("10.0.0.7", 100);
+    other_cluster.description = legacy_owner_description(80, "web", "ns", "c2");
+    let mut other_service = legacy("10.0.0.8", 100);
+    other_service.description = legacy_owner_description(80, "api", "ns", LEGACY);
+    let cloud = CloudState::Ready(vec![group(vec![other_cluster, other_service], &[])]);
+    assert!(run(&svc(false), &[], &cloud).changes.is_empty());
+    let cloud = CloudState::Ready(vec![group(vec![legacy("10.0.0.9", 100)], &[])]);
+    let plan = plan(&PlanInput {
+        service: &svc(false),
+        cluster_id: CLUSTER,
+        legacy_cluster_id: None,
+        backend_type: BackendType::Ip,
+        placements: &HashMap::new(),
+        pods: &[],
+        cloud: &cloud,
+        drain: Duration::from_secs(10),
+        now: at(NOW),
+    });
+    assert!(plan.changes.is_empty(), "{:?}", plan.changes);
 }
