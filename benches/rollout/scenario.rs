@@ -116,7 +116,9 @@ impl Setup<'_> {
             .create(&PostParams::default(), &ds)
             .await
             .map_err(|e| format!("creating the DaemonSet of {key}: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(120 + self.nodes as u64 / 5);
+        // Generous: a failure threshold only. The pull-ahead scenarios hold every first
+        // pod for the bed's pull, and the bed's puller marks pods one at a time.
+        let deadline = Instant::now() + Duration::from_secs(120 + self.nodes as u64 / 2);
         loop {
             let (live, ready) = watcher.pods_ready();
             if live >= self.nodes && ready >= self.nodes {
