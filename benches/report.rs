@@ -158,6 +158,71 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
     simple_section(
         &mut t,
         r,
+        "pull_ahead",
+        "Pull-ahead (images pulled before the wave, bed pull delay)",
+        &[
+            ("pull_ahead.nodes", "nodes", "", None),
+            ("pull_ahead.budget", "budget", "", None),
+            (
+                "pull_ahead.pull_delay_s",
+                "pull of a missing image",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.pod_start_plus_stop_s",
+                "pod start + stop",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.without.makespan_s",
+                "makespan, without",
+                " s",
+                None,
+            ),
+            ("pull_ahead.with.makespan_s", "makespan, with", " s", None),
+            (
+                "pull_ahead.without.downtime_p50_s",
+                "per-node downtime p50, without",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.without.downtime_max_s",
+                "per-node downtime max, without",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.with.downtime_p50_s",
+                "per-node downtime p50, with",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.with.downtime_p95_s",
+                "per-node downtime p95, with",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.with.downtime_max_s",
+                "per-node downtime max, with",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.with.budget_violations",
+                "times over budget, with",
+                "",
+                Some((0.0, true)),
+            ),
+        ],
+    );
+    simple_section(
+        &mut t,
+        r,
         "gates",
         "Readiness gates",
         &[

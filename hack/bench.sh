@@ -6,7 +6,9 @@
 # target/bench/results.txt.
 #
 #   rollout         DaemonSet rollouts at 200 and 1,000 nodes beside native RollingUpdate,
-#                   and beside OpenYurt's yurt-manager when its binary is there (issues 12, 13)
+#                   and beside OpenYurt's yurt-manager when its binary is there (issues 12, 13);
+#                   then with and without rollgate.io/pull-ahead on 200 nodes whose image
+#                   pulls take 20 s (the bed's pull model on a kwok of the bench's own, issue 26)
 #   agent_get_pods  the node agent's GET /pods with 110 pods under load
 #   footprint       the controller's memory and CPU at 1,000 nodes x 10 DaemonSets
 #   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates.rs

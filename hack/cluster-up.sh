@@ -15,6 +15,11 @@
 #                       kubelet takes seconds). Per pod: annotation
 #                       pod-rereport.stage.kwok.x-k8s.io/delay (e.g. "5s").
 #   NODE_GRACE_SECONDS  heartbeat loss before a node is NotReady (default 15)
+#   BED_IMAGE_PULL_DELAY  the image pull model (default off): a Go duration such as "20s".
+#                       A pod whose images are not all on its node starts that much later,
+#                       a pull Job takes that long, and a started pod puts its images in
+#                       its node's status.images (hack/bed-image-puller.py, which keeps the
+#                       images; its pid in pids/bed-image-puller.pid). Off, nothing changes.
 #   CLUSTER_DIR         state folder (default target/cluster)
 #   APISERVER_PORT, ETCD_PORT  (default 36443, 32379)
 set -euo pipefail
@@ -27,6 +32,7 @@ NODES=${NODES:-3}
 POD_START_DELAY_MS=${POD_START_DELAY_MS:-2000}
 POD_STOP_DELAY_MS=${POD_STOP_DELAY_MS:-500}
 POD_REREPORT_DELAY_MS=${POD_REREPORT_DELAY_MS:-0}
+BED_IMAGE_PULL_DELAY=${BED_IMAGE_PULL_DELAY:-}
 NODE_GRACE_SECONDS=${NODE_GRACE_SECONDS:-15}
 CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
 APISERVER_PORT=${APISERVER_PORT:-36443}
@@ -204,7 +210,16 @@ start kube-scheduler kube-scheduler --config "$CLUSTER_DIR/scheduler.yaml" \
 
 sed -e "s/__POD_START_DELAY_MS__/$POD_START_DELAY_MS/g" -e "s/__POD_STOP_DELAY_MS__/$POD_STOP_DELAY_MS/g" \
   -e "s/__POD_REREPORT_DELAY_MS__/$POD_REREPORT_DELAY_MS/g" \
+  -e "${BED_IMAGE_PULL_DELAY:+s/#IMAGE_PULL_GATE //}" \
   "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
+if [ -n "$BED_IMAGE_PULL_DELAY" ]; then
+  # Before kwok: the gate holds every pod until the puller has marked it. A running kwok
+  # keeps the stage file it started with, like the API server keeps its flags: turning
+  # the model on or off needs cluster-down.sh + cluster-up.sh.
+  start bed-image-puller python3 "$here/bed-image-puller.py" --kubeconfig "$CLUSTER_DIR/kubeconfig" \
+    --delay "$BED_IMAGE_PULL_DELAY" --start-delay-ms "$POD_START_DELAY_MS" \
+    --nodes rollgate.test/heartbeat=on
+fi
 # Lease renewed every duration/4; kept well inside the node grace period.
 start kwok kwok --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \
   --config "$CLUSTER_DIR/kwok-stages.yaml" \

@@ -77,6 +77,7 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
             },
             other_updater_quiet: args.other_updater_quiet,
             stall_after: args.native_controller_stall_after,
+            pull_ahead: args.pull_ahead_limits(),
         },
         leadership.clone(),
         shutdown.clone(),

@@ -48,6 +48,16 @@ pub const INVALID_NODE_SELECTOR_EVENT: &str = "InvalidNodeSelector";
 /// Normal: every node an AdvancedRollingUpdate may upgrade is done; the others are kept
 /// old by `rollgate.io/partition` or held back by `rollgate.io/node-selector`.
 pub const ROLLOUT_HELD_BACK_EVENT: &str = "RolloutHeldBack";
+/// AdvancedRollingUpdate: `true` pulls the new images on the nodes the budget reaches
+/// next, with the OTA pull Job, before their old pods are deleted; `false` or absent
+/// does not.
+pub const PULL_AHEAD_ANNOTATION: &str = "rollgate.io/pull-ahead";
+/// Warning: `rollgate.io/pull-ahead` is neither `true` nor `false`.
+pub const INVALID_PULL_AHEAD_EVENT: &str = "InvalidPullAhead";
+/// Normal: pulls of the new images started on nodes the rollout reaches next.
+pub const PULLING_AHEAD_EVENT: &str = "PullingImagesAhead";
+/// Warning: a node's pulls failed too often; its old pod is replaced without the image.
+pub const PULL_AHEAD_GAVE_UP_EVENT: &str = "PullAheadGaveUp";
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 /// Pod condition tracking the optional image pre-pull of the current revision.

@@ -7,10 +7,12 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use support::*;
 
 const GATE: &str = "rollgate.test/lb-registered";
@@ -538,81 +540,10 @@ async fn a_rolling_update_does_not_progress_while_the_new_pods_gates_are_false()
 /// The heartbeat label of the bed's private kwok in the ghost test (the shared kwok
 /// manages only `rollgate.test/heartbeat=on`, so it leaves these nodes alone).
 const PRIVATE_HEARTBEAT: &str = "rollgate.test/ghost-test-heartbeat";
-
-/// A kwok of the test's own, on the bed's stage file rendered with the test's delays;
-/// stopped (by its pid) when dropped.
-struct PrivateKwok {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivateKwok {
-    /// The stage file is `hack/kwok-stages.yaml`, or `ROLLGATE_KWOK_STAGES` (to run the
-    /// test against another version of it, e.g. an older one from git).
-    fn start(delays: &[(&str, u64)]) -> Self {
-        let source = std::env::var_os("ROLLGATE_KWOK_STAGES")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("hack/kwok-stages.yaml"));
-        let mut stages = std::fs::read_to_string(&source)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
-        for (placeholder, ms) in delays {
-            stages = stages.replace(placeholder, &ms.to_string());
-        }
-        let unfilled: Vec<&str> = stages
-            .lines()
-            .filter(|l| !l.trim_start().starts_with('#') && l.contains("__"))
-            .collect();
-        assert!(
-            unfilled.is_empty(),
-            "{} has template values this test does not fill in: {unfilled:?}",
-            source.display()
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("kwok-stages.yaml");
-        std::fs::write(&config, stages).unwrap();
-        let logs = repo_root().join("target/e2e-logs");
-        std::fs::create_dir_all(&logs).unwrap();
-        let log = std::fs::File::create(logs.join("ghost-test-kwok.log")).unwrap();
-        let kwok = std::env::var_os("KWOK").unwrap_or_else(|| "kwok".into());
-        let child = std::process::Command::new(&kwok)
-            .arg("--kubeconfig")
-            .arg(kubeconfig_path())
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "--manage-nodes-with-label-selector",
-                &format!("{PRIVATE_HEARTBEAT}=on"),
-                // As cluster-up.sh: renewed every 2.75 s, well inside the 15 s grace.
-                "--node-lease-duration-seconds",
-                "11",
-                "--cidr",
-                "10.61.0.0/16",
-                "--node-ip",
-                "10.60.0.1",
-                "-v",
-                "WARN",
-            ])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("starting {kwok:?} (on PATH with the control plane's binaries): {e}")
-            });
-        note(format!(
-            "private kwok pid {} on {}",
-            child.id(),
-            source.display()
-        ));
-        PrivateKwok { child, _dir: dir }
-    }
-}
-
-impl Drop for PrivateKwok {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const GHOST_TEST_ADDRESSES: Addresses = Addresses {
+    cidr: "10.61.0.0/16",
+    node_ip: "10.60.0.1",
+};
 
 /// Issue 20: once the node-lifecycle controller has marked a cut-off node Unknown, the
 /// bed must never show it Ready again until its heartbeat is restored. kwok v0.8.0 can
@@ -632,16 +563,22 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     // (grace 15 s after the last renewal), inside the watched window.
     let refresh = Duration::from_secs(25);
     let refresh_jitter = Duration::from_secs(27);
-    let _kwok = PrivateKwok::start(&[
-        ("__POD_START_DELAY_MS__", 1000),
-        ("__POD_STOP_DELAY_MS__", 500),
-        ("__POD_REREPORT_DELAY_MS__", 0),
-        ("__NODE_STATUS_REFRESH_MS__", refresh.as_millis() as u64),
-        (
-            "__NODE_STATUS_REFRESH_JITTER_MS__",
-            refresh_jitter.as_millis() as u64,
-        ),
-    ]);
+    let _kwok = PrivateKwok::start(
+        &[
+            ("__POD_START_DELAY_MS__", 1000),
+            ("__POD_STOP_DELAY_MS__", 500),
+            ("__POD_REREPORT_DELAY_MS__", 0),
+            ("__NODE_STATUS_REFRESH_MS__", refresh.as_millis() as u64),
+            (
+                "__NODE_STATUS_REFRESH_JITTER_MS__",
+                refresh_jitter.as_millis() as u64,
+            ),
+        ],
+        PRIVATE_HEARTBEAT,
+        GHOST_TEST_ADDRESSES,
+        false,
+        "ghost-test-kwok.log",
+    );
     let client = client().await;
     let owner = unique_name("bed-ghost");
     let guard = support::ghost_ready::Guard::start(
@@ -790,5 +727,209 @@ async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_up
     assert!(guard.ghosts().is_empty(), "{:?}", guard.ghosts());
     for name in &names {
         let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// The heartbeat label of the image pull model test's private kwok.
+const PULL_MODEL_HEARTBEAT: &str = "rollgate.test/pull-model-heartbeat";
+
+/// Issue 26: with the image pull model on (hack/bed-image-puller.py and the stage file's
+/// pull gate), a pod whose image is not on its node starts only after the pull delay; a
+/// started pod puts its image in its node's `status.images`, and the next pod of that
+/// image on that node starts without the delay; a pull Job takes the delay too, and its
+/// completed pull counts for the next pod. Start times are the API server's (the pod's
+/// creation and its Ready transition, whole seconds), not the test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_pull_model_a_pod_waits_for_an_image_its_node_lacks_and_a_started_pod_or_pull_job_puts_it_there(
+) {
+    const START_MS: u64 = 1000;
+    const PULL: Duration = Duration::from_secs(8);
+    let _kwok = PrivateKwok::start(
+        &[
+            ("__POD_START_DELAY_MS__", START_MS),
+            ("__POD_STOP_DELAY_MS__", 500),
+            ("__POD_REREPORT_DELAY_MS__", 0),
+        ],
+        PULL_MODEL_HEARTBEAT,
+        Addresses {
+            cidr: "10.59.0.0/16",
+            node_ip: "10.58.0.1",
+        },
+        true,
+        "pull-model-kwok.log",
+    );
+    let _puller = BedImagePuller::start(
+        &format!("{}s", PULL.as_secs()),
+        START_MS,
+        PULL_MODEL_HEARTBEAT,
+        "pull-model-puller.log",
+    );
+    let client = client().await;
+    let owner = unique_name("bed-pull");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = [format!("{owner}-a"), format!("{owner}-b")];
+    for name in &names {
+        let mut node = kwok_node(name, &owner);
+        let labels = node.metadata.labels.as_mut().unwrap();
+        labels.remove(HEARTBEAT_LABEL);
+        labels.insert(PULL_MODEL_HEARTBEAT.into(), "on".into());
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    for name in &names {
+        wait_for(
+            &format!("{name} Ready"),
+            Duration::from_secs(60),
+            || async {
+                let node = nodes.get(name).await.map_err(|e| e.to_string())?;
+                match node_ready_status(&node).as_deref() {
+                    Some("True") => Ok(()),
+                    other => Err(format!("Ready {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    let ns = TestNamespace::new(&client, "pull-model").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let image = format!("registry.example/{owner}/app:v2");
+
+    // How long the pod took from creation to Ready, by the API server's clock.
+    let start_time = |name: String| {
+        let pods = pods.clone();
+        async move {
+            wait_for(
+                &format!("pod {name} Ready"),
+                Duration::from_secs(90),
+                || async {
+                    let pod = pods.get(&name).await.map_err(|e| e.to_string())?;
+                    let created = pod.metadata.creation_timestamp.clone().unwrap().0;
+                    let ready = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+                        .and_then(|c| c.last_transition_time.clone())
+                        .ok_or("not Ready yet")?;
+                    Ok(Duration::from_secs(
+                        (ready.0.as_second() - created.as_second()).max(0) as u64,
+                    ))
+                },
+            )
+            .await
+        }
+    };
+    let make_pod = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "image": image}]
+            }
+        }))
+        .unwrap()
+    };
+    let node_has = |node: String| {
+        let nodes = nodes.clone();
+        let image = image.clone();
+        async move {
+            let node = nodes.get(&node).await.unwrap();
+            node.status
+                .and_then(|s| s.images)
+                .unwrap_or_default()
+                .iter()
+                .any(|i| i.names.iter().flatten().any(|n| *n == image))
+        }
+    };
+
+    assert!(!node_has(names[0].clone()).await);
+    pods.create(&PostParams::default(), &make_pod("first", &names[0]))
+        .await
+        .unwrap();
+    let first = start_time("first".into()).await;
+    note(format!("first pod on {}: Ready after {first:?}", names[0]));
+    assert!(
+        first >= PULL,
+        "a pod whose image is not on its node must wait the pull ({PULL:?}), took {first:?}"
+    );
+    wait_for(
+        "the image in the node's status.images",
+        Duration::from_secs(30),
+        || async {
+            if node_has(names[0].clone()).await {
+                Ok(())
+            } else {
+                Err("not there".to_string())
+            }
+        },
+    )
+    .await;
+    pods.create(&PostParams::default(), &make_pod("second", &names[0]))
+        .await
+        .unwrap();
+    let second = start_time("second".into()).await;
+    note(format!(
+        "second pod on {}: Ready after {second:?}",
+        names[0]
+    ));
+    assert!(
+        second < PULL - Duration::from_secs(3),
+        "the image is on the node: no pull, took {second:?}"
+    );
+
+    // The other node has not got it: a pull Job there takes the delay, then a pod starts
+    // at once.
+    assert!(!node_has(names[1].clone()).await);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "pull"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {
+                "nodeName": names[1],
+                "restartPolicy": "Never",
+                "containers": [{"name": "pull", "image": image}]
+            }}
+        }
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let job_took = wait_for("the pull Job complete", Duration::from_secs(90), || async {
+        let job = jobs.get("pull").await.map_err(|e| e.to_string())?;
+        let created = job.metadata.creation_timestamp.clone().unwrap().0;
+        let done = job
+            .status
+            .as_ref()
+            .and_then(|s| s.completion_time.clone())
+            .ok_or("not complete yet")?;
+        Ok(Duration::from_secs(
+            (done.0.as_second() - created.as_second()).max(0) as u64,
+        ))
+    })
+    .await;
+    note(format!(
+        "pull Job on {}: complete after {job_took:?}",
+        names[1]
+    ));
+    assert!(
+        job_took >= PULL,
+        "the pull Job must take the pull ({PULL:?}), took {job_took:?}"
+    );
+    assert!(node_has(names[1].clone()).await);
+    pods.create(&PostParams::default(), &make_pod("third", &names[1]))
+        .await
+        .unwrap();
+    let third = start_time("third".into()).await;
+    note(format!(
+        "pod after the pull Job on {}: Ready after {third:?}",
+        names[1]
+    ));
+    assert!(
+        third < PULL - Duration::from_secs(3),
+        "the pull Job put the image on the node: no pull, took {third:?}"
+    );
+
+    ns.cleanup().await;
+    for name in &names {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
     }
 }

@@ -14,6 +14,32 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
+/// Per node, how long it went without a serving pod in the rollout: its old pod marked
+/// for deletion (Ready but terminating serves nothing) -> its new pod Ready. Sorted;
+/// nodes that did not get both are left out.
+pub fn node_downtimes(events: &[(Duration, Kind, String)]) -> Vec<Duration> {
+    let mut deleting: BTreeMap<&str, Duration> = BTreeMap::new();
+    let mut downtimes = Vec::new();
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    for (at, kind, node) in events {
+        match kind {
+            Kind::OldDeleting => {
+                deleting.entry(node.as_str()).or_insert(*at);
+            }
+            Kind::NewReady => {
+                if let Some(from) = deleting.get(node.as_str()) {
+                    if done.insert(node.as_str()) {
+                        downtimes.push(at.saturating_sub(*from));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    downtimes.sort();
+    downtimes
+}
+
 /// The batch gaps: for every deletion after the first wave (the deletions before any new
 /// pod was Ready), the time since the most recent "new pod became Ready" before it. The
 /// budget frees a slot per Ready pod, so this is how fast a controller uses a free slot.

@@ -25,6 +25,11 @@
 //! `YURT_MANAGER`, `BENCH_QUICK=1` (50 nodes, pod delay 1 s, (a) (b) (c) and yurt-manager's
 //! (a) and (b): the harness check `make test` runs), `ROLLGATE_TEST_KUBECONFIG`.
 //!
+//! After every size, the pull-ahead scenarios (`pull_ahead.rs`, issue 26): the same
+//! AdvancedRollingUpdate with and without `rollgate.io/pull-ahead`, on nodes where a
+//! missing image takes 20 s to pull (quick: 20 nodes, 5 s); per-node downtime and
+//! makespan (`pull_ahead.*`). `ROLLGATE_BENCH_PULL=0` skips them.
+//!
 //! Results: `results.json` (`rollout.*`, `vs_openyurt.*`) and `timelines.json` (for the
 //! plots) in `target/bench` (`ROLLGATE_BENCH_OUT`). A MISS is a result; the process fails
 //! only when a measurement could not be made.
@@ -33,6 +38,7 @@ mod support;
 
 mod analysis;
 mod controllers;
+mod pull_ahead;
 mod scenario;
 mod watcher;
 
@@ -57,6 +63,8 @@ struct Params {
     repeats: usize,
     quick: bool,
     yurt: Result<std::path::PathBuf, String>,
+    /// The pull-ahead scenarios (`pull_ahead`), after every size.
+    pull: pull_ahead::PullParams,
 }
 
 impl Params {
@@ -91,26 +99,31 @@ impl Params {
             repeats: env_or("ROLLGATE_BENCH_REPEATS", if quick { 1usize } else { 3 })?.max(1),
             quick,
             yurt: controllers::yurt_manager_binary(),
+            pull: pull_ahead::PullParams::from_env(quick)?,
         })
     }
 
     /// The budget in nodes, the way both controllers and Kubernetes read it
     /// (percentages round up).
     fn budget(&self, nodes: usize) -> Result<usize, String> {
-        let budget = match self.max_unavailable.strip_suffix('%') {
-            Some(pct) => {
-                let pct: usize = pct
-                    .parse()
-                    .map_err(|_| format!("bad percentage {:?}", self.max_unavailable))?;
-                (nodes * pct).div_ceil(100)
-            }
-            None => self
-                .max_unavailable
-                .parse()
-                .map_err(|_| format!("bad count {:?}", self.max_unavailable))?,
-        };
-        Ok(budget.clamp(1, nodes.max(1)))
+        budget_of(&self.max_unavailable, nodes)
     }
+}
+
+/// `max_unavailable` (a count or a percentage) in nodes of `nodes`.
+fn budget_of(max_unavailable: &str, nodes: usize) -> Result<usize, String> {
+    let budget = match max_unavailable.strip_suffix('%') {
+        Some(pct) => {
+            let pct: usize = pct
+                .parse()
+                .map_err(|_| format!("bad percentage {max_unavailable:?}"))?;
+            (nodes * pct).div_ceil(100)
+        }
+        None => max_unavailable
+            .parse()
+            .map_err(|_| format!("bad count {max_unavailable:?}"))?,
+    };
+    Ok(budget.clamp(1, nodes.max(1)))
 }
 
 fn main() -> ExitCode {
@@ -190,6 +203,29 @@ async fn run(params: Params) -> Result<String, String> {
         path = support::merge_bench_results(&borrowed)?;
     }
     let mut report = report(&params, &all);
+    if params.pull.run {
+        let p = &params.pull;
+        let budget = budget_of(&p.max_unavailable, p.nodes)?;
+        let waves = p.nodes.div_ceil(budget) as u32;
+        let timeout = ((params.pod_delay + params.stop_delay + p.pull) * waves * 3)
+            .max(Duration::from_secs(120));
+        let measured = pull_ahead::measure(
+            &client,
+            p,
+            budget,
+            params.pod_delay,
+            params.stop_delay,
+            timeout,
+        )
+        .await?;
+        let entries = pull_ahead::entries(&measured);
+        let borrowed: Vec<(&str, Value)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        path = support::merge_bench_results(&borrowed)?;
+        report.push_str(&pull_ahead::report(&measured));
+    }
     report.push_str(&format!(
         "\nload average before {load_before}, after {load_after}; {:.0} s in all; results in {}\n",
         started.elapsed().as_secs_f64(),

@@ -14,6 +14,7 @@ use crate::watcher::{BudgetWatcher, Kind, Sample};
 
 pub const STRATEGY: &str = "apps.openyurt.io/update-strategy";
 pub const MAX_UNAVAILABLE: &str = "apps.openyurt.io/max-unavailable";
+pub const PULL_AHEAD: &str = "rollgate.io/pull-ahead";
 pub const OLD_IMAGE: &str = "registry.local/edge-agent:v1";
 pub const NEW_IMAGE: &str = "registry.local/edge-agent:v2";
 
@@ -24,6 +25,8 @@ pub enum Strategy {
     Native,
     /// `OnDelete` + `apps.openyurt.io/update-strategy: AdvancedRollingUpdate`.
     Advanced,
+    /// `Advanced` + `rollgate.io/pull-ahead: "true"` (issue 26).
+    AdvancedPullAhead,
     /// `OnDelete` + `apps.openyurt.io/update-strategy: OTA`.
     Ota,
 }
@@ -62,14 +65,19 @@ impl Setup<'_> {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxUnavailable": self.max_unavailable, "maxSurge": 0}
             }),
-            Strategy::Advanced | Strategy::Ota => json!({"type": "OnDelete"}),
+            Strategy::Advanced | Strategy::AdvancedPullAhead | Strategy::Ota => {
+                json!({"type": "OnDelete"})
+            }
         };
         let mut annotations = serde_json::Map::new();
         match shape.strategy {
             Strategy::Native => {}
-            Strategy::Advanced => {
+            Strategy::Advanced | Strategy::AdvancedPullAhead => {
                 annotations.insert(STRATEGY.into(), json!("AdvancedRollingUpdate"));
                 annotations.insert(MAX_UNAVAILABLE.into(), json!(self.max_unavailable));
+                if shape.strategy == Strategy::AdvancedPullAhead {
+                    annotations.insert(PULL_AHEAD.into(), json!("true"));
+                }
             }
             Strategy::Ota => {
                 annotations.insert(STRATEGY.into(), json!("OTA"));
@@ -108,7 +116,9 @@ impl Setup<'_> {
             .create(&PostParams::default(), &ds)
             .await
             .map_err(|e| format!("creating the DaemonSet of {key}: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(120 + self.nodes as u64 / 5);
+        // Generous: a failure threshold only. The pull-ahead scenarios hold every first
+        // pod for the bed's pull, and the bed's puller marks pods one at a time.
+        let deadline = Instant::now() + Duration::from_secs(120 + self.nodes as u64 / 2);
         loop {
             let (live, ready) = watcher.pods_ready();
             if live >= self.nodes && ready >= self.nodes {

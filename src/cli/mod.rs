@@ -167,10 +167,37 @@ pub struct ControllerArgs {
     /// resync; 2 minutes is past both, well before a person would suspect rollgate.
     #[arg(long, env = "ROLLGATE_NATIVE_CONTROLLER_STALL_AFTER", default_value = "2m", value_parser = parse_interval)]
     pub native_controller_stall_after: Duration,
+    /// AdvancedRollingUpdate with `rollgate.io/pull-ahead: "true"`: most image pulls
+    /// (pull Jobs) in flight per DaemonSet. Each pull downloads the new images on one
+    /// node; the bound keeps a wave from saturating a registry or a shared uplink.
+    #[arg(long, env = "ROLLGATE_PULL_AHEAD_PARALLELISM", default_value_t = crate::daemonset::pull_ahead::PullAheadLimits::DEFAULT_PARALLELISM as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pull_ahead_parallelism: u32,
+    /// Pull-ahead: how many nodes past the ones the budget allows now may pull already,
+    /// so the next wave's images arrive while this wave's pods start. Default: the
+    /// budget (one more wave).
+    #[arg(long, env = "ROLLGATE_PULL_AHEAD_LOOKAHEAD")]
+    pub pull_ahead_lookahead: Option<u32>,
+    /// Pull-ahead: failed (or timed-out) pulls of a node before its old pod is replaced
+    /// without the image (Warning PullAheadGaveUp). A retry covers an evicted Job or a
+    /// registry hiccup; a node that fails more has a cause a retry does not fix, and must
+    /// not hold the rollout forever.
+    #[arg(long, env = "ROLLGATE_PULL_AHEAD_TRIES", default_value_t = crate::daemonset::pull_ahead::PullAheadLimits::DEFAULT_MAX_TRIES, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pull_ahead_tries: u32,
     #[command(flatten)]
     pub leader: LeaderArgs,
     #[command(flatten)]
     pub gates: GateArgs,
+}
+
+impl ControllerArgs {
+    /// The pull-ahead flags, as the planner takes them.
+    pub fn pull_ahead_limits(&self) -> crate::daemonset::pull_ahead::PullAheadLimits {
+        crate::daemonset::pull_ahead::PullAheadLimits {
+            parallelism: self.pull_ahead_parallelism as usize,
+            lookahead: self.pull_ahead_lookahead.map(|n| n as usize),
+            max_tries: self.pull_ahead_tries,
+        }
+    }
 }
 
 /// A container image reference as the kubelet takes it: not empty, no whitespace.
@@ -278,6 +305,40 @@ mod tests {
             }
         );
         assert!(parse(&["rollgate", "controller", "--max-deletions-per-plan", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_pull_ahead_limits_default_to_the_planners_and_refuse_zero() {
+        use crate::daemonset::pull_ahead::PullAheadLimits;
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Controller(c)) => Ok(c.pull_ahead_limits()),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            parse(&["rollgate", "controller"]).unwrap(),
+            PullAheadLimits::default()
+        );
+        assert_eq!(
+            parse(&[
+                "rollgate",
+                "controller",
+                "--pull-ahead-parallelism",
+                "5",
+                "--pull-ahead-lookahead",
+                "0",
+                "--pull-ahead-tries",
+                "1"
+            ])
+            .unwrap(),
+            PullAheadLimits {
+                parallelism: 5,
+                lookahead: Some(0),
+                max_tries: 1
+            }
+        );
+        assert!(parse(&["rollgate", "controller", "--pull-ahead-parallelism", "0"]).is_err());
+        assert!(parse(&["rollgate", "controller", "--pull-ahead-tries", "0"]).is_err());
     }
 
     #[test]

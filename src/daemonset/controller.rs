@@ -22,6 +22,9 @@ use super::native_wait::{NativeWait, NativeWaits, Verdict};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
 use super::other_updater::{self, OtherUpdaters};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
+use super::pull_ahead::{
+    plan_pull_ahead, pull_ahead_of, PullAheadLimits, PullAheadPlan, PullTries, UnseenRequests,
+};
 use super::revision::{
     check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
 };
@@ -34,7 +37,8 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::names::{
     ANOTHER_UPDATER_ACTIVE_EVENT, CURRENT_REVISION_UNKNOWN_EVENT, DAEMONSET_CONTROLLER_NAME,
-    NATIVE_CONTROLLER_STALLED_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, POD_NEED_UPGRADE_CONDITION,
+    INVALID_PULL_AHEAD_EVENT, NATIVE_CONTROLLER_STALLED_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT,
+    POD_NEED_UPGRADE_CONDITION, PULLING_AHEAD_EVENT, PULL_AHEAD_GAVE_UP_EVENT,
     ROLLOUT_COMPLETE_EVENT, ROLLOUT_HELD_BACK_EVENT, ROLLOUT_PAUSED_EVENT,
     UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
     WAITING_FOR_STALE_STATUS_EVENT,
@@ -69,6 +73,11 @@ pub struct Context {
     waits: Mutex<NativeWaits>,
     /// A wait on the native controller longer than this is a stall (Warning, metric).
     stall_after: Duration,
+    pull_ahead: PullAheadLimits,
+    /// Failed pull-ahead pulls per pod, by DaemonSet UID (see `pull_ahead::PullTries`).
+    pull_tries: Mutex<HashMap<String, PullTries>>,
+    /// Pull requests written but not yet in the cache, by DaemonSet UID.
+    pull_unseen: Mutex<HashMap<String, UnseenRequests>>,
 }
 
 impl Context {
@@ -80,6 +89,8 @@ impl Context {
         self.waits.lock().unwrap().done(uid);
         self.metrics.forget(namespace, name);
         self.other_updaters.forget(namespace, name);
+        self.pull_tries.lock().unwrap().remove(uid);
+        self.pull_unseen.lock().unwrap().remove(uid);
     }
 }
 
@@ -93,6 +104,8 @@ pub struct Settings {
     pub other_updater_quiet: Duration,
     /// A wait on the native controller longer than this is a stall.
     pub stall_after: Duration,
+    /// Pull-ahead's bounds (`--pull-ahead-*`).
+    pub pull_ahead: PullAheadLimits,
 }
 
 /// Subscribes to the shared watches and returns the controller, ready to be driven.
@@ -109,6 +122,7 @@ pub fn start(
         limits,
         other_updater_quiet,
         stall_after,
+        pull_ahead,
     } = settings;
     let stores = watches.stores.clone();
     let daemonset_metrics = DaemonSetMetrics::register(metrics);
@@ -126,6 +140,9 @@ pub fn start(
         verified: Mutex::default(),
         waits: Mutex::default(),
         stall_after,
+        pull_ahead,
+        pull_tries: Mutex::default(),
+        pull_unseen: Mutex::default(),
     });
     // Another updater's deletion re-plans its DaemonSet at once (rollgate steps back).
     let sightings = watches
@@ -207,6 +224,8 @@ fn forget_deleted(
                     ctx.expectations.lock().unwrap().retain(|uid| live.contains(uid));
                     ctx.verified.lock().unwrap().retain(|uid, _| live.contains(uid));
                     ctx.waits.lock().unwrap().retain(|uid| live.contains(uid));
+                    ctx.pull_tries.lock().unwrap().retain(|uid, _| live.contains(uid));
+                    ctx.pull_unseen.lock().unwrap().retain(|uid, _| live.contains(uid));
                 }
                 _ = &mut stop => return,
             }
@@ -255,10 +274,20 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
                 tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
                 return Ok(Action::requeue(left + Duration::from_secs(1)));
             }
+            // A bad pull-ahead value: the operator asked for something; deleting without
+            // it could be what they meant to avoid. Nothing is deleted until it is fixed.
+            let pull_ahead = match pull_ahead_of(&ds) {
+                Ok(on) => on,
+                Err(error) => {
+                    warn_once(&ds, &ctx, INVALID_PULL_AHEAD_EVENT, &error.to_string()).await;
+                    return Ok(Action::await_change());
+                }
+            };
             // One look at the store serves both steps.
             let (pods, current) = owned(&ds, &ctx);
             let controls = Controls {
                 paused,
+                pull_ahead,
                 partition,
                 node_selector: node_selector.as_ref(),
             };
@@ -432,6 +461,8 @@ fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<CachedPod>>, Option<CurrentR
 struct Controls<'a> {
     /// `rollgate.io/paused`: the plan is made, its deletions held.
     paused: bool,
+    /// `rollgate.io/pull-ahead`.
+    pull_ahead: bool,
     partition: Option<Partition>,
     node_selector: Option<&'a NodeSelector>,
 }
@@ -471,7 +502,51 @@ async fn rolling_update(
     }
     // Paused: the plan is made (progress, status and the budget read as usual), and its
     // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
-    let plan = if controls.paused { plan.paused() } else { plan };
+    let (paused, pull_ahead) = (controls.paused, controls.pull_ahead);
+    let plan = if paused { plan.paused() } else { plan };
+    // Pull-ahead: deletions wait for their node's pull; pulls start for the nodes the
+    // budget reaches next.
+    let (plan, pulls) = match (pull_ahead, current.and_then(|c| c.hash.as_deref())) {
+        (false, _) => (plan, None),
+        (true, hash) => {
+            let pulls = hash.map(|hash| {
+                let tries = {
+                    let mut all = ctx.pull_tries.lock().unwrap();
+                    let tries = all.entry(uid.clone()).or_default();
+                    tries.observe(pods, hash);
+                    tries.clone()
+                };
+                let unseen = ctx
+                    .pull_unseen
+                    .lock()
+                    .unwrap()
+                    .entry(uid.clone())
+                    .or_default()
+                    .still_unseen(pods, Instant::now());
+                plan_pull_ahead(
+                    &plan,
+                    pods,
+                    hash,
+                    &tries,
+                    &unseen,
+                    paused,
+                    ctx.pull_ahead,
+                    Timestamp::now(),
+                )
+            });
+            let mut plan = plan;
+            // No revision hash to name in a request yet: nothing can be pulled, so
+            // nothing is deleted (the hash follows within moments).
+            plan.deletions = pulls
+                .as_ref()
+                .map(|p| p.deletions.clone())
+                .unwrap_or_default();
+            (plan, pulls)
+        }
+    };
+    if let Some(pulls) = &pulls {
+        request_pulls(ds, ctx, pulls).await?;
+    }
     // Deletions are only made against a target the DaemonSet read agrees with: in a
     // rollback a -> b -> a the revisions watch may still name b for a moment.
     if !plan.deletions.is_empty() {
@@ -579,6 +654,75 @@ async fn rolling_update(
         None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
         None => Action::requeue(Duration::from_secs(300)),
     })
+}
+
+/// Writes pull-ahead's requests (the image-pull controller answers them with its Job) and
+/// says what it started and where it gave up.
+async fn request_pulls(ds: &DaemonSet, ctx: &Context, pulls: &PullAheadPlan) -> Result<(), Error> {
+    let reference = ds.object_ref(&());
+    for gave_up in &pulls.gave_up {
+        let note = format!(
+            "node {}: {} pull(s) of the new images failed; pod {} is replaced without them (the new pod pulls as it starts)",
+            gave_up.node, gave_up.failures, gave_up.pod
+        );
+        tracing::warn!(node = %gave_up.node, failures = gave_up.failures, "pull-ahead gave up");
+        ctx.events
+            .publish(
+                &reference,
+                EventType::Warning,
+                PULL_AHEAD_GAVE_UP_EVENT,
+                "PullAhead",
+                note,
+            )
+            .await;
+    }
+    if pulls.requests.is_empty() {
+        return Ok(());
+    }
+    // Each request names the pod's UID: a pod replaced meanwhile is not asked.
+    let writes = pulls
+        .requests
+        .iter()
+        .map(|r| {
+            ConditionPatch::set(
+                r.namespace.clone(),
+                r.name.clone(),
+                Some(&r.uid),
+                &r.condition,
+            )
+        })
+        .collect();
+    let landed = ctx.writer.write_conditions(writes).await?;
+    if landed.is_empty() {
+        return Ok(());
+    }
+    {
+        let mut unseen = ctx.pull_unseen.lock().unwrap();
+        let unseen = unseen.entry(ds.uid().unwrap_or_default()).or_default();
+        let now = Instant::now();
+        for r in &pulls.requests {
+            if landed.iter().any(|l| l.name == r.name) {
+                unseen.record(&r.uid, r.stamp_before.clone(), now);
+            }
+        }
+    }
+    let nodes: Vec<String> = pulls
+        .requests
+        .iter()
+        .filter(|r| landed.iter().any(|l| l.name == r.name))
+        .map(|r| r.node.clone())
+        .collect();
+    let note = format!(
+        "pulling the new images on {} node(s) before their old pods are deleted ({} pull(s) in flight before; deletions held for {} node(s)): {}",
+        nodes.len(),
+        pulls.in_flight,
+        pulls.held.len(),
+        shorten(&nodes)
+    );
+    tracing::info!(nodes = nodes.len(), "pull-ahead requested");
+    let started = event(EventType::Normal, PULLING_AHEAD_EVENT, "PullAhead", note);
+    ctx.events.publish_detached(reference, started);
+    Ok(())
 }
 
 /// Updates metrics and, when the rollout's state changes, says so in one Event.
@@ -720,6 +864,9 @@ mod tests {
             verified: Mutex::default(),
             waits: Mutex::default(),
             stall_after: Duration::from_secs(120),
+            pull_ahead: PullAheadLimits::default(),
+            pull_tries: Mutex::default(),
+            pull_unseen: Mutex::default(),
         }
     }
 

@@ -168,9 +168,9 @@ impl DaemonSetMetrics {
         self.max_unavailable
             .get_or_create(&labels)
             .set(progress.budget as i64);
-        self.nodes_held_back.get_or_create(&labels).set(
-            (progress.kept_by_partition.len() + progress.held_by_selector.len()) as i64,
-        );
+        self.nodes_held_back
+            .get_or_create(&labels)
+            .set((progress.kept_by_partition.len() + progress.held_by_selector.len()) as i64);
         self.rollout_paused
             .get_or_create(&labels)
             .set(i64::from(matches!(

@@ -19,7 +19,9 @@
 //! - [`describe`]: how a rollout's progress reads to people (Events, `rollgate status`);
 //! - [`metrics`]: the controller's Prometheus metrics;
 //! - [`other_updater`]: another updater (yurt-manager's) on the same DaemonSet: step back;
-//! - [`image_pull`]: the OTA image pre-pull with Jobs.
+//! - [`image_pull`]: the OTA image pre-pull with Jobs;
+//! - [`pull_ahead`]: AdvancedRollingUpdate with the new images pulled (by `image_pull`)
+//!   before each old pod is deleted.
 pub mod controller;
 pub mod controls;
 pub mod describe;
@@ -31,6 +33,7 @@ pub mod ota_plan;
 pub mod other_updater;
 pub mod placement;
 pub mod policy;
+pub mod pull_ahead;
 pub mod revision;
 pub mod rolling_plan;
 pub mod triggers;

@@ -156,6 +156,9 @@ pub struct RollingPlan {
     /// a pod there.
     pub settled: Vec<String>,
     pub progress: Progress,
+    /// Out-of-date pods on Ready nodes that this plan leaves for later (the budget or
+    /// the cap), in the order later plans take them: what pull-ahead pulls for next.
+    pub upcoming: Vec<PlannedDeletion>,
 }
 
 impl RollingPlan {
@@ -372,6 +375,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             deletions: Vec::new(),
             settled,
             progress,
+            upcoming: Vec::new(),
         };
     };
 
@@ -531,7 +535,17 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         .len()
         .min(input.limits.max_deletions_per_plan.max(1));
     progress.deferred_by_cap = deletions.len() - capped;
-    deletions.truncate(capped);
+    let mut upcoming = deletions.split_off(capped);
+    upcoming.extend(
+        old_not_available[old_chosen..]
+            .iter()
+            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+            .chain(
+                candidates[chosen - old_chosen..]
+                    .iter()
+                    .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
+            ),
+    );
 
     progress.blocked = if chosen < spendable {
         Some(Blocker::BudgetExhausted {
@@ -566,6 +580,7 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         deletions,
         settled,
         progress,
+        upcoming,
     }
 }
 
@@ -2406,5 +2421,53 @@ mod tests {
         );
         assert_eq!(plan.progress.deferred_by_cap, 6);
         assert_eq!(plan.progress.blocked, None);
+        // What the cap left is next, in the same order (pull-ahead reads it).
+        let upcoming: Vec<&str> = plan.upcoming.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            upcoming,
+            ["old-n4", "old-n5", "old-n6", "old-n7", "old-n8", "old-n9"]
+        );
+    }
+
+    #[test]
+    fn upcoming_lists_what_the_budget_leaves_in_the_order_later_plans_take_it() {
+        let (ds, revisions) = upgrading(0);
+        let mut pods: Vec<Pod> = ["n0", "n1", "n2", "n3"]
+            .iter()
+            .map(|n| old_available(&ds, &format!("old-{n}"), n))
+            .collect();
+        // Not available: replaced before any available one, in this plan and later.
+        pods.push(
+            PodBuilder::new("old-n4", &ds)
+                .hash("old")
+                .on_node("n4")
+                .not_ready()
+                .build(),
+        );
+        pods.push(new_available(&ds, "new-n5", "n5"));
+        let nodes = (0..6).map(|i| node(&format!("n{i}"), true)).collect();
+        let plan = plan(&input(
+            &ds,
+            &revisions,
+            pods,
+            nodes,
+            MaxUnavailable::Count(2),
+        ));
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-n4", DeletionReason::OldPodNotAvailable),
+                ("old-n0", DeletionReason::RollingUpdate)
+            ]
+        );
+        let upcoming: Vec<(&str, &str)> = plan
+            .upcoming
+            .iter()
+            .map(|d| (d.name.as_str(), d.node.as_str()))
+            .collect();
+        assert_eq!(
+            upcoming,
+            [("old-n1", "n1"), ("old-n2", "n2"), ("old-n3", "n3")]
+        );
     }
 }

@@ -9,7 +9,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::names::{
-    CONTROLLER_REVISION_HASH_LABEL, POD_NEED_UPGRADE_CONDITION, POD_TEMPLATE_GENERATION_LABEL,
+    CONTROLLER_REVISION_HASH_LABEL, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION,
+    POD_TEMPLATE_GENERATION_LABEL,
 };
 use crate::object::{controller_uid, ConditionView, PodFacts};
 
@@ -34,6 +35,8 @@ pub struct PlannedPod<'a> {
     /// stale (`rolling_plan`), and the kubelet's report after the return must replan.
     not_ready_since: Option<&'a Time>,
     need_upgrade: Option<ConditionView<'a>>,
+    /// Pull-ahead waits for the pull's answer in `PodImageReady` (`pull_ahead`).
+    image_ready: Option<ConditionView<'a>>,
 }
 
 impl<'a> PlannedPod<'a> {
@@ -56,6 +59,7 @@ impl<'a> PlannedPod<'a> {
                 .filter(|ready| ready.status != "True")
                 .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
+            image_ready: pod.condition(POD_IMAGE_READY_CONDITION),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod daemonset;
 pub mod ghost_ready;
+pub mod private_kwok;
 pub mod unavailable;
 pub mod yurt_manager;
 pub mod yurthub;
@@ -246,20 +247,32 @@ pub struct TestNodes {
     pub names: Vec<String>,
     client: Client,
     guard: ghost_ready::Guard,
+    /// The label whose `on` makes a kwok heartbeat these nodes.
+    heartbeat: String,
 }
 
 impl TestNodes {
     /// Creates `count` nodes with a heartbeat and waits until they are all Ready.
     pub async fn create(client: &Client, prefix: &str, count: usize) -> Self {
+        Self::create_on(client, prefix, count, HEARTBEAT_LABEL).await
+    }
+
+    /// Like `create`, for the kwok that manages nodes with `heartbeat=on` (a test's own
+    /// `private_kwok`).
+    pub async fn create_on(client: &Client, prefix: &str, count: usize, heartbeat: &str) -> Self {
         let owner = unique_name(prefix);
         let guard =
-            ghost_ready::Guard::start(client, &format!("{OWNER_LABEL}={owner}"), HEARTBEAT_LABEL)
-                .await;
+            ghost_ready::Guard::start(client, &format!("{OWNER_LABEL}={owner}"), heartbeat).await;
         let api: Api<Node> = Api::all(client.clone());
         let mut names = Vec::with_capacity(count);
         for i in 0..count {
             let name = format!("{owner}-n{i}");
-            let node = kwok_node(&name, &owner);
+            let mut node = kwok_node(&name, &owner);
+            if heartbeat != HEARTBEAT_LABEL {
+                let labels = node.metadata.labels.get_or_insert_with(Default::default);
+                labels.remove(HEARTBEAT_LABEL);
+                labels.insert(heartbeat.into(), "on".into());
+            }
             api.create(&PostParams::default(), &node)
                 .await
                 .unwrap_or_else(|e| panic!("creating node {name}: {e}"));
@@ -270,6 +283,7 @@ impl TestNodes {
             names,
             client: client.clone(),
             guard,
+            heartbeat: heartbeat.to_string(),
         };
         for name in &nodes.names {
             nodes.wait_ready(name, true, Duration::from_secs(60)).await;
@@ -288,7 +302,7 @@ impl TestNodes {
     pub async fn set_heartbeat(&self, node: &str, on: bool) {
         let api: Api<Node> = Api::all(self.client.clone());
         let value = if on { "on" } else { "off" };
-        let patch = json!({"metadata": {"labels": {HEARTBEAT_LABEL: value}}});
+        let patch = json!({"metadata": {"labels": {self.heartbeat.as_str(): value}}});
         api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap_or_else(|e| panic!("setting heartbeat {value} on {node}: {e}"));
