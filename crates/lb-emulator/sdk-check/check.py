@@ -259,14 +259,6 @@ def clb_flow(slb, label, endpoint):
             slb_models.DescribeLoadBalancerHTTPListenerAttributeRequest(
                 region_id=REGION, load_balancer_id=lb_id, listener_port=8080)).body
         expect(body.health_check_timeout == 7 and body.health_check == "on", "HTTP settings not read back")
-        try:
-            slb.create_load_balancer_httpslistener(slb_models.CreateLoadBalancerHTTPSListenerRequest(
-                region_id=REGION, load_balancer_id=lb_id, listener_port=8443, bandwidth=-1,
-                sticky_session="off", health_check="on", server_certificate_id="cert-nobody-holds"))
-        except Exception as exc:
-            expect(error_code(exc) == "ServerCertificateId.NotFound", f"unexpected error {exc!r}")
-        else:
-            raise AssertionError("an HTTPS listener of an unknown certificate was created")
     layer7_listeners()
 
     @check(f"[{label}] CLB DeleteLoadBalancer")
