@@ -1254,6 +1254,81 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     bed.cleanup().await;
 }
 
+/// `protocol-port: https:80` with `cert-id` and the HTTP listener's
+/// `health-check-timeout`: the CLB listener on 80 is HTTPS, serves the certificate,
+/// checks `/healthz` with GET and the 8 s timeout (read back from the emulator), and
+/// the gates turn True through its health report. Then `https` without `cert-id` on
+/// another Service: its pods' gates say why (naming `cert-id`), and no listener is
+/// asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout() {
+    let bed = Bed::new("gates-https", 1, fast_emulator(), &[]).await;
+    bed.emulator_post("server-certificates", json!({"id": "cert-e2e"}))
+        .await;
+    let https = lb_annotations(&[
+        ("protocol-port", "https:80"),
+        ("cert-id", "cert-e2e"),
+        ("health-check-uri", "/healthz"),
+        ("health-check-method", "get"),
+        ("health-check-timeout", "8"),
+    ]);
+    bed.create_service("web", "web", None, https).await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    let state = bed.emulator("state").await;
+    let listeners = &state["clb"]["load_balancers"][0]["listeners"];
+    assert_eq!(listeners.as_array().map(Vec::len), Some(1), "{state}");
+    let listener = &listeners[0];
+    assert_eq!(listener["protocol"], "https", "{state}");
+    assert_eq!(listener["port"], 80);
+    assert_eq!(listener["health_check"], true);
+    let settings = &listener["settings"];
+    assert_eq!(settings["ServerCertificateId"], "cert-e2e", "{state}");
+    assert_eq!(settings["HealthCheckURI"], "/healthz");
+    assert_eq!(settings["HealthCheckMethod"], "get");
+    assert_eq!(settings["HealthCheckTimeout"], 8);
+    // The backends the gates waited on are behind that HTTPS listener.
+    let group = listener["vserver_group_id"].as_str().unwrap();
+    let behind = bed
+        .backends()
+        .await
+        .into_iter()
+        .filter(|b| b.group == group && b.healthy)
+        .count();
+    assert_eq!(behind, 2, "{state}");
+
+    // HTTPS without a certificate: refused before any cloud call, on every gate.
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("protocol-port", "https:80")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id"),
+        "{message}"
+    );
+    let state = bed.emulator("state").await;
+    assert_eq!(
+        state["clb"]["load_balancers"].as_array().map(Vec::len),
+        Some(1),
+        "no load balancer for the refused Service: {state}"
+    );
+    bed.cleanup().await;
+}
+
 /// `connection-drain: on` with a 12 s timeout: the listener carries the drain (read
 /// back from the emulator), and a removed pod's backend stays at weight 0 for the
 /// drain's 12 s, not the controller's 3 s default (`ROLLGATE_GATE_DRAIN_TIME`), and
@@ -1328,6 +1403,100 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
         (11.0..25.0).contains(&held),
         "{ip} stayed at weight 0 for {held:.1} s; the drain is 12 s: {events:?}"
     );
+    bed.cleanup().await;
+}
+
+/// NLB: `connection-drain: on` with a 20 s timeout reaches the server group
+/// (`ConnectionDrainEnabled`, `ConnectionDrainTimeout`, read back from the emulator),
+/// and a removed pod's backend stays at weight 0 until the drain ends or the pod's
+/// grace ends, whichever is first: a pod deleted with its 30 s grace is held the
+/// drain's 20 s; one deleted with an 8 s grace only 8 s (its deletion deadline).
+/// Both pods' containers take 25 s to stop, so neither is gone earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_ends() {
+    let bed = Bed::new("gates-nlbdrain", 1, fast_emulator(), &[]).await;
+    let drain = lb_annotations(&[
+        ("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"),
+        ("connection-drain", "on"),
+        ("connection-drain-timeout", "20"),
+    ]);
+    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), drain)
+        .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let state = bed.emulator("state").await;
+    let group = &state["nlb"]["server_groups"][0]["settings"];
+    assert_eq!(group["ConnectionDrainEnabled"], true, "{state}");
+    assert_eq!(group["ConnectionDrainTimeout"], 20, "{state}");
+
+    let pods = bed.app_pods("web").await;
+    let slow =
+        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
+    let mut deleted = vec![];
+    for (pod, grace) in pods.iter().zip([30u32, 8]) {
+        let name = pod.name_any();
+        bed.pods()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&slow))
+            .await
+            .unwrap();
+        let params = DeleteParams {
+            grace_period_seconds: Some(grace),
+            ..Default::default()
+        };
+        bed.pods().delete(&name, &params).await.unwrap();
+        deleted.push((pod_ip(pod).unwrap(), grace));
+    }
+    wait_for(
+        "both backends drained and removed",
+        Duration::from_secs(60),
+        || async {
+            let timeline = bed.emulator("timeline").await;
+            let events = timeline["events"].as_array().unwrap();
+            let removed = deleted
+                .iter()
+                .filter(|(ip, _)| {
+                    events
+                        .iter()
+                        .any(|e| e["event"] == "removed" && e["ip"] == ip.as_str())
+                })
+                .count();
+            if removed == deleted.len() {
+                Ok(())
+            } else {
+                Err(format!("{removed} of {} removed", deleted.len()))
+            }
+        },
+    )
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let events = timeline["events"].as_array().unwrap();
+    let at = |e: &Value| {
+        e["at"]
+            .as_str()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+    };
+    for (ip, grace) in &deleted {
+        let ip = ip.as_str();
+        let of_ip: Vec<&Value> = events.iter().filter(|e| e["ip"] == ip).collect();
+        let drained = of_ip
+            .iter()
+            .position(|e| e["event"] == "weight-changed")
+            .unwrap_or_else(|| panic!("{ip} was never drained: {of_ip:?}"));
+        let removed = of_ip.iter().position(|e| e["event"] == "removed").unwrap();
+        assert!(drained < removed, "{ip}: drained after removal: {of_ip:?}");
+        let held = at(of_ip[removed])
+            .duration_since(at(of_ip[drained]))
+            .as_secs_f64();
+        // The drain (20 s) or the grace, whichever is first; the weight change comes
+        // a reconcile after the deletion, so a little less is fine.
+        let want = if *grace == 8 { 5.0..11.0 } else { 18.0..25.0 };
+        assert!(
+            want.contains(&held),
+            "{ip} (grace {grace} s) stayed at weight 0 for {held:.1} s, want {want:?}: {of_ip:?}"
+        );
+    }
     bed.cleanup().await;
 }
 

@@ -1,8 +1,9 @@
 //! What rollgate asks the cloud for, for one Service (pure): its load balancer (the one
 //! named or created earlier, else a new one with a stable name), the address type and
 //! zones, and a listener and server group per Service port with the health check and
-//! drain its annotations ask for (`settings`).
-use alibaba_lb::{ListenerProtocol, ListenerSpec, LoadBalancerSpec, Product};
+//! drain its annotations ask for (`settings`), HTTP or HTTPS where `protocol-port`
+//! says so (CLB only).
+use alibaba_lb::{ListenerSpec, LoadBalancerSpec, Product};
 
 use super::model::{legacy_server_group_name, server_group_name, ServiceFacts};
 use super::service::ServiceSnapshot;
@@ -28,6 +29,13 @@ pub fn lb_spec(
     }
     let address_type = service.address_type.clone()?;
     let settings = service.listener_settings.clone()?;
+    let protocols = service.listener_protocols.clone()?;
+    if product == Product::Nlb && protocols.any_layer7() {
+        return Err(format!(
+            "annotation {}protocol-port: an NLB has no HTTP or HTTPS listeners; accepted on an NLB: tcp and udp (tcpssl is not supported by rollgate yet)",
+            LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+        ));
+    }
     let facts = &service.facts;
     let uid = &service.uid;
     // The name is the create call's idempotency token too (`ClientToken`): a restart
@@ -49,23 +57,26 @@ pub fn lb_spec(
         listeners: facts
             .ports
             .iter()
-            .map(|p| ListenerSpec {
-                port: p.port,
-                protocol: if p.protocol == "UDP" {
-                    ListenerProtocol::Udp
-                } else {
-                    ListenerProtocol::Tcp
-                },
-                server_group_name: server_group_name(
-                    p,
-                    &facts.ports,
-                    &facts.name,
-                    &facts.namespace,
-                    cluster_id,
-                ),
-                // Filled in by `adopt_former_groups` where there is a former id.
-                former_group_name: None,
-                settings: settings.clone(),
+            .map(|p| {
+                let protocol = protocols.of(p);
+                let mut settings = settings.clone();
+                if protocol == alibaba_lb::ListenerProtocol::Https {
+                    settings.server_certificate_id = protocols.certificate_id.clone();
+                }
+                ListenerSpec {
+                    port: p.port,
+                    protocol,
+                    server_group_name: server_group_name(
+                        p,
+                        &facts.ports,
+                        &facts.name,
+                        &facts.namespace,
+                        cluster_id,
+                    ),
+                    // Filled in by `adopt_former_groups` where there is a former id.
+                    former_group_name: None,
+                    settings,
+                }
             })
             .collect(),
     })
@@ -95,7 +106,7 @@ pub fn adopt_former_groups(
 
 #[cfg(test)]
 mod tests {
-    use alibaba_lb::{AddressType, ZoneVSwitch};
+    use alibaba_lb::{AddressType, ListenerProtocol, ZoneVSwitch};
     use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
     use kube::api::ObjectMeta;
 
@@ -106,6 +117,8 @@ mod tests {
 
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     const ADDRESS: &str = "service.beta.kubernetes.io/alicloud-loadbalancer-address-type";
+    const PROTOCOL_PORT: &str =
+        "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-protocol-port";
 
     fn snapshot(name: &str, uid: &str, annotations: &[(&str, &str)]) -> ServiceSnapshot {
         let svc = Service {
@@ -216,6 +229,12 @@ mod tests {
              Product::Nlb, &[(ZONES, "cn-hangzhou-k")], Err("zone-maps: entry")),
             ("a health-check value out of the API's range is refused",
              Product::Clb, &[("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-health-check-interval", "0")], Err("health-check-interval: \"0\" is not valid; accepted: an integer from 1 to 50")),
+            ("an HTTPS port without a certificate is refused",
+             Product::Clb, &[(PROTOCOL_PORT, "https:80")], Err("protocol-port: \"https:80\" needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id")),
+            ("an NLB has no HTTP listener",
+             Product::Nlb, &[(LOAD_BALANCER_ID_ANNOTATION, "nlb-user"), (PROTOCOL_PORT, "http:80")], Err("an NLB has no HTTP or HTTPS listeners")),
+            ("tcp named on an NLB is fine",
+             Product::Nlb, &[(LOAD_BALANCER_ID_ANNOTATION, "nlb-user"), (PROTOCOL_PORT, "tcp:80")], ok(Some("nlb-user"), Internet, 0)),
             ("an unknown address type is refused",
              Product::Clb, &[(ADDRESS, "public")], Err("address-type: \"public\" is not valid")),
         ];
@@ -347,6 +366,50 @@ mod tests {
             assert_eq!(s.health_check.uri.as_deref(), Some("/ready"));
             assert_eq!(s.drain.and_then(|d| d.timeout_seconds), Some(45));
         }
+    }
+
+    /// `protocol-port` turns port 80 into an HTTPS listener carrying `cert-id` (and
+    /// the health-check timeout); the UDP port keeps its own protocol and no
+    /// certificate.
+    #[test]
+    fn protocol_port_and_cert_id_make_an_https_listener_with_its_certificate() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let cert = format!("{p}cert-id");
+        let timeout = format!("{p}health-check-timeout");
+        let spec = lb_spec(
+            &snapshot(
+                "web",
+                "0123456789ab",
+                &[
+                    (PROTOCOL_PORT, "https:80"),
+                    (&cert, "cert-1"),
+                    (&timeout, "9"),
+                ],
+            ),
+            Product::Clb,
+            "c1",
+            None,
+        )
+        .unwrap();
+        let got: Vec<_> = spec
+            .listeners
+            .iter()
+            .map(|l| {
+                (
+                    l.port,
+                    l.protocol,
+                    l.settings.server_certificate_id.as_deref(),
+                    l.settings.health_check.timeout_seconds,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (80, ListenerProtocol::Https, Some("cert-1"), Some(9)),
+                (53, ListenerProtocol::Udp, None, Some(9)),
+            ]
+        );
     }
 
     #[test]

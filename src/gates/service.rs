@@ -57,13 +57,20 @@ pub struct ServiceSnapshot {
     pub selector: Option<BTreeMap<String, String>>,
     /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
     pub published_address: Option<String>,
+    /// `protocol-port` and `cert-id` (HTTP/HTTPS listeners), or why they are not valid.
+    pub listener_protocols: Result<settings::ListenerProtocols, String>,
 }
 
 impl ServiceSnapshot {
     pub fn read(service: &Service, selection: ClassSelection) -> Self {
         let spec = service.spec.as_ref();
+        let service_facts = facts(service);
         ServiceSnapshot {
-            facts: facts(service),
+            listener_protocols: settings::listener_protocols(
+                service.annotations(),
+                &service_facts.ports,
+            ),
+            facts: service_facts,
             reference: service.object_ref(&()),
             uid: service.uid().unwrap_or_default(),
             resource_version: service.resource_version(),

@@ -1,6 +1,7 @@
 //! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
 //! the thresholds, `connection-drain` and its timeout, `scheduler`), read into the listener
-//! settings the cloud client sends; and the whole annotation family, each marked
+//! settings the cloud client sends; `protocol-port` and `cert-id`, which make a Service
+//! port's CLB listener HTTP or HTTPS; and the whole annotation family, each marked
 //! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
 //! controller hears about every annotation rollgate does not act on. Pure.
 //!
@@ -10,7 +11,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use alibaba_lb::{ConnectionDrain, HealthCheck, HealthCheckType, ListenerSettings};
+use alibaba_lb::{
+    ConnectionDrain, HealthCheck, HealthCheckType, ListenerProtocol, ListenerSettings,
+};
+
+use super::model::ServicePort;
 
 use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
 
@@ -48,10 +53,10 @@ pub const FAMILY: &[(&str, Support)] = {
         ("health-check-connect-timeout", Supported),
         ("connection-drain", Supported),
         ("connection-drain-timeout", Supported),
-        // HTTP/HTTPS listeners (with `protocol-port`), not made yet.
-        ("health-check-timeout", NotYet),
-        ("protocol-port", NotYet),
-        ("cert-id", NotYet),
+        // HTTP/HTTPS listeners (CLB, with `protocol-port`).
+        ("health-check-timeout", Supported),
+        ("protocol-port", Supported),
+        ("cert-id", Supported),
         ("cacert-id", NotYet),
         ("cacert", NotYet),
         ("additional-cert-ids", NotYet),
@@ -191,6 +196,8 @@ pub fn listener_settings(
     let unhealthy_threshold = number("unhealthy-threshold", 2..=10);
     let interval_seconds = number("health-check-interval", 1..=50);
     let connect_timeout_seconds = number("health-check-connect-timeout", 1..=300);
+    // HTTP and HTTPS listeners' answer timeout (TCP/UDP listeners have none).
+    let timeout_seconds = number("health-check-timeout", 1..=300);
     let drain_timeout = number("connection-drain-timeout", 10..=900);
 
     let mut switch = |suffix: &str| -> Option<bool> {
@@ -341,9 +348,120 @@ pub fn listener_settings(
             unhealthy_threshold,
             interval_seconds,
             connect_timeout_seconds,
+            timeout_seconds,
         },
         drain,
         scheduler,
+        // Set per HTTPS listener from `listener_protocols` (`lb_spec`).
+        server_certificate_id: None,
+    })
+}
+
+/// `protocol-port` and `cert-id`: the listener protocol of each Service port the
+/// annotation names (the others keep their own, TCP or UDP), and the server
+/// certificate HTTPS listeners serve.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListenerProtocols {
+    pub by_port: BTreeMap<u16, ListenerProtocol>,
+    pub certificate_id: Option<String>,
+}
+
+impl ListenerProtocols {
+    /// The listener protocol of `port`: the annotation's, else the port's own.
+    pub fn of(&self, port: &ServicePort) -> ListenerProtocol {
+        self.by_port
+            .get(&port.port)
+            .copied()
+            .unwrap_or(if port.protocol == "UDP" {
+                ListenerProtocol::Udp
+            } else {
+                ListenerProtocol::Tcp
+            })
+    }
+
+    /// Whether any port gets an HTTP or HTTPS listener (CLB only).
+    pub fn any_layer7(&self) -> bool {
+        self.by_port.values().any(|p| p.is_layer7())
+    }
+}
+
+/// Reads `protocol-port` (`"https:443,http:80"`, Alibaba's form) against the
+/// Service's `ports`, and `cert-id`. Refused, with the accepted forms: a malformed
+/// entry, a port the Service does not have, a protocol the port's own protocol cannot
+/// carry (HTTP and HTTPS need a TCP port), and HTTPS without `cert-id` (CLB refuses an
+/// HTTPS listener without a certificate).
+pub fn listener_protocols(
+    annotations: &BTreeMap<String, String>,
+    ports: &[ServicePort],
+) -> Result<ListenerProtocols, String> {
+    const FORMS: &str =
+        "comma-separated <protocol>:<port> of the Service's ports, protocol one of http, https, tcp, udp (e.g. \"https:443,http:80\")";
+    let mut problems = vec![];
+    let certificate_id = get(annotations, "cert-id").and_then(|raw| {
+        let ok = raw.len() <= 200
+            && raw
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if ok {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid(
+                "cert-id",
+                raw,
+                "a server certificate id (letters, digits, '-', '_', '.')",
+            ));
+            None
+        }
+    });
+    let mut by_port = BTreeMap::new();
+    if let Some(raw) = get(annotations, "protocol-port") {
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let parsed = entry.split_once(':').and_then(|(protocol, port)| {
+                let protocol = ListenerProtocol::parse(protocol.trim())?;
+                Some((protocol, port.trim().parse::<u16>().ok()?))
+            });
+            let Some((protocol, number)) = parsed else {
+                problems.push(invalid("protocol-port", entry, FORMS));
+                continue;
+            };
+            let Some(port) = ports.iter().find(|p| p.port == number) else {
+                problems.push(format!(
+                    "annotation {}: {entry:?} names port {number}, which the Service does not have; accepted: {FORMS}",
+                    full_name("protocol-port")
+                ));
+                continue;
+            };
+            let udp_port = port.protocol == "UDP";
+            if udp_port != (protocol == ListenerProtocol::Udp) {
+                problems.push(format!(
+                    "annotation {}: {entry:?}: port {number} is {}; accepted: {} on it",
+                    full_name("protocol-port"),
+                    if udp_port { "UDP" } else { "TCP" },
+                    if udp_port {
+                        "udp"
+                    } else {
+                        "http, https or tcp"
+                    },
+                ));
+                continue;
+            }
+            if protocol == ListenerProtocol::Https && certificate_id.is_none() {
+                problems.push(format!(
+                    "annotation {}: {entry:?} needs {} (the id of the server certificate the HTTPS listener serves)",
+                    full_name("protocol-port"),
+                    full_name("cert-id")
+                ));
+                continue;
+            }
+            by_port.insert(number, protocol);
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(ListenerProtocols {
+        by_port,
+        certificate_id,
     })
 }
 
@@ -394,6 +512,7 @@ mod tests {
             ("unhealthy-threshold", "4"),
             ("health-check-interval", "5"),
             ("health-check-connect-timeout", "2"),
+            ("health-check-timeout", "6"),
             ("health-check-switch", "on"),
             ("connection-drain", "on"),
             ("connection-drain-timeout", "60"),
@@ -415,12 +534,14 @@ mod tests {
                     unhealthy_threshold: Some(4),
                     interval_seconds: Some(5),
                     connect_timeout_seconds: Some(2),
+                    timeout_seconds: Some(6),
                 },
                 drain: Some(ConnectionDrain {
                     enabled: true,
                     timeout_seconds: Some(60),
                 }),
                 scheduler: Some("wrr".into()),
+                server_certificate_id: None,
             }
         );
     }
@@ -452,6 +573,9 @@ mod tests {
             ("health-check-connect-timeout", "300", None),
             ("health-check-connect-timeout", "301", Some("an integer from 1 to 300")),
             ("health-check-connect-timeout", "5s", Some("an integer from 1 to 300")),
+            ("health-check-timeout", "0", Some("an integer from 1 to 300")),
+            ("health-check-timeout", "300", None),
+            ("health-check-timeout", "301", Some("an integer from 1 to 300")),
             ("health-check-connect-port", "0", Some("an integer from 1 to 65535")),
             ("health-check-connect-port", "65536", Some("an integer from 1 to 65535")),
             ("health-check-type", "udp", Some("tcp, http")),
@@ -478,6 +602,52 @@ mod tests {
                 }
                 (got, want) => panic!("{suffix}={value}: got {got:?}, want {want:?}"),
             }
+        }
+    }
+
+    fn ports() -> Vec<ServicePort> {
+        [(443, "TCP"), (80, "TCP"), (53, "UDP")]
+            .iter()
+            .map(|(port, protocol)| ServicePort {
+                port: *port,
+                protocol: protocol.to_string(),
+                target: crate::gates::model::TargetPort::Number(8080),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn protocol_port_makes_http_and_https_listeners_and_https_needs_a_certificate() {
+        use ListenerProtocol::*;
+        let read = |pairs: &[(&str, &str)]| listener_protocols(&annotations(pairs), &ports());
+        let got = read(&[
+            ("protocol-port", "HTTPS:443, http:80"),
+            ("cert-id", "1234_cert-a.b"),
+        ])
+        .unwrap();
+        assert_eq!(got.by_port, BTreeMap::from([(443, Https), (80, Http)]));
+        assert_eq!(got.certificate_id.as_deref(), Some("1234_cert-a.b"));
+        assert!(got.any_layer7());
+        let p = ports();
+        assert_eq!((got.of(&p[0]), got.of(&p[2])), (Https, Udp));
+        // No annotation: each port keeps its own protocol.
+        let none = read(&[]).unwrap();
+        assert_eq!((none.of(&p[1]), none.of(&p[2])), (Tcp, Udp));
+        assert!(!none.any_layer7());
+
+        #[rustfmt::skip]
+        let refused: &[(&[(&str, &str)], &str)] = &[
+            (&[("protocol-port", "https:443")], "needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id"),
+            (&[("protocol-port", "http:8080")], "names port 8080, which the Service does not have"),
+            (&[("protocol-port", "http:53")], "port 53 is UDP; accepted: udp on it"),
+            (&[("protocol-port", "udp:80")], "port 80 is TCP; accepted: http, https or tcp on it"),
+            (&[("protocol-port", "ftp:80")], "protocol one of http, https, tcp, udp"),
+            (&[("protocol-port", "http")], "<protocol>:<port>"),
+            (&[("protocol-port", "http:80"), ("cert-id", "a b")], "cert-id: \"a b\" is not valid"),
+        ];
+        for (pairs, want) in refused {
+            let problem = read(pairs).unwrap_err();
+            assert!(problem.contains(want), "{pairs:?}: {problem}");
         }
     }
 

@@ -12,7 +12,7 @@ use crate::config::{ClientConfig, Product};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
-use crate::settings::clb_differences;
+use crate::settings::{clb_differences, ListenerSettings};
 use crate::transport::{lenient, params, ApiClient, Params};
 
 /// Documented limit of backends per Add/Remove/Set call.
@@ -195,6 +195,48 @@ fn backend_servers_json(items: &[BackendServerParam<'_>]) -> String {
     serde_json::to_string(items).expect("plain strings always serialize")
 }
 
+/// `Describe…ListenerAttribute` of a listener of `protocol`.
+fn describe_listener_action(protocol: ListenerProtocol) -> &'static str {
+    match protocol {
+        ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
+        ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
+        ListenerProtocol::Http => "DescribeLoadBalancerHTTPListenerAttribute",
+        ListenerProtocol::Https => "DescribeLoadBalancerHTTPSListenerAttribute",
+    }
+}
+
+/// `Create…Listener` and `Set…ListenerAttribute` of a listener of `protocol`.
+fn write_listener_actions(protocol: ListenerProtocol) -> (&'static str, &'static str) {
+    match protocol {
+        ListenerProtocol::Tcp => (
+            "CreateLoadBalancerTCPListener",
+            "SetLoadBalancerTCPListenerAttribute",
+        ),
+        ListenerProtocol::Udp => (
+            "CreateLoadBalancerUDPListener",
+            "SetLoadBalancerUDPListenerAttribute",
+        ),
+        ListenerProtocol::Http => (
+            "CreateLoadBalancerHTTPListener",
+            "SetLoadBalancerHTTPListenerAttribute",
+        ),
+        ListenerProtocol::Https => (
+            "CreateLoadBalancerHTTPSListener",
+            "SetLoadBalancerHTTPSListenerAttribute",
+        ),
+    }
+}
+
+/// The listener parameters of `settings` for a listener of `protocol`.
+fn listener_params(settings: &ListenerSettings, protocol: ListenerProtocol) -> Params {
+    match protocol {
+        ListenerProtocol::Tcp => settings.clb_params(true),
+        ListenerProtocol::Udp => settings.clb_params(false),
+        ListenerProtocol::Http => settings.clb_http_params(false),
+        ListenerProtocol::Https => settings.clb_http_params(true),
+    }
+}
+
 fn is_not_found(error: &Error) -> bool {
     matches!(error, Error::Api { code, .. } if crate::error::code_says_not_found(code))
 }
@@ -243,10 +285,7 @@ impl ClbClient {
                 return Ok(*checks);
             }
         }
-        let action = match group.listener_protocol {
-            ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
-            ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
-        };
+        let action = describe_listener_action(group.listener_protocol);
         let (attribute, _) = self
             .call::<ListenerAttribute>(
                 action,
@@ -270,10 +309,7 @@ impl ClbClient {
         &self,
         group: &ServerGroupRef,
     ) -> Result<Option<ListenerAttribute>> {
-        let action = match group.listener_protocol {
-            ListenerProtocol::Tcp => "DescribeLoadBalancerTCPListenerAttribute",
-            ListenerProtocol::Udp => "DescribeLoadBalancerUDPListenerAttribute",
-        };
+        let action = describe_listener_action(group.listener_protocol);
         match self
             .call::<ListenerAttribute>(
                 action,
@@ -366,10 +402,7 @@ impl ClbClient {
         };
         let protocol = listener.protocol.as_api_str();
         if !existing_listeners.contains(&(listener.port, protocol.to_ascii_lowercase())) {
-            let create_action = match listener.protocol {
-                ListenerProtocol::Tcp => "CreateLoadBalancerTCPListener",
-                ListenerProtocol::Udp => "CreateLoadBalancerUDPListener",
-            };
+            let (create_action, _) = write_listener_actions(listener.protocol);
             let mut query = params([
                 ("LoadBalancerId", lb_id.to_string()),
                 ("ListenerPort", listener.port.to_string()),
@@ -377,11 +410,7 @@ impl ClbClient {
                 ("Bandwidth", "-1".to_string()),
                 ("VServerGroupId", group_id.clone()),
             ]);
-            query.extend(
-                listener
-                    .settings
-                    .clb_params(listener.protocol == ListenerProtocol::Tcp),
-            );
+            query.extend(listener_params(&listener.settings, listener.protocol));
             self.call::<Empty>(create_action, query).await?;
             self.call::<Empty>(
                 "StartLoadBalancerListener",
@@ -392,7 +421,7 @@ impl ClbClient {
                 ]),
             )
             .await?;
-        } else if !listener.settings.is_default() {
+        } else if !listener.settings.is_default() || listener.protocol.is_layer7() {
             self.sync_listener_settings(lb_id, listener).await?;
         }
         Ok(ServerGroupRef {
@@ -408,22 +437,12 @@ impl ClbClient {
     /// from the Service's annotations (read back with `Describe…ListenerAttribute`):
     /// a changed annotation reaches the listener, an unchanged one costs one read.
     async fn sync_listener_settings(&self, lb_id: &str, listener: &ListenerSpec) -> Result<()> {
-        let wanted = listener
-            .settings
-            .clb_params(listener.protocol == ListenerProtocol::Tcp);
+        let wanted = listener_params(&listener.settings, listener.protocol);
         if wanted.is_empty() {
             return Ok(());
         }
-        let (describe, set) = match listener.protocol {
-            ListenerProtocol::Tcp => (
-                "DescribeLoadBalancerTCPListenerAttribute",
-                "SetLoadBalancerTCPListenerAttribute",
-            ),
-            ListenerProtocol::Udp => (
-                "DescribeLoadBalancerUDPListenerAttribute",
-                "SetLoadBalancerUDPListenerAttribute",
-            ),
-        };
+        let describe = describe_listener_action(listener.protocol);
+        let (_, set) = write_listener_actions(listener.protocol);
         let at = params([
             ("LoadBalancerId", lb_id.to_string()),
             ("ListenerPort", listener.port.to_string()),
@@ -574,11 +593,10 @@ impl LoadBalancerBackends for ClbClient {
             .listener_ports_and_protocol
             .listener_port_and_protocol
         {
-            let protocol = match l.listener_protocol.to_ascii_lowercase().as_str() {
-                "tcp" => ListenerProtocol::Tcp,
-                "udp" => ListenerProtocol::Udp,
-                // HTTP/HTTPS listeners are never rollgate's.
-                _ => continue,
+            // HTTP/HTTPS listeners too (`protocol-port`): whether one is rollgate's is
+            // told by the group it forwards to, as for the others.
+            let Some(protocol) = ListenerProtocol::parse(&l.listener_protocol) else {
+                continue;
             };
             let group = ServerGroupRef {
                 load_balancer_id: load_balancer_id.to_string(),
@@ -681,10 +699,9 @@ impl LoadBalancerBackends for ClbClient {
             .listener_port_and_protocol
             .first();
         let port = first.map_or(0, |l| l.listener_port);
-        let protocol = match first.map(|l| l.listener_protocol.to_ascii_lowercase()) {
-            Some(p) if p == "udp" => ListenerProtocol::Udp,
-            _ => ListenerProtocol::Tcp,
-        };
+        let protocol = first
+            .and_then(|l| ListenerProtocol::parse(&l.listener_protocol))
+            .unwrap_or(ListenerProtocol::Tcp);
         Ok(Some(
             groups
                 .v_server_groups

@@ -8,6 +8,10 @@ use crate::settings::ListenerSettings;
 pub enum ListenerProtocol {
     Tcp,
     Udp,
+    /// CLB layer-7 listeners (`protocol-port`): HTTP, and HTTPS with a server
+    /// certificate. NLB has neither.
+    Http,
+    Https,
 }
 
 impl ListenerProtocol {
@@ -16,7 +20,25 @@ impl ListenerProtocol {
         match self {
             ListenerProtocol::Tcp => "TCP",
             ListenerProtocol::Udp => "UDP",
+            ListenerProtocol::Http => "HTTP",
+            ListenerProtocol::Https => "HTTPS",
         }
+    }
+
+    /// The protocol a listener list names (`tcp`, `HTTPS`...), any case.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(ListenerProtocol::Tcp),
+            "udp" => Some(ListenerProtocol::Udp),
+            "http" => Some(ListenerProtocol::Http),
+            "https" => Some(ListenerProtocol::Https),
+            _ => None,
+        }
+    }
+
+    /// HTTP or HTTPS: the listener checks health over HTTP and takes no drain.
+    pub fn is_layer7(self) -> bool {
+        matches!(self, ListenerProtocol::Http | ListenerProtocol::Https)
     }
 }
 

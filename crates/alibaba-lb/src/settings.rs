@@ -4,7 +4,8 @@
 //! health check and the drain on the server group, not on the listener). Pure: the
 //! clients send what this renders, and compare it with what the Describe calls return.
 //! It names no other module of the crate (the listener spec in `model` carries it), so
-//! a listener's protocol comes in as `tcp: bool`.
+//! a listener's protocol comes in as `tcp: bool` (or `https: bool` for the HTTP and
+//! HTTPS listeners of `clb_http_params`).
 
 use serde_json::Value;
 
@@ -16,6 +17,9 @@ pub struct ListenerSettings {
     /// The scheduling algorithm, lower case (`wrr`, `wlc`, `rr`, `sch`, `tch`, `qch`;
     /// which ones a listener takes depends on the product and protocol).
     pub scheduler: Option<String>,
+    /// HTTPS listeners only (`ServerCertificateId`): the certificate the listener
+    /// serves. CLB refuses an HTTPS listener without one.
+    pub server_certificate_id: Option<String>,
 }
 
 /// Connection drain: a backend set to weight 0 (or removed) keeps its open
@@ -51,6 +55,9 @@ pub struct HealthCheck {
     pub unhealthy_threshold: Option<u32>,
     pub interval_seconds: Option<u32>,
     pub connect_timeout_seconds: Option<u32>,
+    /// HTTP and HTTPS listeners only (`HealthCheckTimeout`, 1 to 300 s): how long a
+    /// check waits for the answer. TCP and UDP listeners take `connect_timeout_seconds`.
+    pub timeout_seconds: Option<u32>,
 }
 
 type Pairs = Vec<(String, String)>;
@@ -117,6 +124,56 @@ impl ListenerSettings {
             );
             if let (true, Some(t)) = (drain.enabled, drain.timeout_seconds) {
                 push(&mut out, "ConnectionDrainTimeout", t);
+            }
+        }
+        out
+    }
+
+    /// Parameters of `CreateLoadBalancer{HTTP,HTTPS}Listener` and
+    /// `SetLoadBalancer{HTTP,HTTPS}ListenerAttribute`: the check is always HTTP and
+    /// switched by `HealthCheck` (required on create: on unless the user said off,
+    /// since the gate waits on it), sessions are not sticky (`StickySession`, required),
+    /// the timeout is `HealthCheckTimeout`, and there is no drain (neither API takes
+    /// one). HTTPS adds the certificate.
+    pub fn clb_http_params(&self, https: bool) -> Pairs {
+        let mut out = Pairs::new();
+        let hc = &self.health_check;
+        let enabled = hc.enabled.unwrap_or(true);
+        push(&mut out, "HealthCheck", if enabled { "on" } else { "off" });
+        push(&mut out, "StickySession", "off");
+        if enabled {
+            if let Some(uri) = &hc.uri {
+                push(&mut out, "HealthCheckURI", uri);
+            }
+            if let Some(domain) = &hc.domain {
+                push(&mut out, "HealthCheckDomain", domain);
+            }
+            if !hc.http_codes.is_empty() {
+                push(&mut out, "HealthCheckHttpCode", hc.http_codes.join(","));
+            }
+            if let Some(method) = &hc.method {
+                // CLB spells the method in lower case (`head`, `get`).
+                push(&mut out, "HealthCheckMethod", method.to_ascii_lowercase());
+            }
+            let numbers = [
+                ("HealthCheckConnectPort", hc.connect_port.map(u32::from)),
+                ("HealthyThreshold", hc.healthy_threshold),
+                ("UnhealthyThreshold", hc.unhealthy_threshold),
+                ("HealthCheckInterval", hc.interval_seconds),
+                ("HealthCheckTimeout", hc.timeout_seconds),
+            ];
+            for (name, value) in numbers {
+                if let Some(v) = value {
+                    push(&mut out, name, v);
+                }
+            }
+        }
+        if let Some(scheduler) = &self.scheduler {
+            push(&mut out, "Scheduler", scheduler);
+        }
+        if https {
+            if let Some(cert) = &self.server_certificate_id {
+                push(&mut out, "ServerCertificateId", cert);
             }
         }
         out
@@ -278,12 +335,14 @@ mod tests {
                 interval_seconds: Some(5),
                 connect_timeout_seconds: Some(2),
                 enabled: None,
+                timeout_seconds: Some(7),
             },
             drain: Some(ConnectionDrain {
                 enabled: true,
                 timeout_seconds: Some(60),
             }),
             scheduler: Some("wrr".into()),
+            server_certificate_id: Some("cert-1".into()),
         }
     }
 
@@ -347,6 +406,53 @@ mod tests {
         assert!(nlb.contains(&("Scheduler".into(), "Wrr".into())));
         assert!(tcp.contains(&("Scheduler".into(), "wrr".into())));
         assert!(nlb.contains(&("ConnectionDrainTimeout".into(), "60".into())));
+    }
+
+    /// HTTP and HTTPS listeners: the check is HTTP by nature (no type), its timeout is
+    /// `HealthCheckTimeout` (not the TCP connect timeout), the method is lower case,
+    /// there is no drain, and only HTTPS carries the certificate. TCP listeners never
+    /// get the HTTP listener's timeout.
+    #[test]
+    fn http_and_https_listeners_take_their_own_parameters() {
+        let s = http_check();
+        let http = s.clb_http_params(false);
+        assert_eq!(
+            keys(&http),
+            [
+                "HealthCheck",
+                "StickySession",
+                "HealthCheckURI",
+                "HealthCheckDomain",
+                "HealthCheckHttpCode",
+                "HealthCheckMethod",
+                "HealthCheckConnectPort",
+                "HealthyThreshold",
+                "UnhealthyThreshold",
+                "HealthCheckInterval",
+                "HealthCheckTimeout",
+                "Scheduler",
+            ]
+        );
+        assert!(http.contains(&("HealthCheck".into(), "on".into())));
+        assert!(http.contains(&("HealthCheckMethod".into(), "head".into())));
+        assert!(http.contains(&("HealthCheckTimeout".into(), "7".into())));
+        let https = s.clb_http_params(true);
+        assert_eq!(
+            https.last().unwrap(),
+            &("ServerCertificateId".into(), "cert-1".into())
+        );
+        assert!(!keys(&s.clb_params(true)).contains(&"HealthCheckTimeout"));
+        let mut off = s.clone();
+        off.health_check.enabled = Some(false);
+        assert_eq!(
+            keys(&off.clb_http_params(true)),
+            [
+                "HealthCheck",
+                "StickySession",
+                "Scheduler",
+                "ServerCertificateId"
+            ]
+        );
     }
 
     #[test]

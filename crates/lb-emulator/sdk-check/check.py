@@ -234,6 +234,33 @@ def clb_flow(slb, label, endpoint):
                "backend still listed")
     remove()
 
+    @check(f"[{label}] CLB Create/Set/DescribeLoadBalancerHTTPSListener(Attribute), HTTP too")
+    def layer7_listeners():
+        control(endpoint, "server-certificates", {"id": f"cert-{label}"})
+        slb.create_load_balancer_httpslistener(slb_models.CreateLoadBalancerHTTPSListenerRequest(
+            region_id=REGION, load_balancer_id=lb_id, listener_port=443, bandwidth=-1,
+            sticky_session="off", health_check="on", server_certificate_id=f"cert-{label}",
+            vserver_group_id=group_id, health_check_uri="/healthz", health_check_timeout=8,
+            health_check_method="get"))
+        slb.set_load_balancer_httpslistener_attribute(slb_models.SetLoadBalancerHTTPSListenerAttributeRequest(
+            region_id=REGION, load_balancer_id=lb_id, listener_port=443, health_check_timeout=9))
+        body = slb.describe_load_balancer_httpslistener_attribute(
+            slb_models.DescribeLoadBalancerHTTPSListenerAttributeRequest(
+                region_id=REGION, load_balancer_id=lb_id, listener_port=443)).body
+        expect(body.server_certificate_id == f"cert-{label}" and body.health_check_timeout == 9
+               and body.health_check_uri == "/healthz" and body.vserver_group_id == group_id,
+               "HTTPS settings not read back")
+        slb.create_load_balancer_httplistener(slb_models.CreateLoadBalancerHTTPListenerRequest(
+            region_id=REGION, load_balancer_id=lb_id, listener_port=8080, sticky_session="off",
+            health_check="on", vserver_group_id=group_id))
+        slb.set_load_balancer_httplistener_attribute(slb_models.SetLoadBalancerHTTPListenerAttributeRequest(
+            region_id=REGION, load_balancer_id=lb_id, listener_port=8080, health_check_timeout=7))
+        body = slb.describe_load_balancer_httplistener_attribute(
+            slb_models.DescribeLoadBalancerHTTPListenerAttributeRequest(
+                region_id=REGION, load_balancer_id=lb_id, listener_port=8080)).body
+        expect(body.health_check_timeout == 7 and body.health_check == "on", "HTTP settings not read back")
+    layer7_listeners()
+
     @check(f"[{label}] CLB DeleteLoadBalancer")
     def delete():
         body = slb.delete_load_balancer(slb_models.DeleteLoadBalancerRequest(

@@ -7,7 +7,8 @@
 //! Control endpoints under `/_emulator/` (JSON) read the state and the backend
 //! timeline, mark backends unhealthy, set fault and job-outcome rates, and fill the
 //! emulated VPC: its CIDR blocks (`vpcs`), the ENIs holding pod IPs (`enis`) and the
-//! elastic container instances (`ecis`). An IP no ENI holds is simply not registered.
+//! elastic container instances (`ecis`), and the server certificates HTTPS listeners
+//! name (`server-certificates`). An IP no ENI holds is simply not registered.
 //!
 //! `testing` is the setup every test against the emulator shares (its key, a client
 //! configuration, the control calls).
@@ -132,6 +133,10 @@ pub async fn run(
         .route("/_emulator/vpcs", post(control_vpcs))
         .route("/_emulator/enis", post(control_enis))
         .route("/_emulator/ecis", post(control_ecis))
+        .route(
+            "/_emulator/server-certificates",
+            post(control_server_certificates),
+        )
         .route("/latest/api/token", put(metadata_token))
         .route(
             "/latest/meta-data/ram/security-credentials/",
@@ -604,6 +609,25 @@ async fn control_enis(
         Ok(eni) => Json(json!(eni)).into_response(),
         Err(message) => (StatusCode::BAD_REQUEST, message).into_response(),
     }
+}
+
+/// `POST /_emulator/server-certificates` `{"id": "..."}`: a server certificate the
+/// account holds, which HTTPS listeners may then name.
+async fn control_server_certificates(
+    State(shared): State<AppState>,
+    Json(certificate): Json<ServerCertificate>,
+) -> Response {
+    if certificate.id.is_empty() {
+        return (StatusCode::BAD_REQUEST, "id is empty").into_response();
+    }
+    let mut world = shared.world.lock().expect("world lock");
+    world.server_certificates.insert(certificate.id.clone());
+    Json(json!({"id": certificate.id})).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct ServerCertificate {
+    id: String,
 }
 
 /// `POST /_emulator/ecis`: an elastic container instance (a virtual-node pod).

@@ -1605,6 +1605,7 @@ fn checked(uri: &str, drain: u32) -> ListenerSettings {
             timeout_seconds: Some(drain),
         }),
         scheduler: Some("rr".into()),
+        ..Default::default()
     }
 }
 
@@ -1757,6 +1758,144 @@ async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() 
         "a changed annotation reaches the listener"
     );
     assert_eq!(read["ConnectionDrainTimeout"], 120);
+}
+
+/// Row 51: HTTP and HTTPS listeners. Each refusal (a missing `HealthCheck` or
+/// `StickySession`, HTTPS without a certificate or naming one the account does not
+/// hold, a timeout out of range, a TCP listener's parameter) beside its positive
+/// control; then through the client: an HTTPS listener with its certificate, the
+/// HTTP check and its timeout, read back and set again.
+#[tokio::test]
+async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    bed.control("server-certificates", json!({"id": "cert-held"}))
+        .await;
+    let create = |action: &'static str, extra: &[(&'static str, &'static str)]| {
+        let mut p = vec![("LoadBalancerId", lb.as_str()), ("ListenerPort", "443")];
+        p.extend_from_slice(extra);
+        let bed = &bed;
+        async move { bed.call(Service::Clb, action, &p).await }
+    };
+    const HTTP: &str = "CreateLoadBalancerHTTPListener";
+    const HTTPS: &str = "CreateLoadBalancerHTTPSListener";
+    let base = [("HealthCheck", "on"), ("StickySession", "off")];
+    refused(
+        create(HTTP, &[("StickySession", "off")]).await,
+        400,
+        "MissingParameter",
+    );
+    refused(
+        create(HTTP, &[("HealthCheck", "on")]).await,
+        400,
+        "MissingParameter",
+    );
+    refused(create(HTTPS, &base).await, 400, "MissingParameter");
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut p = base.to_vec();
+        p.extend_from_slice(extra);
+        p
+    };
+    refused(
+        create(HTTPS, &with(&[("ServerCertificateId", "cert-unknown")])).await,
+        400,
+        "ServerCertificateId.NotFound",
+    );
+    refused(
+        create(HTTP, &with(&[("ServerCertificateId", "cert-held")])).await,
+        400,
+        "InvalidParameter.ServerCertificateId",
+    );
+    refused(
+        create(HTTP, &with(&[("HealthCheckTimeout", "301")])).await,
+        400,
+        "InvalidParameter.HealthCheckTimeout",
+    );
+    refused(
+        create(HTTP, &with(&[("HealthCheckConnectTimeout", "5")])).await,
+        400,
+        "InvalidParameter.HealthCheckConnectTimeout",
+    );
+    // The positive control: the same calls with what they lacked are taken.
+    create(
+        HTTPS,
+        &with(&[
+            ("ServerCertificateId", "cert-held"),
+            ("HealthCheckTimeout", "300"),
+        ]),
+    )
+    .await
+    .unwrap();
+    let read = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerHTTPSListenerAttribute",
+            &[("LoadBalancerId", &lb), ("ListenerPort", "443")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read["ServerCertificateId"], "cert-held");
+    assert_eq!(read["HealthCheckTimeout"], 300);
+    assert_eq!(read["HealthCheck"], "on");
+
+    // Through the client: an HTTPS listener on 80 with the HTTP check.
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let https = |uri: &str, timeout: u32| {
+        let mut settings = checked(uri, 60);
+        settings.health_check.timeout_seconds = Some(timeout);
+        settings.health_check.method = Some("GET".into());
+        settings.server_certificate_id = Some("cert-held".into());
+        settings
+    };
+    let spec = |existing: Option<String>, settings| LoadBalancerSpec {
+        name: "fidelity-https".into(),
+        existing_id: existing,
+        address_type: AddressType::Internet,
+        vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+        zones: vec![],
+        listeners: vec![ListenerSpec {
+            port: 80,
+            protocol: ListenerProtocol::Https,
+            server_group_name: "k8s-80-https".into(),
+            former_group_name: None,
+            settings,
+        }],
+    };
+    let made = client
+        .ensure_load_balancer(&spec(None, https("/healthz", 7)))
+        .await
+        .unwrap();
+    let describe = || {
+        let (bed, id) = (&bed, made.id.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                "DescribeLoadBalancerHTTPSListenerAttribute",
+                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let read = describe().await;
+    assert_eq!(read["ServerCertificateId"], "cert-held", "{read}");
+    assert_eq!(read["HealthCheckURI"], "/healthz");
+    assert_eq!(read["HealthCheckTimeout"], 7);
+    assert_eq!(read["HealthCheckMethod"], "get");
+    assert_eq!(read["HealthCheckHttpCode"], "http_2xx");
+    assert_eq!(read["Scheduler"], "rr");
+    assert_eq!(read["Status"], "running");
+    assert_eq!(read["VServerGroupId"], made.listeners[0].server_group_id);
+    client
+        .ensure_load_balancer(&spec(Some(made.id.clone()), https("/ready", 9)))
+        .await
+        .unwrap();
+    let read = describe().await;
+    assert_eq!(read["HealthCheckURI"], "/ready", "set again");
+    assert_eq!(read["HealthCheckTimeout"], 9);
+    // The wiring reads HTTPS listeners (stale ones can be removed).
+    let wiring = client.wiring(&made.id).await.unwrap().unwrap();
+    assert_eq!(wiring.listeners[0].protocol, ListenerProtocol::Https);
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! The CLB API (SLB 2014-05-15): load balancers, VServer groups, TCP/UDP listeners,
+//! The CLB API (SLB 2014-05-15): load balancers, VServer groups, TCP/UDP/HTTP/HTTPS
+//! listeners (HTTPS naming a server certificate the account holds),
 //! backends given as a JSON `BackendServers` string, and health as CLB reports it.
 //! Every call takes effect at once. Requests are checked as the API reference and
 //! the SDK model describe them: backend types `ecs`/`eni`/`eci` only (no `ip`), ENI
@@ -99,6 +100,12 @@ impl World {
             "DescribeLoadBalancerUDPListenerAttribute" => self.clb_listener_attribute(p, "udp"),
             "SetLoadBalancerTCPListenerAttribute" => self.clb_set_listener(p, "tcp"),
             "SetLoadBalancerUDPListenerAttribute" => self.clb_set_listener(p, "udp"),
+            "CreateLoadBalancerHTTPListener" => self.clb_create_listener(p, "http"),
+            "CreateLoadBalancerHTTPSListener" => self.clb_create_listener(p, "https"),
+            "DescribeLoadBalancerHTTPListenerAttribute" => self.clb_listener_attribute(p, "http"),
+            "DescribeLoadBalancerHTTPSListenerAttribute" => self.clb_listener_attribute(p, "https"),
+            "SetLoadBalancerHTTPListenerAttribute" => self.clb_set_listener(p, "http"),
+            "SetLoadBalancerHTTPSListenerAttribute" => self.clb_set_listener(p, "https"),
             "StartLoadBalancerListener" => self.clb_start_listener(p),
             "DeleteLoadBalancerListener" => self.clb_delete_listener(p),
             "DeleteVServerGroup" => self.clb_delete_group(p),
@@ -333,9 +340,14 @@ impl World {
     fn clb_create_listener(&mut self, p: &Params, protocol: &str) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
         let port = listener_port(p)?;
-        let bandwidth: i64 = get(p, "Bandwidth")?
-            .parse()
-            .map_err(|e| ApiError::invalid("Bandwidth", e))?;
+        let layer7 = matches!(protocol, "http" | "https");
+        // HTTP/HTTPS listeners take `Bandwidth` as optional (R-HTTPListener).
+        let bandwidth: i64 = match p.get("Bandwidth").filter(|v| !v.is_empty()) {
+            None if layer7 => -1,
+            _ => get(p, "Bandwidth")?
+                .parse()
+                .map_err(|e| ApiError::invalid("Bandwidth", e))?,
+        };
         if bandwidth != -1 && !(1..=5120).contains(&bandwidth) {
             return Err(ApiError::invalid(
                 "Bandwidth",
@@ -361,9 +373,25 @@ impl World {
                 Some(_) => {}
             }
         }
-        let health_check = health_check_switch(p)?.unwrap_or(true);
-        let settings = listener_settings::clb(p, protocol == "tcp")?;
-        let settings = listener_settings::clb_merged(&Default::default(), settings)?;
+        let (health_check, settings) = if layer7 {
+            // `HealthCheck` and `StickySession` are required on HTTP/HTTPS listeners.
+            let switch = layer7_switch(p)?.ok_or_else(|| ApiError::missing("HealthCheck"))?;
+            get(p, "StickySession")?;
+            let mut settings = listener_settings::clb_http(p)?;
+            if let Some(cert) = self.server_certificate(p, protocol)? {
+                settings.insert("ServerCertificateId".into(), json!(cert));
+            } else if protocol == "https" {
+                return Err(ApiError::missing("ServerCertificateId"));
+            }
+            (switch, settings)
+        } else {
+            let switch = health_check_switch(p)?.unwrap_or(true);
+            let settings = listener_settings::clb(p, protocol == "tcp")?;
+            (
+                switch,
+                listener_settings::clb_merged(&Default::default(), settings)?,
+            )
+        };
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         if lb
             .listeners
@@ -392,8 +420,19 @@ impl World {
     fn clb_set_listener(&mut self, p: &Params, protocol: &str) -> ApiResult {
         let lb_id = self.clb_lb(p)?.id.clone();
         let port = parse_port(p, "ListenerPort")?;
-        let switch = health_check_switch(p)?;
-        let update = listener_settings::clb(p, protocol == "tcp")?;
+        let layer7 = matches!(protocol, "http" | "https");
+        let (switch, update) = if layer7 {
+            let mut update = listener_settings::clb_http(p)?;
+            if let Some(cert) = self.server_certificate(p, protocol)? {
+                update.insert("ServerCertificateId".into(), json!(cert));
+            }
+            (layer7_switch(p)?, update)
+        } else {
+            (
+                health_check_switch(p)?,
+                listener_settings::clb(p, protocol == "tcp")?,
+            )
+        };
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         let listener = lb
             .listeners
@@ -406,7 +445,13 @@ impl World {
                     format!("The listener {port}/{protocol} does not exist."),
                 )
             })?;
-        listener.settings = listener_settings::clb_merged(&listener.settings, update)?;
+        listener.settings = if layer7 {
+            let mut merged = listener.settings.clone();
+            merged.extend(update);
+            merged
+        } else {
+            listener_settings::clb_merged(&listener.settings, update)?
+        };
         if let Some(on) = switch {
             listener.health_check = on;
         }
@@ -427,7 +472,11 @@ impl World {
                     format!("The listener {port}/{protocol} does not exist."),
                 )
             })?;
-        let mut attribute = listener_settings::clb_described(&listener.settings);
+        let mut attribute = if matches!(protocol, "http" | "https") {
+            listener_settings::clb_http_described(&listener.settings)
+        } else {
+            listener_settings::clb_described(&listener.settings)
+        };
         for (k, v) in [
             ("LoadBalancerId", json!(lb.id)),
             ("ListenerPort", json!(listener.port)),
@@ -531,6 +580,28 @@ impl World {
             })?;
         listener.status = "running".into();
         Ok(json!({}))
+    }
+
+    /// `ServerCertificateId`, if given: HTTPS listeners only, and a certificate the
+    /// account holds (R-HTTPListener).
+    fn server_certificate(&self, p: &Params, protocol: &str) -> Result<Option<String>, ApiError> {
+        let Some(cert) = p.get("ServerCertificateId").filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        if protocol != "https" {
+            return Err(ApiError::invalid(
+                "ServerCertificateId",
+                "not a parameter of an HTTP listener",
+            ));
+        }
+        if !self.server_certificates.contains(cert) {
+            return Err(ApiError::new(
+                400,
+                "ServerCertificateId.NotFound",
+                format!("The specified ServerCertificateId {cert} does not exist."),
+            ));
+        }
+        Ok(Some(cert.clone()))
     }
 
     /// Reads `BackendServers` for `group_id`'s load balancer, refusing what the real
@@ -878,6 +949,19 @@ fn clb_backend_json(b: &BackendRec) -> Value {
         "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port, "Weight": b.weight,
         "Type": b.kind, "Description": b.description,
     })
+}
+
+/// `HealthCheck` (`on`/`off`), the switch of HTTP/HTTPS listeners, if given.
+fn layer7_switch(p: &Params) -> Result<Option<bool>, ApiError> {
+    match p.get("HealthCheck").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some("on") => Ok(Some(true)),
+        Some("off") => Ok(Some(false)),
+        Some(other) => Err(ApiError::invalid(
+            "HealthCheck",
+            format!("{other:?} is not one of on, off"),
+        )),
+    }
 }
 
 /// `HealthCheckSwitch` (`on`/`off`), if given.

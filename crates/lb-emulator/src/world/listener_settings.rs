@@ -1,6 +1,7 @@
 //! Health-check and connection-drain settings as the APIs take them: CLB TCP/UDP
 //! listener parameters (`CreateLoadBalancer{TCP,UDP}Listener`,
-//! `SetLoadBalancer{TCP,UDP}ListenerAttribute`) and NLB server group parameters
+//! `SetLoadBalancer{TCP,UDP}ListenerAttribute`), CLB HTTP/HTTPS listener parameters
+//! (`CreateLoadBalancer{HTTP,HTTPS}Listener`, `Set…Attribute`) and NLB server group parameters
 //! (`CreateServerGroup`, `UpdateServerGroupAttribute`, `HealthCheckConfig.*`). Each
 //! value is checked against the API reference's accepted values and ranges, stored
 //! as the Describe / List calls return it, so a client's settings can be read back.
@@ -159,6 +160,63 @@ pub fn clb(p: &Params, tcp: bool) -> Result<Settings, ApiError> {
     Ok(out)
 }
 
+/// HTTP and HTTPS listeners: the check is always HTTP (no type), its timeout is
+/// `HealthCheckTimeout`, the method `head`/`get`, schedulers `wrr`/`rr`, and
+/// `StickySession` `on`/`off` (R-HTTPListener). `HealthCheck` (the switch) and
+/// `ServerCertificateId` are read by the caller.
+const CLB_HTTP: &[(&str, Accepts)] = &[
+    ("HealthCheckURI", Accepts::Uri),
+    ("HealthCheckDomain", Accepts::Domain),
+    ("HealthCheckHttpCode", Accepts::HttpCodes),
+    ("HealthCheckMethod", Accepts::OneOf(&["head", "get"])),
+    ("HealthCheckConnectPort", Accepts::Int(-520, 65535)),
+    ("HealthyThreshold", Accepts::Int(2, 10)),
+    ("UnhealthyThreshold", Accepts::Int(2, 10)),
+    ("HealthCheckInterval", Accepts::Int(1, 50)),
+    ("HealthCheckTimeout", Accepts::Int(1, 300)),
+    ("Scheduler", Accepts::OneOf(&["wrr", "rr"])),
+    ("StickySession", Accepts::OneOf(&["on", "off"])),
+];
+
+/// Parameters of TCP/UDP listeners only: an HTTP listener has none of them.
+const CLB_LAYER4_ONLY: [&str; 5] = [
+    "HealthCheckType",
+    "HealthCheckConnectTimeout",
+    "HealthCheckSwitch",
+    "ConnectionDrain",
+    "ConnectionDrainTimeout",
+];
+
+/// The CLB HTTP/HTTPS listener settings in `p` (create or set), checked.
+pub fn clb_http(p: &Params) -> Result<Settings, ApiError> {
+    if let Some(name) = CLB_LAYER4_ONLY
+        .iter()
+        .find(|name| p.get(**name).is_some_and(|v| !v.is_empty()))
+    {
+        return Err(ApiError::invalid(
+            name,
+            "not a parameter of an HTTP or HTTPS listener",
+        ));
+    }
+    let mut out = Settings::new();
+    read(p, "", CLB_HTTP, clb_refuse, &mut out)?;
+    Ok(out)
+}
+
+/// What a CLB `Describe{HTTP,HTTPS}ListenerAttribute` adds for these settings: the
+/// stored values over the API's defaults.
+pub fn clb_http_described(settings: &Settings) -> Value {
+    let mut out = json!({
+        "StickySession": "off", "Scheduler": "wrr", "HealthCheckTimeout": 5,
+        "HealthCheckInterval": 2, "HealthyThreshold": 3, "UnhealthyThreshold": 3,
+        "HealthCheckURI": "/", "HealthCheckMethod": "head",
+    });
+    for (k, v) in settings {
+        out[k] = v.clone();
+    }
+    out
+}
+
 /// A listener's settings after `update`, checked as a whole: drain on needs its
 /// timeout.
 pub fn clb_merged(current: &Settings, update: Settings) -> Result<Settings, ApiError> {
@@ -296,6 +354,35 @@ mod tests {
         }
         // A UDP listener takes no HTTP check.
         assert!(clb(&params(&[("HealthCheckURI", "/")]), false).is_err());
+    }
+
+    #[test]
+    fn clb_http_values_are_checked_and_layer4_parameters_refused() {
+        let ok = clb_http(&params(&[
+            ("HealthCheckURI", "/ready"),
+            ("HealthCheckTimeout", "300"),
+            ("HealthCheckMethod", "get"),
+            ("StickySession", "off"),
+        ]))
+        .unwrap();
+        assert_eq!(clb_http_described(&ok)["HealthCheckTimeout"], json!(300));
+        assert_eq!(clb_http_described(&ok)["HealthCheckURI"], json!("/ready"));
+        for (name, value) in [
+            ("HealthCheckTimeout", "0"),
+            ("HealthCheckTimeout", "301"),
+            ("HealthCheckMethod", "GET"),
+            ("Scheduler", "sch"),
+            ("StickySession", "yes"),
+            ("HealthCheckConnectTimeout", "5"),
+            ("ConnectionDrain", "on"),
+        ] {
+            let err = clb_http(&params(&[(name, value)])).unwrap_err();
+            assert!(
+                err.message.contains(name),
+                "{name}={value}: {}",
+                err.message
+            );
+        }
     }
 
     #[test]

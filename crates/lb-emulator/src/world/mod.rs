@@ -18,7 +18,7 @@ mod nlb;
 mod params;
 mod simulation;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use rand::RngExt as _;
@@ -354,6 +354,9 @@ pub struct World {
     pub timeline: Vec<Event>,
     pub stats: Stats,
     next_id: u64,
+    /// Server certificate ids the account holds (HTTPS listeners name one), filled
+    /// by `POST /_emulator/server-certificates`.
+    pub server_certificates: BTreeSet<String>,
 }
 
 fn now_rfc3339() -> String {
@@ -406,6 +409,7 @@ impl World {
             timeline: Vec::new(),
             stats: Stats::default(),
             next_id: 1,
+            server_certificates: BTreeSet::new(),
         }
     }
 
@@ -517,6 +521,7 @@ impl World {
             "clb": {
                 "load_balancers": self.clbs.values().collect::<Vec<_>>(),
                 "vserver_groups": self.vgroups.values().collect::<Vec<_>>(),
+                "server_certificates": self.server_certificates,
             },
             "nlb": {
                 "load_balancers": self.nlbs.values().collect::<Vec<_>>(),
