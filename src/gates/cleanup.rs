@@ -20,6 +20,7 @@ use alibaba_lb::{Error as CloudError, Product};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
+use super::attached_plan::{attached_move, AttachedMove};
 use super::cloud;
 use super::context::{Context, Error, EVENT_ACTION};
 use super::model::{GroupChanges, Owner};
@@ -109,11 +110,30 @@ pub async fn let_go_of_replaced(service: &ServiceSnapshot, ctx: &Context) -> Res
     Ok(true)
 }
 
+/// The steps of letting go of a Service (`cleanup_steps`), with the attached
+/// load balancer it served before, when the user named another and the Service went
+/// before that move was acted on.
+pub fn release_steps(service: &ServiceSnapshot) -> Vec<CleanupStep> {
+    let attached = service.attached_id.as_deref();
+    let created = service.created_id.as_deref();
+    let mut steps = Vec::new();
+    if let AttachedMove::LeaveFormer {
+        former,
+        remove_backends: true,
+        ..
+    } = attached_move(service.served_attached_id.as_deref(), attached, created)
+    {
+        steps.push(CleanupStep::RemoveBackends(former));
+    }
+    steps.extend(cleanup_steps(attached, created, service.preserve_on_delete));
+    steps
+}
+
 /// Runs the cleanup steps. A failure keeps the finalizer (the reconcile is retried)
 /// and is said once per cause in a Warning Event on the Service.
 async fn clean_up_cloud(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
     // With the attached load balancer served before a move not yet acted on.
-    let steps = super::attached_move::release_steps(service);
+    let steps = release_steps(service);
     for step in &steps {
         if let Err(error) = run_step(service, ctx, step).await {
             let failure = cloud::failure(&error);

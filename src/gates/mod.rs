@@ -9,6 +9,7 @@
 //! and settings from them ([`from_args`]).
 pub mod annotation_events;
 pub mod attached_move;
+pub mod attached_plan;
 pub mod cleanup;
 pub mod cloud;
 pub mod cluster_id;
