@@ -51,7 +51,7 @@ pub fn taken_message(listen: SocketAddr, holder: &PortHolder) -> String {
              does). On nodes that run yurthub or ACK's edge-hub, yurthub serves the node API \
              itself and rollgate's agent must not run: install the controller-only layout \
              (kubectl apply -k deploy/without-agent) and disable yurt-manager's updater \
-             (--controllers=*,-daemonpodupdater,-imagepreheat); see the README, \"Layouts\""
+             (--controllers=*,-daemonpodupdater,-imagepreheat); see docs/layouts.md"
         ),
         PortHolder::Unknown | PortHolder::NotProbed => format!(
             "{listen} is already in use by another process (not yurthub, as far as a probe \

@@ -407,11 +407,11 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_documents_every_flag() {
+    fn the_configuration_reference_documents_every_flag() {
         use clap::CommandFactory;
-        let readme = include_str!("../../README.md");
-        let flags = &readme[readme.find("### Flags").expect("a Flags section")..];
-        let flags = &flags[..flags[3..].find("\n### ").map_or(flags.len(), |i| i + 3)];
+        let readme = include_str!("../../docs/configuration.md");
+        let flags = &readme[readme.find("\n## Flags").expect("a Flags section")..];
+        let flags = &flags[..flags[4..].find("\n## ").map_or(flags.len(), |i| i + 4)];
         let mut missing = Vec::new();
         let root = Cli::command();
         let commands = std::iter::once(&root).chain(root.get_subcommands());
@@ -434,7 +434,7 @@ mod tests {
         }
         assert!(
             missing.is_empty(),
-            "README.md's Flags table lacks: {missing:?}"
+            "docs/configuration.md's Flags table lacks: {missing:?}"
         );
     }
 }

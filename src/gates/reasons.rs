@@ -1,6 +1,5 @@
 //! The messages that go with a gate condition's reasons (the reasons themselves are
-//! public names: `crate::names::GateReason`, listed in the README's troubleshooting
-//! table).
+//! public names: `crate::names::GateReason`, listed in docs/configuration.md).
 use super::model::{CloudFailure, GroupState, ServiceFacts, ServicePort};
 use crate::names::{GateReason, FLIP_BACK_ANNOTATION, LOAD_BALANCER_FINALIZER};
 

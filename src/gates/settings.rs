@@ -31,7 +31,7 @@ pub enum Support {
 }
 
 /// Every annotation of Alibaba's cloud controller under the family's prefixes (the
-/// suffix after `...-loadbalancer-`), and rollgate's support of it. The README's
+/// suffix after `...-loadbalancer-`), and rollgate's support of it. docs/configuration.md's
 /// annotation table lists each (a test checks).
 pub const FAMILY: &[(&str, Support)] = {
     use Support::*;
@@ -754,8 +754,8 @@ mod tests {
     }
 
     #[test]
-    fn the_family_lists_each_annotation_once_and_the_readme_table_has_each() {
-        let readme = include_str!("../../README.md");
+    fn the_family_lists_each_annotation_once_and_the_reference_table_has_each() {
+        let readme = include_str!("../../docs/configuration.md");
         let mut seen = std::collections::BTreeSet::new();
         for (suffix, support) in FAMILY {
             assert!(seen.insert(*suffix), "{suffix} twice");
@@ -765,7 +765,10 @@ mod tests {
                 Support::NotApplicable => "not applicable",
             };
             let row = format!("| `{suffix}` | {word} |");
-            assert!(readme.contains(&row), "README lacks the row {row}");
+            assert!(
+                readme.contains(&row),
+                "docs/configuration.md lacks the row {row}"
+            );
         }
     }
 }
