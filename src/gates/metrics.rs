@@ -7,12 +7,20 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
 use super::model::{GatePlan, GroupState};
 use crate::metrics::Metrics;
+use crate::names::GateReason;
 use crate::watch::runner::ErrorCounter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServiceLabels {
     pub namespace: String,
     pub service: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub namespace: String,
+    pub service: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,6 +57,8 @@ pub struct GateMetrics {
     pub cloud_calls: Family<CallLabels, Counter>,
     pub backends: Family<BackendLabels, Gauge>,
     pub gates_pending: Family<ServiceLabels, Gauge>,
+    /// `gates_pending` by the reason on each gate (a dashboard's "pending by reason").
+    pub pending_by_reason: Family<ReasonLabels, Gauge>,
     pub reconcile_errors: ErrorCounter,
 }
 
@@ -59,6 +69,7 @@ impl GateMetrics {
             cloud_calls: Family::default(),
             backends: Family::default(),
             gates_pending: Family::default(),
+            pending_by_reason: Family::default(),
             reconcile_errors: Family::default(),
         };
         metrics.with_registry(|r| {
@@ -82,6 +93,11 @@ impl GateMetrics {
                 "pending",
                 "Gates of live pods that are not True",
                 m.gates_pending.clone(),
+            );
+            r.register(
+                "pending_by_reason",
+                "Gates of live pods that are not True, by the reason on the gate",
+                m.pending_by_reason.clone(),
             );
             r.register(
                 "reconcile_errors",
@@ -153,6 +169,34 @@ impl GateMetrics {
                 service: service.into(),
             })
             .set(plan.pending_gates as i64);
+        self.set_pending_reasons(namespace, service, &plan.pending_reasons);
+    }
+
+    /// One series per reason that has pending gates; a reason none has any more goes.
+    fn set_pending_reasons(
+        &self,
+        namespace: &str,
+        service: &str,
+        reasons: &std::collections::BTreeMap<String, usize>,
+    ) {
+        let labels = |reason: &str| ReasonLabels {
+            namespace: namespace.into(),
+            service: service.into(),
+            reason: reason.into(),
+        };
+        let known = GateReason::ALL.iter().map(|r| r.as_str()).chain(["none"]);
+        for reason in known.chain(reasons.keys().map(String::as_str)) {
+            match reasons.get(reason) {
+                Some(&count) => {
+                    self.pending_by_reason
+                        .get_or_create(&labels(reason))
+                        .set(count as i64);
+                }
+                None => {
+                    self.pending_by_reason.remove(&labels(reason));
+                }
+            }
+        }
     }
 
     /// Drops the series of a Service rollgate no longer manages.
@@ -168,6 +212,7 @@ impl GateMetrics {
             namespace: namespace.into(),
             service: service.into(),
         });
+        self.set_pending_reasons(namespace, service, &Default::default());
         for since in ["containers_ready", "load_balancer_healthy"] {
             self.flip_latency.remove(&FlipLabels {
                 namespace: namespace.into(),
@@ -175,5 +220,58 @@ impl GateMetrics {
                 since: since.into(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_gates_by_reason_follow_the_plan_and_leave_with_the_service() {
+        let metrics = Metrics::default();
+        let m = GateMetrics::register(&metrics);
+        let by = |pairs: &[(&str, usize)]| GatePlan {
+            pending_gates: pairs.iter().map(|(_, n)| n).sum(),
+            pending_reasons: pairs.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
+            ..Default::default()
+        };
+        let series = |reason: &str| {
+            format!("rollgate_gate_pending_by_reason{{namespace=\"shop\",service=\"web\",reason=\"{reason}\"}}")
+        };
+        m.set_state(
+            "shop",
+            "web",
+            |_| String::new(),
+            &[],
+            &by(&[("BackendUnhealthy", 2), ("none", 1)]),
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains(&format!("{} 2", series("BackendUnhealthy"))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{} 1", series("none"))), "{text}");
+
+        m.set_state(
+            "shop",
+            "web",
+            |_| String::new(),
+            &[],
+            &by(&[("LoadBalancerNotReady", 3)]),
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains(&format!("{} 3", series("LoadBalancerNotReady"))),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&series("BackendUnhealthy")),
+            "a reason gone stays: {text}"
+        );
+        assert!(!text.contains(&series("none")), "{text}");
+
+        m.forget("shop", "web");
+        assert!(!metrics.render().contains("pending_by_reason{"));
     }
 }

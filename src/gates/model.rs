@@ -2,7 +2,7 @@
 //! pods' gates and ports, the cloud's server groups) and what it decides (backend
 //! changes, condition writes), and the gate condition's name. `plan`, `reasons`,
 //! `service`, `pods` and `cloud` all speak these types; none of them is needed here.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use alibaba_lb::{Backend, BackendKey, BackendType, HealthState};
@@ -354,6 +354,8 @@ pub struct GatePlan {
     pub next_deadline: Option<Timestamp>,
     /// Gates of live pods that are not True after this plan (poll fast while > 0).
     pub pending_gates: usize,
+    /// `pending_gates` by the reason on each gate.
+    pub pending_reasons: BTreeMap<String, usize>,
 }
 
 #[cfg(test)]

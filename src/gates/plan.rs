@@ -32,13 +32,13 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
         CloudState::NotReady { load_balancer_id } => {
             let message = reasons::load_balancer_not_ready(load_balancer_id.as_deref());
             out.conditions = hold_gates(input, GateReason::LoadBalancerNotReady, &message);
-            out.pending_gates = pending_after(input, &out.conditions);
+            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
             return out;
         }
         CloudState::Failed(failure) => {
             let message = reasons::cloud_api_error(failure);
             out.conditions = hold_gates(input, GateReason::CloudApiError, &message);
-            out.pending_gates = pending_after(input, &out.conditions);
+            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
             return out;
         }
         CloudState::PodBackendsRefused {
@@ -48,7 +48,7 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
             let message = reasons::load_balancer_takes_no_pod_backends(load_balancer_id, instance);
             let reason = GateReason::LoadBalancerTakesNoPodBackends;
             out.conditions = hold_gates(input, reason, &message);
-            out.pending_gates = pending_after(input, &out.conditions);
+            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
             return out;
         }
     };
@@ -72,7 +72,7 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
         }
     }
     out.conditions = plan_conditions(input, groups);
-    out.pending_gates = pending_after(input, &out.conditions);
+    (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
     out
 }
 
@@ -453,21 +453,32 @@ fn push_if_changed(
     }
 }
 
-fn pending_after(input: &PlanInput<'_>, writes: &[ConditionWrite]) -> usize {
-    let written: HashMap<&str, bool> = writes.iter().map(|w| (w.uid.as_str(), w.status)).collect();
-    input
+/// Gates of live pods not True after `writes`, and how many of them by reason (the
+/// written reason, else the one on the pod; `none` for a gate with no condition yet).
+fn pending_after(
+    input: &PlanInput<'_>,
+    writes: &[ConditionWrite],
+) -> (usize, BTreeMap<String, usize>) {
+    let written: HashMap<&str, (bool, &str)> = writes
+        .iter()
+        .map(|w| (w.uid.as_str(), (w.status, w.reason.as_str())))
+        .collect();
+    let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in input
         .pods
         .iter()
         .filter(|p| p.gated && p.deletion.is_none())
-        .filter(|p| {
-            let status = written
-                .get(p.uid.as_str())
-                .copied()
-                .or_else(|| p.gate.as_ref().map(|g| g.status))
-                .unwrap_or(false);
-            !status
-        })
-        .count()
+    {
+        let (status, reason) = written.get(pod.uid.as_str()).copied().unwrap_or_else(|| {
+            pod.gate
+                .as_ref()
+                .map_or((false, "none"), |g| (g.status, g.reason.as_str()))
+        });
+        if !status {
+            *by_reason.entry(reason.to_string()).or_default() += 1;
+        }
+    }
+    (by_reason.values().sum(), by_reason)
 }
 
 #[cfg(test)]
