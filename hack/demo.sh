@@ -8,6 +8,9 @@
 #   3. Load-balancer readiness gates: the CLB walk-through against the lb-emulator
 #      (simulated health: registration 1 s, health check 3 s), and a rollout with gates
 #      beside one without, with the lowest healthy backend count of each.
+#   4. Both together: an ingress DaemonSet on every node behind a load balancer, gated
+#      on it, upgraded by AdvancedRollingUpdate while 3 nodes are cut off; the load
+#      balancer keeps (Ready nodes - max-unavailable) healthy backends throughout.
 # The cluster stays up afterwards; `make cluster-down` stops it and everything the demo
 # started (their pid files live next to the cluster's).
 set -euo pipefail
@@ -21,8 +24,8 @@ CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
 export CLUSTER_DIR
 AGENT_PORT=${AGENT_PORT:-10267}
 NS=rollgate-demo
-BIN=$repo/target/release/rollgate
-EMU_BIN=$repo/target/release/lb-emulator
+BIN=${ROLLGATE_BIN:-$repo/target/release/rollgate}
+EMU_BIN=${LB_EMULATOR_BIN:-$repo/target/release/lb-emulator}
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
@@ -242,7 +245,73 @@ run kubectl -n "$NS" rollout status deploy/my-svc --timeout=300s
 run kubectl -n "$NS" rollout status deploy/no-gates --timeout=300s
 sleep 5
 say "What the load balancer saw (the emulator's timeline): healthy backends in rotation, lowest point of each rollout"
-python3 hack/lb-capacity.py "$EMU" "$since" "$NS" demo my-svc:6 no-gates:6
+python3 hack/lb-capacity.py "$EMU" "$since" "$NS" my-svc:6 no-gates:6
 echo "With gates the Service kept replicas - maxUnavailable = 5 healthy backends; without, pods were Ready before the load balancer could use them."
+
+# ---------------------------------------------------------------- both halves together
+say "4. Both halves: an ingress DaemonSet on every node, behind a load balancer and gated on it"
+cat <<'EOF' | tee >(cat >&2) | kubectl -n "$NS" apply -f - >/dev/null
+apiVersion: v1
+kind: Service
+metadata: {name: edge-ingress}
+spec:
+  type: LoadBalancer
+  selector: {app: edge-ingress}
+  ports: [{port: 80, targetPort: 80, protocol: TCP}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: edge-ingress
+  annotations:
+    apps.openyurt.io/update-strategy: AdvancedRollingUpdate
+    apps.openyurt.io/max-unavailable: "2"
+spec:
+  selector: {matchLabels: {app: edge-ingress}}
+  updateStrategy: {type: OnDelete}
+  template:
+    metadata: {labels: {app: edge-ingress}}
+    spec:
+      nodeSelector: {rollgate.test/bed-node: "true"}
+      tolerations: [{operator: Exists}]
+      readinessGates: [{conditionType: service.readiness.alibabacloud.com/edge-ingress}]
+      containers: [{name: ingress, image: "registry.local/edge-ingress:v1", ports: [{containerPort: 80}]}]
+EOF
+until [ "$(kubectl -n "$NS" get ds edge-ingress -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
+echo "edge-ingress:v1 Ready on all $NODES nodes: each pod's gate turned True once its backend was healthy"
+
+cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 4,6p)
+say "The network to 3 more edge nodes drops: no heartbeat, and the load balancer cannot reach them either"
+for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
+for n in $cut_nodes; do
+  until [ "$(kubectl get "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != "True" ]; do sleep 1; done
+done
+cut_ips=""
+for n in $cut_nodes; do
+  ip=$(kubectl -n "$NS" get pod -l app=edge-ingress --field-selector "spec.nodeName=${n#node/}" -o jsonpath='{.items[0].status.podIP}')
+  cut_ips="$cut_ips $ip"
+  curl -sf -XPOST "$EMU/_emulator/health" -H "content-type: application/json" \
+    -d "{\"ip\":\"$ip\",\"port\":80,\"healthy\":false}" >/dev/null
+done
+sleep 1 # the emulator applies forced health on its next tick
+ready=$((NODES - 3))
+since=$(curl -s "$EMU/_emulator/timeline" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["events"]))')
+say "New image: edge-ingress:v2, upgraded on the $ready Ready nodes, 2 at a time"
+run kubectl -n "$NS" set image ds/edge-ingress ingress=registry.local/edge-ingress:v2
+timeout 240 bash -c "until '$BIN' status daemonset/edge-ingress -n '$NS' 2>/dev/null | grep -q 'NotReady nodes waiting'; do sleep 1; done" ||
+  { echo "the Ready nodes were not upgraded within 240 s; see $CLUSTER_DIR/logs/demo-controller.log" >&2; exit 1; }
+run "$BIN" status daemonset/edge-ingress -n "$NS"
+say "What the load balancer saw: healthy backends in rotation on the $ready reachable nodes"
+python3 hack/lb-capacity.py "$EMU" "$since" "$NS" "edge-ingress:$ready"
+echo "$ready Ready nodes, max-unavailable 2: the floor is $((ready - 2)); a new pod counted as available only once its backend was healthy."
+
+say "The network comes back: the 3 nodes are upgraded, each old backend drained before its pod goes"
+for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=on --overwrite; done
+for ip in $cut_ips; do
+  curl -s -XPOST "$EMU/_emulator/health" -H "content-type: application/json" \
+    -d "{\"ip\":\"$ip\",\"port\":80,\"healthy\":null}" >/dev/null
+done
+timeout 240 "$BIN" status daemonset/edge-ingress -n "$NS" --watch
+run kubectl -n "$NS" get pods -l app=edge-ingress -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready
 
 say "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG ; 'make cluster-down' stops everything."

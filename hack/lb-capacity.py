@@ -2,9 +2,14 @@
 """Lowest number of healthy backends in rotation during a rollout, per Service, from the
 lb-emulator's timeline (what the load balancer saw, not what the controller thinks).
 
-usage: lb-capacity.py EMULATOR_ADDR SINCE_EVENT_INDEX NAMESPACE CLUSTER_ID SVC[:REPLICAS]...
+usage: lb-capacity.py EMULATOR_ADDR SINCE_EVENT_INDEX NAMESPACE SVC:SERVING...
+
+SERVING is how many healthy backends the Service had when the rollout began. Each
+Service's group is the one its load balancer's port-80 listener forwards to: the load
+balancer is found by the Service's EXTERNAL-IP (kubectl, with the caller's KUBECONFIG).
 """
 import json
+import subprocess
 import sys
 import urllib.request
 
@@ -14,17 +19,29 @@ def get(addr, path):
         return json.load(r)
 
 
+def group_of(state, ns, svc):
+    """The server group behind port 80 of the Service's load balancer."""
+    address = subprocess.run(
+        ["kubectl", "-n", ns, "get", "service", svc, "-o",
+         "jsonpath={.status.loadBalancer.ingress[0].ip}"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    for lb in state["clb"]["load_balancers"]:
+        if lb["address"] == address:
+            for listener in lb["listeners"]:
+                if listener["port"] == 80 and listener.get("vserver_group_id"):
+                    return listener["vserver_group_id"]
+    sys.exit(f"no CLB listener on port 80 at {address!r} for Service {ns}/{svc}")
+
+
 def main():
-    addr, since, ns, cluster = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    addr, since, ns = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     state = get(addr, "state")
     events = get(addr, "timeline")["events"]
-    groups = state["clb"]["vserver_groups"] + state["nlb"]["server_groups"]
-    print(f"{'Service':<12} {'replicas':>8} {'lowest healthy backends during the rollout':>44}")
-    for arg in sys.argv[5:]:
+    print(f"{'Service':<12} {'serving':>8} {'lowest healthy backends during the rollout':>44}")
+    for arg in sys.argv[4:]:
         svc, replicas = arg.split(":")
         replicas = int(replicas)
-        name = f"k8s/80/{svc}/{ns}/{cluster}"
-        group = next(g["id"] for g in groups if g["name"] == name)
+        group = group_of(state, ns, svc)
         # Backends present before the rollout were healthy and in rotation.
         backends = {}
         unknown = replicas
