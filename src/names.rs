@@ -139,6 +139,12 @@ pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
 /// it registers backends in: when the user names another (or none), rollgate's backends
 /// leave this one, even after a restart.
 pub const SERVED_ATTACHED_ID_ANNOTATION: &str = "rollgate.io/attached-load-balancer-id";
+/// Where rollgate publishes, on a Service it serves, the listeners and server groups its
+/// backends are registered in: JSON `[{"port", "protocol", "loadBalancerId",
+/// "listenerId" (NLB only), "serverGroupId"}]`, for `kubectl rollgate gates` and for
+/// users, who otherwise find the group ids only in the cloud console. Written when it
+/// changes; removed when rollgate lets go of the Service.
+pub const SERVER_GROUPS_ANNOTATION: &str = "rollgate.io/server-groups";
 /// Held while rollgate may still have cloud resources to clean up for the Service.
 pub const LOAD_BALANCER_FINALIZER: &str = "rollgate.io/load-balancer";
 /// Alibaba's annotation (read under both prefixes, any non-empty value, as Alibaba's

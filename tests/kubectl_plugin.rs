@@ -1,8 +1,9 @@
 //! `kubectl rollgate status` and `kubectl rollgate gates` through kubectl itself: the
 //! rollgate binary installed as `kubectl-rollgate` on PATH (a link, as the README says),
-//! against the local control plane. The plugin reads only what the cluster holds, so the
-//! gate conditions and the Warning Event here are written by the test, as the controller
-//! would write them; no controller runs.
+//! against the local control plane. The plugin reads only what the cluster holds: in the
+//! first two tests the gate conditions and the Warning Event are written by the test, as
+//! the controller would write them, and no controller runs; the last runs the controller
+//! on the emulator and compares the server groups the plugin shows with the cloud's.
 //! Needs `make cluster-up`; `cargo test --test kubectl_plugin -- --nocapture` narrates.
 mod support;
 
@@ -16,6 +17,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
+use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
 use support::*;
 
 const GATE: &str = "service.readiness.alibabacloud.com/web";
@@ -232,7 +234,8 @@ async fn kubectl_rollgate_gates_shows_each_gated_pod_and_the_load_balancer() {
     let view: Value = serde_json::from_str(&json_out).unwrap();
     assert_eq!(
         view["load_balancer"],
-        json!({"source": "attached", "id": "lb-plugin-test", "addresses": []})
+        json!({"source": "attached", "id": "lb-plugin-test", "addresses": [],
+               "server_groups": []})
     );
     let gates: Vec<(String, String, String)> = view["gates"]
         .as_array()
@@ -299,4 +302,198 @@ async fn kubectl_rollgate_gates_shows_each_gated_pod_and_the_load_balancer() {
 
     ns.cleanup().await;
     nodes.cleanup().await;
+}
+
+/// The controller on the emulator: `kubectl rollgate gates` shows the NLB's listeners and
+/// server groups the cloud has (read back through the cloud API), each pod's health as
+/// its gate says it; a steady Service gets no further write from rollgate (counted in
+/// the API server's audit log); and the groups leave the Service when rollgate lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollgate_gates_shows_the_server_groups_the_cloud_has() {
+    let bed = GatedBed::new("plugsg", 1, &fast_emulator(), &[]).await;
+    let n = bed.ns.name.clone();
+    let dir = plugin_dir();
+    let ports = json!([
+        {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
+        {"name": "alt", "port": 8443, "targetPort": "http", "protocol": "TCP"},
+    ]);
+    let (zone_key, zone_maps) = NLB_ZONE_MAPS;
+    bed.create_service(
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({ zone_key: zone_maps }),
+        ports,
+    )
+    .await;
+    bed.create_deployment("web", 2).await;
+    bed.wait_gates("web", 2, "True", Duration::from_secs(90))
+        .await;
+
+    // What the cloud has, through its own API (DescribeListeners and the groups).
+    let service = bed.services().get("web").await.unwrap();
+    let lb_id = service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("rollgate.io/created-load-balancer-id"))
+        .cloned()
+        .expect("the created load balancer's id");
+    let wiring = bed
+        .emu
+        .cloud_client(alibaba_lb::Product::Nlb)
+        .wiring(&lb_id)
+        .await
+        .unwrap()
+        .expect("the load balancer exists");
+    let mut cloud: Vec<Value> = wiring
+        .listeners
+        .iter()
+        .map(|l| {
+            json!({"port": l.port, "protocol": l.protocol.as_api_str(), "load_balancer_id": lb_id,
+                   "listener_id": l.listener_id, "server_group_id": l.server_group_id})
+        })
+        .collect();
+    cloud.sort_by_key(|l| l["port"].as_u64());
+    assert_eq!(cloud.len(), 2, "{cloud:?}");
+    assert!(
+        cloud
+            .iter()
+            .all(|l| l["server_group_id"].as_str().is_some_and(|g| !g.is_empty())),
+        "{cloud:?}"
+    );
+
+    let json_out = wait_for(
+        "the plugin shows the groups",
+        Duration::from_secs(30),
+        || async {
+            let out = stdout_of(
+                &kubectl_with_plugin(
+                    &dir,
+                    &["rollgate", "gates", "svc/web", "-n", &n, "-o", "json"],
+                ),
+                "kubectl rollgate gates -o json",
+            );
+            let view: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            if view["load_balancer"]["server_groups"]
+                .as_array()
+                .map(Vec::len)
+                == Some(2)
+            {
+                Ok(out)
+            } else {
+                Err(out)
+            }
+        },
+    )
+    .await;
+    note(format!(
+        "kubectl rollgate gates svc/web -o json:\n{json_out}"
+    ));
+    let view: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(view["load_balancer"]["id"], lb_id.as_str());
+    assert_eq!(view["load_balancer"]["source"], "created");
+    assert_eq!(
+        view["load_balancer"]["server_groups"],
+        Value::Array(cloud.clone()),
+        "the plugin's groups against the cloud's"
+    );
+    // Each pod's health per port, as rollgate last read it, with the same group ids.
+    let gates = view["gates"].as_array().unwrap();
+    assert_eq!(gates.len(), 2, "{view}");
+    for gate in gates {
+        assert_eq!(gate["status"], "True", "{gate}");
+        let message = gate["message"].as_str().unwrap();
+        for group in &cloud {
+            let said = format!(
+                "port {} (load balancer {lb_id}, server group {}): registered and healthy",
+                group["port"],
+                group["server_group_id"].as_str().unwrap()
+            );
+            assert!(message.contains(&said), "{message} lacks {said}");
+        }
+    }
+    let table = stdout_of(
+        &kubectl_with_plugin(&dir, &["rollgate", "gates", "svc/web", "-n", &n]),
+        "kubectl rollgate gates",
+    );
+    note(format!("kubectl rollgate gates svc/web:\n{table}"));
+    for (i, group) in cloud.iter().enumerate() {
+        let line = format!(
+            "  listener TCP:{} {} of {lb_id} -> server group {}",
+            group["port"],
+            group["listener_id"].as_str().unwrap(),
+            group["server_group_id"].as_str().unwrap()
+        );
+        assert_eq!(table.lines().nth(1 + i), Some(line.as_str()), "{table}");
+    }
+
+    // Steady: polls go on (the cloud is read), the Service is not written again.
+    let since = k8s_openapi::jiff::Timestamp::now();
+    let requests = || async {
+        let url = format!("{}/_emulator/state", bed.emu.base_url());
+        let http = alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap();
+        let body = http.get(&url).send().await.unwrap().text().await.unwrap();
+        let state: Value = serde_json::from_str(&body).unwrap();
+        state["stats"]["requests"].as_u64().unwrap()
+    };
+    let before = requests().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let polled = requests().await - before;
+    let writes: Vec<String> = audit_records()
+        .into_iter()
+        .filter(|r| {
+            r.resource == "services"
+                && r.namespace.as_deref() == Some(n.as_str())
+                && r.name.as_deref() == Some("web")
+                && r.user == CONTROLLER_USER
+                && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+                && r.received.is_some_and(|t| t > since)
+        })
+        .map(|r| format!("{} {:?} {:?}", r.verb, r.subresource, r.code))
+        .collect();
+    note(format!(
+        "steady for 10 s: {polled} cloud calls, {} Service writes",
+        writes.len()
+    ));
+    assert!(
+        polled >= 4,
+        "the controller did not poll: {polled} cloud calls"
+    );
+    assert!(
+        writes.is_empty(),
+        "a steady Service was written: {writes:?}"
+    );
+
+    // Let go of (no longer a LoadBalancer): the groups leave the Service with the
+    // finalizer, and the plugin shows none.
+    let patch = json!({"spec": {"type": "ClusterIP"}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(
+        "the groups and the finalizer gone",
+        Duration::from_secs(30),
+        || async {
+            let svc = bed.services().get("web").await.map_err(|e| e.to_string())?;
+            let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+            let finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
+            if annotations.contains_key("rollgate.io/server-groups") || !finalizers.is_empty() {
+                Err(format!("{annotations:?} {finalizers:?}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let out = stdout_of(
+        &kubectl_with_plugin(
+            &dir,
+            &["rollgate", "gates", "svc/web", "-n", &n, "-o", "json"],
+        ),
+        "kubectl rollgate gates -o json, let go of",
+    );
+    let view: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(view["load_balancer"]["server_groups"], json!([]), "{out}");
+    bed.cleanup().await;
 }

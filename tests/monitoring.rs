@@ -7,9 +7,15 @@
 //!   stall with every node Ready), then the controller stopped. No alert fires while the
 //!   rollout is healthy or paused; `RollgateRolloutStalled` fires for the stall and
 //!   `RollgateNoLeader` once the controller is gone;
-//! - and on scenarios for what a short real run cannot reach (gates pending for 15
-//!   minutes, sustained cloud errors and throttling, two standby replicas), each beside
-//!   a look-alike that must not fire.
+//! - `promtool test rules` on series recorded from a real gated run on the emulator
+//!   (NLB): a healthy gated rollout, then a rollout whose new backend never turns
+//!   healthy, then backend registrations that fail (failed NLB jobs). No alert fires
+//!   while the rollout is healthy; `RollgateGatesPending` fires for the held gate and
+//!   `RollgateCloudErrors` for the failing `AddBackends` calls;
+//! - and on scenarios for what a short real run cannot reach (sustained throttling:
+//!   the client retries a throttled call up to 8 times over 10-20 s, so at this time
+//!   dilation its failures are too sparse for the 5-minute rate; two standby replicas),
+//!   each beside a look-alike that must not fire.
 //!
 //! Time is dilated in the recorded run: each 1 s scrape becomes one sample a minute
 //! apart, so the alerts' 15-minute windows span about 20 s of the run. A healthy rollout
@@ -32,6 +38,7 @@ use kube::Api;
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
 use support::daemonset::{edge_daemonset, image_of, wait_ready_on, Others};
+use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
 use support::*;
 
 const RULES: &str = "deploy/monitoring/prometheus-rule.yaml";
@@ -502,6 +509,138 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
     run_promtool(&dir, &[("recorded", recorded), ("scenarios", scenarios())]);
     nodes.cleanup().await;
     ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it_is_healthy() {
+    let bed = GatedBed::new("monitoring-gates", 1, &fast_emulator(), &[]).await;
+    let n = bed.ns.name.clone();
+    let (zone_key, zone_maps) = NLB_ZONE_MAPS;
+    let ports = json!([{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]);
+    bed.create_service(
+        "web",
+        Some("alibabacloud.com/nlb"),
+        json!({ zone_key: zone_maps }),
+        ports,
+    )
+    .await;
+    let controller = bed.controller.as_ref().unwrap();
+    let keep: BTreeSet<String> = alert_rules()
+        .iter()
+        .flat_map(|r| metric_names(r["expr"].as_str().unwrap()))
+        .collect();
+    let samples: Arc<Mutex<Vec<Scrape>>> = Arc::default();
+    let recorder = start_recording(controller.metrics_addr().await, keep, samples.clone());
+    let count = || samples.lock().unwrap().len();
+    let wait_samples = |more: usize| {
+        let target = count() + more;
+        async move {
+            while count() < target {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let deployments = bed.deployments();
+    let set = |patch: Value| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    let gate = "service.readiness.alibabacloud.com/web";
+    let pending_gates = |pods: &[Pod]| {
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| pod_condition(p, gate).as_deref() != Some("True"))
+            .count()
+    };
+
+    note("phase 1: a healthy gated rollout (two pods registered and healthy)");
+    wait_samples(2).await;
+    bed.create_deployment("web", 2).await;
+    bed.wait_gates("web", 2, "True", Duration::from_secs(90))
+        .await;
+    wait_samples(3).await;
+    let healthy_end = count();
+
+    note("phase 2: a new template whose backend never turns healthy, for 24 samples");
+    bed.emulator_post("timing", json!({"health_delay_ms": 3_600_000}))
+        .await;
+    set(json!({"spec": {"template": {"metadata": {"annotations": {"rollout": "2"}}}}})).await;
+    wait_samples(24).await;
+    let pending_end = count();
+    let pods = bed.app_pods("web").await;
+    assert_eq!(
+        pending_gates(&pods),
+        1,
+        "one new pod's gate held: {}",
+        describe_pods(&pods)
+    );
+
+    note("phase 3: registrations fail (every NLB job fails), one more pod, for 24 samples");
+    bed.emulator_post("jobs", json!({"fail_rate": 1.0})).await;
+    set(json!({"spec": {"replicas": 3}})).await;
+    wait_samples(24).await;
+    let errors_end = count();
+    recorder.abort();
+    let samples = samples.lock().unwrap().clone();
+    let pods = bed.app_pods("web").await;
+    assert_eq!(
+        pending_gates(&pods),
+        2,
+        "the new pod's gate held too: {}",
+        describe_pods(&pods)
+    );
+    note(format!(
+        "recorded {errors_end} scrapes: healthy ..{healthy_end}, gates pending ..{pending_end}, cloud errors ..{errors_end}"
+    ));
+    let series: BTreeSet<String> = samples
+        .iter()
+        .flatten()
+        .flat_map(|s| s.keys().cloned())
+        .collect();
+    let failed_adds =
+        r#"rollgate_gate_cloud_api_calls_total{action="AddBackends",result="job_failed"}"#;
+    assert!(
+        series.contains(failed_adds),
+        "the recording has no failed AddBackends: {series:?}"
+    );
+    let input: Vec<Value> = series
+        .iter()
+        .map(|s| json!({"series": s, "values": series_values(s, &samples)}))
+        .collect();
+    let web = [("namespace", n.as_str()), ("service", "web")];
+    let mut checks: Vec<Value> = (1..healthy_end).flat_map(all_silent).collect();
+    // Held for 10 minutes: not yet.
+    checks.push(check(healthy_end + 10, "RollgateGatesPending", vec![]));
+    checks.push(check(
+        pending_end - 1,
+        "RollgateGatesPending",
+        vec![firing("RollgateGatesPending", &web)],
+    ));
+    // A held gate is no cloud error, nor throttling.
+    checks.push(check(pending_end - 1, "RollgateCloudErrors", vec![]));
+    checks.push(check(pending_end - 1, "RollgateCloudThrottled", vec![]));
+    checks.push(check(
+        errors_end - 1,
+        "RollgateCloudErrors",
+        vec![firing("RollgateCloudErrors", &[("action", "AddBackends")])],
+    ));
+    checks.push(check(errors_end - 1, "RollgateCloudThrottled", vec![]));
+    checks.push(check(errors_end - 1, "RollgateNoLeader", vec![]));
+    let recorded = json!([{
+        "name": "a real gated run: healthy, a gate held, registrations failing",
+        "interval": "1m",
+        "input_series": input,
+        "alert_rule_test": checks,
+    }]);
+    // A folder of its own: the other recorded test runs beside this one.
+    let dir = repo_root().join("target/monitoring-gates");
+    run_promtool(&dir, &[("recorded-gates", recorded)]);
+    bed.cleanup().await;
 }
 
 /// The alerts a short real run cannot reach, each with a look-alike that must not fire.

@@ -1,6 +1,7 @@
 //! `rollgate gates svc/NAME | pod/NAME` (also `kubectl rollgate gates`): every gated pod
-//! of a Service with its gate's status, reason and message, and the Service's load
-//! balancer as the cluster records it.
+//! of a Service with its gate's status, reason and message (which carries the backend's
+//! health per port, as rollgate last read it), and the Service's load balancer, its
+//! listeners and server groups as the cluster records them.
 //!
 //! It reads only what the cluster holds (the pods' gate conditions, the Service and its
 //! Events), never the controller's memory: what it shows is what the controller last
@@ -15,7 +16,10 @@ use serde::Serialize;
 use super::output::print;
 use super::GatesArgs;
 use crate::gates::model::{gate_condition_type, service_of_gate};
-use crate::names::{CREATED_ID_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES};
+use crate::gates::published_groups::{decode, PublishedGroup};
+use crate::names::{
+    CREATED_ID_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES, SERVER_GROUPS_ANNOTATION,
+};
 use crate::runtime::{self, Shutdown};
 
 /// What `gates` was asked about.
@@ -58,6 +62,34 @@ pub struct LoadBalancerView {
     pub source: String,
     pub id: String,
     pub addresses: Vec<String>,
+    /// Each listener and its server group, as rollgate published them on the Service
+    /// (`rollgate.io/server-groups`); empty until it has.
+    pub server_groups: Vec<ServerGroupRow>,
+}
+
+/// One listener and its server group. The annotation's entry in this output's own
+/// spelling (snake_case, like every other field here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerGroupRow {
+    pub port: u16,
+    pub protocol: String,
+    pub load_balancer_id: String,
+    /// NLB only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listener_id: Option<String>,
+    pub server_group_id: String,
+}
+
+impl From<PublishedGroup> for ServerGroupRow {
+    fn from(g: PublishedGroup) -> Self {
+        ServerGroupRow {
+            port: g.port,
+            protocol: g.protocol,
+            load_balancer_id: g.load_balancer_id,
+            listener_id: g.listener_id,
+            server_group_id: g.server_group_id,
+        }
+    }
 }
 
 /// A Warning Event of the Service (bad annotations, cloud errors, cleanup waits).
@@ -139,10 +171,20 @@ pub fn load_balancer_of(service: &Service) -> LoadBalancerView {
         .flatten()
         .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
         .collect();
+    let server_groups = decode(
+        annotations
+            .and_then(|a| a.get(SERVER_GROUPS_ANNOTATION))
+            .map(String::as_str),
+    )
+    .unwrap_or_default()
+    .into_iter()
+    .map(ServerGroupRow::from)
+    .collect();
     LoadBalancerView {
         source: source.into(),
         id,
         addresses,
+        server_groups,
     }
 }
 
@@ -187,6 +229,9 @@ pub fn render_table(view: &GatesView) -> String {
             "service/{service} in {}: load balancer {id} ({}), address {addresses}\n",
             view.namespace, lb.source
         ));
+        for group in &lb.server_groups {
+            out.push_str(&listener_line(group));
+        }
     }
     if view.gates.is_empty() {
         out.push_str("no pod carries a load-balancer readiness gate for it\n");
@@ -238,6 +283,19 @@ pub fn render_table(view: &GatesView) -> String {
         ));
     }
     out
+}
+
+/// `  listener TCP:80 of lb-1 -> server group rsp-1`; an NLB listener with its id.
+fn listener_line(group: &ServerGroupRow) -> String {
+    let id = group
+        .listener_id
+        .as_ref()
+        .map(|id| format!(" {id}"))
+        .unwrap_or_default();
+    format!(
+        "  listener {}:{}{id} of {} -> server group {}\n",
+        group.protocol, group.port, group.load_balancer_id, group.server_group_id
+    )
 }
 
 fn dash(s: &str) -> String {
@@ -420,19 +478,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_table_has_a_line_per_gate_and_the_warnings() {
+    const PUBLISHED: &str = r#"[{"port":53,"protocol":"UDP","loadBalancerId":"nlb-1","listenerId":"lsn-53","serverGroupId":"sgp-53"},{"port":80,"protocol":"TCP","loadBalancerId":"nlb-1","listenerId":"lsn-80","serverGroupId":"sgp-80"}]"#;
+
+    /// A Service's view as `gates svc/web` builds it: its load balancer with the groups
+    /// rollgate published, one healthy gate, one warning.
+    fn web_view() -> GatesView {
         let web = "service.readiness.alibabacloud.com/web";
-        let view = GatesView {
+        let mut service = Service::default();
+        service.metadata.annotations = Some(
+            [
+                (CREATED_ID_ANNOTATION.to_string(), "nlb-1".to_string()),
+                (SERVER_GROUPS_ANNOTATION.to_string(), PUBLISHED.to_string()),
+            ]
+            .into(),
+        );
+        let mut load_balancer = load_balancer_of(&service);
+        load_balancer.addresses = vec!["nlb-1.example".into()];
+        GatesView {
             namespace: "shop".into(),
             service: Some("web".into()),
-            load_balancer: Some(LoadBalancerView {
-                source: "created".into(),
-                id: "lb-1".into(),
-                addresses: vec!["47.0.0.1".into()],
-            }),
+            load_balancer: Some(load_balancer),
             gates: gate_rows(
-                &pod("web-1", &[web], &[(web, "True", "BackendHealthy")]),
+                &pod("web-1", &[web], &[(web, "True", "LoadBalancerHealthy")]),
                 None,
             ),
             warnings: vec![EventRow {
@@ -440,22 +507,83 @@ mod tests {
                 count: 3,
                 message: "bad zone maps".into(),
             }],
-        };
-        let table = render_table(&view);
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4, "{table}");
-        assert!(
-            lines[0].contains("lb-1 (created), address 47.0.0.1"),
-            "{table}"
+        }
+    }
+
+    #[test]
+    fn the_published_server_groups_are_read_and_an_unreadable_value_shows_none() {
+        let view = web_view().load_balancer.unwrap();
+        let groups: Vec<(u16, &str, Option<&str>, &str)> = view
+            .server_groups
+            .iter()
+            .map(|g| {
+                (
+                    g.port,
+                    g.protocol.as_str(),
+                    g.listener_id.as_deref(),
+                    g.server_group_id.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (53, "UDP", Some("lsn-53"), "sgp-53"),
+                (80, "TCP", Some("lsn-80"), "sgp-80")
+            ]
         );
-        assert!(lines[1].starts_with("POD"), "{table}");
+        let mut service = Service::default();
+        service.metadata.annotations =
+            Some([(SERVER_GROUPS_ANNOTATION.to_string(), "sgp-80".to_string())].into());
+        assert!(load_balancer_of(&service).server_groups.is_empty());
+    }
+
+    #[test]
+    fn the_table_has_the_listeners_a_line_per_gate_and_the_warnings() {
+        let table = render_table(&web_view());
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 6, "{table}");
+        assert_eq!(
+            lines[0],
+            "service/web in shop: load balancer nlb-1 (created), address nlb-1.example"
+        );
+        assert_eq!(
+            lines[1],
+            "  listener UDP:53 lsn-53 of nlb-1 -> server group sgp-53"
+        );
+        assert_eq!(
+            lines[2],
+            "  listener TCP:80 lsn-80 of nlb-1 -> server group sgp-80"
+        );
+        assert!(lines[3].starts_with("POD"), "{table}");
         assert!(
-            lines[2].starts_with("web-1") && lines[2].contains("BackendHealthy"),
+            lines[4].starts_with("web-1")
+                && lines[4].contains("LoadBalancerHealthy")
+                && lines[4].ends_with("LoadBalancerHealthy says why"),
             "{table}"
         );
         assert_eq!(
-            lines[3],
+            lines[5],
             "Warning InvalidLoadBalancerAnnotation (x3): bad zone maps"
         );
+    }
+
+    #[test]
+    fn json_and_yaml_carry_the_server_groups_and_the_gates_message() {
+        use crate::cli::output::{render, OutputFormat};
+        let view = web_view();
+        let json: serde_json::Value =
+            serde_json::from_str(&render(OutputFormat::Json, &view, render_table).unwrap())
+                .unwrap();
+        assert_eq!(
+            json["load_balancer"]["server_groups"][1],
+            serde_json::json!({"port": 80, "protocol": "TCP", "load_balancer_id": "nlb-1",
+                "listener_id": "lsn-80", "server_group_id": "sgp-80"})
+        );
+        assert_eq!(json["load_balancer"]["id"], "nlb-1");
+        assert_eq!(json["gates"][0]["message"], "LoadBalancerHealthy says why");
+        let yaml = render(OutputFormat::Yaml, &view, render_table).unwrap();
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(back, json, "{yaml}");
     }
 }

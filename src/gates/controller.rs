@@ -36,7 +36,9 @@ use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
 use super::poller::Poller;
 use super::service::ServiceSnapshot;
-use super::service_writes::{add_finalizer, publish_address, record_created};
+use super::service_writes::{
+    add_finalizer, publish_address, publish_server_groups, record_created,
+};
 use super::settings::drain_time;
 use super::stale;
 use super::triggers;
@@ -393,6 +395,9 @@ async fn observe_cloud(
             return Err(error.into());
         }
     }
+    // Before the address: a load balancer still without one has its groups already,
+    // and `kubectl rollgate gates` shows them while the gates wait.
+    publish_server_groups(service, ctx, &lb.listeners).await;
     let Some(address) = lb.address.clone() else {
         ctx.cloud.forget(uid);
         return Ok((

@@ -24,6 +24,7 @@ pub mod orphans;
 pub mod plan;
 pub mod pods;
 pub mod poller;
+pub mod published_groups;
 pub mod reasons;
 pub mod service;
 pub mod service_writes;

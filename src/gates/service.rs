@@ -15,7 +15,7 @@ use super::settings;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
-    ROLLGATE_NLB_CLASS, SERVED_ATTACHED_ID_ANNOTATION,
+    ROLLGATE_NLB_CLASS, SERVED_ATTACHED_ID_ANNOTATION, SERVER_GROUPS_ANNOTATION,
 };
 
 /// Everything a reconcile needs of its Service, read once at its top.
@@ -43,6 +43,9 @@ pub struct ServiceSnapshot {
     /// The attached load balancer rollgate last registered backends in (its own
     /// annotation): differs from `attached_id` after the user names another.
     pub served_attached_id: Option<String>,
+    /// The server groups rollgate last published on the Service (its own
+    /// annotation, as written), so that an unchanged value is not written again.
+    pub published_groups: Option<String>,
     /// `preserve-lb-on-delete`: a created load balancer outlives the Service.
     pub preserve_on_delete: bool,
     /// `zone-maps`, or why it is not valid.
@@ -85,6 +88,7 @@ impl ServiceSnapshot {
             created_id: created_id(service).map(str::to_string),
             served_attached_id: own_annotation(service, SERVED_ATTACHED_ID_ANNOTATION)
                 .map(str::to_string),
+            published_groups: own_annotation(service, SERVER_GROUPS_ANNOTATION).map(str::to_string),
             preserve_on_delete: preserve_on_delete(service),
             zones: zone_maps(service),
             address_type: address_type(service),

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod daemonset;
+pub mod gated;
 pub mod ghost_ready;
 pub mod private_kwok;
 pub mod unavailable;

@@ -49,3 +49,25 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- fail "cloud.credentials.source rrsa needs cloud.credentials.rrsa.roleArn and cloud.credentials.rrsa.oidcProviderArn" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The `rules` of the object of kind KIND (ClusterRole, Role) in the controller's RBAC of
+deploy/ (files/controller-rbac.yaml, a link to deploy/controller/rbac.yaml), so the
+chart's rules cannot drift from the install tests run with. Usage:
+include "rollgate.deployRules" (list . "ClusterRole")
+*/}}
+{{- define "rollgate.deployRules" -}}
+{{- $root := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- $found := list -}}
+{{- range $doc := regexSplit "(?m)^---\\s*$" ($root.Files.Get "files/controller-rbac.yaml") -1 -}}
+{{- $object := fromYaml $doc -}}
+{{- if eq (toString $object.kind) $kind -}}
+{{- $found = append $found $object.rules -}}
+{{- end -}}
+{{- end -}}
+{{- if ne (len $found) 1 -}}
+{{- fail (printf "files/controller-rbac.yaml (deploy/controller/rbac.yaml) must hold one %s, holds %d" $kind (len $found)) -}}
+{{- end -}}
+{{- toYaml (first $found) -}}
+{{- end -}}
