@@ -1261,7 +1261,6 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
 /// another Service: its pods' gates say why (naming `cert-id`), and no listener is
 /// asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug: on the control plane the reconcile stops after creating the load balancer (no listener, no error); the fidelity test of the same HTTPS listener passes. Open in issue 24"]
 async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout() {
     let bed = Bed::new("gates-https", 1, fast_emulator(), &[]).await;
     bed.emulator_post("server-certificates", json!({"id": "cert-e2e"}))

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use alibaba_lb::{
-    BackendType, Error as CloudError, LoadBalancer, LoadBalancerBackends, LoadBalancerSpec,
-    Product, ServerGroupRef,
+    BackendType, Error as CloudError, ListenerProtocol, LoadBalancer, LoadBalancerBackends,
+    LoadBalancerSpec, Product, ServerGroupRef,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
@@ -192,7 +192,7 @@ impl Cloud {
             listener,
             listener_target: target?,
             service_port: group.listener_port,
-            protocol: group.listener_protocol.as_api_str().to_string(),
+            protocol: service_port_protocol(group.listener_protocol).to_string(),
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),
             backends: reading.backends,
@@ -237,6 +237,17 @@ impl Cloud {
     }
 }
 
+/// The protocol of the Service port a listener serves, which the plan keys groups by
+/// (with the port). An HTTP or HTTPS listener (`protocol-port`) serves a TCP port:
+/// keyed by the listener's own protocol its group matched no port, so its backends
+/// were never registered and the gates waited with no error (issue 24's HTTPS bug).
+pub fn service_port_protocol(listener: ListenerProtocol) -> &'static str {
+    match listener {
+        ListenerProtocol::Udp => "UDP",
+        ListenerProtocol::Tcp | ListenerProtocol::Http | ListenerProtocol::Https => "TCP",
+    }
+}
+
 /// The condition's view of a failed call.
 pub fn failure(error: &CloudError) -> CloudFailure {
     let code = match error {
@@ -256,5 +267,18 @@ pub fn failure(error: &CloudError) -> CloudFailure {
             .request_id()
             .unwrap_or(alibaba_lb::error::NO_REQUEST_ID)
             .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listener_protocol_maps_to_the_service_port_protocol_it_serves() {
+        use ListenerProtocol::*;
+        for (listener, port) in [(Tcp, "TCP"), (Udp, "UDP"), (Http, "TCP"), (Https, "TCP")] {
+            assert_eq!(service_port_protocol(listener), port, "{listener:?}");
+        }
     }
 }
