@@ -16,7 +16,9 @@ use super::metrics::GateMetrics;
 use super::model::{CloudFailure, GroupChanges, GroupState};
 use super::reasons;
 use crate::apply::{event, EventDedup, Events, Topic};
-use crate::names::LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT;
+use crate::names::{
+    CLUSTER_ID_TAG, LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT, OTHER_CLUSTERS_RESOURCE_EVENT,
+};
 
 /// The clients, and what each Service's load balancer looked like when last ensured.
 pub struct Cloud {
@@ -27,6 +29,8 @@ pub struct Cloud {
     metrics: GateMetrics,
     /// Warnings said about each Service's load balancer (one per instance state).
     said: EventDedup,
+    /// Warnings that a resource is another cluster's (one per resource and cluster).
+    said_other_cluster: EventDedup,
 }
 
 impl Cloud {
@@ -41,6 +45,7 @@ impl Cloud {
             ensured: Mutex::default(),
             metrics,
             said: EventDedup::default(),
+            said_other_cluster: EventDedup::default(),
         }
     }
 
@@ -135,6 +140,40 @@ impl Cloud {
         );
         events
             .publish_once(&self.said, uid, Topic::Warning, reference, warning)
+            .await;
+    }
+
+    /// One Warning on the Service while a resource it would use is tagged for another
+    /// cluster (`error`: the last cloud error, if any; anything else clears the slate).
+    pub async fn warn_other_cluster(
+        &self,
+        events: &Events,
+        action: &str,
+        uid: &str,
+        reference: &ObjectReference,
+        error: Option<&CloudError>,
+    ) {
+        let Some(CloudError::OtherCluster { what, cluster, .. }) = error else {
+            self.said_other_cluster.forget(uid, Topic::Warning);
+            return;
+        };
+        let note = format!(
+            "{what} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate leaves it alone (no listener, group or backend of this cluster's is put in it); give this Service a load balancer of its own"
+        );
+        let warning = event(
+            EventType::Warning,
+            OTHER_CLUSTERS_RESOURCE_EVENT,
+            action,
+            note,
+        );
+        events
+            .publish_once(
+                &self.said_other_cluster,
+                uid,
+                Topic::Warning,
+                reference,
+                warning,
+            )
             .await;
     }
 
@@ -255,6 +294,7 @@ pub fn failure(error: &CloudError) -> CloudFailure {
         CloudError::JobFailed { status, .. } => format!("Job{status}"),
         CloudError::JobTimedOut { .. } => "JobTimedOut".into(),
         CloudError::NotFound { what, .. } => format!("NotFound({what})"),
+        CloudError::OtherCluster { cluster, .. } => format!("OfCluster({cluster})"),
         CloudError::Transport { .. } => "Unreachable".into(),
         CloudError::Decode { .. } => "UnreadableResponse".into(),
         CloudError::Credentials(_) => "NoCredentials".into(),
