@@ -156,6 +156,13 @@ pub const PRESERVE_LB_ON_DELETE_ANNOTATION: &str =
 pub const ROLLGATE_CLB_CLASS: &str = "rollgate.io/clb";
 /// `spec.loadBalancerClass` of an NLB Service rollgate manages beside Alibaba's controller.
 pub const ROLLGATE_NLB_CLASS: &str = "rollgate.io/nlb";
+/// Tag key on what rollgate creates in the cloud (load balancers; NLB server groups):
+/// the value is the cluster id (`--cluster-id`, by default the `kube-system`
+/// namespace's UID). A resource whose tag names another cluster is never adopted,
+/// changed or deleted; NLB server groups are looked up by it.
+pub const CLUSTER_ID_TAG: &str = "rollgate.io/cluster-id";
+/// Tag key on what rollgate creates in the cloud: the UID of the Service it serves.
+pub const SERVICE_UID_TAG: &str = "rollgate.io/service-uid";
 /// Set by the system on pods that run as elastic container instances (virtual nodes,
 /// ACK Serverless): the instance id (`eci-…`), a CLB `eci` backend's `ServerId`.
 pub const ECI_INSTANCE_ID_ANNOTATION: &str = "k8s.aliyun.com/eci-instance-id";
@@ -209,6 +216,11 @@ pub const UNSUPPORTED_ANNOTATION_EVENT: &str = "UnsupportedLoadBalancerAnnotatio
 pub const POD_IP_OUTSIDE_VPC_EVENT: &str = "PodIpOutsideVpc";
 /// Warning on a Service: its CLB instance takes no ENI/ECI backends (shared-resource).
 pub const LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT: &str = "LoadBalancerTakesNoPodBackends";
+
+/// Warning on a Service: a load balancer or server group it would use is tagged for
+/// another cluster (`rollgate.io/cluster-id`), so rollgate leaves it alone; the message
+/// names the resource and the other cluster. Once per cause.
+pub const OTHER_CLUSTERS_RESOURCE_EVENT: &str = "LoadBalancerOfAnotherCluster";
 
 /// Warning on a Service being let go of: its cloud cleanup cannot proceed (the cloud
 /// unreachable, credentials refused, ...), so the finalizer stays. Once per cause.

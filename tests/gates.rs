@@ -1261,7 +1261,6 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
 /// another Service: its pods' gates say why (naming `cert-id`), and no listener is
 /// asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug: on the control plane the reconcile stops after creating the load balancer (no listener, no error); the fidelity test of the same HTTPS listener passes. Open in issue 24"]
 async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout() {
     let bed = Bed::new("gates-https", 1, fast_emulator(), &[]).await;
     bed.emulator_post("server-certificates", json!({"id": "cert-e2e"}))
@@ -1598,6 +1597,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -1710,6 +1710,7 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "shared-by-hand".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -1773,6 +1774,121 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     for part in [lb.id.as_str(), "no LoadBalancerSpec", "slb.s1.small"] {
         assert!(warnings[0].note.contains(part), "{}", warnings[0].note);
     }
+    bed.cleanup().await;
+}
+
+/// One cluster, one owner (issue 24). A CLB that another cluster's rollgate made
+/// (tagged `rollgate.io/cluster-id=other-cluster`), named by a Service of this one:
+/// left alone (no group, listener or backend made in it; the gates say `CloudApiError`
+/// naming the other cluster; one Warning `LoadBalancerOfAnotherCluster` on the
+/// Service). And what rollgate creates carries this cluster's id, the Service's UID and
+/// the Service's `additional-resource-tags`, read back from the emulator; a malformed
+/// tag list is refused on the gates naming the form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_makes_is_tagged() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-owner", 1, fast_emulator(), &[]).await;
+    let clb = bed.emu.cloud_client(Product::Clb);
+    let theirs = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            tags: ResourceTags {
+                cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
+                others: vec![],
+            },
+            name: "other-clusters".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "theirs",
+        "theirs",
+        None,
+        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id}),
+    )
+    .await;
+    bed.create_deployment("theirs", "theirs", 1, &["theirs"], 1, 0)
+        .await;
+    let pods = wait_gate(
+        &bed,
+        "theirs",
+        "theirs",
+        "the gate False, saying CloudApiError",
+        |s, r| s == "False" && r == "CloudApiError",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "theirs").unwrap();
+    assert!(message.contains("OfCluster(other-cluster)"), "{message}");
+
+    let tags = lb_annotations(&[("additional-resource-tags", "team=web,env=e2e")]);
+    bed.create_service("web", "web", None, tags).await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let uid = bed.services().get("web").await.unwrap().uid().unwrap();
+    let state = bed.emulator("state").await;
+    let lbs = state["clb"]["load_balancers"].as_array().unwrap();
+    let ours = lbs
+        .iter()
+        .find(|lb| lb["id"] != theirs.id.as_str())
+        .unwrap();
+    assert_eq!(
+        ours["tags"],
+        json!([
+            ["rollgate.io/cluster-id", CLUSTER_ID],
+            ["rollgate.io/service-uid", uid],
+            ["team", "web"],
+            ["env", "e2e"]
+        ]),
+        "{state}"
+    );
+    // Meanwhile nothing of this cluster's went into the other cluster's instance.
+    let theirs_state = lbs
+        .iter()
+        .find(|lb| lb["id"] == theirs.id.as_str())
+        .unwrap();
+    assert_eq!(theirs_state["listeners"], json!([]), "{state}");
+    let groups_in_theirs = state["clb"]["vserver_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["load_balancer_id"] == theirs.id.as_str())
+        .count();
+    assert_eq!(groups_in_theirs, 0, "{state}");
+    let records = event_records(&bed.client, &bed.ns.name, "theirs").await;
+    let warnings: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "LoadBalancerOfAnotherCluster")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{records:?}");
+    assert!(
+        warnings[0].note.contains(&theirs.id) && warnings[0].note.contains("other-cluster"),
+        "{}",
+        warnings[0].note
+    );
+
+    // A malformed list: refused before any cloud call, on the gate, naming the form.
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("additional-resource-tags", "acs:team=web")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(message.contains("k1=v1,k2=v2"), "{message}");
     bed.cleanup().await;
 }
 
@@ -1865,6 +1981,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -1972,6 +2089,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -2212,6 +2330,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "unused".into(),
             existing_id: Some(lb_id.clone()),
             address_type: AddressType::Internet,
@@ -2320,6 +2439,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -2434,6 +2554,7 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "made-by-an-earlier-version".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -2556,6 +2677,7 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: name.into(),
             existing_id: None,
             address_type: AddressType::Internet,

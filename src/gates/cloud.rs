@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use alibaba_lb::{
-    BackendType, Error as CloudError, LoadBalancer, LoadBalancerBackends, LoadBalancerSpec,
-    Product, ServerGroupRef,
+    BackendType, Error as CloudError, ListenerProtocol, LoadBalancer, LoadBalancerBackends,
+    LoadBalancerSpec, Product, ServerGroupRef,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
@@ -16,7 +16,9 @@ use super::metrics::GateMetrics;
 use super::model::{CloudFailure, GroupChanges, GroupState};
 use super::reasons;
 use crate::apply::{event, EventDedup, Events, Topic};
-use crate::names::LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT;
+use crate::names::{
+    CLUSTER_ID_TAG, LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT, OTHER_CLUSTERS_RESOURCE_EVENT,
+};
 
 /// The clients, and what each Service's load balancer looked like when last ensured.
 pub struct Cloud {
@@ -27,6 +29,8 @@ pub struct Cloud {
     metrics: GateMetrics,
     /// Warnings said about each Service's load balancer (one per instance state).
     said: EventDedup,
+    /// Warnings that a resource is another cluster's (one per resource and cluster).
+    said_other_cluster: EventDedup,
 }
 
 impl Cloud {
@@ -41,6 +45,7 @@ impl Cloud {
             ensured: Mutex::default(),
             metrics,
             said: EventDedup::default(),
+            said_other_cluster: EventDedup::default(),
         }
     }
 
@@ -138,6 +143,40 @@ impl Cloud {
             .await;
     }
 
+    /// One Warning on the Service while a resource it would use is tagged for another
+    /// cluster (`error`: the last cloud error, if any; anything else clears the slate).
+    pub async fn warn_other_cluster(
+        &self,
+        events: &Events,
+        action: &str,
+        uid: &str,
+        reference: &ObjectReference,
+        error: Option<&CloudError>,
+    ) {
+        let Some(CloudError::OtherCluster { what, cluster, .. }) = error else {
+            self.said_other_cluster.forget(uid, Topic::Warning);
+            return;
+        };
+        let note = format!(
+            "{what} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate leaves it alone (no listener, group or backend of this cluster's is put in it); give this Service a load balancer of its own"
+        );
+        let warning = event(
+            EventType::Warning,
+            OTHER_CLUSTERS_RESOURCE_EVENT,
+            action,
+            note,
+        );
+        events
+            .publish_once(
+                &self.said_other_cluster,
+                uid,
+                Topic::Warning,
+                reference,
+                warning,
+            )
+            .await;
+    }
+
     pub async fn delete(&self, product: Product, load_balancer_id: &str) -> Result<(), CloudError> {
         let result = self
             .client(product)
@@ -192,7 +231,7 @@ impl Cloud {
             listener,
             listener_target: target?,
             service_port: group.listener_port,
-            protocol: group.listener_protocol.as_api_str().to_string(),
+            protocol: service_port_protocol(group.listener_protocol).to_string(),
             load_balancer_id: group.load_balancer_id.clone(),
             server_group_id: group.server_group_id.clone(),
             backends: reading.backends,
@@ -237,6 +276,17 @@ impl Cloud {
     }
 }
 
+/// The protocol of the Service port a listener serves, which the plan keys groups by
+/// (with the port). An HTTP or HTTPS listener (`protocol-port`) serves a TCP port:
+/// keyed by the listener's own protocol its group matched no port, so its backends
+/// were never registered and the gates waited with no error (issue 24's HTTPS bug).
+pub fn service_port_protocol(listener: ListenerProtocol) -> &'static str {
+    match listener {
+        ListenerProtocol::Udp => "UDP",
+        ListenerProtocol::Tcp | ListenerProtocol::Http | ListenerProtocol::Https => "TCP",
+    }
+}
+
 /// The condition's view of a failed call.
 pub fn failure(error: &CloudError) -> CloudFailure {
     let code = match error {
@@ -244,6 +294,7 @@ pub fn failure(error: &CloudError) -> CloudFailure {
         CloudError::JobFailed { status, .. } => format!("Job{status}"),
         CloudError::JobTimedOut { .. } => "JobTimedOut".into(),
         CloudError::NotFound { what, .. } => format!("NotFound({what})"),
+        CloudError::OtherCluster { cluster, .. } => format!("OfCluster({cluster})"),
         CloudError::Transport { .. } => "Unreachable".into(),
         CloudError::Decode { .. } => "UnreadableResponse".into(),
         CloudError::Credentials(_) => "NoCredentials".into(),
@@ -256,5 +307,18 @@ pub fn failure(error: &CloudError) -> CloudFailure {
             .request_id()
             .unwrap_or(alibaba_lb::error::NO_REQUEST_ID)
             .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listener_protocol_maps_to_the_service_port_protocol_it_serves() {
+        use ListenerProtocol::*;
+        for (listener, port) in [(Tcp, "TCP"), (Udp, "UDP"), (Http, "TCP"), (Https, "TCP")] {
+            assert_eq!(service_port_protocol(listener), port, "{listener:?}");
+        }
     }
 }

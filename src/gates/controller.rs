@@ -250,6 +250,15 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         // until it is (the retry finds the same load balancer by its ClientToken).
         Err(write) => return Err(write),
     };
+    ctx.cloud
+        .warn_other_cluster(
+            &ctx.events,
+            EVENT_ACTION,
+            &service.uid,
+            &service.reference,
+            read_error.as_ref(),
+        )
+        .await;
     let facts = &service.facts;
     let pods = service_pods(&ctx.pods, &service);
     let gate_pods: Vec<GatePod> = pods.iter().map(|(_, p)| p.clone()).collect();

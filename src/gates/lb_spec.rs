@@ -2,12 +2,13 @@
 //! named or created earlier, else a new one with a stable name), the address type and
 //! zones, and a listener and server group per Service port with the health check and
 //! drain its annotations ask for (`settings`), HTTP or HTTPS where `protocol-port`
-//! says so (CLB only).
-use alibaba_lb::{ListenerSpec, LoadBalancerSpec, Product};
+//! says so (CLB only), and the tags what it creates carries (the cluster, the Service,
+//! `additional-resource-tags`).
+use alibaba_lb::{ListenerSpec, LoadBalancerSpec, Product, ResourceTags};
 
 use super::model::{legacy_server_group_name, server_group_name, ServiceFacts};
 use super::service::ServiceSnapshot;
-use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
+use crate::names::{CLUSTER_ID_TAG, LOAD_BALANCER_ANNOTATION_PREFIXES, SERVICE_UID_TAG};
 
 /// Created load balancers' names are cut to this many bytes (both APIs' limit).
 const NAME_LIMIT: usize = 80;
@@ -36,8 +37,17 @@ pub fn lb_spec(
             LOAD_BALANCER_ANNOTATION_PREFIXES[0]
         ));
     }
+    let additional = service.additional_tags.clone()?;
     let facts = &service.facts;
     let uid = &service.uid;
+    // What rollgate creates says whose it is: the cluster (what it may adopt and
+    // delete, and how NLB groups are found) and the Service; then the user's tags.
+    let tags = ResourceTags {
+        cluster: Some((CLUSTER_ID_TAG.to_string(), cluster_id.to_string())),
+        others: std::iter::once((SERVICE_UID_TAG.to_string(), uid.clone()))
+            .chain(additional)
+            .collect(),
+    };
     // The name is the create call's idempotency token too (`ClientToken`): a restart
     // between creating the load balancer and recording its id asks again with the same
     // token and gets the same load balancer. So the uid part is never cut off: a long
@@ -79,6 +89,7 @@ pub fn lb_spec(
                 }
             })
             .collect(),
+        tags,
     })
 }
 
@@ -197,6 +208,33 @@ mod tests {
         &'a [(&'a str, &'a str)],
         Result<Shape, &'a str>,
     );
+
+    #[test]
+    fn what_is_created_is_tagged_with_the_cluster_the_service_and_the_users_tags() {
+        let t = |k: &str, v: &str| (k.to_string(), v.to_string());
+        const TAGS: &str =
+            "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-additional-resource-tags";
+        let svc = snapshot("web", "uid-1", &[(TAGS, "team=web,env=prod")]);
+        let spec = lb_spec(&svc, Product::Clb, "c1", None).unwrap();
+        assert_eq!(spec.tags.cluster, Some(t(CLUSTER_ID_TAG, "c1")));
+        assert_eq!(
+            spec.tags.others,
+            vec![
+                t(SERVICE_UID_TAG, "uid-1"),
+                t("team", "web"),
+                t("env", "prod")
+            ]
+        );
+        let clb = lb_spec(&snapshot("web", "uid-1", &[]), Product::Clb, "c2", None).unwrap();
+        assert_eq!(
+            clb.tags.all(),
+            vec![t(CLUSTER_ID_TAG, "c2"), t(SERVICE_UID_TAG, "uid-1")]
+        );
+        // A bad tag list asks nothing of the cloud and says the form.
+        let bad = snapshot("web", "uid-1", &[(TAGS, "acs:x=1")]);
+        let said = lb_spec(&bad, Product::Clb, "c1", None).unwrap_err();
+        assert!(said.contains("k1=v1,k2=v2"), "{said}");
+    }
 
     #[test]
     fn the_annotations_decide_which_load_balancer_and_what_is_refused() {

@@ -62,6 +62,8 @@ pub struct ServiceSnapshot {
     pub published_address: Option<String>,
     /// `protocol-port` and `cert-id` (HTTP/HTTPS listeners), or why they are not valid.
     pub listener_protocols: Result<settings::ListenerProtocols, String>,
+    /// `additional-resource-tags`, or why they are not valid.
+    pub additional_tags: Result<Vec<(String, String)>, String>,
 }
 
 impl ServiceSnapshot {
@@ -93,6 +95,7 @@ impl ServiceSnapshot {
             zones: zone_maps(service),
             address_type: address_type(service),
             listener_settings: settings::listener_settings(service.annotations()),
+            additional_tags: settings::additional_resource_tags(service.annotations()),
             not_acted_on: settings::not_acted_on(service.annotations()),
             selector: selector(service).cloned(),
             published_address: service

@@ -17,7 +17,7 @@ use alibaba_lb::{
 
 use super::model::ServicePort;
 
-use crate::names::LOAD_BALANCER_ANNOTATION_PREFIXES;
+use crate::names::{CLUSTER_ID_TAG, LOAD_BALANCER_ANNOTATION_PREFIXES, SERVICE_UID_TAG};
 
 /// Where rollgate stands on one annotation of the family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +112,7 @@ pub const FAMILY: &[(&str, Support)] = {
         ("hostname", NotYet),
         ("ip", NotYet),
         ("resource-group-id", NotYet),
-        ("additional-resource-tags", NotYet),
+        ("additional-resource-tags", Supported),
         ("delete-protection", NotYet),
         ("modification-protection", NotYet),
         ("preserve-lb-on-delete", Supported),
@@ -156,6 +156,56 @@ pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, Stri
             Some((key.clone(), note))
         })
         .collect()
+}
+
+/// At most this many tags on one resource per create call (both products'
+/// `CreateLoadBalancer`, NLB `CreateServerGroup`: "Valid values of N: 1 to 20").
+const TAGS_PER_RESOURCE: usize = 20;
+
+/// `additional-resource-tags` (`k1=v1,k2=v2`, Alibaba's documented form): tags put on
+/// what rollgate creates, beside its own two (`CLUSTER_ID_TAG`, `SERVICE_UID_TAG`,
+/// which the user may not set). Checked as both APIs check tags (the SDK models): a
+/// key of 1 to 64 characters, a value of at most 128, neither starting with `aliyun`
+/// or `acs:` nor holding `http://` or `https://`, 20 tags in all; a key once.
+pub fn additional_resource_tags(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, String> {
+    const SUFFIX: &str = "additional-resource-tags";
+    let Some(raw) = get(annotations, SUFFIX) else {
+        return Ok(vec![]);
+    };
+    let reserved = |text: &str| {
+        let lower = text.to_ascii_lowercase();
+        lower.starts_with("aliyun")
+            || lower.starts_with("acs:")
+            || lower.contains("http://")
+            || lower.contains("https://")
+    };
+    let accepted = format!(
+        "\"k1=v1,k2=v2\": keys of 1 to 64 characters, values of at most 128, neither starting with aliyun or acs: nor holding http:// or https://, each key once, at most {} tags, not {CLUSTER_ID_TAG} or {SERVICE_UID_TAG} (rollgate's own)",
+        TAGS_PER_RESOURCE - 2
+    );
+    let mut tags: Vec<(String, String)> = vec![];
+    for item in raw.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(invalid(SUFFIX, raw, &accepted));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let bad_key = key.is_empty()
+            || key.chars().count() > 64
+            || reserved(key)
+            || key == CLUSTER_ID_TAG
+            || key == SERVICE_UID_TAG
+            || tags.iter().any(|(k, _)| k == key);
+        if bad_key || value.chars().count() > 128 || reserved(value) {
+            return Err(invalid(SUFFIX, raw, &accepted));
+        }
+        tags.push((key.to_string(), value.to_string()));
+    }
+    if tags.len() > TAGS_PER_RESOURCE - 2 {
+        return Err(invalid(SUFFIX, raw, &accepted));
+    }
+    Ok(tags)
 }
 
 /// One annotation, read under either prefix (the current one wins), trimmed.
@@ -489,6 +539,44 @@ mod tests {
             .iter()
             .map(|(k, v)| (full_name(k), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn additional_resource_tags_take_the_documented_form_and_the_api_limits() {
+        let tags =
+            |v: &str| additional_resource_tags(&annotations(&[("additional-resource-tags", v)]));
+        let t = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(additional_resource_tags(&BTreeMap::new()), Ok(vec![]));
+        assert_eq!(
+            tags("team=web, env=prod"),
+            Ok(vec![t("team", "web"), t("env", "prod")])
+        );
+        assert_eq!(tags("empty="), Ok(vec![t("empty", "")]));
+        let k64 = format!("{}=v", "k".repeat(64));
+        assert!(tags(&k64).is_ok());
+        let eighteen: Vec<String> = (1..=18).map(|n| format!("k{n}=v")).collect();
+        assert!(tags(&eighteen.join(",")).is_ok());
+        let nineteen: Vec<String> = (1..=19).map(|n| format!("k{n}=v")).collect();
+        for bad in [
+            "team",
+            "=v",
+            "aliyun-x=v",
+            "acs:x=v",
+            "k=acs:v",
+            "k=see http://x",
+            "a=1,a=2",
+            "rollgate.io/cluster-id=other",
+            "rollgate.io/service-uid=u",
+            &format!("{}=v", "k".repeat(65)),
+            &format!("k={}", "v".repeat(129)),
+            &nineteen.join(","),
+        ] {
+            let said = tags(bad).expect_err(bad);
+            assert!(
+                said.contains("additional-resource-tags") && said.contains("k1=v1,k2=v2"),
+                "{said}"
+            );
+        }
     }
 
     #[test]

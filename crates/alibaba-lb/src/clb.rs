@@ -102,12 +102,38 @@ struct ListenerList {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]
+struct TagJson {
+    tag_key: String,
+    tag_value: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct TagList {
+    tag: Vec<TagJson>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
 struct LoadBalancerAttribute {
     load_balancer_id: String,
     address: String,
     listener_ports_and_protocol: ListenerList,
     load_balancer_spec: String,
     instance_charge_type: String,
+    tags: TagList,
+    #[serde(skip)]
+    request_id: String,
+}
+
+impl LoadBalancerAttribute {
+    fn tags(&self) -> Vec<Tag> {
+        self.tags
+            .tag
+            .iter()
+            .map(|t| (t.tag_key.clone(), t.tag_value.clone()))
+            .collect()
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -332,7 +358,10 @@ impl ClbClient {
             .call::<LoadBalancerAttribute>(ACTION, params([("LoadBalancerId", id.to_string())]))
             .await
         {
-            Ok((attribute, _)) => Ok(attribute),
+            Ok((mut attribute, request_id)) => {
+                attribute.request_id = request_id;
+                Ok(attribute)
+            }
             Err(Error::Api {
                 code, request_id, ..
             }) if crate::error::code_says_not_found(&code) => Err(Error::NotFound {
@@ -512,6 +541,9 @@ impl LoadBalancerBackends for ClbClient {
                 if let Some(clb_spec) = &self.spec {
                     query.push(("LoadBalancerSpec".into(), clb_spec.clone()));
                 }
+                // CLB takes tags on the instance only at creation (`Tag.N`); its
+                // listeners and vServer groups live inside it.
+                query.extend(tag_params(&spec.tags.all()));
                 if spec.address_type == AddressType::Intranet {
                     if let Some(vpc) = &spec.vpc_id {
                         query.push(("VpcId".into(), vpc.clone()));
@@ -528,6 +560,15 @@ impl LoadBalancerBackends for ClbClient {
             }
         };
         let attribute = self.describe_load_balancer(&id).await?;
+        // An instance another cluster's rollgate made (or tagged) is never wired into.
+        if let Some(cluster) = spec.tags.other_cluster(&attribute.tags()) {
+            return Err(Error::OtherCluster {
+                action: "DescribeLoadBalancerAttribute".into(),
+                what: format!("load balancer {id}"),
+                cluster,
+                request_id: attribute.request_id.clone(),
+            });
+        }
         let existing_listeners: HashSet<(u16, String)> = attribute
             .listener_ports_and_protocol
             .listener_port_and_protocol
@@ -871,6 +912,19 @@ mod tests {
             (b.server_id.as_str(), b.port, b.weight, b.kind.as_str()),
             ("eni-1", 8080, 100, "eni")
         );
+    }
+
+    #[test]
+    fn load_balancer_attribute_reads_the_sdk_tag_shape() {
+        let body = r#"{"LoadBalancerId":"lb-1","Tags":{"Tag":[{"TagKey":"rollgate.io/cluster-id","TagValue":"c1"}]}}"#;
+        let parsed: LoadBalancerAttribute = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            parsed.tags(),
+            vec![("rollgate.io/cluster-id".to_string(), "c1".to_string())]
+        );
+        let untagged: LoadBalancerAttribute =
+            serde_json::from_str(r#"{"LoadBalancerId":"lb-1"}"#).unwrap();
+        assert!(untagged.tags().is_empty());
     }
 
     #[test]

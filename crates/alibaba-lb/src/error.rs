@@ -64,6 +64,16 @@ pub enum Error {
         request_id: String,
     },
 
+    /// A resource carries the cluster tag of another cluster: it is that cluster's, and
+    /// is neither adopted nor changed nor deleted.
+    #[error("{action}: {what} is tagged for cluster {cluster}, not this one: left alone [RequestId {request_id}]")]
+    OtherCluster {
+        action: String,
+        what: String,
+        cluster: String,
+        request_id: String,
+    },
+
     /// No credentials could be obtained, or refreshing them failed.
     #[error("credentials unavailable: {0}")]
     Credentials(String),
@@ -149,7 +159,8 @@ impl Error {
             | Error::Decode { request_id, .. }
             | Error::JobFailed { request_id, .. }
             | Error::JobTimedOut { request_id, .. }
-            | Error::NotFound { request_id, .. } => Some(request_id),
+            | Error::NotFound { request_id, .. }
+            | Error::OtherCluster { request_id, .. } => Some(request_id),
             _ => None,
         }
     }
@@ -162,7 +173,8 @@ impl Error {
             | Error::Decode { action, .. }
             | Error::JobFailed { action, .. }
             | Error::JobTimedOut { action, .. }
-            | Error::NotFound { action, .. } => Some(action),
+            | Error::NotFound { action, .. }
+            | Error::OtherCluster { action, .. } => Some(action),
             _ => None,
         }
     }
@@ -178,6 +190,7 @@ impl Error {
             Error::JobFailed { .. } => "job_failed",
             Error::JobTimedOut { .. } => "job_timeout",
             Error::NotFound { .. } => "not_found",
+            Error::OtherCluster { .. } => "other_cluster",
             Error::Credentials(_) => "credentials",
             Error::Config(_) => "config",
         }

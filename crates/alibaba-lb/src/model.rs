@@ -87,6 +87,51 @@ pub struct ZoneVSwitch {
     pub vswitch_id: String,
 }
 
+/// A resource tag: key and value.
+pub type Tag = (String, String);
+
+/// The tags rollgate puts on what it creates, wherever the API takes tags: CLB and NLB
+/// load balancers (`CreateLoadBalancer`) and NLB server groups (`CreateServerGroup`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceTags {
+    /// The tag naming the owning cluster. A resource that carries this key with
+    /// another value is another cluster's: never adopted, changed or deleted. NLB
+    /// server groups are looked up by it (with their name), never by name alone.
+    /// `None`: no ownership tags (then no region-wide lookup at all).
+    pub cluster: Option<Tag>,
+    /// Sent as well: the Service's uid, the user's `additional-resource-tags`.
+    pub others: Vec<Tag>,
+}
+
+impl ResourceTags {
+    /// Every tag, the cluster's first.
+    pub fn all(&self) -> Vec<Tag> {
+        self.cluster.iter().chain(&self.others).cloned().collect()
+    }
+
+    /// The other cluster `held` (a resource's tags) names, if it names one.
+    pub fn other_cluster(&self, held: &[Tag]) -> Option<String> {
+        let (key, value) = self.cluster.as_ref()?;
+        held.iter()
+            .find(|(k, v)| k == key && v != value)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// `tags` as RPC parameters (`Tag.N.Key`, `Tag.N.Value`, N from 1), as the official
+/// SDKs flatten the `Tag` list of both products.
+pub fn tag_params(tags: &[Tag]) -> Vec<(String, String)> {
+    tags.iter()
+        .enumerate()
+        .flat_map(|(i, (key, value))| {
+            [
+                (format!("Tag.{}.Key", i + 1), key.clone()),
+                (format!("Tag.{}.Value", i + 1), value.clone()),
+            ]
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadBalancerSpec {
     /// Name for a created load balancer.
@@ -98,6 +143,8 @@ pub struct LoadBalancerSpec {
     /// NLB needs at least two zones; CLB uses the first for intranet addresses.
     pub zones: Vec<ZoneVSwitch>,
     pub listeners: Vec<ListenerSpec>,
+    /// Put on what is created; the cluster's also decides what may be adopted.
+    pub tags: ResourceTags,
 }
 
 /// One listener of a load balancer and the server group it forwards to (empty: none,
@@ -287,6 +334,39 @@ pub fn batches<T>(items: &[T], size: usize) -> impl Iterator<Item = &[T]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tag(k: &str, v: &str) -> Tag {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn tags_flatten_one_based_and_name_another_cluster_only_by_its_key() {
+        let tags = ResourceTags {
+            cluster: Some(tag("rollgate.io/cluster-id", "c1")),
+            others: vec![tag("rollgate.io/service-uid", "u1"), tag("team", "")],
+        };
+        assert_eq!(
+            tag_params(&tags.all()),
+            vec![
+                tag("Tag.1.Key", "rollgate.io/cluster-id"),
+                tag("Tag.1.Value", "c1"),
+                tag("Tag.2.Key", "rollgate.io/service-uid"),
+                tag("Tag.2.Value", "u1"),
+                tag("Tag.3.Key", "team"),
+                tag("Tag.3.Value", ""),
+            ]
+        );
+        let other = [tag("rollgate.io/cluster-id", "c2"), tag("x", "y")];
+        assert_eq!(tags.other_cluster(&other), Some("c2".into()));
+        assert_eq!(
+            tags.other_cluster(&[tag("rollgate.io/cluster-id", "c1")]),
+            None
+        );
+        // Untagged (made by an earlier version, or by hand): nobody else's.
+        assert_eq!(tags.other_cluster(&[tag("team", "c2")]), None);
+        assert_eq!(ResourceTags::default().other_cluster(&other), None);
+        assert!(ResourceTags::default().all().is_empty());
+    }
 
     #[test]
     fn batches_respect_the_limit_and_keep_every_item() {

@@ -69,6 +69,20 @@ struct JobStatus {
     status: String,
 }
 
+/// A tag as NLB answers it (`Tags: [{"Key", "Value"}]`).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct TagJson {
+    key: String,
+    value: String,
+}
+
+fn held_tags(tags: &[TagJson]) -> Vec<Tag> {
+    tags.iter()
+        .map(|t| (t.key.clone(), t.value.clone()))
+        .collect()
+}
+
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]
 struct LoadBalancerAttribute {
@@ -76,6 +90,7 @@ struct LoadBalancerAttribute {
     load_balancer_status: String,
     #[serde(rename = "DNSName")]
     dns_name: String,
+    tags: Vec<TagJson>,
 }
 
 #[derive(Deserialize, Default)]
@@ -91,6 +106,7 @@ struct CreatedLoadBalancer {
 struct ServerGroupSummary {
     server_group_id: String,
     server_group_name: String,
+    tags: Vec<TagJson>,
 }
 
 #[derive(Deserialize, Default)]
@@ -396,27 +412,35 @@ impl NlbClient {
             .collect())
     }
 
+    /// The group of `listener` found by the cluster's tag and its name (never by the
+    /// name alone: another cluster's group may carry it), else created with the tags.
+    /// Without a cluster tag nothing is searched for across the region.
     async fn ensure_server_group(
         &self,
         spec: &LoadBalancerSpec,
         listener: &ListenerSpec,
     ) -> Result<String> {
         let name = server_group_name(&listener.server_group_name);
-        let existing = self
-            .paged(
-                "ListServerGroups",
-                params([("ServerGroupNames.1", name.clone())]),
-                NLB_PAGE_SIZE,
-                |p: ServerGroupPage| (p.server_groups, p.next_token),
-            )
-            .await?;
-        if let Some(group) = existing.iter().find(|g| g.server_group_name == name) {
-            if !listener.settings.is_default() {
-                self.sync_group_settings(&group.server_group_id, listener)
-                    .await?;
+        if let Some(cluster) = &spec.tags.cluster {
+            let mut query = params([("ServerGroupNames.1", name.clone())]);
+            query.extend(tag_params(std::slice::from_ref(cluster)));
+            let existing = self
+                .paged(
+                    "ListServerGroups",
+                    query,
+                    NLB_PAGE_SIZE,
+                    |p: ServerGroupPage| (p.server_groups, p.next_token),
+                )
+                .await?;
+            if let Some(group) = existing.iter().find(|g| g.server_group_name == name) {
+                if !listener.settings.is_default() {
+                    self.sync_group_settings(&group.server_group_id, listener)
+                        .await?;
+                }
+                return Ok(group.server_group_id.clone());
             }
-            return Ok(group.server_group_id.clone());
         }
+        let cluster = spec.tags.cluster.as_ref().map_or("", |(_, v)| v.as_str());
         let mut form = params([
             ("ServerGroupName", name.clone()),
             // Pod IPs are registered directly (Terway ENI mode).
@@ -425,7 +449,7 @@ impl NlbClient {
             ("AddressIPVersion", "ipv4".to_string()),
             (
                 "ClientToken",
-                client_token(&["nlb-sg", &self.region, &name]),
+                client_token(&["nlb-sg", &self.region, &name, cluster]),
             ),
         ]);
         // The health check (on unless switched off) and the drain.
@@ -437,6 +461,7 @@ impl NlbClient {
         if let Some(vpc) = &spec.vpc_id {
             form.push(("VpcId".into(), vpc.clone()));
         }
+        form.extend(tag_params(&spec.tags.all()));
         let (created, request_id) = self
             .mutate::<CreatedServerGroup>("CreateServerGroup", form)
             .await?;
@@ -447,36 +472,51 @@ impl NlbClient {
 }
 
 impl NlbClient {
-    /// The group an existing listener of this port forwards to, when it carries the
-    /// name earlier versions gave it and none of the current name exists yet (an
-    /// upgrade): adopted as it is. Looked up by the listener's own group id, never by
-    /// name across the region, where another cluster's group may carry that name.
-    async fn former_group(
+    /// The group an existing listener of this port forwards to, when it carries this
+    /// listener's group name or the one earlier versions gave it (`former_group_name`):
+    /// kept as it is, so a group made before groups were tagged (or under the former
+    /// cluster id) is adopted on upgrade. Looked up by the listener's own group id
+    /// within this load balancer, never by name across the region. A group tagged for
+    /// another cluster is refused, never adopted.
+    async fn listener_group(
         &self,
+        spec: &LoadBalancerSpec,
         existing: Option<&ListenerSummary>,
         listener: &ListenerSpec,
     ) -> Result<Option<String>> {
-        let (Some(former), Some(existing)) = (&listener.former_group_name, existing) else {
+        let Some(existing) = existing.filter(|e| !e.server_group_id.is_empty()) else {
             return Ok(None);
         };
-        if existing.server_group_id.is_empty() {
-            return Ok(None);
-        }
-        let current = server_group_name(&listener.server_group_name);
-        let names = self
+        const ACTION: &str = "ListServerGroups";
+        let groups = self
             .paged(
-                "ListServerGroups",
+                ACTION,
                 params([("ServerGroupIds.1", existing.server_group_id.clone())]),
                 NLB_PAGE_SIZE,
                 |p: ServerGroupPage| (p.server_groups, p.next_token),
             )
             .await?;
-        let former = server_group_name(former);
-        let adopted = names
+        let Some(group) = groups
             .iter()
             .find(|g| g.server_group_id == existing.server_group_id)
-            .filter(|g| g.server_group_name == former && g.server_group_name != current);
-        Ok(adopted.map(|g| g.server_group_id.clone()))
+        else {
+            return Ok(None);
+        };
+        let current = server_group_name(&listener.server_group_name);
+        let former = listener.former_group_name.as_deref().map(server_group_name);
+        let name = group.server_group_name.as_str();
+        if name != current && former.as_deref() != Some(name) {
+            return Ok(None);
+        }
+        if let Some(cluster) = spec.tags.other_cluster(&held_tags(&group.tags)) {
+            return Err(Error::OtherCluster {
+                action: ACTION.into(),
+                what: format!("server group {}", group.server_group_id),
+                cluster,
+                request_id: crate::error::NO_REQUEST_ID.into(),
+            });
+        }
+        Ok(Some(group.server_group_id.clone()))
     }
 
     /// Sets an existing server group's health check and drain again where they
@@ -531,6 +571,7 @@ impl LoadBalancerBackends for NlbClient {
                 if let Some(vpc) = &spec.vpc_id {
                     form.push(("VpcId".into(), vpc.clone()));
                 }
+                form.extend(tag_params(&spec.tags.all()));
                 for (i, zone) in spec.zones.iter().enumerate() {
                     form.push((
                         format!("ZoneMappings.{}.ZoneId", i + 1),
@@ -549,6 +590,15 @@ impl LoadBalancerBackends for NlbClient {
             }
         };
         let attribute = self.wait_until_active(&id).await?;
+        // A load balancer another cluster's rollgate made (or tagged) is never wired into.
+        if let Some(cluster) = spec.tags.other_cluster(&held_tags(&attribute.tags)) {
+            return Err(Error::OtherCluster {
+                action: "GetLoadBalancerAttribute".into(),
+                what: format!("load balancer {id}"),
+                cluster,
+                request_id: crate::error::NO_REQUEST_ID.into(),
+            });
+        }
         let mut listeners = self
             .paged(
                 "ListListeners",
@@ -564,7 +614,7 @@ impl LoadBalancerBackends for NlbClient {
                 l.listener_port == listener.port
                     && l.listener_protocol.eq_ignore_ascii_case(protocol)
             });
-            let group_id = match self.former_group(existing, listener).await? {
+            let group_id = match self.listener_group(spec, existing, listener).await? {
                 Some(adopted) => {
                     if !listener.settings.is_default() {
                         self.sync_group_settings(&adopted, listener).await?;

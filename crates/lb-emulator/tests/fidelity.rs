@@ -692,6 +692,7 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
         let lb = bed
             .client(Product::Clb, None)
             .ensure_load_balancer(&LoadBalancerSpec {
+                tags: Default::default(),
                 name: "attached".into(),
                 existing_id: Some(existing),
                 address_type: AddressType::Internet,
@@ -1618,6 +1619,7 @@ async fn ensure_with(
 ) -> LoadBalancer {
     client
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "fidelity-settings".into(),
             existing_id: existing,
             address_type: AddressType::Internet,
@@ -1848,6 +1850,7 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
         settings
     };
     let spec = |existing: Option<String>, settings| LoadBalancerSpec {
+        tags: Default::default(),
         name: "fidelity-https".into(),
         existing_id: existing,
         address_type: AddressType::Internet,
@@ -2175,6 +2178,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
             name: "nlb-row-46".into(),
             existing_id: None,
             address_type: AddressType::Internet,
@@ -2308,4 +2312,295 @@ async fn nlb_delete_listener_needs_a_known_listener() {
     bed.call(Service::Nlb, "DeleteListener", &[("ListenerId", &listener)])
         .await
         .unwrap();
+}
+
+// ------------------------------------------------------------------ tags (issue 24)
+
+/// `Tag.1..Tag.n` pairs with keys `k<i>` and values `v<i>`.
+fn tag_pairs(n: usize) -> Vec<(String, String)> {
+    (1..=n)
+        .flat_map(|i| {
+            [
+                (format!("Tag.{i}.Key"), format!("k{i}")),
+                (format!("Tag.{i}.Value"), format!("v{i}")),
+            ]
+        })
+        .collect()
+}
+
+/// Row 52: the create calls that take `Tag.N` refuse what the SDK models rule out
+/// (more than 20, an empty or long key, a long value, the reserved prefixes, a URL)
+/// in each product's words, and store the rest, which the attribute and list calls
+/// return in each product's shape.
+#[tokio::test]
+async fn tags_on_create_follow_the_sdk_limits_and_are_read_back() {
+    let bed = Bed::new().await;
+    let long_key = "k".repeat(65);
+    let long_value = "v".repeat(129);
+    let bad: Vec<(&str, &str, &str)> = vec![
+        ("", "v", "Key"),
+        ("aliyun.x", "v", "Key"),
+        ("acs:x", "v", "Key"),
+        ("see https://x", "v", "Key"),
+        (&long_key, "v", "Key"),
+        ("k", "aliyun", "Value"),
+        ("k", &long_value, "Value"),
+    ];
+    let nlb_base = nlb_create_pairs(&[], &[]);
+    let group_base = [
+        ("ServerGroupName", "k8s-80-tags"),
+        ("VpcId", "vpc-emulator"),
+    ];
+    for (key, value, field) in &bad {
+        let tag = [("Tag.1.Key", *key), ("Tag.1.Value", *value)];
+        let clb = bed.call(Service::Clb, "CreateLoadBalancer", &tag).await;
+        refused(clb, 400, &format!("InvalidParameter.Tag.1.{field}"));
+        let mut nlb = nlb_base.clone();
+        nlb.extend_from_slice(&tag);
+        refused(
+            bed.call(Service::Nlb, "CreateLoadBalancer", &nlb).await,
+            400,
+            "IllegalParam",
+        );
+        let mut group = group_base.to_vec();
+        group.extend_from_slice(&tag);
+        refused(
+            bed.call(Service::Nlb, "CreateServerGroup", &group).await,
+            400,
+            "IllegalParam",
+        );
+    }
+    let (twenty, twenty_one) = (tag_pairs(20), tag_pairs(21));
+    refused(
+        bed.call(Service::Clb, "CreateLoadBalancer", &as_pairs(&twenty_one))
+            .await,
+        400,
+        "InvalidParameter.Tag",
+    );
+    let mut group = group_base.to_vec();
+    group.extend(as_pairs(&twenty_one));
+    refused(
+        bed.call(Service::Nlb, "CreateServerGroup", &group).await,
+        400,
+        "IllegalParam",
+    );
+
+    // Twenty at the edges of the limits are taken, and read back.
+    let k64 = "k".repeat(64);
+    let v128 = "v".repeat(128);
+    let mut edge = twenty.clone();
+    edge[0] = ("Tag.1.Key".into(), k64.clone());
+    edge[1] = ("Tag.1.Value".into(), v128.clone());
+    let clb = bed
+        .call(Service::Clb, "CreateLoadBalancer", &as_pairs(&edge))
+        .await
+        .unwrap();
+    let id = clb["LoadBalancerId"].as_str().unwrap();
+    let attribute = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", id)],
+        )
+        .await
+        .unwrap();
+    let held = attribute["Tags"]["Tag"].as_array().unwrap();
+    assert_eq!(held.len(), 20, "{attribute}");
+    assert_eq!(
+        (held[0]["TagKey"].as_str(), held[0]["TagValue"].as_str()),
+        (Some(k64.as_str()), Some(v128.as_str()))
+    );
+    let two = tag_pairs(2);
+    let mut nlb = nlb_base.clone();
+    nlb.extend(as_pairs(&two));
+    let created = bed
+        .call(Service::Nlb, "CreateLoadBalancer", &nlb)
+        .await
+        .unwrap();
+    let id = created["LoadbalancerId"].as_str().unwrap();
+    let attribute = bed
+        .call(
+            Service::Nlb,
+            "GetLoadBalancerAttribute",
+            &[("LoadBalancerId", id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        attribute["Tags"],
+        json!([{"Key": "k1", "Value": "v1"}, {"Key": "k2", "Value": "v2"}])
+    );
+    let mut group = group_base.to_vec();
+    group.extend(as_pairs(&twenty));
+    let created = bed
+        .call(Service::Nlb, "CreateServerGroup", &group)
+        .await
+        .unwrap();
+    let id = created["ServerGroupId"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let listed = bed
+        .call(
+            Service::Nlb,
+            "ListServerGroups",
+            &[("ServerGroupIds.1", id.as_str())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["ServerGroups"][0]["Tags"].as_array().map(Vec::len),
+        Some(20),
+        "{listed}"
+    );
+}
+
+/// Row 53: `ListServerGroups` takes at most 10 `Tag.N` and lists only the groups that
+/// carry every one (a tag given without a value asks for the key alone): two groups of
+/// one name, tagged for two clusters, are told apart.
+#[tokio::test]
+async fn nlb_list_server_groups_filters_by_every_tag() {
+    let bed = Bed::new().await;
+    for cluster in ["c1", "c2"] {
+        bed.call(
+            Service::Nlb,
+            "CreateServerGroup",
+            &[
+                ("ServerGroupName", "k8s.80.same"),
+                ("VpcId", "vpc-emulator"),
+                ("Tag.1.Key", "rollgate.io/cluster-id"),
+                ("Tag.1.Value", cluster),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let list = |pairs: Vec<(&'static str, &'static str)>| {
+        let bed = &bed;
+        async move { bed.call(Service::Nlb, "ListServerGroups", &pairs).await }
+    };
+    let named = list(vec![("ServerGroupNames.1", "k8s.80.same")])
+        .await
+        .unwrap();
+    assert_eq!(
+        named["ServerGroups"].as_array().unwrap().len(),
+        2,
+        "by name alone: both"
+    );
+    let c1 = list(vec![
+        ("ServerGroupNames.1", "k8s.80.same"),
+        ("Tag.1.Key", "rollgate.io/cluster-id"),
+        ("Tag.1.Value", "c1"),
+    ])
+    .await
+    .unwrap();
+    let groups = c1["ServerGroups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{c1}");
+    assert_eq!(
+        groups[0]["Tags"],
+        json!([{"Key": "rollgate.io/cluster-id", "Value": "c1"}])
+    );
+    let key_only = list(vec![("Tag.1.Key", "rollgate.io/cluster-id")])
+        .await
+        .unwrap();
+    assert_eq!(key_only["ServerGroups"].as_array().unwrap().len(), 2);
+    let both = list(vec![
+        ("Tag.1.Key", "rollgate.io/cluster-id"),
+        ("Tag.1.Value", "c1"),
+        ("Tag.2.Key", "team"),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        both["ServerGroups"].as_array().unwrap().len(),
+        0,
+        "every tag must match"
+    );
+    let eleven = tag_pairs(11);
+    refused(
+        bed.call(Service::Nlb, "ListServerGroups", &as_pairs(&eleven))
+            .await,
+        400,
+        "IllegalParam",
+    );
+    let ten = tag_pairs(10);
+    bed.call(Service::Nlb, "ListServerGroups", &as_pairs(&ten))
+        .await
+        .unwrap();
+}
+
+/// Row 54 (client): the NLB client finds its server group by the cluster tag and the
+/// name, never by the name alone: another cluster's group of the same name is neither
+/// used nor changed, and the client creates its own, tagged. A load balancer tagged for
+/// another cluster is refused (`Error::OtherCluster`) on both products, before any
+/// listener or group is made in it.
+#[tokio::test]
+async fn clients_never_take_what_another_cluster_tagged() {
+    let bed = Bed::new().await;
+    let tags = |cluster: &str| ResourceTags {
+        cluster: Some(("rollgate.io/cluster-id".into(), cluster.into())),
+        others: vec![("rollgate.io/service-uid".into(), format!("uid-{cluster}"))],
+    };
+    let nlb = bed.client(Product::Nlb, None);
+    let mut spec = testing::spec("tags-a", lb_emulator::DEFAULT_VPC_ID, "k8s/80/same");
+    spec.tags = tags("c1");
+    let a = nlb.ensure_load_balancer(&spec).await.unwrap();
+    let mut spec = testing::spec("tags-b", lb_emulator::DEFAULT_VPC_ID, "k8s/80/same");
+    spec.tags = tags("c2");
+    let b = nlb.ensure_load_balancer(&spec).await.unwrap();
+    assert_ne!(
+        a.listeners[0].server_group_id, b.listeners[0].server_group_id,
+        "one group per cluster"
+    );
+    let state = testing::control(&bed.emu.base_url(), "state", None).await;
+    let groups = state["nlb"]["server_groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{state}");
+    for (lb, cluster) in [(&a, "c1"), (&b, "c2")] {
+        let group = groups
+            .iter()
+            .find(|g| g["id"] == lb.listeners[0].server_group_id.as_str())
+            .unwrap();
+        let held = group["tags"].as_array().unwrap();
+        assert!(
+            held.contains(&json!(["rollgate.io/cluster-id", cluster])),
+            "{group}"
+        );
+    }
+    // Ensured again, each cluster finds its own group again: no third one.
+    let again = nlb.ensure_load_balancer(&spec).await.unwrap();
+    assert_eq!(
+        again.listeners[0].server_group_id,
+        b.listeners[0].server_group_id
+    );
+
+    // c1's NLB, attached by c2: refused.
+    let mut attach = testing::spec("tags-c", lb_emulator::DEFAULT_VPC_ID, "k8s/80/other");
+    attach.existing_id = Some(a.id.clone());
+    attach.tags = tags("c2");
+    let refused_nlb = nlb.ensure_load_balancer(&attach).await.unwrap_err();
+    assert!(
+        matches!(&refused_nlb, Error::OtherCluster { cluster, .. } if cluster == "c1"),
+        "{refused_nlb}"
+    );
+    // ... and by c1 itself, taken.
+    attach.tags = tags("c1");
+    nlb.ensure_load_balancer(&attach).await.unwrap();
+
+    let clb = bed.client(Product::Clb, Some("slb.s1.small"));
+    let mut spec = testing::spec("tags-clb", lb_emulator::DEFAULT_VPC_ID, "k8s/80/clb");
+    spec.tags = tags("c1");
+    let made = clb.ensure_load_balancer(&spec).await.unwrap();
+    let groups_before = bed.calls("CreateVServerGroup").await;
+    let mut attach = testing::spec("tags-clb-2", lb_emulator::DEFAULT_VPC_ID, "k8s/80/clb2");
+    attach.existing_id = Some(made.id.clone());
+    attach.tags = tags("c2");
+    let refused_clb = clb.ensure_load_balancer(&attach).await.unwrap_err();
+    assert!(
+        matches!(&refused_clb, Error::OtherCluster { cluster, .. } if cluster == "c1"),
+        "{refused_clb}"
+    );
+    assert_eq!(
+        bed.calls("CreateVServerGroup").await,
+        groups_before,
+        "nothing made in it"
+    );
 }

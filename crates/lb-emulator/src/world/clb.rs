@@ -10,7 +10,9 @@
 use serde_json::{json, Value};
 
 use super::listener_settings;
-use super::params::{clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port};
+use super::params::{
+    clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port, tags, TAGS_PER_CREATE,
+};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
 };
@@ -189,6 +191,7 @@ impl World {
                         format!("{charge_type:?} is not one of PayBySpec, PayByCLCU"),
                     ));
                 }
+                let tags = tags(p, TAGS_PER_CREATE, ApiError::invalid)?;
                 let id = self.new_id("lb");
                 let n = self.clbs.len() + 10;
                 let address = if address_type == "intranet" {
@@ -207,6 +210,7 @@ impl World {
                     spec,
                     charge_type,
                     listeners: vec![],
+                    tags,
                     client_token: token,
                 };
                 self.clbs.insert(id, lb.clone());
@@ -245,6 +249,7 @@ impl World {
                 "ListenerPort": l.port, "ListenerProtocol": l.protocol,
             })).collect::<Vec<_>>()},
             "BackendServers": {"BackendServer": []},
+            "Tags": {"Tag": lb.tags.iter().map(|(k, v)| json!({"TagKey": k, "TagValue": v})).collect::<Vec<_>>()},
         }))
     }
 

@@ -30,6 +30,9 @@ use crate::config::{EmulatorConfig, HealthMode};
 
 pub type Params = BTreeMap<String, String>;
 
+/// Tags (`Tag.N.Key`, `Tag.N.Value`) as a resource stores them, in request order.
+pub type Tags = Vec<(String, String)>;
+
 /// Health-check and drain settings as stored, by the name the read calls return them
 /// under (checked by `listener_settings`).
 pub type Settings = BTreeMap<String, Value>;
@@ -141,6 +144,8 @@ pub struct Clb {
     /// `InstanceChargeType`: `PayBySpec` (default) or `PayByCLCU`.
     pub charge_type: String,
     pub listeners: Vec<ClbListener>,
+    /// `Tag.N` of `CreateLoadBalancer`, returned by `DescribeLoadBalancerAttribute`.
+    pub tags: Tags,
     #[serde(skip)]
     pub client_token: String,
 }
@@ -209,6 +214,8 @@ pub struct Nlb {
     pub address_type: String,
     pub vpc_id: String,
     pub zones: Vec<(String, String)>,
+    /// `Tag.N` of `CreateLoadBalancer`, returned by `GetLoadBalancerAttribute`.
+    pub tags: Tags,
     #[serde(skip)]
     pub active_at: Instant,
     #[serde(skip)]
@@ -229,6 +236,8 @@ pub struct ServerGroup {
     pub health_settings: Settings,
     /// The drain (`ConnectionDrainEnabled`, `ConnectionDrainTimeout`) as set.
     pub settings: Settings,
+    /// `Tag.N` of `CreateServerGroup`: listed by `ListServerGroups`, which filters by them.
+    pub tags: Tags,
 }
 
 #[derive(Clone, Debug, Serialize)]

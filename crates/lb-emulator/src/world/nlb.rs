@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::listener_settings;
-use super::params::{flat_list, get, ipv4, nlb_description_ok, nlb_group_name_ok, paginate};
+use super::params::{
+    flat_list, get, has_tags, ipv4, nlb_description_ok, nlb_group_name_ok, paginate, tags,
+    TAGS_PER_CREATE, TAGS_PER_FILTER,
+};
 use super::{
     ApiError, ApiResult, BackendRec, Health, JobEffect, Nlb, NlbListener, Params, ServerGroup,
     World,
@@ -269,6 +272,9 @@ impl World {
                 format!("{} zones: 2 to 10", zones.len()),
             ));
         }
+        let tags = tags(p, TAGS_PER_CREATE, |name, why| {
+            ApiError::nlb_illegal(name, why)
+        })?;
         let id = self.new_id("nlb");
         let nlb = Nlb {
             name: p
@@ -280,6 +286,7 @@ impl World {
             address_type: address_type.to_string(),
             vpc_id,
             zones,
+            tags,
             active_at: Instant::now() + Duration::from_millis(self.jobs_settings.delay_ms),
             client_token: token,
             id: id.clone(),
@@ -305,6 +312,7 @@ impl World {
             "CrossZoneEnabled": true,
             "ZoneMappings": lb.zones.iter().map(|(z, v)| json!({"ZoneId": z, "VSwitchId": v, "LoadBalancerAddresses": []})).collect::<Vec<_>>(),
             "OperationLocks": [],
+            "Tags": lb.tags.iter().map(|(k, v)| json!({"Key": k, "Value": v})).collect::<Vec<_>>(),
         }))
     }
 
@@ -321,6 +329,10 @@ impl World {
             ));
         }
         let vpc = optional(p, "VpcId");
+        // "You can specify up to 10 tag keys" (SDK model); a group must carry them all.
+        let filter = tags(p, TAGS_PER_FILTER, |name, why| {
+            ApiError::nlb_illegal(name, why)
+        })?;
         let groups: Vec<&ServerGroup> = self
             .server_groups
             .values()
@@ -328,6 +340,7 @@ impl World {
             .filter(|g| names.is_empty() || names.contains(&g.name))
             .filter(|g| group_type.is_none_or(|t| t == g.group_type))
             .filter(|g| vpc.is_none_or(|v| v == g.vpc_id))
+            .filter(|g| has_tags(&g.tags, &filter))
             .collect();
         let (page, next, size) = nlb_page(&groups, p)?;
         let items: Vec<Value> = page
@@ -338,7 +351,8 @@ impl World {
                     "ServerGroupId": g.id, "ServerGroupName": g.name, "ServerGroupType": g.group_type,
                     "ServerGroupStatus": if self.group_busy(&g.id, Instant::now()) { "Configuring" } else { "Available" }, "Protocol": g.protocol, "VpcId": g.vpc_id,
                     "RegionId": self.region, "ServerCount": g.backends.len(), "AddressIPVersion": "ipv4",
-                    "Scheduler": g.settings.get("Scheduler").cloned().unwrap_or(json!("Wrr")), "RelatedLoadBalancerIds": related, "Tags": [],
+                    "Scheduler": g.settings.get("Scheduler").cloned().unwrap_or(json!("Wrr")), "RelatedLoadBalancerIds": related,
+                    "Tags": g.tags.iter().map(|(k, v)| json!({"Key": k, "Value": v})).collect::<Vec<_>>(),
                     "HealthCheck": listener_settings::nlb_health_listed(g.health_check, &g.health_settings),
                     "ConnectionDrainEnabled": g.settings.get("ConnectionDrainEnabled").cloned().unwrap_or(json!(false)),
                     "ConnectionDrainTimeout": g.settings.get("ConnectionDrainTimeout").cloned().unwrap_or(json!(0)),
@@ -376,6 +390,9 @@ impl World {
         }
         let vpc_id = nlb_get(p, "VpcId")?.to_string();
         let (health_settings, settings) = listener_settings::nlb(p)?;
+        let tags = tags(p, TAGS_PER_CREATE, |name, why| {
+            ApiError::nlb_illegal(name, why)
+        })?;
         let id = self.new_id("sgp");
         let group = ServerGroup {
             id: id.clone(),
@@ -387,6 +404,7 @@ impl World {
             health_check: health_check_enabled(p)?.unwrap_or(true),
             health_settings,
             settings,
+            tags,
         };
         let job = self.start_job("CreateServerGroup", JobEffect::CreateServerGroup(group));
         Ok(json!({"ServerGroupId": id, "JobId": job}))

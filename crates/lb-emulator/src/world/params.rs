@@ -1,13 +1,14 @@
 //! Reading request parameters the way the cloud does: required values, ports,
-//! `Prefix.N.Field` lists, `MaxResults`/`NextToken` pages, and numbers that arrive as
-//! JSON numbers or strings; and the shapes the API reference gives for names,
-//! descriptions, IPs and CIDR blocks. Each failure is the cloud's own error.
+//! `Prefix.N.Field` lists, `Tag.N` lists (and tag filters), `MaxResults`/`NextToken`
+//! pages, and numbers that arrive as JSON numbers or strings; and the shapes the API
+//! reference gives for names, descriptions, IPs and CIDR blocks. Each failure is the
+//! cloud's own error.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{ApiError, Params};
+use super::{ApiError, Params, Tags};
 
 pub(super) fn get<'a>(p: &'a Params, name: &str) -> Result<&'a str, ApiError> {
     p.get(name)
@@ -109,6 +110,67 @@ pub(super) fn nlb_group_name_ok(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
+/// How many tags one call may carry: 20 on create (CLB `CreateLoadBalancer`, NLB
+/// `CreateLoadBalancer` and `CreateServerGroup`: "Valid values of N: 1 to 20"), 10 as
+/// a `ListServerGroups` filter ("You can specify up to 10 tag keys").
+pub(super) const TAGS_PER_CREATE: usize = 20;
+pub(super) const TAGS_PER_FILTER: usize = 10;
+
+/// The `Tag.N` list of `p`, checked as the SDK models of those calls state it: at most
+/// `limit`; a key of 1 to 64 characters (an empty key is refused), a value of at most
+/// 128; neither starting with `aliyun` or `acs:` nor containing `http://` or
+/// `https://`. `refuse` spells the product's error (`InvalidParameter.<Name>` for CLB,
+/// `IllegalParam` for NLB; no reference documents a code for these rules).
+pub(super) fn tags(
+    p: &Params,
+    limit: usize,
+    refuse: impl Fn(&str, String) -> ApiError,
+) -> Result<Tags, ApiError> {
+    let items = flat_list(p, "Tag");
+    if items.len() > limit {
+        return Err(refuse(
+            "Tag",
+            format!("{} tags given, at most {limit} per call", items.len()),
+        ));
+    }
+    let reserved = |text: &str| {
+        let lower = text.to_ascii_lowercase();
+        lower.starts_with("aliyun")
+            || lower.starts_with("acs:")
+            || lower.contains("http://")
+            || lower.contains("https://")
+    };
+    let mut out = Tags::new();
+    for (index, item) in items.iter().enumerate() {
+        let n = index + 1;
+        let key = item.get("Key").map(String::as_str).unwrap_or_default();
+        let value = item.get("Value").map(String::as_str).unwrap_or_default();
+        if key.is_empty() || key.chars().count() > 64 || reserved(key) {
+            return Err(refuse(
+                &format!("Tag.{n}.Key"),
+                format!("{key:?}: 1 to 64 characters, not starting with aliyun or acs:, without http:// or https://"),
+            ));
+        }
+        if value.chars().count() > 128 || reserved(value) {
+            return Err(refuse(
+                &format!("Tag.{n}.Value"),
+                format!("{value:?}: at most 128 characters, not starting with aliyun or acs:, without http:// or https://"),
+            ));
+        }
+        out.push((key.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
+/// Whether `held` carries every tag of `filter` (a filter tag without a value asks
+/// for the key alone).
+pub(super) fn has_tags(held: &Tags, filter: &Tags) -> bool {
+    filter.iter().all(|(key, value)| {
+        held.iter()
+            .any(|(k, v)| k == key && (value.is_empty() || v == value))
+    })
+}
+
 pub(super) fn ipv4(text: &str) -> Option<std::net::Ipv4Addr> {
     text.parse().ok()
 }
@@ -147,6 +209,59 @@ mod tests {
         assert_eq!(servers[0]["Port"], "80");
         assert_eq!(servers[1]["ServerId"], "j");
         assert_eq!(flat_list(&p, "ServerGroupNames")[0][""], "web");
+    }
+
+    #[test]
+    fn tags_follow_the_sdk_rules_and_filters_need_every_tag() {
+        let refuse = |name: &str, why: String| ApiError::invalid(name, why);
+        let ok = request_params(&[
+            ("Tag.1.Key", "rollgate.io/cluster"),
+            ("Tag.1.Value", "c1"),
+            ("Tag.2.Key", "team"),
+        ]);
+        let held = tags(&ok, TAGS_PER_CREATE, refuse).unwrap();
+        assert_eq!(
+            held,
+            vec![
+                ("rollgate.io/cluster".into(), "c1".into()),
+                ("team".into(), String::new())
+            ]
+        );
+        for (key, value, field) in [
+            ("", "v", "Tag.1.Key"),
+            ("aliyun-x", "v", "Tag.1.Key"),
+            ("acs:x", "v", "Tag.1.Key"),
+            ("a http://x", "v", "Tag.1.Key"),
+            (&"k".repeat(65), "v", "Tag.1.Key"),
+            ("k", "acs:v", "Tag.1.Value"),
+            ("k", &"v".repeat(129), "Tag.1.Value"),
+        ] {
+            let p = request_params(&[("Tag.1.Key", key), ("Tag.1.Value", value)]);
+            let err = tags(&p, TAGS_PER_CREATE, refuse).unwrap_err();
+            assert_eq!(
+                err.code,
+                format!("InvalidParameter.{field}"),
+                "{key:?}={value:?}"
+            );
+        }
+        let k64 = "k".repeat(64);
+        let v128 = "v".repeat(128);
+        let edge = request_params(&[("Tag.1.Key", &k64), ("Tag.1.Value", &v128)]);
+        assert!(tags(&edge, TAGS_PER_CREATE, refuse).is_ok());
+        let many: Vec<(String, String)> = (1..=11)
+            .map(|n| (format!("Tag.{n}.Key"), format!("k{n}")))
+            .collect();
+        let many: Params = many.into_iter().collect();
+        assert!(tags(&many, TAGS_PER_FILTER, refuse).is_err());
+        assert!(tags(&many, TAGS_PER_CREATE, refuse).is_ok());
+        let filter = vec![("rollgate.io/cluster".to_string(), "c1".to_string())];
+        assert!(has_tags(&held, &filter));
+        assert!(!has_tags(
+            &held,
+            &vec![("rollgate.io/cluster".into(), "c2".into())]
+        ));
+        assert!(has_tags(&held, &vec![("team".into(), String::new())]));
+        assert!(has_tags(&held, &Tags::new()));
     }
 
     #[test]
