@@ -13,10 +13,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
-use support::daemonset::{edge_daemonset, image_of, node_of, wait_ready_on, Others};
+use support::daemonset::{
+    create_edge_v1_and_wait, image_of, node_of, rollgate_status, wait_ready_on, Others,
+};
 use support::*;
 
 const NODES: usize = 4;
@@ -48,17 +50,12 @@ async fn pause_mid_rollout(shape: Shape) {
         "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
         "apps.openyurt.io/max-unavailable": "1",
     });
-    dss.create(
-        &PostParams::default(),
-        &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, "edge:v1"),
-    )
-    .await
-    .unwrap();
-    wait_ready_on(
+    create_edge_v1_and_wait(
+        &dss,
         &pods,
-        &nodes.names,
-        "edge:v1",
-        Others::None,
+        &nodes,
+        annotations,
+        shape,
         Duration::from_secs(90),
     )
     .await;
@@ -209,16 +206,6 @@ fn rollgate_deletions_of(namespace: &str, pod: &str) -> usize {
         .count()
 }
 
-/// `rollgate status ds/edge` as text.
-fn status_text(namespace: &str) -> String {
-    let out = std::process::Command::new(controller_binary())
-        .args(["status", "ds/edge", "-n", namespace])
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A DaemonSet "edge" of edge:v1 on `count` fresh nodes, Ready, with a controller.
 struct Bed {
     client: kube::Client,
@@ -237,17 +224,12 @@ impl Bed {
         let controller = ControllerProcess::start(&ns.name, "controls");
         let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-        dss.create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, "edge:v1"),
-        )
-        .await
-        .unwrap();
-        wait_ready_on(
+        create_edge_v1_and_wait(
+            &dss,
             &pods,
-            &nodes.names,
-            "edge:v1",
-            Others::None,
+            &nodes,
+            annotations,
+            shape,
             Duration::from_secs(90),
         )
         .await;
@@ -379,7 +361,7 @@ async fn partition_keeps_the_first_names(shape: Shape) {
         .await;
     let deleted = rollgate_deletions(&n);
     assert_eq!(deleted, 3, "one deletion per upgraded node");
-    let text = status_text(&n);
+    let text = rollgate_status(&n, &[]);
     assert!(
         text.contains("partition 2: 2 node(s) kept on the old revision")
             && text.contains(&sorted[0])
@@ -487,7 +469,7 @@ async fn selector_widened_in_two_steps(shape: Shape) {
     let held: Vec<String> = pool_b.iter().chain(no_pool).cloned().collect();
     bed.upgraded_and_kept(pool_a, &held, Duration::from_secs(8))
         .await;
-    let text = status_text(&n);
+    let text = rollgate_status(&n, &[]);
     assert!(
         text.contains("2 node(s) held back by the node selector") && !text.contains("waiting"),
         "{text}"

@@ -1,16 +1,19 @@
-//! The DaemonSet e2e tests' common ground (`daemonset_rolling`, `daemonset_budget`): the
-//! edge DaemonSet they roll out, what they read off a pod, and the wait for a revision's
-//! pods to be Ready on a set of nodes.
+//! The DaemonSet e2e tests' common ground (`daemonset_rolling`, `daemonset_budget`,
+//! `daemonset_controls`, `daemonset_pull_ahead`): the edge DaemonSet they roll out, its
+//! creation up to Ready pods, what they read off a pod, and the wait for a revision's pods
+//! to be Ready on a set of nodes.
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
-use super::{describe_pods, pod_is_ready, wait_for, Shape, TestNodes};
+use super::{
+    controller_binary, describe_pods, kubeconfig_path, pod_is_ready, wait_for, Shape, TestNodes,
+};
 
 /// kwok's per-pod start delay (the simulated image pull and start).
 pub const START_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
@@ -45,6 +48,39 @@ pub fn edge_daemonset(
         }
     }))
     .unwrap()
+}
+
+/// Creates the DaemonSet `edge` of `edge:v1` on `nodes` (`edge_daemonset`, `OnDelete`, so
+/// only the updater under test replaces pods) and waits until every node runs one Ready
+/// `edge:v1` pod and nothing else: the start of a rollout test.
+pub async fn create_edge_v1_and_wait(
+    dss: &Api<DaemonSet>,
+    pods: &Api<Pod>,
+    nodes: &TestNodes,
+    annotations: serde_json::Value,
+    shape: Shape,
+    timeout: Duration,
+) {
+    let ds = edge_daemonset("edge", nodes, annotations, "OnDelete", shape, "edge:v1");
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    wait_ready_on(pods, &nodes.names, "edge:v1", Others::None, timeout).await;
+}
+
+/// `rollgate status ds/edge -n NAMESPACE` with `more` arguments (e.g. `-o json`), the
+/// binary under test as a user runs it: its output.
+pub fn rollgate_status(namespace: &str, more: &[&str]) -> String {
+    let out = std::process::Command::new(controller_binary())
+        .args(["status", "ds/edge", "-n", namespace])
+        .args(more)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rollgate status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The image of the pod's first container.
