@@ -11,14 +11,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
-use support::daemonset::{
-    create_edge_v1_and_wait, image_of, node_of, rollgate_status, wait_ready_on, Others,
-};
+use support::daemonset::{image_of, node_of, rollgate_status, wait_ready_on, EdgeBed, Others};
 use support::*;
 
 const NODES: usize = 4;
@@ -38,36 +35,15 @@ fn rollgate_deletions(namespace: &str) -> usize {
 }
 
 async fn pause_mid_rollout(shape: Shape) {
-    let client = client().await;
     let tag = format!("pause-{}", shape.tag());
-    let nodes = TestNodes::create(&client, &tag, NODES).await;
-    let ns = TestNamespace::new(&client, &tag).await;
-    let n = ns.name.clone();
-    let controller = ControllerProcess::start(&n, "controls");
-    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &n);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
     let annotations = json!({
         "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
         "apps.openyurt.io/max-unavailable": "1",
     });
-    create_edge_v1_and_wait(
-        &dss,
-        &pods,
-        &nodes,
-        annotations,
-        shape,
-        Duration::from_secs(90),
-    )
-    .await;
-
-    let set = |patch: serde_json::Value| {
-        let dss = dss.clone();
-        async move {
-            dss.patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-    };
+    let bed = Bed::new(&tag, NODES, shape, annotations).await;
+    let (n, pods, nodes) = (bed.ns.name.clone(), bed.pods.clone(), &bed.nodes);
+    let client = bed.client.clone();
+    let set = |patch: serde_json::Value| bed.patch(patch);
     set(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "edge:v2"}]}}}})).await;
     // Mid-rollout: the first node is being replaced, then the pause.
     wait_for("the first v2 pod", Duration::from_secs(60), || async {
@@ -158,10 +134,7 @@ async fn pause_mid_rollout(shape: Shape) {
     )
     .await;
     assert!(rollgate_deletions(&n) > before, "resumed by rollgate");
-
-    drop(controller);
-    ns.cleanup().await;
-    nodes.cleanup().await;
+    bed.cleanup().await;
 }
 
 #[tokio::test]
@@ -207,56 +180,29 @@ fn rollgate_deletions_of(namespace: &str, pod: &str) -> usize {
 }
 
 /// A DaemonSet "edge" of edge:v1 on `count` fresh nodes, Ready, with a controller.
-struct Bed {
-    client: kube::Client,
-    nodes: TestNodes,
-    ns: TestNamespace,
-    controller: ControllerProcess,
-    dss: Api<DaemonSet>,
-    pods: Api<Pod>,
-}
+type Bed = EdgeBed;
 
-impl Bed {
+/// What these tests do on the shared bed besides rolling out.
+impl EdgeBed {
     async fn new(tag: &str, count: usize, shape: Shape, annotations: serde_json::Value) -> Bed {
         let client = client().await;
         let nodes = TestNodes::create(&client, tag, count).await;
-        let ns = TestNamespace::new(&client, tag).await;
-        let controller = ControllerProcess::start(&ns.name, "controls");
-        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-        create_edge_v1_and_wait(
-            &dss,
-            &pods,
-            &nodes,
-            annotations,
-            shape,
-            Duration::from_secs(90),
-        )
-        .await;
-        Bed {
+        let timeout = Duration::from_secs(90);
+        EdgeBed::start(
             client,
             nodes,
-            ns,
-            controller,
-            dss,
-            pods,
-        }
-    }
-
-    async fn patch(&self, patch: serde_json::Value) {
-        self.dss
-            .patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+            tag,
+            "controls",
+            &[],
+            annotations,
+            shape,
+            timeout,
+        )
+        .await
     }
 
     async fn annotate(&self, key: &str, value: Option<&str>) {
         self.patch(json!({"metadata": {"annotations": {key: value}}}))
-            .await;
-    }
-
-    async fn set_image(&self, image: &str) {
-        self.patch(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}))
             .await;
     }
 
@@ -326,12 +272,6 @@ impl Bed {
             },
         )
         .await
-    }
-
-    async fn cleanup(self) {
-        drop(self.controller);
-        self.ns.cleanup().await;
-        self.nodes.cleanup().await;
     }
 }
 

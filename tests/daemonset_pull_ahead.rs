@@ -17,13 +17,12 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::Api;
 use serde_json::{json, Value};
-use support::daemonset::{create_edge_v1_and_wait, rollgate_status, wait_ready_on, Others};
+use support::daemonset::{rollgate_status, wait_ready_on, EdgeBed, Others};
 use support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use support::*;
 
@@ -67,23 +66,17 @@ fn image_ready_writes(namespace: &str, hash: &str) -> Vec<(String, Timestamp, St
     writes
 }
 
-/// When rollgate wrote `PodImageReady=True, PullImageSuccess` for revision `hash` on each
-/// pod of `namespace` (the first such write), by pod name.
-fn pull_successes(namespace: &str, hash: &str) -> BTreeMap<String, Timestamp> {
+/// When rollgate first wrote `PodImageReady` `status`/`reason` for revision `hash` on each
+/// pod of `namespace`, by pod name.
+fn first_writes(
+    namespace: &str,
+    hash: &str,
+    status: &str,
+    reason: &str,
+) -> BTreeMap<String, Timestamp> {
     let mut seen = BTreeMap::new();
-    for (pod, at, status, reason) in image_ready_writes(namespace, hash) {
-        if status == "True" && reason == "PullImageSuccess" {
-            seen.entry(pod).or_insert(at);
-        }
-    }
-    seen
-}
-
-/// When rollgate first asked for a pull of revision `hash` on each pod of `namespace`.
-fn pull_requests(namespace: &str, hash: &str) -> BTreeMap<String, Timestamp> {
-    let mut seen = BTreeMap::new();
-    for (pod, at, status, reason) in image_ready_writes(namespace, hash) {
-        if status == "False" && reason == "PullImageRequested" {
+    for (pod, at, s, r) in image_ready_writes(namespace, hash) {
+        if s == status && r == reason {
             seen.entry(pod).or_insert(at);
         }
     }
@@ -99,17 +92,12 @@ fn deletions(namespace: &str) -> BTreeMap<String, Timestamp> {
 }
 
 /// One test's bed: a kwok of its own with the pull gate on and the bed's image puller
-/// (pull Jobs failing on `job_pull_fails`), `count` nodes, a namespace, rollgate with
-/// `env`, and the DaemonSet "edge" of edge:v1 with pull-ahead on (and `annotations`),
-/// Ready on every node.
+/// (pull Jobs failing on `job_pull_fails`), `count` nodes, and the edge DaemonSet with
+/// pull-ahead on (and `annotations`) Ready on them, rollgate running with `env`.
 struct Bed {
-    client: kube::Client,
-    nodes: TestNodes,
-    ns: TestNamespace,
-    controller: ControllerProcess,
-    dss: Api<DaemonSet>,
-    pods: Api<Pod>,
-    // Dropped last: they stop the simulated kubelet and the pull model.
+    edge: EdgeBed,
+    // Dropped after the test's own cleanup: they stop the simulated kubelet and the pull
+    // model.
     _puller: BedImagePuller,
     _kwok: PrivateKwok,
 }
@@ -146,10 +134,6 @@ impl Bed {
         );
         let client = client().await;
         let nodes = TestNodes::create_on(&client, tag, count, &heartbeat).await;
-        let ns = TestNamespace::new(&client, tag).await;
-        let controller = ControllerProcess::start_with_env(&ns.name, "pull-ahead", env);
-        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
         let mut all = json!({
             "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
             "apps.openyurt.io/max-unavailable": "1",
@@ -158,14 +142,10 @@ impl Bed {
         all.as_object_mut()
             .unwrap()
             .extend(annotations.as_object().cloned().unwrap_or_default());
-        create_edge_v1_and_wait(&dss, &pods, &nodes, all, shape, Duration::from_secs(120)).await;
+        let timeout = Duration::from_secs(120);
+        let edge = EdgeBed::start(client, nodes, tag, "pull-ahead", env, all, shape, timeout).await;
         Bed {
-            client,
-            nodes,
-            ns,
-            controller,
-            dss,
-            pods,
+            edge,
             _puller: puller,
             _kwok: kwok,
         }
@@ -173,7 +153,8 @@ impl Bed {
 
     /// The DaemonSet's pods now: name -> node.
     async fn pods_by_name(&self) -> BTreeMap<String, String> {
-        self.pods
+        self.edge
+            .pods
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -188,20 +169,19 @@ impl Bed {
             .collect()
     }
 
-    async fn set_image(&self, image: &str) {
-        self.dss
-            .patch(
-                "edge",
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}})),
-            )
-            .await
-            .unwrap();
-    }
-
-    /// The current revision's hash, read off a pod of it once the rollout is done.
-    async fn current_hash(&self) -> String {
-        self.pods.list(&ListParams::default()).await.unwrap().items[0]
+    /// Waits for edge:v2 Ready on every node and nothing else; the hash of its revision.
+    async fn wait_upgraded(&self) -> String {
+        let edge = &self.edge;
+        let timeout = Duration::from_secs(180);
+        wait_ready_on(
+            &edge.pods,
+            &edge.nodes.names,
+            "edge:v2",
+            Others::None,
+            timeout,
+        )
+        .await;
+        edge.pods.list(&ListParams::default()).await.unwrap().items[0]
             .metadata
             .labels
             .as_ref()
@@ -210,9 +190,7 @@ impl Bed {
     }
 
     async fn cleanup(self) {
-        drop(self.controller);
-        self.ns.cleanup().await;
-        self.nodes.cleanup().await;
+        self.edge.cleanup().await;
     }
 }
 
@@ -250,10 +228,10 @@ async fn pull_ahead_rollout(shape: Shape, addresses: Addresses) {
         json!({}),
     )
     .await;
-    let (client, n, pods) = (bed.client.clone(), bed.ns.name.clone(), bed.pods.clone());
+    let (client, n) = (bed.edge.client.clone(), bed.edge.ns.name.clone());
     let old = bed.pods_by_name().await;
 
-    bed.set_image("edge:v2").await;
+    bed.edge.set_image("edge:v2").await;
     // While deletions wait for their pulls, `rollgate status` says so and names the
     // nodes: checked against the audit log once the revision's hash is known.
     let snapshot = wait_for(
@@ -286,19 +264,11 @@ async fn pull_ahead_rollout(shape: Shape, addresses: Addresses) {
         shape.tag(),
         snapshot.lines
     ));
-    wait_ready_on(
-        &pods,
-        &bed.nodes.names,
-        "edge:v2",
-        Others::None,
-        Duration::from_secs(180),
-    )
-    .await;
-    let hash = bed.current_hash().await;
+    let hash = bed.wait_upgraded().await;
 
     // Every old pod was deleted by rollgate, after its pull succeeded.
-    let pulled = pull_successes(&n, &hash);
-    let requested = pull_requests(&n, &hash);
+    let pulled = first_writes(&n, &hash, "True", "PullImageSuccess");
+    let requested = first_writes(&n, &hash, "False", "PullImageRequested");
     let deleted = deletions(&n);
     for (pod, node) in &old {
         let deleted_at = deleted.get(pod).unwrap_or_else(|| {
@@ -356,7 +326,7 @@ async fn pull_ahead_rollout(shape: Shape, addresses: Addresses) {
     );
     // The bed saw each node get the new image (the pull Job's, or later the pod's).
     let node_api: Api<Node> = Api::all(client.clone());
-    for name in &bed.nodes.names {
+    for name in &bed.edge.nodes.names {
         let node = node_api.get(name).await.unwrap();
         let images: Vec<String> = node
             .status
@@ -376,14 +346,9 @@ async fn pull_ahead_rollout(shape: Shape, addresses: Addresses) {
     );
 
     // A bad value: a Warning naming the accepted forms.
-    bed.dss
-        .patch(
-            "edge",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"rollgate.io/pull-ahead": "yes"}}})),
-        )
-        .await
-        .unwrap();
+    bed.edge
+        .patch(json!({"metadata": {"annotations": {"rollgate.io/pull-ahead": "yes"}}}))
+        .await;
     let warning = wait_for(
         "a Warning InvalidPullAhead",
         Duration::from_secs(30),
@@ -418,18 +383,10 @@ async fn pull_ahead_gives_up(shape: Shape, addresses: Addresses) {
         json!({"rollgate.io/image-pull-deadline": "3s"}),
     )
     .await;
-    let (client, n) = (bed.client.clone(), bed.ns.name.clone());
+    let (client, n) = (bed.edge.client.clone(), bed.edge.ns.name.clone());
     let old = bed.pods_by_name().await;
-    bed.set_image("edge:v2").await;
-    wait_ready_on(
-        &bed.pods,
-        &bed.nodes.names,
-        "edge:v2",
-        Others::None,
-        Duration::from_secs(180),
-    )
-    .await;
-    let hash = bed.current_hash().await;
+    bed.edge.set_image("edge:v2").await;
+    let hash = bed.wait_upgraded().await;
 
     // The audit log's order, per old pod: request, failure, TRIES times, then rollgate's
     // DELETE; never a success or a request more.

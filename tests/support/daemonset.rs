@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
 use super::{
-    controller_binary, describe_pods, kubeconfig_path, pod_is_ready, wait_for, Shape, TestNodes,
+    controller_binary, describe_pods, kubeconfig_path, pod_is_ready, wait_for, ControllerProcess,
+    Shape, TestNamespace, TestNodes,
 };
 
 /// kwok's per-pod start delay (the simulated image pull and start).
@@ -64,6 +65,66 @@ pub async fn create_edge_v1_and_wait(
     let ds = edge_daemonset("edge", nodes, annotations, "OnDelete", shape, "edge:v1");
     dss.create(&PostParams::default(), &ds).await.unwrap();
     wait_ready_on(pods, &nodes.names, "edge:v1", Others::None, timeout).await;
+}
+
+/// A namespace with rollgate running in it and the DaemonSet "edge" of edge:v1 Ready on
+/// every node of `nodes` (`create_edge_v1_and_wait`): the start of a rollout test.
+pub struct EdgeBed {
+    pub client: kube::Client,
+    pub nodes: TestNodes,
+    pub ns: TestNamespace,
+    pub controller: ControllerProcess,
+    pub dss: Api<DaemonSet>,
+    pub pods: Api<Pod>,
+}
+
+impl EdgeBed {
+    /// A namespace `tag-…`, rollgate (its log tagged `log_tag`) with `env`, and the
+    /// DaemonSet with `annotations` in `shape`, Ready within `timeout`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        client: kube::Client,
+        nodes: TestNodes,
+        tag: &str,
+        log_tag: &str,
+        env: &[(&str, &str)],
+        annotations: serde_json::Value,
+        shape: Shape,
+        timeout: Duration,
+    ) -> EdgeBed {
+        let ns = TestNamespace::new(&client, tag).await;
+        let controller = ControllerProcess::start_with_env(&ns.name, log_tag, env);
+        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        create_edge_v1_and_wait(&dss, &pods, &nodes, annotations, shape, timeout).await;
+        EdgeBed {
+            client,
+            nodes,
+            ns,
+            controller,
+            dss,
+            pods,
+        }
+    }
+
+    pub async fn patch(&self, patch: serde_json::Value) {
+        self.dss
+            .patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_image(&self, image: &str) {
+        self.patch(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}))
+            .await;
+    }
+
+    /// Stops rollgate, then deletes the namespace and the nodes.
+    pub async fn cleanup(self) {
+        drop(self.controller);
+        self.ns.cleanup().await;
+        self.nodes.cleanup().await;
+    }
 }
 
 /// `rollgate status ds/edge -n NAMESPACE` with `more` arguments (e.g. `-o json`), the
