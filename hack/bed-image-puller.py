@@ -19,6 +19,12 @@ Pulls of one node run in parallel and one pull of an image serves every pod wait
 it (a second pod waits only for the rest of it), as the kubelet's image manager does.
 Image sizes are not modelled: every missing image takes --delay.
 
+Opt-in, for tests of a pull that keeps failing (--job-pull-fails IMAGE, repeatable): a pod
+owned by a Job (an image pull Job) that uses IMAGE is never marked, so it stays Pending as
+a kubelet leaves a pod whose pull fails (ErrImagePull, back-off) until the Job's deadline
+ends it. Other pods pull IMAGE as usual: a registry that only the DaemonSet's own pods can
+reach (their pull secret), the case a pull-ahead that gives up after a few tries is for.
+
 Loopback only (the kubeconfig's server); stopped by its pid (cluster-down.sh or the test
 that started it). Logs one line per decision on stderr.
 """
@@ -124,8 +130,10 @@ class Api:
 
 
 class Puller:
-    def __init__(self, api, delay_ms, start_delay_ms, node_selector):
+    def __init__(self, api, delay_ms, start_delay_ms, node_selector, job_pull_fails=()):
         self.api = api
+        self.job_pull_fails = set(job_pull_fails)
+        self.refused = set()  # uids of Job pods already logged as refused
         self.delay_ms = delay_ms
         self.start_delay_ms = start_delay_ms
         self.node_selector = node_selector
@@ -194,6 +202,12 @@ class Puller:
         annotations = meta.get("annotations") or {}
         if MARK in annotations or status.get("phase") == "Failed":
             return
+        refused = images & self.job_pull_fails
+        if refused and any(o.get("kind") == "Job" for o in meta.get("ownerReferences") or []):
+            if meta["uid"] not in self.refused:
+                self.refused.add(meta["uid"])
+                log(f"pod {meta['namespace']}/{meta['name']} on {node}: pull of {sorted(refused)} fails (--job-pull-fails)")
+            return
         now = time.monotonic()
         done = set()
         with self.lock:
@@ -256,9 +270,12 @@ def main():
     p.add_argument("--start-delay-ms", type=int, required=True,
                    help="the stage file's pod start delay, for pods without their own")
     p.add_argument("--nodes", required=True, help="label selector of the nodes modelled (kwok's own)")
+    p.add_argument("--job-pull-fails", action="append", default=[], metavar="IMAGE",
+                   help="pods of Jobs never pull IMAGE (stay Pending); other pods do (repeatable)")
     args = p.parse_args()
     api = Api(args.kubeconfig)
-    puller = Puller(api, parse_duration_ms(args.delay), args.start_delay_ms, args.nodes)
+    puller = Puller(api, parse_duration_ms(args.delay), args.start_delay_ms, args.nodes,
+                    args.job_pull_fails)
     selector = urllib.parse.quote(args.nodes)
     log(f"pull delay {args.delay} on nodes {args.nodes}")
     threading.Thread(target=api.list_watch, daemon=True, args=(

@@ -103,6 +103,10 @@ impl DaemonSetBuilder {
         self.annotate(NODE_SELECTOR_ANNOTATION, value)
     }
 
+    pub fn pull_ahead(self, value: &str) -> Self {
+        self.annotate(crate::names::PULL_AHEAD_ANNOTATION, value)
+    }
+
     pub fn template_generation(self, generation: i64) -> Self {
         self.annotate(TEMPLATE_GENERATION_ANNOTATION, &generation.to_string())
     }

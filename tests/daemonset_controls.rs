@@ -11,12 +11,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
-use support::daemonset::{edge_daemonset, image_of, node_of, wait_ready_on, Others};
+use support::daemonset::{image_of, node_of, rollgate_status, wait_ready_on, EdgeBed, Others};
 use support::*;
 
 const NODES: usize = 4;
@@ -36,41 +35,15 @@ fn rollgate_deletions(namespace: &str) -> usize {
 }
 
 async fn pause_mid_rollout(shape: Shape) {
-    let client = client().await;
     let tag = format!("pause-{}", shape.tag());
-    let nodes = TestNodes::create(&client, &tag, NODES).await;
-    let ns = TestNamespace::new(&client, &tag).await;
-    let n = ns.name.clone();
-    let controller = ControllerProcess::start(&n, "controls");
-    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &n);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
     let annotations = json!({
         "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
         "apps.openyurt.io/max-unavailable": "1",
     });
-    dss.create(
-        &PostParams::default(),
-        &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, "edge:v1"),
-    )
-    .await
-    .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        "edge:v1",
-        Others::None,
-        Duration::from_secs(90),
-    )
-    .await;
-
-    let set = |patch: serde_json::Value| {
-        let dss = dss.clone();
-        async move {
-            dss.patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-    };
+    let bed = Bed::new(&tag, NODES, shape, annotations).await;
+    let (n, pods, nodes) = (bed.ns.name.clone(), bed.pods.clone(), &bed.nodes);
+    let client = bed.client.clone();
+    let set = |patch: serde_json::Value| bed.patch(patch);
     set(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "edge:v2"}]}}}})).await;
     // Mid-rollout: the first node is being replaced, then the pause.
     wait_for("the first v2 pod", Duration::from_secs(60), || async {
@@ -161,10 +134,7 @@ async fn pause_mid_rollout(shape: Shape) {
     )
     .await;
     assert!(rollgate_deletions(&n) > before, "resumed by rollgate");
-
-    drop(controller);
-    ns.cleanup().await;
-    nodes.cleanup().await;
+    bed.cleanup().await;
 }
 
 #[tokio::test]
@@ -209,72 +179,30 @@ fn rollgate_deletions_of(namespace: &str, pod: &str) -> usize {
         .count()
 }
 
-/// `rollgate status ds/edge` as text.
-fn status_text(namespace: &str) -> String {
-    let out = std::process::Command::new(controller_binary())
-        .args(["status", "ds/edge", "-n", namespace])
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A DaemonSet "edge" of edge:v1 on `count` fresh nodes, Ready, with a controller.
-struct Bed {
-    client: kube::Client,
-    nodes: TestNodes,
-    ns: TestNamespace,
-    controller: ControllerProcess,
-    dss: Api<DaemonSet>,
-    pods: Api<Pod>,
-}
+type Bed = EdgeBed;
 
-impl Bed {
+/// What these tests do on the shared bed besides rolling out.
+impl EdgeBed {
     async fn new(tag: &str, count: usize, shape: Shape, annotations: serde_json::Value) -> Bed {
         let client = client().await;
         let nodes = TestNodes::create(&client, tag, count).await;
-        let ns = TestNamespace::new(&client, tag).await;
-        let controller = ControllerProcess::start(&ns.name, "controls");
-        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-        dss.create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, "edge:v1"),
-        )
-        .await
-        .unwrap();
-        wait_ready_on(
-            &pods,
-            &nodes.names,
-            "edge:v1",
-            Others::None,
-            Duration::from_secs(90),
-        )
-        .await;
-        Bed {
+        let timeout = Duration::from_secs(90);
+        EdgeBed::start(
             client,
             nodes,
-            ns,
-            controller,
-            dss,
-            pods,
-        }
-    }
-
-    async fn patch(&self, patch: serde_json::Value) {
-        self.dss
-            .patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+            tag,
+            "controls",
+            &[],
+            annotations,
+            shape,
+            timeout,
+        )
+        .await
     }
 
     async fn annotate(&self, key: &str, value: Option<&str>) {
         self.patch(json!({"metadata": {"annotations": {key: value}}}))
-            .await;
-    }
-
-    async fn set_image(&self, image: &str) {
-        self.patch(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}))
             .await;
     }
 
@@ -345,12 +273,6 @@ impl Bed {
         )
         .await
     }
-
-    async fn cleanup(self) {
-        drop(self.controller);
-        self.ns.cleanup().await;
-        self.nodes.cleanup().await;
-    }
 }
 
 /// Partition 2 of 5 nodes: the two whose names sort first stay on v1, the other three
@@ -379,7 +301,7 @@ async fn partition_keeps_the_first_names(shape: Shape) {
         .await;
     let deleted = rollgate_deletions(&n);
     assert_eq!(deleted, 3, "one deletion per upgraded node");
-    let text = status_text(&n);
+    let text = rollgate_status(&n, &[]);
     assert!(
         text.contains("partition 2: 2 node(s) kept on the old revision")
             && text.contains(&sorted[0])
@@ -487,7 +409,7 @@ async fn selector_widened_in_two_steps(shape: Shape) {
     let held: Vec<String> = pool_b.iter().chain(no_pool).cloned().collect();
     bed.upgraded_and_kept(pool_a, &held, Duration::from_secs(8))
         .await;
-    let text = status_text(&n);
+    let text = rollgate_status(&n, &[]);
     assert!(
         text.contains("2 node(s) held back by the node selector") && !text.contains("waiting"),
         "{text}"

@@ -51,6 +51,11 @@ impl Events {
             .await;
     }
 
+    /// Publishes `event` as built (e.g. with a related object); a failure is logged.
+    pub async fn publish_event(&self, reference: &ObjectReference, event: Event) {
+        self.send(reference, event).await;
+    }
+
     async fn send(&self, reference: &ObjectReference, event: Event) {
         if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::warn!(error = %e, reason = %event.reason, "could not publish Event");

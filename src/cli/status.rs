@@ -15,12 +15,15 @@ use kube::{Api, ResourceExt};
 
 use super::output::print;
 use super::StatusArgs;
-use crate::daemonset::describe::describe;
+use crate::daemonset::describe::{describe_pull_ahead, describe_with};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
+use crate::daemonset::pull_ahead::{pull_ahead_of, GaveUp, PullAheadView};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
 use crate::daemonset::rolling_plan::{plan_rolling_update, Blocker, RollingInput};
-use crate::names::{POD_NEED_UPGRADE_CONDITION, UPDATE_STRATEGY_ANNOTATION};
+use crate::names::{
+    POD_NEED_UPGRADE_CONDITION, PULL_AHEAD_GAVE_UP_EVENT, UPDATE_STRATEGY_ANNOTATION,
+};
 use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
@@ -42,13 +45,18 @@ pub struct Summary {
     /// Not complete, but nothing more happens until the operator changes
     /// `rollgate.io/partition` or `rollgate.io/node-selector`: `--watch` stops here too.
     pub held_back: bool,
+    /// Pull-ahead, when the DaemonSet asks for it (`rollgate.io/pull-ahead: "true"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_ahead: Option<PullAheadView>,
 }
 
+/// `gave_up`: what the DaemonSet's `PullAheadGaveUp` Warnings say (see `gave_up_of`).
 pub fn summarize(
     ds: &DaemonSet,
     revisions: &[ControllerRevision],
     pods: &[Arc<Pod>],
     nodes: &[Arc<Node>],
+    gave_up: &[GaveUp],
 ) -> Summary {
     let name = ds.name_any();
     let current = CurrentRevision::of(ds, revisions);
@@ -59,15 +67,17 @@ pub fn summarize(
             total: 0,
             complete: true,
             held_back: false,
+            pull_ahead: None,
         },
-        PolicyDecision::NotOurs { reason } => Summary { lines: vec![reason], updated: 0, total: 0, complete: true, held_back: false },
-        PolicyDecision::Invalid(e) => Summary { lines: vec![format!("blocked: {e}")], updated: 0, total: 0, complete: false, held_back: false },
+        PolicyDecision::NotOurs { reason } => Summary { lines: vec![reason], updated: 0, total: 0, complete: true, held_back: false, pull_ahead: None },
+        PolicyDecision::Invalid(e) => Summary { lines: vec![format!("blocked: {e}")], updated: 0, total: 0, complete: false, held_back: false, pull_ahead: None },
         PolicyDecision::Managed(_) if !generation_observed(ds) => Summary {
             lines: vec![format!("daemonset/{name}: waiting for the DaemonSet controller to observe the latest spec")],
             updated: 0,
             total: 0,
             complete: false,
             held_back: false,
+            pull_ahead: None,
         },
         PolicyDecision::Managed(Policy::Ota) => {
             let uid = ds.uid().unwrap_or_default();
@@ -86,7 +96,7 @@ pub fn summarize(
             if !need.is_empty() {
                 lines.push(format!("waiting for the node operator to upgrade: {}", need.join(", ")));
             }
-            Summary { lines, updated, total: mine.len(), complete: updated == mine.len(), held_back: false }
+            Summary { lines, updated, total: mine.len(), complete: updated == mine.len(), held_back: false, pull_ahead: None }
         }
         PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
             max_unavailable,
@@ -116,11 +126,43 @@ pub fn summarize(
             if !p.missing_nodes_skipped.is_empty() {
                 lines.push(format!("pods on missing Node objects (skipped): {}", p.missing_nodes_skipped.join(", ")));
             }
-            lines.push(describe(p));
-            let held_back = p.blocked == Some(Blocker::HeldBack);
-            Summary { lines, updated: p.updated, total: p.total_nodes, complete: plan.is_complete(), held_back }
+            // Pull-ahead as the controller applies it: made on the plan as held by a pause.
+            let hash = current.as_ref().and_then(|c| c.hash.as_deref());
+            let (pull_ahead, invalid) = match (pull_ahead_of(ds), hash) {
+                (Ok(true), Some(hash)) => {
+                    (Some(PullAheadView::of(&plan, pods, &ds.uid().unwrap_or_default(), hash, gave_up)), None)
+                }
+                (Ok(_), _) => (None, None),
+                (Err(e), _) => (None, Some(e)),
+            };
+            lines.push(describe_with(p, pull_ahead.as_ref()));
+            if let Some(view) = &pull_ahead {
+                lines.push(describe_pull_ahead(view));
+            }
+            // The controller deletes nothing until the value is fixed.
+            if let Some(e) = &invalid {
+                lines.push(format!("blocked: {e}"));
+            }
+            let held_back = p.blocked == Some(Blocker::HeldBack) && invalid.is_none();
+            let complete = plan.is_complete();
+            Summary { lines, updated: p.updated, total: p.total_nodes, complete, held_back, pull_ahead }
         }
     }
+}
+
+/// The nodes pull-ahead gave up on, from the DaemonSet's `PullAheadGaveUp` Warnings (while
+/// the API server keeps them: an hour by default).
+async fn gave_up_of(events: &Api<CoreEvent>, name: &str) -> anyhow::Result<Vec<GaveUp>> {
+    let selector = format!(
+        "involvedObject.kind=DaemonSet,involvedObject.name={name},reason={PULL_AHEAD_GAVE_UP_EVENT}"
+    );
+    Ok(events
+        .list(&ListParams::default().fields(&selector))
+        .await?
+        .items
+        .iter()
+        .filter_map(|e| GaveUp::from_note(e.message.as_deref()?))
+        .collect())
 }
 
 /// The summary for people: its lines.
@@ -203,7 +245,8 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             .into_iter()
             .map(Arc::new)
             .collect();
-        let mut summary = summarize(&ds, &revisions, &pods, &nodes);
+        let gave_up = gave_up_of(&event_api, &name).await?;
+        let mut summary = summarize(&ds, &revisions, &pods, &nodes, &gave_up);
         if let Some(line) = other_updater_line(&event_api, &namespace, &name).await? {
             summary.lines.push(line);
             summary.complete = false;
@@ -237,5 +280,94 @@ mod tests {
         let err = parse_target("deployment/web").unwrap_err().to_string();
         assert!(err.contains("daemonset/NAME"), "{err}");
         assert!(parse_target("ds/").is_err());
+    }
+
+    /// Two Ready nodes on the old revision, budget 1, pull-ahead on: n0's pull is in
+    /// flight, n1's failed once; n9 went ahead without its images (a Warning says so).
+    #[test]
+    fn pulls_holding_deletions_are_said_in_the_table_and_the_document() {
+        use crate::names::{
+            POD_IMAGE_READY_CONDITION, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_REQUESTED_REASON,
+        };
+        use crate::revision_message::need_upgrade_message;
+        use crate::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
+        use k8s_openapi::api::core::v1::PodCondition;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+        let summary_of = |pull_ahead: &str| {
+            let ds = DaemonSetBuilder::new("edge")
+                .strategy("AdvancedRollingUpdate")
+                .max_unavailable("1")
+                .pull_ahead(pull_ahead)
+                .on_delete()
+                .build();
+            let revisions = vec![revision(&ds, "old", 1), revision(&ds, "new", 2)];
+            let pull = |reason: &str| PodCondition {
+                type_: POD_IMAGE_READY_CONDITION.into(),
+                status: "False".into(),
+                reason: Some(reason.into()),
+                message: Some(need_upgrade_message("new")),
+                last_transition_time: Some(Time(at(10))),
+                ..Default::default()
+            };
+            let pods: Vec<Arc<Pod>> = [
+                ("p0", "n0", PULL_IMAGE_REQUESTED_REASON),
+                ("p1", "n1", PULL_IMAGE_FAIL_REASON),
+            ]
+            .into_iter()
+            .map(|(pod, on, reason)| {
+                Arc::new(
+                    PodBuilder::new(pod, &ds)
+                        .hash("old")
+                        .on_node(on)
+                        .ready_since(at(0))
+                        .with_condition(pull(reason))
+                        .build(),
+                )
+            })
+            .collect();
+            let nodes = vec![Arc::new(node("n0", true)), Arc::new(node("n1", true))];
+            let gave_up = [GaveUp {
+                node: "n9".into(),
+                pod: "p9".into(),
+                failures: 2,
+                revision: "new".into(),
+            }];
+            summarize(&ds, &revisions, &pods, &nodes, &gave_up)
+        };
+        let on = summary_of("true");
+        let view = on.pull_ahead.as_ref().expect("pull-ahead is on");
+        assert_eq!(view.pulling, ["n0"]);
+        assert_eq!(view.failed, ["n1"]);
+        assert_eq!(view.held.len(), 1, "{view:?}");
+        let text = table(&on);
+        assert!(text.contains("waiting for pull-ahead"), "{text}");
+        assert!(!text.contains("progressing"), "{text}");
+        assert!(
+            text.contains("pulling the new images on 1 node(s): n0"),
+            "{text}"
+        );
+        assert!(text.contains("n9 (2 failed pull(s))"), "{text}");
+        let json = serde_json::to_value(&on).unwrap();
+        assert_eq!(json["pull_ahead"]["pulling"], serde_json::json!(["n0"]));
+        assert_eq!(json["pull_ahead"]["gave_up"][0]["node"], "n9");
+        assert_eq!(json["pull_ahead"]["gave_up"][0]["failures"], 2);
+
+        // Off: no pull-ahead line, no field.
+        let off = summary_of("false");
+        assert!(off.pull_ahead.is_none());
+        assert!(serde_json::to_value(&off)
+            .unwrap()
+            .get("pull_ahead")
+            .is_none());
+        assert!(!table(&off).contains("pull-ahead"), "{}", table(&off));
+        // A bad value blocks, as in the controller.
+        let bad = summary_of("yes");
+        assert!(
+            table(&bad).contains("blocked: invalid value \"yes\""),
+            "{}",
+            table(&bad)
+        );
+        assert!(!bad.held_back);
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Future, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -661,20 +662,22 @@ async fn rolling_update(
 async fn request_pulls(ds: &DaemonSet, ctx: &Context, pulls: &PullAheadPlan) -> Result<(), Error> {
     let reference = ds.object_ref(&());
     for gave_up in &pulls.gave_up {
-        let note = format!(
-            "node {}: {} pull(s) of the new images failed; pod {} is replaced without them (the new pod pulls as it starts)",
-            gave_up.node, gave_up.failures, gave_up.pod
-        );
         tracing::warn!(node = %gave_up.node, failures = gave_up.failures, "pull-ahead gave up");
-        ctx.events
-            .publish(
-                &reference,
-                EventType::Warning,
-                PULL_AHEAD_GAVE_UP_EVENT,
-                "PullAhead",
-                note,
-            )
-            .await;
+        // The node as the related object, for tools that follow Events to their nodes;
+        // `rollgate status` reads the note back (`GaveUp::from_note`).
+        let mut warning = event(
+            EventType::Warning,
+            PULL_AHEAD_GAVE_UP_EVENT,
+            "PullAhead",
+            gave_up.note(),
+        );
+        warning.secondary = Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(gave_up.node.clone()),
+            ..Default::default()
+        });
+        ctx.events.publish_event(&reference, warning).await;
     }
     if pulls.requests.is_empty() {
         return Ok(());

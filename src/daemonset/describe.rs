@@ -1,5 +1,7 @@
 //! How a rollout reads to people: one line on where it stands and what it waits on,
-//! said in the controller's Events and printed by `rollgate status`.
+//! said in the controller's Events and printed by `rollgate status`, and the line on
+//! pull-ahead that `rollgate status` adds.
+use super::pull_ahead::PullAheadView;
 use super::rolling_plan::{Blocker, Progress};
 
 /// Most names listed in one line (an aggregated Event, a status line).
@@ -21,9 +23,24 @@ pub fn shorten(names: &[String]) -> String {
 
 /// One line on where a rollout stands, naming what it waits on.
 pub fn describe(progress: &Progress) -> String {
+    describe_with(progress, None)
+}
+
+/// [`describe`], with pull-ahead's view when the DaemonSet asks for it: deletions that
+/// wait for their pull are a wait, not "progressing".
+pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> String {
     let p = progress;
     let mut line = format!("Ready nodes done {}/{}", p.ready_updated, p.ready_nodes);
+    let held_for_pull = pulls.map(|v| v.held.as_slice()).unwrap_or_default();
     match &p.blocked {
+        None | Some(Blocker::BudgetExhausted { .. }) if !held_for_pull.is_empty() => {
+            line.push_str(&format!(
+                "; waiting for pull-ahead: the budget of {} lets {} old pod(s) go, each deleted once the new images are on its node: {}",
+                p.budget,
+                held_for_pull.len(),
+                shorten(held_for_pull)
+            ))
+        }
         None => line.push_str("; progressing"),
         Some(Blocker::Complete) => line.push_str("; rollout complete"),
         Some(Blocker::Paused { held }) => line.push_str(&format!(
@@ -101,9 +118,44 @@ pub fn describe(progress: &Progress) -> String {
     line
 }
 
+/// The line on pull-ahead for a DaemonSet that asks for it: where pulls are in flight,
+/// where the last one failed, and which nodes went ahead without their images.
+pub fn describe_pull_ahead(view: &PullAheadView) -> String {
+    let mut parts = Vec::new();
+    if !view.pulling.is_empty() {
+        parts.push(format!(
+            "pulling the new images on {} node(s): {}",
+            view.pulling.len(),
+            shorten(&view.pulling)
+        ));
+    }
+    if !view.failed.is_empty() {
+        parts.push(format!(
+            "last pull failed, asked again while tries are left (--pull-ahead-tries) on: {}",
+            shorten(&view.failed)
+        ));
+    }
+    if !view.gave_up.is_empty() {
+        let nodes: Vec<String> = view
+            .gave_up
+            .iter()
+            .map(|g| format!("{} ({} failed pull(s))", g.node, g.failures))
+            .collect();
+        parts.push(format!(
+            "upgraded without the new images after their pulls kept failing: {}",
+            shorten(&nodes)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("no pull in flight".into());
+    }
+    format!("pull-ahead: {}", parts.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemonset::pull_ahead::GaveUp;
 
     #[test]
     fn a_budget_spent_by_this_steps_replacements_names_no_empty_list() {
@@ -193,5 +245,67 @@ mod tests {
             ..Default::default()
         });
         assert!(!none.contains("no longer places"), "{none}");
+    }
+
+    #[test]
+    fn deletions_held_for_their_pull_are_a_wait_not_progress() {
+        let view = PullAheadView {
+            held: vec!["edge-2".into()],
+            ..Default::default()
+        };
+        for blocked in [
+            None,
+            Some(Blocker::BudgetExhausted {
+                unavailable: Vec::new(),
+            }),
+        ] {
+            let p = Progress {
+                budget: 1,
+                blocked: blocked.clone(),
+                ..Default::default()
+            };
+            let line = describe_with(&p, Some(&view));
+            assert!(
+                line.contains("waiting for pull-ahead") && line.ends_with("on its node: edge-2"),
+                "{blocked:?}: {line}"
+            );
+            assert!(!line.contains("progressing"), "{line}");
+            // Nothing held: as without pull-ahead.
+            assert_eq!(
+                describe_with(&p, Some(&PullAheadView::default())),
+                describe(&p)
+            );
+        }
+        // Paused: the pause is what holds the deletions.
+        let paused = Progress {
+            blocked: Some(Blocker::Paused { held: 1 }),
+            ..Default::default()
+        };
+        assert!(describe_with(&paused, Some(&view)).contains("paused"));
+    }
+
+    #[test]
+    fn the_pull_ahead_line_names_pulling_failed_and_given_up_nodes() {
+        assert_eq!(
+            describe_pull_ahead(&PullAheadView::default()),
+            "pull-ahead: no pull in flight"
+        );
+        let line = describe_pull_ahead(&PullAheadView {
+            pulling: vec!["edge-1".into(), "edge-2".into()],
+            held: vec!["edge-1".into()],
+            failed: vec!["edge-3".into()],
+            gave_up: vec![GaveUp {
+                node: "edge-4".into(),
+                pod: "agent-x".into(),
+                failures: 2,
+                revision: "new".into(),
+            }],
+        });
+        assert_eq!(
+            line,
+            "pull-ahead: pulling the new images on 2 node(s): edge-1, edge-2; \
+             last pull failed, asked again while tries are left (--pull-ahead-tries) on: edge-3; \
+             upgraded without the new images after their pulls kept failing: edge-4 (2 failed pull(s))"
+        );
     }
 }

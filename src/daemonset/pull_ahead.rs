@@ -24,6 +24,10 @@
 //! - A failed pull is asked for again while tries are left (the failure itself is
 //!   reported by the image-pull controller, a Warning `PullImageFail` on the pod).
 //! - Paused: no new request (and no deletion, as without pull-ahead).
+//!
+//! `PullAheadView` is the same facts for people (`rollgate status`): where pulls are in
+//! flight or failed, which deletions wait, and (from the `PullAheadGaveUp` Warnings,
+//! whose note `GaveUp` writes and reads) which nodes went ahead without their images.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -231,12 +235,40 @@ pub struct PullRequest {
     pub stamp_before: Option<String>,
 }
 
-/// A deletion that goes ahead without a pull: its pulls failed `failures` times.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A deletion that goes ahead without a pull: its pulls of `revision` failed `failures`
+/// times.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GaveUp {
     pub node: String,
     pub pod: String,
     pub failures: u32,
+    pub revision: String,
+}
+
+impl GaveUp {
+    /// The note of the Warning `PullAheadGaveUp`. The Event is the only record of a node
+    /// upgraded without its images once its old pod is gone, so `rollgate status` reads
+    /// it back with [`GaveUp::from_note`]: the two are kept together here.
+    pub fn note(&self) -> String {
+        format!(
+            "node {}: {} pull(s) of the new images (revision {}) failed; pod {} is replaced without them (the new pod pulls as it starts)",
+            self.node, self.failures, self.revision, self.pod
+        )
+    }
+
+    /// Reads a note written by [`GaveUp::note`]; `None` for any other text.
+    pub fn from_note(note: &str) -> Option<GaveUp> {
+        let (node, rest) = note.strip_prefix("node ")?.split_once(": ")?;
+        let (failures, rest) = rest.split_once(" pull(s) of the new images (revision ")?;
+        let (revision, rest) = rest.split_once(") failed; pod ")?;
+        let (pod, _) = rest.split_once(" is replaced without them")?;
+        Some(GaveUp {
+            node: node.to_string(),
+            pod: pod.to_string(),
+            failures: failures.parse().ok()?,
+            revision: revision.to_string(),
+        })
+    }
 }
 
 /// What pull-ahead lets happen now.
@@ -306,6 +338,7 @@ pub fn plan_pull_ahead<P: PodFacts>(
                         node: step.node.clone(),
                         pod: step.name.clone(),
                         failures,
+                        revision: hash.to_string(),
                     });
                 }
                 result.deletions.push(step.clone());
@@ -331,6 +364,73 @@ pub fn plan_pull_ahead<P: PodFacts>(
         });
     }
     result
+}
+
+/// Where pull-ahead stands on a rollout, for people (`rollgate status`, its `-o json`).
+/// Nodes by name, sorted, except `held` (the plan's order).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PullAheadView {
+    /// Nodes whose pull of the current revision is asked for and not answered yet.
+    pub pulling: Vec<String>,
+    /// Nodes the budget lets go now whose old pod waits for its pull.
+    pub held: Vec<String>,
+    /// Nodes whose last pull of the current revision failed: asked again while tries are
+    /// left (`--pull-ahead-tries`), then upgraded without it.
+    pub failed: Vec<String>,
+    /// Nodes upgraded to the current revision without their images, after their pulls
+    /// kept failing (one per node, its most failures).
+    pub gave_up: Vec<GaveUp>,
+}
+
+impl PullAheadView {
+    /// The view of a rollout planned as `plan` (before pull-ahead held anything) for the
+    /// pods of the DaemonSet with UID `owner`, current revision `hash`. `gave_up`: what
+    /// the Warnings `PullAheadGaveUp` say (of any revision; only `hash`'s count).
+    pub fn of<P: PodFacts>(
+        plan: &RollingPlan,
+        pods: &[Arc<P>],
+        owner: &str,
+        hash: &str,
+        gave_up: &[GaveUp],
+    ) -> PullAheadView {
+        let mine: Vec<&P> = pods
+            .iter()
+            .map(|p| &**p)
+            .filter(|p| !p.is_terminating() && crate::object::is_controlled_by(*p, owner))
+            .collect();
+        let nodes_in = |state: PullState| -> Vec<String> {
+            let nodes: BTreeSet<String> = mine
+                .iter()
+                .filter(|p| pull_state(**p, hash) == state)
+                .filter_map(|p| p.node_name().map(str::to_string))
+                .collect();
+            nodes.into_iter().collect()
+        };
+        let by_uid: BTreeMap<&str, &P> = mine.iter().map(|p| (p.pod_uid(), *p)).collect();
+        let held = plan
+            .deletions
+            .iter()
+            .filter(|d| {
+                by_uid
+                    .get(d.uid.as_str())
+                    .is_none_or(|p| pull_state(*p, hash) != PullState::Succeeded)
+            })
+            .map(|d| d.node.clone())
+            .collect();
+        let mut most: BTreeMap<&str, &GaveUp> = BTreeMap::new();
+        for g in gave_up.iter().filter(|g| g.revision == hash) {
+            let kept = most.entry(g.node.as_str()).or_insert(g);
+            if g.failures > kept.failures {
+                *kept = g;
+            }
+        }
+        PullAheadView {
+            pulling: nodes_in(PullState::InFlight),
+            held,
+            failed: nodes_in(PullState::Failed),
+            gave_up: most.into_values().cloned().collect(),
+        }
+    }
 }
 
 /// `PodImageReady=False, PullImageRequested` for revision `hash`, stamped `now`: a new
@@ -548,7 +648,8 @@ mod tests {
             [GaveUp {
                 node: "n01".into(),
                 pod: "p01".into(),
-                failures: 3
+                failures: 3,
+                revision: "new".into(),
             }]
         );
         assert_eq!(p.held, ["n00"]);
@@ -662,6 +763,58 @@ mod tests {
         assert_eq!(tries.failures("uid-p", "new"), 0);
         tries.observe::<Pod>(&[], "newer");
         assert_eq!(tries.failures("uid-p", "newer"), 0);
+    }
+
+    #[test]
+    fn the_gave_up_note_reads_back_and_other_text_does_not() {
+        let g = GaveUp {
+            node: "edge-1".into(),
+            pod: "agent-x1".into(),
+            failures: 3,
+            revision: "6d5f7c9b8".into(),
+        };
+        assert_eq!(GaveUp::from_note(&g.note()), Some(g.clone()));
+        for other in [
+            "",
+            "node edge-1: many pull(s) of the new images (revision a) failed; pod p is replaced without them",
+            "deleted 1 pod(s) for the upgrade",
+        ] {
+            assert_eq!(GaveUp::from_note(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_view_names_pulling_failed_held_and_given_up_nodes() {
+        let c = case(
+            &[
+                Pull::InFlight,
+                Pull::Succeeded,
+                Pull::Failed(1),
+                Pull::None,
+                Pull::InFlight,
+            ],
+            3,
+        );
+        let gave_up = |node: &str, failures, revision: &str| GaveUp {
+            node: node.into(),
+            pod: "gone".into(),
+            failures,
+            revision: revision.into(),
+        };
+        let events = [
+            gave_up("n09", 2, "new"),
+            gave_up("n09", 3, "new"),
+            gave_up("n08", 3, "older"),
+        ];
+        let view = PullAheadView::of(&c.plan, &c.pods, "uid-ds-agent", "new", &events);
+        assert_eq!(view.pulling, ["n00", "n04"]);
+        assert_eq!(view.failed, ["n02"]);
+        // The budget (3) lets n00..n02 go; n01 pulled, the others wait for theirs.
+        assert_eq!(view.held, ["n00", "n02"]);
+        assert_eq!(view.gave_up, [gave_up("n09", 3, "new")]);
+        // Another DaemonSet's pods say nothing about this one.
+        let none = PullAheadView::of(&c.plan, &c.pods, "uid-other", "new", &[]);
+        assert!(none.pulling.is_empty() && none.failed.is_empty());
     }
 
     fn pull_strategy() -> impl Strategy<Value = Pull> {

@@ -1,16 +1,20 @@
-//! The DaemonSet e2e tests' common ground (`daemonset_rolling`, `daemonset_budget`): the
-//! edge DaemonSet they roll out, what they read off a pod, and the wait for a revision's
-//! pods to be Ready on a set of nodes.
+//! The DaemonSet e2e tests' common ground (`daemonset_rolling`, `daemonset_budget`,
+//! `daemonset_controls`, `daemonset_pull_ahead`): the edge DaemonSet they roll out, its
+//! creation up to Ready pods, what they read off a pod, and the wait for a revision's pods
+//! to be Ready on a set of nodes.
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
-use super::{describe_pods, pod_is_ready, wait_for, Shape, TestNodes};
+use super::{
+    controller_binary, describe_pods, kubeconfig_path, pod_is_ready, wait_for, ControllerProcess,
+    Shape, TestNamespace, TestNodes,
+};
 
 /// kwok's per-pod start delay (the simulated image pull and start).
 pub const START_DELAY: &str = "pod-ready.stage.kwok.x-k8s.io/delay";
@@ -45,6 +49,99 @@ pub fn edge_daemonset(
         }
     }))
     .unwrap()
+}
+
+/// Creates the DaemonSet `edge` of `edge:v1` on `nodes` (`edge_daemonset`, `OnDelete`, so
+/// only the updater under test replaces pods) and waits until every node runs one Ready
+/// `edge:v1` pod and nothing else: the start of a rollout test.
+pub async fn create_edge_v1_and_wait(
+    dss: &Api<DaemonSet>,
+    pods: &Api<Pod>,
+    nodes: &TestNodes,
+    annotations: serde_json::Value,
+    shape: Shape,
+    timeout: Duration,
+) {
+    let ds = edge_daemonset("edge", nodes, annotations, "OnDelete", shape, "edge:v1");
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    wait_ready_on(pods, &nodes.names, "edge:v1", Others::None, timeout).await;
+}
+
+/// A namespace with rollgate running in it and the DaemonSet "edge" of edge:v1 Ready on
+/// every node of `nodes` (`create_edge_v1_and_wait`): the start of a rollout test.
+pub struct EdgeBed {
+    pub client: kube::Client,
+    pub nodes: TestNodes,
+    pub ns: TestNamespace,
+    pub controller: ControllerProcess,
+    pub dss: Api<DaemonSet>,
+    pub pods: Api<Pod>,
+}
+
+impl EdgeBed {
+    /// A namespace `tag-…`, rollgate (its log tagged `log_tag`) with `env`, and the
+    /// DaemonSet with `annotations` in `shape`, Ready within `timeout`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        client: kube::Client,
+        nodes: TestNodes,
+        tag: &str,
+        log_tag: &str,
+        env: &[(&str, &str)],
+        annotations: serde_json::Value,
+        shape: Shape,
+        timeout: Duration,
+    ) -> EdgeBed {
+        let ns = TestNamespace::new(&client, tag).await;
+        let controller = ControllerProcess::start_with_env(&ns.name, log_tag, env);
+        let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        create_edge_v1_and_wait(&dss, &pods, &nodes, annotations, shape, timeout).await;
+        EdgeBed {
+            client,
+            nodes,
+            ns,
+            controller,
+            dss,
+            pods,
+        }
+    }
+
+    pub async fn patch(&self, patch: serde_json::Value) {
+        self.dss
+            .patch("edge", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn set_image(&self, image: &str) {
+        self.patch(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}))
+            .await;
+    }
+
+    /// Stops rollgate, then deletes the namespace and the nodes.
+    pub async fn cleanup(self) {
+        drop(self.controller);
+        self.ns.cleanup().await;
+        self.nodes.cleanup().await;
+    }
+}
+
+/// `rollgate status ds/edge -n NAMESPACE` with `more` arguments (e.g. `-o json`), the
+/// binary under test as a user runs it: its output.
+pub fn rollgate_status(namespace: &str, more: &[&str]) -> String {
+    let out = std::process::Command::new(controller_binary())
+        .args(["status", "ds/edge", "-n", namespace])
+        .args(more)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rollgate status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The image of the pod's first container.

@@ -113,6 +113,19 @@ pub struct BedImagePuller {
 
 impl BedImagePuller {
     pub fn start(delay: &str, start_delay_ms: u64, heartbeat_label: &str, log_name: &str) -> Self {
+        Self::start_with_job_pulls_failing(delay, start_delay_ms, heartbeat_label, log_name, &[])
+    }
+
+    /// [`BedImagePuller::start`], and pull Jobs' pods never pull `images` (the puller's
+    /// `--job-pull-fails`): they stay Pending until the Job's deadline fails it, while
+    /// the DaemonSet's own pods pull them as usual.
+    pub fn start_with_job_pulls_failing(
+        delay: &str,
+        start_delay_ms: u64,
+        heartbeat_label: &str,
+        log_name: &str,
+        images: &[&str],
+    ) -> Self {
         let log = e2e_log(log_name);
         let child = Command::new("python3")
             .arg(repo_root().join("hack/bed-image-puller.py"))
@@ -126,12 +139,13 @@ impl BedImagePuller {
                 "--nodes",
                 &format!("{heartbeat_label}=on"),
             ])
+            .args(images.iter().flat_map(|i| ["--job-pull-fails", i]))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("starting hack/bed-image-puller.py: {e}"));
         note(format!(
-            "bed image puller pid {} (pull {delay})",
+            "bed image puller pid {} (pull {delay}; pull Jobs fail on {images:?})",
             child.id()
         ));
         BedImagePuller { child }
