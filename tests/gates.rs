@@ -81,6 +81,19 @@ impl Bed {
     }
 
     fn start_controller(&mut self, tag: &str) {
+        let env = self.controller_env();
+        let env_refs: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.controller = Some(ControllerProcess::start_with_env(
+            &self.ns.name,
+            tag,
+            &env_refs,
+        ));
+    }
+
+    /// The environment of this bed's controller: the emulator for every product, the
+    /// VPC, the cluster id and short drain and poll times, then the test's own.
+    fn controller_env(&self) -> Vec<(String, String)> {
         let endpoint = self.emu.endpoint();
         let mut env: Vec<(String, String)> = vec![
             ("ALIBABA_CLOUD_REGION_ID".into(), "cn-hangzhou".into()),
@@ -106,13 +119,7 @@ impl Bed {
             ("ROLLGATE_HEALTH_POLL_SLOW".into(), "3s".into()),
         ];
         env.extend(self.extra_env.iter().cloned());
-        let env_refs: Vec<(&str, &str)> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.controller = Some(ControllerProcess::start_with_env(
-            &self.ns.name,
-            tag,
-            &env_refs,
-        ));
+        env
     }
 
     /// Deletes a Service and waits until it is gone, i.e. rollgate released its finalizer.
@@ -2812,4 +2819,211 @@ async fn listener_groups(bed: &Bed, lb_id: &str) -> BTreeSet<String> {
         .filter(|l| l["load_balancer_id"] == lb_id)
         .filter_map(|l| l["server_group_id"].as_str().map(str::to_string))
         .collect()
+}
+
+/// Two clusters, one cloud account: the bed's cluster and a second one (another
+/// kube-apiserver on the bed's etcd, `support::second_cluster`), each with its own
+/// controller and cluster id, each with an NLB Service of the same namespace and name
+/// and two gated pods. An NLB server group belongs to the region, so this is where
+/// names alone would collide. Each cluster's group holds exactly its own pods, the two
+/// load balancers and groups are distinct, and deleting the second cluster's Service
+/// takes its load balancer away without one event on the first cluster's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_with_the_same_service_in_one_account_never_touch_each_other() {
+    use support::second_cluster::SecondCluster;
+    let nlb = Some("alibabacloud.com/nlb");
+    let zone_maps = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps": "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"});
+    let bed = Bed::new("gates-two-clusters", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", nlb, zone_maps.clone())
+        .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    let first_pods = wait_gate(
+        &bed,
+        "web",
+        "web",
+        "the first cluster's gates True",
+        |s, _| s == "True",
+    )
+    .await;
+    let first_ips: BTreeSet<String> = first_pods.iter().filter_map(pod_ip).collect();
+
+    // The second cluster: the same namespace name, Service and gate; pods bound to a
+    // node of its own, their status written here (it runs no kubelet).
+    let second = SecondCluster::start().await;
+    let ns = bed.ns.name.clone();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(second.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    // No controller-manager makes the namespace's default ServiceAccount there.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(second.client.clone(), &ns);
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(second.client.clone(), &ns);
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": zone_maps},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "alibabacloud.com/nlb",
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(second.client.clone(), &ns);
+    let second_ips: BTreeSet<String> = ["10.250.0.11", "10.250.0.12"].map(String::from).into();
+    for (i, ip) in second_ips.iter().enumerate() {
+        let name = format!("web-second-{i}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {
+                "nodeName": "second-cluster-node",
+                "readinessGates": [{"conditionType": format!("{GATE_PREFIX}web")}],
+                "containers": [{"name": "nginx", "image": "registry.local/nginx:1.14",
+                                "ports": [{"name": "http", "containerPort": 8080}]}],
+            },
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let now = "2026-01-01T00:00:00Z";
+        let status = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "lastTransitionTime": now},
+            ],
+            "containerStatuses": [{"name": "nginx", "ready": true, "restartCount": 0,
+                                   "image": "registry.local/nginx:1.14", "imageID": "",
+                                   "state": {"running": {"startedAt": now}}}],
+        }});
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+    let enis = give_pod_ips_enis(second.client.clone(), &ns, &bed.emu, VPC_ID);
+    let mut env = bed.controller_env();
+    env.push(("ROLLGATE_CLUSTER_ID".into(), "e2e-second".into()));
+    env.push(("ROLLGATE_LEADER_ELECT".into(), "false".into()));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let second_controller =
+        ControllerProcess::start_with(&ns, "second-cluster", &second.kubeconfig, &env_refs);
+    wait_for(
+        "the second cluster's gates True",
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let states: Vec<_> = list.items.iter().map(|p| gate_status(p, "web")).collect();
+            if states.len() == 2
+                && states
+                    .iter()
+                    .all(|s| s.as_ref().is_some_and(|(s, _, _)| s == "True"))
+            {
+                Ok(())
+            } else {
+                Err(format!("{states:?}"))
+            }
+        },
+    )
+    .await;
+
+    // Each group holds exactly its cluster's pods; nothing is shared.
+    let groups_of = |backends: &[EmuBackend]| {
+        let mut by_group: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for b in backends.iter().filter(|b| b.product == "nlb") {
+            by_group
+                .entry(b.group.clone())
+                .or_default()
+                .insert(b.ip.clone());
+        }
+        by_group
+    };
+    let by_group = groups_of(&bed.backends().await);
+    let first_group = by_group
+        .iter()
+        .find(|(_, ips)| **ips == first_ips)
+        .map(|(g, _)| g.clone())
+        .unwrap_or_else(|| panic!("no group holds exactly {first_ips:?}: {by_group:?}"));
+    let second_group = by_group
+        .iter()
+        .find(|(_, ips)| **ips == second_ips)
+        .map(|(g, _)| g.clone())
+        .unwrap_or_else(|| panic!("no group holds exactly {second_ips:?}: {by_group:?}"));
+    assert_ne!(first_group, second_group);
+    let load_balancers = load_balancer_ids(&bed, "nlb").await;
+    assert_eq!(load_balancers.len(), 2, "{load_balancers:?}");
+
+    // The second cluster's Service goes: its load balancer goes with it, and the first
+    // cluster's group sees nothing at all.
+    let start = bed.emulator("timeline").await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the second cluster's Service gone",
+        Duration::from_secs(60),
+        || async {
+            match services.get_opt("web").await {
+                Ok(None) => Ok(()),
+                other => Err(format!(
+                    "{:?}",
+                    other.map(|s| s.map(|s| s.finalizers().to_vec()))
+                )),
+            }
+        },
+    )
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let touched: Vec<&Value> = timeline["events"].as_array().unwrap()[start..]
+        .iter()
+        .filter(|e| e["server_group_id"] == first_group.as_str())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the first cluster's group was touched: {touched:?}"
+    );
+    assert_eq!(
+        groups_of(&bed.backends().await).get(&first_group),
+        Some(&first_ips)
+    );
+    let left = load_balancer_ids(&bed, "nlb").await;
+    assert_eq!(
+        left.len(),
+        1,
+        "the second cluster's load balancer should be gone: {left:?}"
+    );
+    wait_gate(
+        &bed,
+        "web",
+        "web",
+        "the first cluster's gates still True",
+        |s, _| s == "True",
+    )
+    .await;
+
+    second_controller.stop();
+    enis.abort();
+    drop(second);
+    bed.cleanup().await;
 }

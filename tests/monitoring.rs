@@ -33,11 +33,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
-use support::daemonset::{edge_daemonset, image_of, wait_ready_on, Others};
+use support::daemonset::{create_edge_v1_and_wait, image_of, wait_ready_on, Others};
 use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
 use support::*;
 
@@ -368,18 +368,12 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
         "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
         "apps.openyurt.io/max-unavailable": "1",
     });
-    let shape = Shape::ToleratesAll;
-    dss.create(
-        &PostParams::default(),
-        &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, "edge:v1"),
-    )
-    .await
-    .unwrap();
-    wait_ready_on(
+    create_edge_v1_and_wait(
+        &dss,
         &pods,
-        &nodes.names,
-        "edge:v1",
-        Others::None,
+        &nodes,
+        annotations,
+        Shape::ToleratesAll,
         Duration::from_secs(90),
     )
     .await;

@@ -8,6 +8,7 @@ pub mod daemonset;
 pub mod gated;
 pub mod ghost_ready;
 pub mod private_kwok;
+pub mod second_cluster;
 pub mod unavailable;
 pub mod yurt_manager;
 pub mod yurthub;
