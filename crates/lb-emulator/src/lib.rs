@@ -515,9 +515,10 @@ async fn control_rate_limits(
 ) -> Response {
     let mut parsed = vec![];
     for (key, limit) in &update.limits {
-        let limit = limit.as_deref().unwrap_or("1/1");
-        match quota::parse_override(&format!("{key}={limit}")) {
-            Ok((k, l)) => parsed.push((k, update.limits[key].as_ref().map(|_| l))),
+        // `null` (remove) still has its key checked, with a placeholder limit.
+        let text = limit.as_deref().unwrap_or("1/1");
+        match quota::parse_override(&format!("{key}={text}")) {
+            Ok((k, l)) => parsed.push((k, limit.as_ref().map(|_| l))),
             Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
         }
     }

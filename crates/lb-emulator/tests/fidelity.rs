@@ -2352,8 +2352,11 @@ fn throttled<T: std::fmt::Debug>(result: Result<T>) {
     }
 }
 
-/// Calls of one product's read action, by product: (service, action, parameters).
-fn reads(lb: &str) -> Vec<(Service, &'static str, Vec<(&'static str, String)>)> {
+/// One read action of a product: (service, action, parameters).
+type Read = (Service, &'static str, Vec<(&'static str, String)>);
+
+/// One read action of each product.
+fn reads(lb: &str) -> Vec<Read> {
     vec![
         (
             Service::Clb,
@@ -2523,4 +2526,65 @@ async fn the_clients_retry_gets_through_a_throttled_window() {
     let row = &calls["actions"][0];
     assert_eq!(row["action"], "DescribeVpcAttribute");
     assert!(row["throttled"].as_u64().unwrap() >= 1, "{calls}");
+}
+
+#[tokio::test]
+async fn the_nlb_health_quota_is_10_calls_per_second() {
+    let bed = rate_limited(&[]).await;
+    // The quota is checked before the listener is looked up: an unknown listener
+    // answers 404 while inside it, throttling past it.
+    let started = std::time::Instant::now();
+    let answers = futures_join((0..11).map(|_| {
+        bed.call(
+            Service::Nlb,
+            "GetListenerHealthStatus",
+            &[("ListenerId", "lsn-none")],
+        )
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let throttled = answers
+        .iter()
+        .filter(|a| matches!(a, Err(Error::Api { code, .. }) if code == "Throttling.User"))
+        .count();
+    let not_found = answers
+        .iter()
+        .filter(|a| matches!(a, Err(Error::Api { status: 404, .. })))
+        .count();
+    // Eleven calls sent together fit in one 1 s window unless the machine stalls.
+    if elapsed < Duration::from_millis(900) {
+        assert_eq!((not_found, throttled), (10, 1), "{answers:?}");
+    } else {
+        assert!(not_found <= 11 && throttled <= 1, "{answers:?}");
+    }
+}
+
+async fn futures_join<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.into_iter().collect();
+    let mut out = Vec::with_capacity(handles.len());
+    let mut pinned: Vec<_> = handles.into_iter().map(Box::pin).collect();
+    // Poll them together: each is a request in flight at once.
+    let outputs = std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out.len() <= i {
+                out.push(None);
+            }
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(out.drain(..).map(Option::unwrap).collect::<Vec<_>>())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs
 }
