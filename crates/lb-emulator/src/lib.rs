@@ -314,7 +314,7 @@ async fn api(
         .per_action
         .entry(verified.action.clone())
         .or_default() += 1;
-    if let Some(product) = quota::product(&verified.version) {
+    if let Some(product) = quota_product(&verified.version) {
         // The quota is per account, region and API: the request's RegionId (the
         // emulator's own region when it has none) and the AccessKeyId.
         let call_region = params.get("RegionId").cloned().unwrap_or(region.clone());
@@ -482,6 +482,18 @@ async fn metadata_credentials(
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string());
     Json(credentials).into_response()
+}
+
+/// The product name of an API version, as the quota table and `--api-rate-limit`
+/// spell it; `None` for STS, which is not rate-limited here.
+fn quota_product(version: &str) -> Option<&'static str> {
+    match version {
+        CLB_VERSION => Some("slb"),
+        NLB_VERSION => Some("nlb"),
+        ECS_VERSION => Some("ecs"),
+        VPC_VERSION => Some("vpc"),
+        _ => None,
+    }
 }
 
 // ------------------------------------------------------------------ control

@@ -130,18 +130,6 @@ pub const QUOTAS: &[QuotaRow] = &[
     row("vpc", "DescribeVpcAttribute"),
 ];
 
-/// The product name for an API version, as the quota table and `--api-rate-limit`
-/// spell it.
-pub fn product(version: &str) -> Option<&'static str> {
-    match version {
-        crate::CLB_VERSION => Some("slb"),
-        crate::NLB_VERSION => Some("nlb"),
-        crate::ECS_VERSION => Some("ecs"),
-        crate::VPC_VERSION => Some("vpc"),
-        _ => None,
-    }
-}
-
 /// `product:Action=N/W`, one explicit limit (for an action with no published quota,
 /// or to tighten one in a test).
 pub fn parse_override(text: &str) -> Result<((String, String), Limit), String> {
