@@ -1494,8 +1494,9 @@ pub struct EmulatorProcess {
 }
 
 impl EmulatorProcess {
-    /// Starts the binary on a free loopback port with `config`'s timings (the only
-    /// settings the tests vary; faults are set later through `/_emulator/faults`).
+    /// Starts the binary on a free loopback port with `config`'s timings and API rate
+    /// limits (the settings the tests vary; faults are set later through
+    /// `/_emulator/faults`).
     pub fn start(config: &lb_emulator::EmulatorConfig) -> Self {
         use std::io::BufRead as _;
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_rollgate"))
@@ -1506,12 +1507,21 @@ impl EmulatorProcess {
             bin.display()
         );
         let ms = |d: Duration| d.as_millis().to_string();
-        let mut child = std::process::Command::new(&bin)
+        let mut command = std::process::Command::new(&bin);
+        command
             .args(["--listen", "127.0.0.1:0"])
             .args(["--registration-delay-ms", &ms(config.registration_delay)])
             .args(["--health-delay-ms", &ms(config.health_delay)])
             .args(["--job-delay-ms", &ms(config.job_delay)])
-            .args(["--tick-ms", &ms(config.tick)])
+            .args(["--tick-ms", &ms(config.tick)]);
+        // The API rate limits, when a test or bench asks for them (off otherwise).
+        if config.api_rate_limits {
+            command.arg("--api-rate-limits");
+        }
+        for ((product, action), limit) in &config.api_rate_limit_overrides {
+            command.arg(format!("--api-rate-limit={product}:{action}={limit}"));
+        }
+        let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())

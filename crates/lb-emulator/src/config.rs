@@ -1,5 +1,6 @@
 //! Emulator settings, shared by the binary's flags and tests that embed it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -30,6 +31,14 @@ pub struct EmulatorConfig {
     /// Lifetime of credentials handed out by STS and instance metadata.
     pub sts_duration: Duration,
     pub tick: Duration,
+    /// Enforce the per-action API rate limits (`quota::QUOTAS` plus
+    /// `api_rate_limit_overrides`). Off by default: the older suites burst far past
+    /// the real quotas on purpose (their clients run at 200 calls/s), and a test or
+    /// bench that measures "inside the rate limits" turns it on.
+    pub api_rate_limits: bool,
+    /// Explicit limits, by (product, action), e.g. (`slb`, `DescribeHealthStatus`):
+    /// for actions with no published quota, or to tighten one in a test.
+    pub api_rate_limit_overrides: BTreeMap<(String, String), crate::quota::Limit>,
 }
 
 impl Default for EmulatorConfig {
@@ -53,6 +62,8 @@ impl Default for EmulatorConfig {
             server_error_rate: 0.0,
             sts_duration: Duration::from_secs(3600),
             tick: Duration::from_millis(25),
+            api_rate_limits: false,
+            api_rate_limit_overrides: BTreeMap::new(),
         }
     }
 }

@@ -9,12 +9,15 @@
 //! emulated VPC: its CIDR blocks (`vpcs`), the ENIs holding pod IPs (`enis`) and the
 //! elastic container instances (`ecis`), and the server certificates HTTPS listeners
 //! name (`server-certificates`). An IP no ENI holds is simply not registered.
+//! `calls` reports calls and throttled calls per action; `rate-limits` turns the
+//! per-action API rate limits (`quota`) on or off and sets explicit limits.
 //!
 //! `testing` is the setup every test against the emulator shares (its key, a client
 //! configuration, the control calls).
 
 mod auth;
 pub mod config;
+pub mod quota;
 pub mod testing;
 mod world;
 
@@ -55,6 +58,7 @@ struct Shared {
     config: EmulatorConfig,
     /// Tokens handed out by `PUT /latest/api/token`.
     metadata_tokens: Mutex<Vec<String>>,
+    rate_limiter: Mutex<quota::RateLimiter>,
 }
 
 type AppState = Arc<Shared>;
@@ -119,6 +123,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         world: Mutex::new(World::new(&config)),
+        rate_limiter: Mutex::new(quota::RateLimiter::new(
+            config.api_rate_limits,
+            config.api_rate_limit_overrides.clone(),
+        )),
         config,
         metadata_tokens: Mutex::new(vec![]),
     });
@@ -127,6 +135,8 @@ pub async fn run(
         .route("/_emulator/state", get(control_state))
         .route("/_emulator/timeline", get(control_timeline))
         .route("/_emulator/faults", post(control_faults))
+        .route("/_emulator/calls", get(control_calls))
+        .route("/_emulator/rate-limits", post(control_rate_limits))
         .route("/_emulator/jobs", post(control_jobs))
         .route("/_emulator/timing", post(control_timing))
         .route("/_emulator/health", post(control_health))
@@ -304,6 +314,32 @@ async fn api(
         .per_action
         .entry(verified.action.clone())
         .or_default() += 1;
+    if let Some(product) = quota_product(&verified.version) {
+        // The quota is per account, region and API: the request's RegionId (the
+        // emulator's own region when it has none) and the AccessKeyId.
+        let call_region = params.get("RegionId").cloned().unwrap_or(region.clone());
+        let account = verified.access_key_id.clone().unwrap_or_default();
+        let admitted = shared
+            .rate_limiter
+            .lock()
+            .expect("rate limiter lock")
+            .admit(
+                std::time::Instant::now(),
+                product,
+                &verified.action,
+                &call_region,
+                &account,
+            );
+        if !admitted {
+            let error = ApiError::new(
+                400,
+                "Throttling.User",
+                "Request was denied due to user flow control.",
+            );
+            tracing::debug!(action = %verified.action, region = %call_region, "over the API rate limit");
+            return error_response(&error, &host);
+        }
+    }
     if verified.version != STS_VERSION {
         let mut rng = rand::rng();
         if rng.random::<f64>() < world.faults.throttle_rate {
@@ -448,6 +484,18 @@ async fn metadata_credentials(
     Json(credentials).into_response()
 }
 
+/// The product name of an API version, as the quota table and `--api-rate-limit`
+/// spell it; `None` for STS, which is not rate-limited here.
+fn quota_product(version: &str) -> Option<&'static str> {
+    match version {
+        CLB_VERSION => Some("slb"),
+        NLB_VERSION => Some("nlb"),
+        ECS_VERSION => Some("ecs"),
+        VPC_VERSION => Some("vpc"),
+        _ => None,
+    }
+}
+
 // ------------------------------------------------------------------ control
 
 async fn control_state(State(shared): State<AppState>) -> Json<Value> {
@@ -456,6 +504,45 @@ async fn control_state(State(shared): State<AppState>) -> Json<Value> {
 
 async fn control_timeline(State(shared): State<AppState>) -> Json<Value> {
     Json(json!({"events": shared.world.lock().expect("world lock").timeline}))
+}
+
+async fn control_calls(State(shared): State<AppState>) -> Json<Value> {
+    let limiter = shared.rate_limiter.lock().expect("rate limiter lock");
+    Json(limiter.snapshot(std::time::Instant::now()))
+}
+
+#[derive(Deserialize)]
+struct RateLimitsUpdate {
+    enabled: Option<bool>,
+    /// `{"slb:DescribeHealthStatus": "10/1"}`; `null` removes an explicit limit.
+    #[serde(default)]
+    limits: BTreeMap<String, Option<String>>,
+}
+
+/// `POST /_emulator/rate-limits`: turns enforcement on or off and sets or removes
+/// explicit limits; answers like `GET /_emulator/calls`.
+async fn control_rate_limits(
+    State(shared): State<AppState>,
+    Json(update): Json<RateLimitsUpdate>,
+) -> Response {
+    let mut parsed = vec![];
+    for (key, limit) in &update.limits {
+        // `null` (remove) still has its key checked, with a placeholder limit.
+        let text = limit.as_deref().unwrap_or("1/1");
+        match quota::parse_override(&format!("{key}={text}")) {
+            Ok((k, l)) => parsed.push((k, limit.as_ref().map(|_| l))),
+            Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
+        }
+    }
+    let mut limiter = shared.rate_limiter.lock().expect("rate limiter lock");
+    if let Some(enabled) = update.enabled {
+        limiter.enabled = enabled;
+    }
+    for (key, limit) in parsed {
+        limiter.set_override(key, limit);
+    }
+    tracing::info!(enabled = limiter.enabled, "API rate limits updated");
+    Json(limiter.snapshot(std::time::Instant::now())).into_response()
 }
 
 #[derive(Deserialize)]

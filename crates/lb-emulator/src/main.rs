@@ -61,6 +61,14 @@ struct Args {
     /// How often registration, health and jobs advance (the timeline's resolution).
     #[arg(long, default_value = "25", value_name = "MS")]
     tick_ms: u64,
+    /// Enforce the per-action API rate limits: the published quotas (README's
+    /// rate-limit table) and any `--api-rate-limit`. Off by default.
+    #[arg(long)]
+    api_rate_limits: bool,
+    /// An explicit limit PRODUCT:Action=N/SECONDS, e.g. slb:DescribeHealthStatus=10/1
+    /// (repeatable); applies when --api-rate-limits is on.
+    #[arg(long = "api-rate-limit", value_name = "PRODUCT:ACTION=N/SECONDS")]
+    api_rate_limit: Vec<String>,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -109,6 +117,13 @@ async fn main() -> anyhow::Result<()> {
         server_error_rate: args.server_error_rate,
         sts_duration: Duration::from_secs(args.sts_duration_secs),
         tick: Duration::from_millis(args.tick_ms.max(1)),
+        api_rate_limits: args.api_rate_limits,
+        api_rate_limit_overrides: args
+            .api_rate_limit
+            .iter()
+            .map(|s| lb_emulator::quota::parse_override(s))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?,
     };
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;

@@ -25,6 +25,11 @@ fn http_get(addr: &str, path: &str) -> String {
 fn prints_its_address_serves_and_stops_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lb-emulator"))
         .args(["--listen", "127.0.0.1:0", "--throttle-rate", "0.1"])
+        .args([
+            "--api-rate-limits",
+            "--api-rate-limit",
+            "slb:DescribeHealthStatus=5/60",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -42,6 +47,11 @@ fn prints_its_address_serves_and_stops_on_sigterm() {
     let state = http_get(&addr, "/_emulator/state");
     assert!(state.starts_with("HTTP/1.1 200"), "{state}");
     assert!(state.contains("\"throttle_rate\":0.1"), "{state}");
+    let calls = http_get(&addr, "/_emulator/calls");
+    assert!(
+        calls.starts_with("HTTP/1.1 200") && calls.contains("\"enabled\":true"),
+        "{calls}"
+    );
     // An unsigned API call is refused with the cloud's error document.
     let unsigned = http_get(&addr, "/?Action=DescribeVServerGroups&Version=2014-05-15");
     assert!(unsigned.starts_with("HTTP/1.1 400"), "{unsigned}");
@@ -86,4 +96,19 @@ fn refuses_a_non_loopback_listen_address() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("loopback"));
+}
+
+#[test]
+fn refuses_a_malformed_api_rate_limit() {
+    let output = Command::new(env!("CARGO_BIN_EXE_lb-emulator"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--api-rate-limit",
+            "DescribeHealthStatus=5",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("PRODUCT:Action=N/SECONDS"));
 }

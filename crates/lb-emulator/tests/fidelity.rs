@@ -2603,4 +2603,282 @@ async fn clients_never_take_what_another_cluster_tagged() {
         groups_before,
         "nothing made in it"
     );
+
+// ------------------------------------------------------------------ API rate limits
+// Row 52 and the rate-limit table (README): N calls per window per (region, product,
+// action, AccessKey), the N+1st answered 400 `Throttling.User`.
+
+/// An emulator with the rate limits on and `limits` (`product:Action=N/SECONDS`).
+async fn rate_limited(limits: &[&str]) -> Bed {
+    let overrides = limits
+        .iter()
+        .map(|l| lb_emulator::quota::parse_override(l).unwrap())
+        .collect();
+    let emu = lb_emulator::serve(EmulatorConfig {
+        job_delay: Duration::from_millis(20),
+        tick: Duration::from_millis(5),
+        api_rate_limits: true,
+        api_rate_limit_overrides: overrides,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .unwrap();
+    Bed { emu }
+}
+
+#[track_caller]
+fn throttled<T: std::fmt::Debug>(result: Result<T>) {
+    match result {
+        Err(Error::Api {
+            status,
+            code,
+            message,
+            ..
+        }) => assert_eq!(
+            (status, code.as_str(), message.as_str()),
+            (
+                400,
+                "Throttling.User",
+                "Request was denied due to user flow control."
+            )
+        ),
+        other => panic!("expected 400 Throttling.User, got {other:?}"),
+    }
+}
+
+/// One read action of a product: (service, action, parameters).
+type Read = (Service, &'static str, Vec<(&'static str, String)>);
+
+/// One read action of each product.
+fn reads(lb: &str) -> Vec<Read> {
+    vec![
+        (
+            Service::Clb,
+            "DescribeVServerGroups",
+            vec![("LoadBalancerId", lb.to_string())],
+        ),
+        (Service::Nlb, "ListServerGroups", vec![]),
+        (Service::Ecs, "DescribeNetworkInterfaces", vec![]),
+        (
+            Service::Vpc,
+            "DescribeVpcAttribute",
+            vec![("VpcId", lb_emulator::DEFAULT_VPC_ID.to_string())],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_resets() {
+    // Windows of 5 s: long enough that four calls fit in one on a loaded machine.
+    let bed = rate_limited(&[
+        "slb:DescribeVServerGroups=3/5",
+        "nlb:ListServerGroups=3/5",
+        "ecs:DescribeNetworkInterfaces=3/5",
+        "vpc:DescribeVpcAttribute=3/5",
+    ])
+    .await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    for (service, action, params) in reads(&lb) {
+        let pairs: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        // The window opened when the first call was admitted, before it returned.
+        let mut opened = std::time::Instant::now();
+        for i in 0..3 {
+            bed.call(service, action, &pairs)
+                .await
+                .unwrap_or_else(|e| panic!("{action} call {} of 3: {e}", i + 1));
+            if i == 0 {
+                opened = std::time::Instant::now();
+            }
+        }
+        throttled(bed.call(service, action, &pairs).await);
+        // Another region and another action have windows of their own.
+        let mut elsewhere = pairs.clone();
+        elsewhere.push(("RegionId", "cn-shanghai"));
+        let other_region = bed.call_without_region(service, action, &elsewhere).await;
+        assert!(
+            !matches!(&other_region, Err(Error::Api { code, .. }) if code.starts_with("Throttling")),
+            "{action} in another region: {other_region:?}"
+        );
+        // The window runs 5 s from its first call: after it, N calls pass again
+        // (checked on the last product only, to wait once).
+        if service == Service::Vpc {
+            tokio::time::sleep(Duration::from_secs(5).saturating_sub(opened.elapsed())).await;
+            for _ in 0..3 {
+                bed.call(service, action, &pairs).await.unwrap();
+            }
+            throttled(bed.call(service, action, &pairs).await);
+        }
+    }
+    // An action without a limit of its own is not held back by the others'.
+    bed.call(
+        Service::Clb,
+        "DescribeLoadBalancerAttribute",
+        &[("LoadBalancerId", &lb)],
+    )
+    .await
+    .unwrap();
+    let calls = testing::control(&bed.emu.base_url(), "calls", None).await;
+    let row = |action: &str| {
+        calls["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["action"] == action)
+            .cloned()
+            .unwrap()
+    };
+    let groups = row("DescribeVServerGroups");
+    assert_eq!(
+        (groups["calls"].as_u64(), groups["throttled"].as_u64()),
+        (Some(5), Some(1))
+    );
+    assert_eq!(groups["limit"], "3/5(s)");
+    let vpc = row("DescribeVpcAttribute");
+    assert_eq!(
+        (vpc["calls"].as_u64(), vpc["throttled"].as_u64()),
+        (Some(9), Some(2))
+    );
+    assert_eq!(row("DescribeLoadBalancerAttribute")["throttled"], 0);
+}
+
+#[tokio::test]
+async fn the_published_create_vserver_group_quota_is_90_per_60_seconds() {
+    let bed = rate_limited(&[]).await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    for i in 0..90 {
+        let name = format!("g{i}");
+        bed.call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", &lb), ("VServerGroupName", &name)],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("call {} of 90: {e}", i + 1));
+    }
+    throttled(
+        bed.call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", &lb), ("VServerGroupName", "g90")],
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn rate_limits_are_off_unless_turned_on_and_can_be_toggled() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let pairs = [("LoadBalancerId", lb.as_str())];
+    // Off (the default): a burst past any quota passes.
+    let set = bed
+        .control(
+            "rate-limits",
+            json!({"limits": {"slb:DescribeVServerGroups": "2/60"}}),
+        )
+        .await;
+    assert_eq!(set["enabled"], false);
+    for _ in 0..5 {
+        bed.call(Service::Clb, "DescribeVServerGroups", &pairs)
+            .await
+            .unwrap();
+    }
+    // On: the limit holds from the next call.
+    bed.control("rate-limits", json!({"enabled": true})).await;
+    for _ in 0..2 {
+        bed.call(Service::Clb, "DescribeVServerGroups", &pairs)
+            .await
+            .unwrap();
+    }
+    throttled(
+        bed.call(Service::Clb, "DescribeVServerGroups", &pairs)
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn the_clients_retry_gets_through_a_throttled_window() {
+    let bed = rate_limited(&["vpc:DescribeVpcAttribute=1/1"]).await;
+    let mut config = config(&bed.emu);
+    // Backoff long enough to outlast a one-second window within its attempts.
+    config.retry = RetryPolicy {
+        max_attempts: 8,
+        base_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(800),
+    };
+    let api = ApiClient::new(&config, Service::Vpc, credentials()).unwrap();
+    let query = vec![
+        ("RegionId".to_string(), "cn-hangzhou".to_string()),
+        ("VpcId".to_string(), lb_emulator::DEFAULT_VPC_ID.to_string()),
+    ];
+    for _ in 0..2 {
+        api.call::<Value>("DescribeVpcAttribute", &query, &[])
+            .await
+            .expect("the retry outlasts the window");
+    }
+    let calls = testing::control(&bed.emu.base_url(), "calls", None).await;
+    let row = &calls["actions"][0];
+    assert_eq!(row["action"], "DescribeVpcAttribute");
+    assert!(row["throttled"].as_u64().unwrap() >= 1, "{calls}");
+}
+
+#[tokio::test]
+async fn the_nlb_health_quota_is_10_calls_per_second() {
+    let bed = rate_limited(&[]).await;
+    // The quota is checked before the listener is looked up: an unknown listener
+    // answers 404 while inside it, throttling past it.
+    let started = std::time::Instant::now();
+    let answers = futures_join((0..11).map(|_| {
+        bed.call(
+            Service::Nlb,
+            "GetListenerHealthStatus",
+            &[("ListenerId", "lsn-none")],
+        )
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let throttled = answers
+        .iter()
+        .filter(|a| matches!(a, Err(Error::Api { code, .. }) if code == "Throttling.User"))
+        .count();
+    let not_found = answers
+        .iter()
+        .filter(|a| matches!(a, Err(Error::Api { status: 404, .. })))
+        .count();
+    // Eleven calls sent together fit in one 1 s window unless the machine stalls.
+    if elapsed < Duration::from_millis(900) {
+        assert_eq!((not_found, throttled), (10, 1), "{answers:?}");
+    } else {
+        assert!(not_found <= 11 && throttled <= 1, "{answers:?}");
+    }
+}
+
+async fn futures_join<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.into_iter().collect();
+    let mut out = Vec::with_capacity(handles.len());
+    let mut pinned: Vec<_> = handles.into_iter().map(Box::pin).collect();
+    // Poll them together: each is a request in flight at once.
+    let outputs = std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out.len() <= i {
+                out.push(None);
+            }
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(out.drain(..).map(Option::unwrap).collect::<Vec<_>>())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs
 }
