@@ -268,7 +268,9 @@ mod tests {
         renamed.metadata.annotations = Some([("note".to_string(), "x".to_string())].into());
 
         let n1 = labelled("n1", true, &[]);
-        let cases: Vec<(&str, Option<Node>, Option<Node>, &[&str])> = vec![
+        // (case, node before, node after, DaemonSets re-planned)
+        type Case<'a> = (&'a str, Option<Node>, Option<Node>, &'a [&'a str]);
+        let cases: Vec<Case> = vec![
             (
                 "n1 goes NotReady",
                 Some(n1.clone()),

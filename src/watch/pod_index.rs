@@ -34,7 +34,7 @@ struct NodeKey(Arc<CachedPod>);
 
 impl NodeKey {
     fn node(&self) -> &str {
-        node_of(&*self.0)
+        node_of(&self.0)
     }
 }
 
