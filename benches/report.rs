@@ -271,6 +271,62 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
     simple_section(
         &mut t,
         r,
+        "daemonset.fleet",
+        "DaemonSets at fleet size, simulated (benches/daemonset_fleet.rs; today's path in the same run)",
+        &[
+            ("daemonset.fleet.nodes", "nodes", "", None),
+            ("daemonset.fleet.daemonsets", "DaemonSets", "", None),
+            ("daemonset.fleet.pods", "pods", "", None),
+            (
+                "daemonset.fleet.cpu_per_flap_ms",
+                "CPU per node flap",
+                " ms",
+                Some((5.0, true)),
+            ),
+            (
+                "daemonset.fleet.cpu_per_flap_ms_today",
+                "CPU per node flap, today",
+                " ms",
+                None,
+            ),
+            ("daemonset.fleet.replans_per_flap", "re-plans per flap", "", None),
+            (
+                "daemonset.fleet.replans_per_flap_today",
+                "re-plans per flap, today",
+                "",
+                None,
+            ),
+            ("daemonset.fleet.cpu_per_event_ms", "CPU per event", " ms", None),
+            (
+                "daemonset.fleet.cpu_per_event_ms_today",
+                "CPU per event, today",
+                " ms",
+                None,
+            ),
+            ("daemonset.fleet.plan_p99_ms", "plan CPU p99", " ms", None),
+            (
+                "daemonset.fleet.plan_p99_ms_today",
+                "plan CPU p99, today",
+                " ms",
+                None,
+            ),
+            (
+                "daemonset.fleet.bytes_per_pod",
+                "heap bytes per pod (store + index)",
+                "",
+                None,
+            ),
+            (
+                "daemonset.fleet.bytes_per_pod_today",
+                "heap bytes per pod, today (store)",
+                "",
+                None,
+            ),
+        ],
+    );
+    simple_section(
+        &mut t,
+        r,
         "agent",
         "Node agent GET /pods (110 pods)",
         &[

@@ -12,6 +12,8 @@
 #   agent_get_pods  the node agent's GET /pods with 110 pods under load
 #   footprint       the controller's memory and CPU at 1,000 nodes x 10 DaemonSets
 #   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates.rs
+#   daemonset_fleet the DaemonSet controller's code at 10,000 nodes x 20 DaemonSets, simulated
+#                   (no control plane; today's path beside it in the same run; BENCH_QUICK: 1,000 nodes)
 #
 # Environment (all optional):
 #   BENCHES            which benches (default: all of the above that exist; BENCH_QUICK: rollout)
@@ -28,9 +30,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-default_benches="rollout agent_get_pods footprint"
+default_benches="rollout agent_get_pods footprint daemonset_fleet"
 [ -f benches/gates.rs ] && default_benches="$default_benches gates"
-[ "${BENCH_QUICK:-}" = 1 ] && default_benches="rollout"
+[ "${BENCH_QUICK:-}" = 1 ] && default_benches="rollout daemonset_fleet"
 BENCHES=${BENCHES:-$default_benches}
 export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}
 export APISERVER_PORT=${BENCH_APISERVER_PORT:-36643} ETCD_PORT=${BENCH_ETCD_PORT:-32579}

@@ -30,7 +30,7 @@ use super::revision::{
     check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
 };
 use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
-use super::triggers::{daemonset_unchanged, pod_unchanged};
+use super::triggers::{daemonset_unchanged, daemonsets_for_node, pod_unchanged};
 use crate::apply::{
     event, issue_together, Call, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
 };
@@ -47,7 +47,13 @@ use crate::names::{
 use crate::object::{is_controlled_by, CachedPod};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{Run, RunMetrics};
-use crate::watch::{applied, applied_unless, touched_unless, Stores, Watches};
+#[cfg(test)]
+use crate::watch::PodsByOwner;
+use crate::watch::{applied, applied_unless, touched_unless, Change, Stores, Watches};
+/// Every DaemonSet is planned again this long after its last plan at the latest: a
+/// trigger lost anyway (a watch gap, a node change the mapping missed) delays a
+/// rollout by this much, never stalls it (`a_missed_node_trigger_is_caught_by_the_resync`).
+const RESYNC: Duration = Duration::from_secs(300);
 /// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// A cached target revision behind the API server's is looked at again this soon: the
@@ -158,7 +164,31 @@ pub fn start(
             std::future::ready(seen)
         });
 
-    let ds_for_nodes = stores.daemonsets.clone();
+    // A node change re-plans only the rolling DaemonSets it can matter to (see
+    // `triggers::daemonsets_for_node`): its Ready status, or its labels and taints.
+    let node_triggers = {
+        let (daemonsets, pods, ctx) = (
+            stores.daemonsets.clone(),
+            stores.pods_by_owner.clone(),
+            ctx.clone(),
+        );
+        watches.node_changes().flat_map(move |change| {
+            let (before, after) = match change {
+                Change::Applied { before, after } => (before, Some(after)),
+                Change::Deleted(gone) => (Some(gone), None),
+            };
+            let vacated =
+                |ds: &str, node: &str| ctx.expectations.lock().unwrap().has_vacated(ds, node);
+            let due = daemonsets_for_node(
+                before.as_deref(),
+                after.as_deref(),
+                &daemonsets.state(),
+                &pods,
+                &vacated,
+            );
+            futures::stream::iter(due)
+        })
+    };
     // Only writes that change what the planners read re-plan (see `triggers`); a pod's
     // deletion does, since it frees its node.
     let daemonsets = applied_unless(watches.daemonset_changes(), daemonset_unchanged);
@@ -166,15 +196,7 @@ pub fn start(
     let controller = Controller::for_shared_stream(daemonsets, stores.daemonsets.clone())
         .owns_shared_stream(pods)
         .owns_shared_stream(applied(watches.revision_changes()))
-        // A node coming back (or leaving) re-plans every upgrade-managed DaemonSet at once.
-        .watches_shared_stream(watches.node_ready_transitions(), move |_node| {
-            ds_for_nodes
-                .state()
-                .into_iter()
-                .filter(|ds| !matches!(policy_for(ds), PolicyDecision::Unmanaged))
-                .map(|ds| ObjectRef::from_obj(&*ds))
-                .collect::<Vec<_>>()
-        })
+        .reconcile_on(node_triggers)
         .reconcile_on(sightings);
     let run = Run {
         name: "daemonset-upgrade",
@@ -441,20 +463,47 @@ async fn verify_target(
 }
 
 /// This DaemonSet's pods and current revision, borrowed from the shared stores.
-/// The pod store holds every pod: the controller owner reference picks this DaemonSet's.
 fn owned(ds: &DaemonSet, ctx: &Context) -> (Vec<Arc<CachedPod>>, Option<CurrentRevision>) {
+    let pods = owned_pods(&ctx.stores, ds, PodLookup::Index);
+    (pods, current_revision(&ctx.stores, ds))
+}
+
+/// How a reconcile finds its DaemonSet's pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodLookup {
+    /// The owner index (`watch::PodsByOwner`): what the controller does.
+    Index,
+    /// Every pod of the store, filtered by controller owner: the code before issue 25,
+    /// kept so the fleet bench (`benches/daemonset_fleet.rs`) measures both paths on the
+    /// same stores in one run.
+    FullScan,
+}
+
+/// The pods whose controller owner is `ds`, in its namespace.
+pub fn owned_pods(stores: &Stores, ds: &DaemonSet, lookup: PodLookup) -> Vec<Arc<CachedPod>> {
     let uid = ds.uid().unwrap_or_default();
     let ns = ds.namespace();
-    let pods = ctx
-        .stores
-        .pods
-        .state_filter(|p| p.metadata.namespace == ns && is_controlled_by(p, &uid));
-    let revisions: Vec<Arc<ControllerRevision>> = ctx
-        .stores
+    match lookup {
+        PodLookup::Index => {
+            let mut pods = stores.pods_by_owner.pods_of(&uid);
+            // An owner reference names an object of the pod's own namespace; kept as
+            // the scan had it, so both paths give the same pods.
+            pods.retain(|p| p.metadata.namespace == ns);
+            pods
+        }
+        PodLookup::FullScan => stores
+            .pods
+            .state_filter(|p| p.metadata.namespace == ns && is_controlled_by(p, &uid)),
+    }
+}
+
+/// The DaemonSet's current revision, from the revisions store.
+pub fn current_revision(stores: &Stores, ds: &DaemonSet) -> Option<CurrentRevision> {
+    let ns = ds.namespace();
+    let revisions: Vec<Arc<ControllerRevision>> = stores
         .revisions
         .state_filter(|r| r.metadata.namespace == ns);
-    let current = CurrentRevision::of(ds, revisions.iter().map(|r| &**r));
-    (pods, current)
+    CurrentRevision::of(ds, revisions.iter().map(|r| &**r))
 }
 
 /// The operator's controls on an AdvancedRollingUpdate, as its annotations read now.
@@ -653,7 +702,7 @@ async fn rolling_update(
         // come back when it does.
         Some(after) => Action::requeue(after + Duration::from_millis(100)),
         None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
-        None => Action::requeue(Duration::from_secs(300)),
+        None => Action::requeue(RESYNC),
     })
 }
 
@@ -816,7 +865,7 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
             "PodNeedUpgrade conditions written"
         );
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(RESYNC))
 }
 
 /// A DaemonSet that stopped being OTA must not leave `PodNeedUpgrade` behind.
@@ -833,7 +882,7 @@ async fn remove_stale_conditions(
     for removed in ctx.writer.write_conditions(writes.collect()).await? {
         tracing::info!(pod = %removed.name, "removed stale PodNeedUpgrade condition");
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(RESYNC))
 }
 
 #[cfg(test)]
@@ -848,11 +897,13 @@ mod tests {
     use crate::testkit::{revision, store_of, DaemonSetBuilder, PodBuilder};
 
     fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Context {
+        let pod_store = store_of(pods.iter().cloned().map(CachedPod::from));
         Context {
             client: client.clone(),
             writer: Writer::new(client.clone()),
             stores: Stores {
-                pods: store_of(pods.iter().cloned().map(CachedPod::from)),
+                pods_by_owner: PodsByOwner::of(&pod_store.state()),
+                pods: pod_store,
                 daemonsets: store_of([]),
                 revisions: store_of(revisions.iter().cloned()),
                 nodes: store_of([]),
@@ -898,7 +949,7 @@ mod tests {
         });
         let ctx = context(client, &pods, &revisions);
         let action = mark_need_upgrade(&ds, &ctx).await.unwrap();
-        assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+        assert_eq!(action, Action::requeue(RESYNC));
 
         let mut patches = seen.calls_to("PATCH");
         patches.sort_by_key(|c| c.path.clone());
@@ -1083,6 +1134,32 @@ mod tests {
             .forget_daemonset(&ds.uid().unwrap());
         roll(&ctx, &ds, &ctx_pods).await;
         assert_eq!(seen.calls_to("GET").len(), 1, "{:?}", seen.calls());
+    }
+
+    /// Both nodes are cut off, then come back, and the node triggers of their return
+    /// are lost: the plan that waited on them asked for a resync, and the resync's plan
+    /// (the same reconcile) replaces their pods.
+    #[tokio::test]
+    async fn a_missed_node_trigger_is_caught_by_the_resync() {
+        let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
+        let fresh = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
+        let (mut ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
+        let nodes = |ready| {
+            store_of(
+                ["n1", "n2"]
+                    .map(|n| crate::object::CachedNode::from(crate::testkit::node(n, ready))),
+            )
+        };
+        ctx.stores.nodes = nodes(false);
+        let action = roll(&ctx, &ds, &pods).await;
+        assert!(seen.calls_to("DELETE").is_empty(), "{:?}", seen.calls());
+        assert_eq!(action, Action::requeue(RESYNC), "a wait must come back");
+        assert!(RESYNC <= Duration::from_secs(300));
+
+        // Back, with no trigger: what the requeue runs deletes the old pods.
+        ctx.stores.nodes = nodes(true);
+        roll(&ctx, &ds, &pods).await;
+        assert_eq!(seen.calls_to("DELETE").len(), 2, "{:?}", seen.calls());
     }
 
     #[tokio::test]

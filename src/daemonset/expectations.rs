@@ -103,6 +103,14 @@ impl Expectations {
         self.0.retain(|uid, _| live(uid));
     }
 
+    /// Whether rollgate deleted the pod of this DaemonSet on `node` and has not seen the
+    /// node settled since (a node event must re-plan it: see `triggers`).
+    pub fn has_vacated(&self, ds_uid: &str, node: &str) -> bool {
+        self.0
+            .get(ds_uid)
+            .is_some_and(|record| record.vacated.contains_key(node))
+    }
+
     /// How many DaemonSets have a record (for tests and metrics).
     pub fn tracked(&self) -> usize {
         self.0.len()

@@ -121,8 +121,23 @@ where
     /// object once a (re)list is complete.
     pub fn reflect<S>(
         &self,
+        writer: Writer<K>,
+        events: S,
+    ) -> impl Stream<Item = S::Item> + Send + 'static
+    where
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        self.reflect_indexed(writer, events, ())
+    }
+
+    /// [`Fanout::reflect`], keeping `index` in step with the store: each change reaches
+    /// the index right after the store and before any subscriber, so a reconcile it
+    /// triggers reads both in the same state.
+    pub fn reflect_indexed<S>(
+        &self,
         mut writer: Writer<K>,
         events: S,
+        index: impl StoreIndex<K>,
     ) -> impl Stream<Item = S::Item> + Send + 'static
     where
         S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -133,7 +148,9 @@ where
             let changes: Vec<Change<K>> = match &event {
                 Ok(ev) => {
                     let key = match ev {
-                        watcher::Event::Apply(obj) => Some(obj.to_object_ref(Default::default())),
+                        watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                            Some(obj.to_object_ref(Default::default()))
+                        }
                         _ => None,
                     };
                     let before = key.as_ref().and_then(|key| store.get(key));
@@ -141,18 +158,26 @@ where
                     match ev {
                         watcher::Event::Apply(_) => key
                             .and_then(|key| store.get(&key))
-                            .map(|after| Change::Applied { before, after })
-                            .into_iter()
-                            .collect(),
-                        watcher::Event::Delete(obj) => vec![Change::Deleted(Arc::new(obj.clone()))],
-                        watcher::Event::InitDone => store
-                            .state()
-                            .into_iter()
-                            .map(|after| Change::Applied {
-                                before: None,
-                                after,
+                            .map(|after| {
+                                index.applied(before.as_ref(), &after);
+                                Change::Applied { before, after }
                             })
+                            .into_iter()
                             .collect(),
+                        watcher::Event::Delete(obj) => {
+                            index.deleted(before.as_deref().unwrap_or(obj));
+                            vec![Change::Deleted(Arc::new(obj.clone()))]
+                        }
+                        watcher::Event::InitDone => {
+                            let all = store.state();
+                            index.relisted(&all);
+                            all.into_iter()
+                                .map(|after| Change::Applied {
+                                    before: None,
+                                    after,
+                                })
+                                .collect()
+                        }
                         watcher::Event::Init | watcher::Event::InitApply(_) => vec![],
                     }
                 }
@@ -168,6 +193,24 @@ where
             }
         })
     }
+}
+
+/// Something kept in step with a shared store, change by change (the pods' owner index,
+/// `pod_index`). Called from the watch's own task, in the store's order.
+pub trait StoreIndex<K>: Send + 'static {
+    /// Created or updated; `before` is the store's previous version, if any.
+    fn applied(&self, before: Option<&Arc<K>>, after: &Arc<K>);
+    /// Deleted: the store's last version, else the watch's.
+    fn deleted(&self, last: &K);
+    /// A (re)list replaced the whole store with `all`.
+    fn relisted(&self, all: &[Arc<K>]);
+}
+
+/// No index.
+impl<K> StoreIndex<K> for () {
+    fn applied(&self, _: Option<&Arc<K>>, _: &Arc<K>) {}
+    fn deleted(&self, _: &K) {}
+    fn relisted(&self, _: &[Arc<K>]) {}
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! Services are watched only when a controller needs them (the readiness gates, see
 //! [`ServiceWatch`]); then they are pruned, shared and waited for like every other kind.
 pub mod fanout;
+pub mod pod_index;
 pub mod prune;
 pub mod runner;
 
@@ -27,10 +28,11 @@ use fanout::Fanout;
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
+pub use pod_index::PodsByOwner;
 use tokio::sync::watch;
 
 use crate::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PULL_JOB_REVISION_LABEL};
-use crate::object::{CachedNode, CachedPod, NodeFacts};
+use crate::object::{CachedNode, CachedPod};
 use crate::runtime::Shutdown;
 use crate::sync_gate::SyncGate;
 
@@ -49,6 +51,9 @@ pub struct Stores {
     /// Every pod in the watched namespaces, slim (`CachedPod`). Controllers pick theirs,
     /// e.g. by controller owner reference or by a Service's selector.
     pub pods: Store<CachedPod>,
+    /// The same pods by controller owner UID and node, in step with `pods` (a reconcile
+    /// reads its DaemonSet's pods here, not by scanning every pod).
+    pub pods_by_owner: PodsByOwner,
     pub revisions: Store<ControllerRevision>,
     pub nodes: Store<CachedNode>,
     /// rollgate's own pre-pull Jobs.
@@ -102,6 +107,7 @@ impl Watches {
             stores: Stores {
                 daemonsets: ds_store,
                 pods: pod_store,
+                pods_by_owner: PodsByOwner::default(),
                 revisions: rev_store,
                 nodes: node_store,
                 jobs: job_store,
@@ -184,12 +190,9 @@ impl Watches {
         deleted(self.pod_fanout.subscribe())
     }
 
-    /// Nodes whose Ready status changed (and every node once after each full list):
-    /// a node coming back must start its upgrade at once.
-    pub fn node_ready_transitions(&self) -> impl Stream<Item = Arc<CachedNode>> + Send + 'static {
-        applied_unless(self.node_fanout.subscribe(), |before, after| {
-            before.is_ready() == after.is_ready()
-        })
+    /// Every node change, with the node before and after (see [`Change`]).
+    pub fn node_changes(&self) -> Changes<CachedNode> {
+        self.node_fanout.subscribe()
     }
 
     /// core/v1 Events matching `field_selector`, in the watched namespaces: a small
@@ -233,7 +236,7 @@ impl Watches {
             .map_ok(|event| convert(event, CachedPod::from));
         let pods = self
             .pod_fanout
-            .reflect(self.pods, pods)
+            .reflect_indexed(self.pods, pods, self.stores.pods_by_owner.clone())
             .inspect(gate.observe("pods"));
         let revisions = watcher(scoped::<ControllerRevision>(&self.client, ns), cfg.clone())
             .default_backoff()

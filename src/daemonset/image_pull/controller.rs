@@ -471,8 +471,10 @@ mod tests {
     use crate::testkit::{store_of, PodBuilder};
 
     fn context(client: Client, cached_pods: &[Pod]) -> Context {
+        let pods = store_of(cached_pods.iter().cloned().map(CachedPod::from));
         let stores = Stores {
-            pods: store_of(cached_pods.iter().cloned().map(CachedPod::from)),
+            pods_by_owner: crate::watch::PodsByOwner::of(&pods.state()),
+            pods,
             daemonsets: store_of([]),
             revisions: store_of([]),
             nodes: store_of([]),
