@@ -2603,9 +2603,10 @@ async fn clients_never_take_what_another_cluster_tagged() {
         groups_before,
         "nothing made in it"
     );
+}
 
 // ------------------------------------------------------------------ API rate limits
-// Row 52 and the rate-limit table (README): N calls per window per (region, product,
+// Row 55 and the rate-limit table (README): N calls per window per (region, product,
 // action, AccessKey), the N+1st answered 400 `Throttling.User`.
 
 /// An emulator with the rate limits on and `limits` (`product:Action=N/SECONDS`).
