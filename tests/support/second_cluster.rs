@@ -127,8 +127,6 @@ impl Drop for SecondCluster {
 
 #[cfg(test)]
 mod tests {
-    use super::without_flags;
-
     #[test]
     fn flags_are_dropped_with_their_values_in_both_forms() {
         let args: Vec<String> = [
@@ -142,7 +140,8 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let kept = without_flags(&args, |n| n == "--secure-port" || n.starts_with("--audit-"));
+        let kept =
+            super::without_flags(&args, |n| n == "--secure-port" || n.starts_with("--audit-"));
         assert_eq!(kept, ["--etcd-servers", "http://127.0.0.1:1"]);
     }
 }
