@@ -213,6 +213,18 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
                 None,
             ),
             (
+                "pull_ahead.ideal.downtime_p50_s",
+                "per-node downtime p50, ideal (nothing to pull)",
+                " s",
+                None,
+            ),
+            (
+                "pull_ahead.ideal.downtime_max_s",
+                "per-node downtime max, ideal (nothing to pull)",
+                " s",
+                None,
+            ),
+            (
                 "pull_ahead.with.budget_violations",
                 "times over budget, with",
                 "",

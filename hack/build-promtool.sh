@@ -9,5 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
 # shellcheck source=go-tool.sh
 source "$here/go-tool.sh"
+# `remove_all_sd`: Prometheus' own build tag that leaves out every service-discovery
+# plugin (the cloud SDKs, client-go): `promtool test rules` needs none of them, and they
+# are most of a cold build.
 go_tool promtool "$PROMETHEUS_MODULE_VERSION" \
-  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION" "" remove_all_sd

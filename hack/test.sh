@@ -12,24 +12,27 @@ export APISERVER_PORT=${TEST_APISERVER_PORT:-36543}
 export ETCD_PORT=${TEST_ETCD_PORT:-32479}
 export ROLLGATE_TEST_KUBECONFIG=$CLUSTER_DIR/kubeconfig
 
+# On a fresh machine every tool below is built from source on 2 cores. The control plane
+# and the test binaries are the path to the first e2e test, so they run at normal CPU
+# priority; the tools only some e2e files need (helm, promtool) and the image's static
+# build run niced, take what CPU is left, and are waited for only where they are needed.
 log "control plane binaries (cached outside the clone; a cold build takes a while)"
 bash hack/build-control-plane.sh >/dev/null &
 build_pid=$!
 
-log "promtool (the alert rules' tests; cached outside the clone), in the background"
-promtool_log=$repo/target/build-promtool.log
 mkdir -p "$repo/target"
-bash hack/build-promtool.sh >"$promtool_log" 2>&1 &
+log "promtool (the alert rules' tests; cached outside the clone), in the background, niced"
+promtool_log=$repo/target/build-promtool.log
+nice -n 10 bash hack/build-promtool.sh >"$promtool_log" 2>&1 &
 promtool_pid=$!
 
-log "helm, for the chart (cached outside the clone, keyed by HELM_VERSION)"
-bash hack/build-helm.sh >/dev/null &
+log "helm, for the chart (cached outside the clone, keyed by HELM_VERSION), in the background, niced"
+nice -n 10 bash hack/build-helm.sh >/dev/null &
 helm_pid=$!
 
-log "static musl release build of the image's binary, in the background (cache outside the clone)"
+log "static musl release build of the image's binary, in the background, niced (cache outside the clone)"
 musl_log=$repo/target/musl-check.log
-mkdir -p "$repo/target"
-bash hack/musl-check.sh >"$musl_log" 2>&1 &
+nice -n 19 bash hack/musl-check.sh >"$musl_log" 2>&1 &
 musl_pid=$!
 
 log "lint: cargo fmt --check, cargo clippy -D warnings"
@@ -50,28 +53,45 @@ log "the official Alibaba Cloud Python SDKs against the emulator (venv cached ou
 bash crates/lb-emulator/sdk-check/run.sh
 
 wait "$build_pid"
+# kubectl of the pinned version comes with the control plane.
+PATH="$(bash hack/build-control-plane.sh):$PATH"
+export PATH
+
+trap 'bash hack/cluster-down.sh' EXIT
+log "starting the test control plane"
+NODES=0 bash hack/cluster-up.sh
+
+# The e2e files that need helm or promtool run last, after those builds are waited for;
+# every other file runs as soon as the control plane is up.
+late_e2e=(helm monitoring)
+early_e2e=()
+for file in tests/*.rs; do
+  name=$(basename "$file" .rs)
+  [[ " ${late_e2e[*]} " == *" $name "* ]] || early_e2e+=(--test "$name")
+done
+log "e2e tests (all but ${late_e2e[*]})"
+# The readiness-gate tests run the lb-emulator binary beside rollgate's.
+cargo build -p lb-emulator --locked --bin lb-emulator
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${early_e2e[@]}" -- --nocapture
+
+log "waiting for helm and promtool (built in the background)"
 if ! wait "$promtool_pid"; then
   cat "$promtool_log" >&2
   echo "[test] hack/build-promtool.sh failed (log above)" >&2
   exit 1
 fi
 wait "$helm_pid"
-# kubectl of the pinned version comes with the control plane, helm from its own cache;
-# tests call both (tests/helm.rs would only skip without helm: here it is never missing).
-PATH="$(bash hack/build-helm.sh):$(bash hack/build-control-plane.sh):$PATH"
+# tests/helm.rs would only skip without helm: here it is never missing.
+PATH="$(bash hack/build-helm.sh):$PATH"
 export PATH
 
 log "lint: helm lint --strict of charts/rollgate"
 helm lint --strict charts/rollgate
 
-trap 'bash hack/cluster-down.sh' EXIT
-log "starting the test control plane"
-NODES=0 bash hack/cluster-up.sh
-
-log "e2e tests"
-# The readiness-gate tests run the lb-emulator binary beside rollgate's.
-cargo build -p lb-emulator --locked --bin lb-emulator
-RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked --test '*' -- --nocapture
+log "e2e tests (${late_e2e[*]})"
+late_args=()
+for name in "${late_e2e[@]}"; do late_args+=(--test "$name"); done
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${late_args[@]}" -- --nocapture
 
 # The benchmark harness, reduced (50 nodes, 1 s pod start; debug build, so its figures
 # say nothing about the product): it fails only when a measurement cannot be made, so the

@@ -19,7 +19,8 @@
 //! time. One budget watcher (watcher.rs), which knows neither controller, watches every
 //! scenario.
 //!
-//! Environment: `ROLLGATE_BENCH_SIZES`, `ROLLGATE_BENCH_MAX_UNAVAILABLE` (10%),
+//! Environment: `ROLLGATE_BENCH_SIZES` (`none`: only the pull-ahead scenarios),
+//! `ROLLGATE_BENCH_MAX_UNAVAILABLE` (10%),
 //! `ROLLGATE_BENCH_POD_DELAY_MS` (3000), `ROLLGATE_BENCH_STOP_DELAY_MS` (500: the
 //! cluster's POD_STOP_DELAY_MS, for the ideal), `ROLLGATE_BENCH_NOT_READY_PERCENT` (10), `ROLLGATE_BENCH_REPEATS` (3: (a) and (b) alternate, medians reported),
 //! `YURT_MANAGER`, `BENCH_QUICK=1` (50 nodes, pod delay 1 s, (a) (b) (c) and yurt-manager's
@@ -74,9 +75,11 @@ impl Params {
             "ROLLGATE_BENCH_SIZES",
             if quick { "50" } else { "200 1000" }.to_string(),
         )?;
+        // `none`: no size runs, only what follows them (the pull-ahead scenarios).
+        let none = sizes_text.trim() == "none";
         let sizes = sizes_text
             .split([' ', ','])
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && !none)
             .map(|s| {
                 s.parse::<usize>()
                     .ok()
@@ -84,8 +87,8 @@ impl Params {
                     .ok_or_else(|| format!("ROLLGATE_BENCH_SIZES: {s:?} is not a node count >= 10"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if sizes.is_empty() {
-            return Err("ROLLGATE_BENCH_SIZES is empty".into());
+        if sizes.is_empty() && !none {
+            return Err("ROLLGATE_BENCH_SIZES is empty (`none` runs no size)".into());
         }
         Ok(Params {
             sizes,

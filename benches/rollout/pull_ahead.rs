@@ -6,7 +6,11 @@
 //!
 //! Per node, downtime is what the budget watcher sees: its old pod marked for deletion
 //! (it stops serving) -> its new pod Ready. Without pull-ahead the pull is inside it; with
-//! it, only the pod's stop and start should be.
+//! it, only the pod's stop and start should be. The ideal is measured too, in the same
+//! run: the same rollout whose new revision changes only a template annotation, so no
+//! node pulls anything. Its downtime is the pod's stop and start plus what the control
+//! plane adds (the old pod's removal seen, the new pod created, scheduled and started),
+//! which no updater can take out.
 //!
 //! Environment: `ROLLGATE_BENCH_PULL` (1; 0 skips), `ROLLGATE_BENCH_PULL_NODES` (200;
 //! quick 20), `ROLLGATE_BENCH_PULL_DELAY_S` (20; quick 5),
@@ -19,7 +23,7 @@ use serde_json::{json, Value};
 
 use crate::analysis::{node_downtimes, percentile};
 use crate::controllers::{ControllerUnderTest, Which};
-use crate::scenario::{Rollout, Setup, Shape, Strategy};
+use crate::scenario::{Rollout, Setup, Shape, Strategy, TemplateChange};
 use crate::support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use crate::support::{env_or, note, TestNodes};
 
@@ -69,6 +73,8 @@ pub struct PullResults {
     pub stop_delay: Duration,
     pub without: PullRun,
     pub with: PullRun,
+    /// No pull at all (`TemplateChange::AnnotationOnly`).
+    pub ideal: PullRun,
 }
 
 /// Both scenarios, without pull-ahead first.
@@ -105,9 +111,10 @@ pub async fn measure(
         "bench-pull-puller.log",
     );
     let mut runs = Vec::new();
-    for (key, strategy) in [
-        ("without", Strategy::Advanced),
-        ("with", Strategy::AdvancedPullAhead),
+    for (key, strategy, change) in [
+        ("without", Strategy::Advanced, TemplateChange::Image),
+        ("with", Strategy::AdvancedPullAhead, TemplateChange::Image),
+        ("ideal", Strategy::Advanced, TemplateChange::AnnotationOnly),
     ] {
         let nodes = TestNodes::create_on(client, &format!("pull-{key}"), p.nodes, HEARTBEAT).await;
         let selector = nodes.selector();
@@ -132,7 +139,7 @@ pub async fn measure(
                 .await?;
             let controller =
                 ControllerUnderTest::start(Which::Rollgate, &format!("pull-{key}")).await?;
-            let rollout = prepared.roll(timeout, None).await;
+            let rollout = prepared.roll_with(change, timeout, None).await;
             controller.stop();
             prepared.cleanup().await;
             rollout
@@ -150,8 +157,9 @@ pub async fn measure(
         ));
         runs.push(PullRun { rollout, downtimes });
     }
-    let with = runs.pop().expect("two runs");
-    let without = runs.pop().expect("two runs");
+    let ideal = runs.pop().expect("three runs");
+    let with = runs.pop().expect("three runs");
+    let without = runs.pop().expect("three runs");
     Ok(PullResults {
         nodes: p.nodes,
         budget,
@@ -160,6 +168,7 @@ pub async fn measure(
         stop_delay,
         without,
         with,
+        ideal,
     })
 }
 
@@ -180,7 +189,11 @@ pub fn entries(r: &PullResults) -> Vec<(String, Value)> {
             secs(Some(r.pod_delay + r.stop_delay)),
         ),
     ];
-    for (key, run) in [("without", &r.without), ("with", &r.with)] {
+    for (key, run) in [
+        ("without", &r.without),
+        ("with", &r.with),
+        ("ideal", &r.ideal),
+    ] {
         let d = &run.downtimes;
         e.push((
             format!("pull_ahead.{key}.makespan_s"),
@@ -220,10 +233,14 @@ pub fn report(r: &PullResults) -> String {
     t.push_str(
         "| | makespan | downtime p50 | p95 | max | over budget |\n|---|---|---|---|---|---|\n",
     );
-    for (key, run) in [("without", &r.without), ("with", &r.with)] {
+    for (label, run) in [
+        ("without pull-ahead", &r.without),
+        ("with pull-ahead", &r.with),
+        ("ideal: nothing to pull", &r.ideal),
+    ] {
         let d = &run.downtimes;
         t.push_str(&format!(
-            "| {key} pull-ahead | {} | {} | {} | {} | {} |\n",
+            "| {label} | {} | {} | {} | {} | {} |\n",
             s(run.rollout.makespan),
             s(percentile(d, 50.0)),
             s(percentile(d, 95.0)),

@@ -18,6 +18,16 @@ pub const PULL_AHEAD: &str = "rollgate.io/pull-ahead";
 pub const OLD_IMAGE: &str = "registry.local/edge-agent:v1";
 pub const NEW_IMAGE: &str = "registry.local/edge-agent:v2";
 
+/// What a rollout changes in the pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateChange {
+    /// The image: `OLD_IMAGE` -> `NEW_IMAGE` (a pull, where the bed models pulls).
+    Image,
+    /// A pod-template annotation only: a new revision whose image every node already
+    /// has, so no pull at all (the pull-ahead bench's ideal).
+    AnnotationOnly,
+}
+
 /// How the DaemonSet is updated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -176,10 +186,28 @@ impl Prepared {
         timeout: Duration,
         cut_after: Option<Duration>,
     ) -> Result<Rollout, String> {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": NEW_IMAGE}]}}}});
+        self.roll_with(TemplateChange::Image, timeout, cut_after)
+            .await
+    }
+
+    /// `roll` with the template change of choice.
+    pub async fn roll_with(
+        &self,
+        change: TemplateChange,
+        timeout: Duration,
+        cut_after: Option<Duration>,
+    ) -> Result<Rollout, String> {
+        let patch = match change {
+            TemplateChange::Image => {
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": NEW_IMAGE}]}}}})
+            }
+            TemplateChange::AnnotationOnly => {
+                json!({"spec": {"template": {"metadata": {"annotations": {"rollgate.test/bench-revision": "2"}}}}})
+            }
+        };
         let t0 = self.watcher.mark();
         self.patch(patch).await?;
-        note(format!("{}: image changed to {NEW_IMAGE}", self.key));
+        note(format!("{}: template changed ({change:?})", self.key));
         let mut last_note = Instant::now();
         let makespan = loop {
             let (ready, updated) = self.watcher.ready_progress();
