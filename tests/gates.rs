@@ -1181,7 +1181,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
         ]
     };
     let mut web = check("/healthz");
-    web.push(("acl-status", "on"));
+    web.push(("persistence-timeout", "60"));
     bed.create_service("web", "web", None, lb_annotations(&web))
         .await;
     let mut api = check("/healthz");
@@ -1243,7 +1243,8 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     )
     .await;
 
-    // Several reconciles later, one Warning about the ACL switch, none about the rest.
+    // Several reconciles later, one Warning about the session persistence, none about
+    // the rest.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let records = event_records(&bed.client, &bed.ns.name, "web").await;
     let unsupported: Vec<_> = records
@@ -1255,7 +1256,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     assert!(
         unsupported[0]
             .note
-            .contains("alibaba-cloud-loadbalancer-acl-status"),
+            .contains("alibaba-cloud-loadbalancer-persistence-timeout"),
         "{records:?}"
     );
     bed.cleanup().await;
@@ -3025,5 +3026,174 @@ async fn two_clusters_with_the_same_service_in_one_account_never_touch_each_othe
     second_controller.stop();
     enis.abort();
     drop(second);
+    bed.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The last annotation families of issue 24.
+
+/// A signed raw client of the bed's emulator for `service` (for calls the alibaba-lb
+/// client does not make, as a user's console or script would).
+fn emulator_api(bed: &Bed, service: alibaba_lb::Service) -> alibaba_lb::transport::ApiClient {
+    use alibaba_lb::*;
+    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    transport::ApiClient::new(&config, service, credentials).unwrap()
+}
+
+/// One signed call of the bed's emulator (`RegionId` added), its answer.
+async fn emulator_call(
+    bed: &Bed,
+    service: alibaba_lb::Service,
+    action: &str,
+    pairs: &[(&str, &str)],
+) -> Value {
+    let mut query: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    query.push(("RegionId".into(), "cn-hangzhou".into()));
+    emulator_api(bed, service)
+        .call::<Value>(action, &query, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{action}: {e}"))
+        .body
+}
+
+/// `acl-status: on` with `acl-id` and `acl-type` on a CLB Service: the listener admits
+/// through the list (read back with `DescribeLoadBalancerTCPListenerAttribute` and the
+/// list's `RelatedListeners`), the gates turn True, and a changed `acl-type` reaches
+/// the listener. The same annotations on an NLB Service do nothing but say why (one
+/// Warning naming security groups), and its gates turn True too. `on` without the
+/// list: every gated pod's condition names `acl-id`, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
+    use alibaba_lb::Service as Api;
+    let bed = Bed::new("gates-acl", 1, fast_emulator(), &[]).await;
+    let acl = emulator_call(
+        &bed,
+        Api::Clb,
+        "CreateAccessControlList",
+        &[("AclName", "office")],
+    )
+    .await;
+    let acl = acl["AclId"].as_str().unwrap().to_string();
+    let with_acl = |kind: &'static str| {
+        vec![
+            ("acl-status", "on".to_string()),
+            ("acl-id", acl.clone()),
+            ("acl-type", kind.to_string()),
+        ]
+    };
+    fn annotations(pairs: Vec<(&'static str, String)>) -> Value {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        lb_annotations(&pairs)
+    }
+    bed.create_service("web", "web", None, annotations(with_acl("white")))
+        .await;
+    let mut nlb = with_acl("white");
+    nlb.push(("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j".into()));
+    bed.create_service("api", "web", Some("alibabacloud.com/nlb"), annotations(nlb))
+        .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    let lb = load_balancer_ids(&bed, "clb").await;
+    assert_eq!(lb.len(), 1, "{lb:?}");
+    let describe = || {
+        let (bed, lb) = (&bed, lb[0].clone());
+        async move {
+            emulator_call(
+                bed,
+                Api::Clb,
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &[("LoadBalancerId", &lb), ("ListenerPort", "80")],
+            )
+            .await
+        }
+    };
+    let listener = describe().await;
+    assert_eq!(
+        (&listener["AclStatus"], &listener["AclId"], &listener["AclType"]),
+        (&json!("on"), &json!(acl), &json!("white")),
+        "{listener}"
+    );
+    let related = emulator_call(
+        &bed,
+        Api::Clb,
+        "DescribeAccessControlListAttribute",
+        &[("AclId", &acl)],
+    )
+    .await;
+    let related = &related["RelatedListeners"]["RelatedListener"];
+    assert_eq!(related.as_array().map(Vec::len), Some(1), "{related}");
+    assert_eq!(related[0]["LoadBalancerId"], json!(lb[0]), "{related}");
+
+    // A changed type reaches the listener that already exists.
+    let patch = json!({"metadata": {"annotations": lb_annotations(&[("acl-type", "black")])}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(
+        "the black list on the listener",
+        Duration::from_secs(30),
+        || async {
+            let kind = describe().await["AclType"].clone();
+            if kind == "black" {
+                Ok(())
+            } else {
+                Err(format!("{kind}"))
+            }
+        },
+    )
+    .await;
+
+    // The NLB Service: told once that its ACL does nothing, naming the alternative.
+    let records = event_records(&bed.client, &bed.ns.name, "api").await;
+    let said: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "UnsupportedLoadBalancerAnnotation")
+        .filter(|r| r.note.contains("alibaba-cloud-loadbalancer-acl-status"))
+        .collect();
+    assert_eq!(said.len(), 1, "{records:?}");
+    assert!(said[0].note.contains("security groups"), "{records:?}");
+    let web_records = event_records(&bed.client, &bed.ns.name, "web").await;
+    assert!(
+        !web_records
+            .iter()
+            .any(|r| r.reason == "UnsupportedLoadBalancerAnnotation"),
+        "the CLB Service's ACL is acted on: {web_records:?}"
+    );
+
+    // `on` without the list: said on every gate, nothing made.
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("acl-status", "on"), ("acl-type", "white")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-id"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
     bed.cleanup().await;
 }

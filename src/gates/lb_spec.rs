@@ -29,7 +29,11 @@ pub fn lb_spec(
         ));
     }
     let address_type = service.address_type.clone()?;
-    let settings = service.listener_settings.clone()?;
+    let mut settings = service.listener_settings.clone()?;
+    if product == Product::Nlb {
+        // NLB has no listener access control (the Service was told, `not_acted_on`).
+        settings.acl = None;
+    }
     let protocols = service.listener_protocols.clone()?;
     if product == Product::Nlb && protocols.any_layer7() {
         return Err(format!(
@@ -404,6 +408,33 @@ mod tests {
             assert_eq!(s.health_check.uri.as_deref(), Some("/ready"));
             assert_eq!(s.drain.and_then(|d| d.timeout_seconds), Some(45));
         }
+    }
+
+    /// The ACL annotations reach every CLB listener, and no NLB one (NLB has none).
+    #[test]
+    fn the_acl_reaches_clb_listeners_and_not_nlb_ones() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let (status, id, kind) = (
+            format!("{p}acl-status"),
+            format!("{p}acl-id"),
+            format!("{p}acl-type"),
+        );
+        let pairs = [
+            (status.as_str(), "on"),
+            (id.as_str(), "acl-1"),
+            (kind.as_str(), "white"),
+            (LOAD_BALANCER_ID_ANNOTATION, "lb-user"),
+        ];
+        let snap = snapshot("web", "0123456789ab", &pairs);
+        let clb = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        assert!(clb.listeners.iter().all(|l| l.settings.acl
+            == Some(alibaba_lb::ListenerAcl {
+                enabled: true,
+                id: Some("acl-1".into()),
+                kind: Some(alibaba_lb::AclType::White),
+            })));
+        let nlb = lb_spec(&snap, Product::Nlb, "c1", None).unwrap();
+        assert!(nlb.listeners.iter().all(|l| l.settings.acl.is_none()));
     }
 
     /// `protocol-port` turns port 80 into an HTTPS listener carrying `cert-id` (and

@@ -96,7 +96,10 @@ impl ServiceSnapshot {
             address_type: address_type(service),
             listener_settings: settings::listener_settings(service.annotations()),
             additional_tags: settings::additional_resource_tags(service.annotations()),
-            not_acted_on: settings::not_acted_on(service.annotations()),
+            not_acted_on: settings::not_acted_on(
+                service.annotations(),
+                product_for(service, selection),
+            ),
             selector: selector(service).cloned(),
             published_address: service
                 .status

@@ -1,6 +1,6 @@
 //! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
-//! the thresholds, `connection-drain` and its timeout, `scheduler`), read into the listener
-//! settings the cloud client sends; `protocol-port` and `cert-id`, which make a Service
+//! the thresholds, `connection-drain` and its timeout, `scheduler`, the CLB listener's
+//! `acl-*`), read into the listener settings the cloud client sends; `protocol-port` and `cert-id`, which make a Service
 //! port's CLB listener HTTP or HTTPS; and the whole annotation family, each marked
 //! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
 //! controller hears about every annotation rollgate does not act on. Pure.
@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alibaba_lb::{
-    ConnectionDrain, HealthCheck, HealthCheckType, ListenerProtocol, ListenerSettings,
+    AclType, ConnectionDrain, HealthCheck, HealthCheckType, ListenerAcl, ListenerProtocol,
+    ListenerSettings, Product,
 };
 
 use super::model::ServicePort;
@@ -86,9 +87,9 @@ pub const FAMILY: &[(&str, Support)] = {
         ("ppv2-pvl-ep-id-enabled", NotYet),
         ("ppv2-pvl-eps-id-enabled", NotYet),
         ("ppv2-pvl-vpc-id-enabled", NotYet),
-        ("acl-status", NotYet),
-        ("acl-id", NotYet),
-        ("acl-type", NotYet),
+        ("acl-status", Supported),
+        ("acl-id", Supported),
+        ("acl-type", Supported),
         ("vgroup-port", NotYet),
         ("force-override-listeners", NotYet),
         ("listener-port-range", NotYet),
@@ -130,10 +131,24 @@ pub fn full_name(suffix: &str) -> String {
     format!("{}{suffix}", LOAD_BALANCER_ANNOTATION_PREFIXES[0])
 }
 
+/// Supported annotations that one product has no use for, with the reason (the
+/// product's API has no such setting), so a Service of that product hears it.
+const NOT_FOR_PRODUCT: &[(&str, Product, &str)] = &[
+    ("acl-status", Product::Nlb, NLB_HAS_NO_ACL),
+    ("acl-id", Product::Nlb, NLB_HAS_NO_ACL),
+    ("acl-type", Product::Nlb, NLB_HAS_NO_ACL),
+];
+
+const NLB_HAS_NO_ACL: &str = "NLB listeners take no access control list (the NLB API has none; NLB admits clients through security groups instead)";
+
 /// Annotations of the family on the Service that rollgate does not act on, by full
 /// name as written, each with the sentence its Warning Event says. Annotations of
-/// the family that rollgate does not know at all are reported too.
-pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, String)> {
+/// the family that rollgate does not know at all are reported too, and supported
+/// ones the Service's `product` has no use for.
+pub fn not_acted_on(
+    annotations: &BTreeMap<String, String>,
+    product: Option<Product>,
+) -> Vec<(String, String)> {
     annotations
         .keys()
         .filter_map(|key| {
@@ -141,8 +156,18 @@ pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, Stri
                 .iter()
                 .find_map(|prefix| key.strip_prefix(prefix))?;
             let support = FAMILY.iter().find(|(s, _)| *s == suffix).map(|(_, s)| *s);
+            let not_for_product = NOT_FOR_PRODUCT
+                .iter()
+                .find(|(s, p, _)| *s == suffix && Some(*p) == product);
             let note = match support {
-                Some(Support::Supported) => return None,
+                Some(Support::Supported) => {
+                    let (_, product, why) = not_for_product?;
+                    let product = match product {
+                        Product::Clb => "CLB",
+                        Product::Nlb => "NLB",
+                    };
+                    format!("annotation {key} does not apply to {product}: {why}; it has no effect")
+                }
                 Some(Support::NotYet) => format!(
                     "annotation {key} is not supported by rollgate yet: it has no effect on the load balancer"
                 ),
@@ -265,6 +290,7 @@ pub fn listener_settings(
     // `health-check-flag`; either works on both, the first wins.
     let enabled = switch("health-check-switch").or(switch("health-check-flag"));
     let drain = switch("connection-drain");
+    let acl_status = switch("acl-status");
 
     let kind = get(annotations, "health-check-type").and_then(|raw| {
         match raw.to_ascii_lowercase().as_str() {
@@ -382,6 +408,8 @@ pub fn listener_settings(
         }
     };
 
+    let acl = listener_acl(annotations, acl_status, &mut problems);
+
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
@@ -404,7 +432,85 @@ pub fn listener_settings(
         scheduler,
         // Set per HTTPS listener from `listener_protocols` (`lb_spec`).
         server_certificate_id: None,
+        acl,
     })
+}
+
+/// `acl-status`, `acl-id`, `acl-type` (CLB listener access control). The API wants
+/// the list and its type with the switch on (`AclId`, `AclType`: "required when
+/// AclStatus is on"), so `on` without them is refused here; with `off` they are
+/// accepted and not sent (turning the control off keeps the list named); without
+/// the switch they would do nothing, so they are refused too.
+fn listener_acl(
+    annotations: &BTreeMap<String, String>,
+    status: Option<bool>,
+    problems: &mut Vec<String>,
+) -> Option<ListenerAcl> {
+    let id = get(annotations, "acl-id").and_then(|raw| {
+        // CLB ids: `acl-` and letters and digits (`acl-bp1l0kk4gxce43kzet04s`).
+        let ok = raw.len() <= 64
+            && raw.strip_prefix("acl-").is_some_and(|rest| {
+                !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric())
+            });
+        if ok {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid(
+                "acl-id",
+                raw,
+                "the id of a CLB access control list (acl- and letters and digits)",
+            ));
+            None
+        }
+    });
+    let kind = get(annotations, "acl-type").and_then(|raw| {
+        match raw.to_ascii_lowercase().as_str() {
+            "white" => Some(AclType::White),
+            "black" => Some(AclType::Black),
+            _ => {
+                problems.push(invalid("acl-type", raw, "white, black"));
+                None
+            }
+        }
+    });
+    let given = |suffix: &str| get(annotations, suffix).is_some();
+    match status {
+        Some(true) => {
+            let missing: Vec<String> = ["acl-id", "acl-type"]
+                .into_iter()
+                .filter(|s| !given(s))
+                .map(full_name)
+                .collect();
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "annotation {}: \"on\" needs {} (acl-id: the access control list's id, acl-type: white or black)",
+                    full_name("acl-status"),
+                    missing.join(" and ")
+                ));
+                return None;
+            }
+            Some(ListenerAcl {
+                enabled: true,
+                id: Some(id?),
+                kind: Some(kind?),
+            })
+        }
+        Some(false) => Some(ListenerAcl {
+            enabled: false,
+            id: None,
+            kind: None,
+        }),
+        None => {
+            for suffix in ["acl-id", "acl-type"].into_iter().filter(|s| given(s)) {
+                problems.push(format!(
+                    "annotation {} is only accepted with {}: \"on\" or \"off\"",
+                    full_name(suffix),
+                    full_name("acl-status")
+                ));
+            }
+            None
+        }
+    }
 }
 
 /// `protocol-port` and `cert-id`: the listener protocol of each Service port the
@@ -630,6 +736,7 @@ mod tests {
                 }),
                 scheduler: Some("wrr".into()),
                 server_certificate_id: None,
+                acl: None,
             }
         );
     }
@@ -816,29 +923,86 @@ mod tests {
         let mut a = annotations(&[
             ("health-check-uri", "/"),
             ("acl-status", "on"),
+            ("persistence-timeout", "60"),
             ("backend-label", "x=y"),
             ("no-such-thing", "1"),
         ]);
         a.insert(
-            "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id".into(),
-            "acl-1".into(),
+            "service.beta.kubernetes.io/alicloud-loadbalancer-cps".into(),
+            "100".into(),
         );
         a.insert("example.com/other".into(), "x".into());
-        let said = not_acted_on(&a);
+        let said = not_acted_on(&a, Some(Product::Clb));
         let names: Vec<&str> = said.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
             [
-                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-backend-label",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-no-such-thing",
-                "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id",
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-persistence-timeout",
+                "service.beta.kubernetes.io/alicloud-loadbalancer-cps",
             ]
         );
         let note = |name: &str| &said.iter().find(|(k, _)| k.ends_with(name)).unwrap().1;
-        assert!(note("acl-status").contains("not supported by rollgate yet"));
+        assert!(note("persistence-timeout").contains("not supported by rollgate yet"));
         assert!(note("backend-label").contains("does not apply"));
         assert!(note("no-such-thing").contains("not one rollgate knows"));
+        // The ACL is CLB's: on an NLB Service it is named, with the reason.
+        let nlb = not_acted_on(&a, Some(Product::Nlb));
+        let acl = &nlb
+            .iter()
+            .find(|(k, _)| k.ends_with("acl-status"))
+            .expect("acl-status named on NLB")
+            .1;
+        assert!(
+            acl.contains("does not apply to NLB") && acl.contains("security groups"),
+            "{acl}"
+        );
+        assert_eq!(nlb.len(), said.len() + 1);
+    }
+
+    /// `acl-status: on` takes the list and its type; `off` sends the switch alone;
+    /// each bad or missing piece is said naming the annotation and the accepted forms.
+    #[test]
+    fn acl_annotations_need_the_list_and_its_type_with_the_switch_on() {
+        let read = |pairs: &[(&str, &str)]| listener_settings(&annotations(pairs));
+        let on = read(&[
+            ("acl-status", "on"),
+            ("acl-id", "acl-bp1l0kk4gxce43kzet04s"),
+            ("acl-type", "Black"),
+        ])
+        .unwrap();
+        assert_eq!(
+            on.acl,
+            Some(ListenerAcl {
+                enabled: true,
+                id: Some("acl-bp1l0kk4gxce43kzet04s".into()),
+                kind: Some(AclType::Black),
+            })
+        );
+        let off = read(&[("acl-status", "off"), ("acl-id", "acl-1")]).unwrap();
+        assert_eq!(
+            off.acl,
+            Some(ListenerAcl {
+                enabled: false,
+                id: None,
+                kind: None
+            })
+        );
+        assert_eq!(read(&[]).unwrap().acl, None);
+        #[rustfmt::skip]
+        let refused: &[(&[(&str, &str)], &str)] = &[
+            (&[("acl-status", "on")], "needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-id and service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-type"),
+            (&[("acl-status", "on"), ("acl-id", "acl-1")], "needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-type ("),
+            (&[("acl-status", "yes")], "acl-status: \"yes\" is not valid; accepted: on, off"),
+            (&[("acl-status", "on"), ("acl-id", "acl-1"), ("acl-type", "grey")], "acl-type: \"grey\" is not valid; accepted: white, black"),
+            (&[("acl-status", "on"), ("acl-id", "my list"), ("acl-type", "white")], "acl-id: \"my list\" is not valid; accepted: the id of a CLB access control list"),
+            (&[("acl-id", "acl-1")], "acl-id is only accepted with service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status"),
+        ];
+        for (pairs, want) in refused {
+            let problem = read(pairs).unwrap_err();
+            assert!(problem.contains(want), "{pairs:?}: {problem}");
+        }
     }
 
     #[test]

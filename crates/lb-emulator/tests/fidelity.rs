@@ -2883,3 +2883,153 @@ async fn futures_join<F: std::future::Future>(
     .await;
     outputs
 }
+
+// ------------------------------------------------- access control lists (row 56)
+
+/// Row 56: CLB access control. A list needs its name (once per region) and a known
+/// IP version; a listener names only a list the account holds, with the switch on
+/// only together with the list and its type, each refusal beside its positive
+/// control. Then through the client: a TCP listener created with a white list, read
+/// back (`Describe…ListenerAttribute`, and the list's `RelatedListeners`), then set
+/// to black.
+#[tokio::test]
+async fn clb_listener_access_control_names_a_held_list_with_its_type() {
+    let bed = Bed::new().await;
+    let create_acl = |pairs: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move {
+            bed.call(Service::Clb, "CreateAccessControlList", pairs)
+                .await
+        }
+    };
+    refused(create_acl(&[]).await, 400, "MissingParameter");
+    refused(
+        create_acl(&[("AclName", "office"), ("AddressIPVersion", "ipv5")]).await,
+        400,
+        "InvalidParameter.AddressIPVersion",
+    );
+    let acl = create_acl(&[("AclName", "office")]).await.unwrap();
+    let acl = acl["AclId"].as_str().unwrap().to_string();
+    refused(
+        create_acl(&[("AclName", "office")]).await,
+        400,
+        "AclExistInRegion",
+    );
+
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let tcp = |port: &'static str, extra: Vec<(&'static str, String)>| {
+        let mut p: Vec<(&str, String)> = vec![
+            ("LoadBalancerId", lb.clone()),
+            ("ListenerPort", port.into()),
+            ("Bandwidth", "-1".into()),
+        ];
+        p.extend(extra);
+        let bed = &bed;
+        async move {
+            let pairs: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bed.call(Service::Clb, "CreateLoadBalancerTCPListener", &pairs)
+                .await
+        }
+    };
+    let on = |id: &str, kind: &str| {
+        vec![
+            ("AclStatus", "on".to_string()),
+            ("AclId", id.to_string()),
+            ("AclType", kind.to_string()),
+        ]
+    };
+    refused(
+        tcp("81", on("acl-unknown", "white")).await,
+        400,
+        "AclNotExist",
+    );
+    refused(
+        tcp("81", vec![("AclStatus", "on".into()), ("AclId", acl.clone())]).await,
+        400,
+        "MissingParameter",
+    );
+    refused(
+        tcp("81", on(&acl, "grey")).await,
+        400,
+        "InvalidParameter.AclType",
+    );
+    refused(
+        tcp("81", vec![("AclStatus", "yes".into())]).await,
+        400,
+        "InvalidParameter.AclStatus",
+    );
+    // The positive controls: the held list with a type; the switch off alone.
+    tcp("81", on(&acl, "white")).await.unwrap();
+    tcp("82", vec![("AclStatus", "off".into())]).await.unwrap();
+
+    // Through the client: created with the list, read back, changed, read back.
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let with = |kind: AclType| ListenerSettings {
+        acl: Some(ListenerAcl {
+            enabled: true,
+            id: Some(acl.clone()),
+            kind: Some(kind),
+        }),
+        ..Default::default()
+    };
+    let made = ensure_with(&client, None, with(AclType::White)).await;
+    let describe = || {
+        let (bed, id) = (&bed, made.id.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let read = describe().await;
+    assert_eq!(
+        (&read["AclStatus"], &read["AclId"], &read["AclType"]),
+        (&json!("on"), &json!(acl), &json!("white")),
+        "{read}"
+    );
+    ensure_with(&client, Some(made.id.clone()), with(AclType::Black)).await;
+    assert_eq!(
+        describe().await["AclType"],
+        "black",
+        "a changed type reaches the listener"
+    );
+    let related = bed
+        .call(
+            Service::Clb,
+            "DescribeAccessControlListAttribute",
+            &[("AclId", &acl)],
+        )
+        .await
+        .unwrap();
+    let related = related["RelatedListeners"]["RelatedListener"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["LoadBalancerId"].as_str().unwrap().to_string(),
+                l["ListenerPort"].as_u64().unwrap(),
+                l["AclType"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        related.contains(&(made.id.clone(), 80, "black".into()))
+            && related.contains(&(lb.clone(), 81, "white".into())),
+        "{related:?}"
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "DescribeAccessControlListAttribute",
+            &[("AclId", "acl-unknown")],
+        )
+        .await,
+        400,
+        "AclNotExist",
+    );
+}

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::listener_settings;
+use super::{acl, listener_settings};
 use super::params::{
     clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port, tags, TAGS_PER_CREATE,
 };
@@ -115,6 +115,8 @@ impl World {
             "RemoveVServerGroupBackendServers" => self.clb_remove(p),
             "SetVServerGroupAttribute" => self.clb_set(p),
             "DescribeHealthStatus" => self.clb_health(p),
+            "CreateAccessControlList" => self.clb_create_acl(p),
+            "DescribeAccessControlListAttribute" => self.clb_describe_acl(p),
             other => Err(ApiError::new(
                 404,
                 "InvalidAction.NotFound",
@@ -397,6 +399,11 @@ impl World {
                 listener_settings::clb_merged(&Default::default(), settings)?,
             )
         };
+        let mut settings = settings;
+        if let Some(id) = self.listener_acl_id(p)? {
+            settings.insert("AclId".into(), json!(id));
+        }
+        acl::check_acl(&settings)?;
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         if lb
             .listeners
@@ -426,7 +433,7 @@ impl World {
         let lb_id = self.clb_lb(p)?.id.clone();
         let port = parse_port(p, "ListenerPort")?;
         let layer7 = matches!(protocol, "http" | "https");
-        let (switch, update) = if layer7 {
+        let (switch, mut update) = if layer7 {
             let mut update = listener_settings::clb_http(p)?;
             if let Some(cert) = self.server_certificate(p, protocol)? {
                 update.insert("ServerCertificateId".into(), json!(cert));
@@ -438,6 +445,9 @@ impl World {
                 listener_settings::clb(p, protocol == "tcp")?,
             )
         };
+        if let Some(id) = self.listener_acl_id(p)? {
+            update.insert("AclId".into(), json!(id));
+        }
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         let listener = lb
             .listeners
@@ -450,13 +460,15 @@ impl World {
                     format!("The listener {port}/{protocol} does not exist."),
                 )
             })?;
-        listener.settings = if layer7 {
+        let merged = if layer7 {
             let mut merged = listener.settings.clone();
             merged.extend(update);
             merged
         } else {
             listener_settings::clb_merged(&listener.settings, update)?
         };
+        acl::check_acl(&merged)?;
+        listener.settings = merged;
         if let Some(on) = switch {
             listener.health_check = on;
         }

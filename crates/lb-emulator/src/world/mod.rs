@@ -11,6 +11,7 @@
 //! the state here. The checks follow the API reference and the official SDK models
 //! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
+pub mod acl;
 mod clb;
 pub mod ecs;
 pub mod listener_settings;
@@ -366,6 +367,8 @@ pub struct World {
     /// Server certificate ids the account holds (HTTPS listeners name one), filled
     /// by `POST /_emulator/server-certificates`.
     pub server_certificates: BTreeSet<String>,
+    /// CLB access control lists (`CreateAccessControlList`), by id.
+    pub acls: BTreeMap<String, acl::AccessControlList>,
 }
 
 fn now_rfc3339() -> String {
@@ -419,6 +422,7 @@ impl World {
             stats: Stats::default(),
             next_id: 1,
             server_certificates: BTreeSet::new(),
+            acls: BTreeMap::new(),
         }
     }
 
@@ -531,6 +535,7 @@ impl World {
                 "load_balancers": self.clbs.values().collect::<Vec<_>>(),
                 "vserver_groups": self.vgroups.values().collect::<Vec<_>>(),
                 "server_certificates": self.server_certificates,
+                "access_control_lists": self.acls.values().collect::<Vec<_>>(),
             },
             "nlb": {
                 "load_balancers": self.nlbs.values().collect::<Vec<_>>(),
