@@ -3197,3 +3197,71 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
     bed.cleanup().await;
 }
+
+/// A Service whose recorded load balancer (rollgate's own `created-load-balancer-id`
+/// annotation, e.g. in a manifest copied from another cluster) is tagged for another
+/// cluster: deleting the Service reads the tags first and does not delete that load
+/// balancer; one Warning says so, and the finalizer is released so the Service goes.
+/// (Before, cleanup deleted whatever id the annotation recorded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-del-owner", 1, fast_emulator(), &[]).await;
+    let clb = bed.emu.cloud_client(Product::Clb);
+    let theirs = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            tags: ResourceTags {
+                cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
+                others: vec![],
+            },
+            name: "other-clusters".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "copied",
+        "copied",
+        None,
+        json!({"rollgate.io/created-load-balancer-id": theirs.id}),
+    )
+    .await;
+    bed.create_deployment("copied", "copied", 1, &["copied"], 1, 0)
+        .await;
+    wait_gate(
+        &bed,
+        "copied",
+        "copied",
+        "the gate False, saying CloudApiError",
+        |s, r| s == "False" && r == "CloudApiError",
+    )
+    .await;
+    // Held by rollgate's finalizer: deleting it runs the cleanup.
+    let svc = bed.services().get("copied").await.unwrap();
+    assert!(
+        svc.finalizers().iter().any(|f| f == "rollgate.io/load-balancer"),
+        "{:?}",
+        svc.finalizers()
+    );
+    bed.delete_service("copied").await;
+    assert!(
+        load_balancer_ids(&bed, "clb").await.contains(&theirs.id),
+        "the other cluster's load balancer was deleted"
+    );
+    let records = event_records(&bed.client, &bed.ns.name, "copied").await;
+    let not_deleted: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "LoadBalancerOfAnotherCluster" && r.note.contains("did not delete"))
+        .collect();
+    assert_eq!(not_deleted.len(), 1, "{records:?}");
+    assert_eq!(not_deleted[0].occurrences, 1, "{records:?}");
+    assert!(
+        not_deleted[0].note.contains(&theirs.id) && not_deleted[0].note.contains("other-cluster"),
+        "{records:?}"
+    );
+    bed.cleanup().await;
+}

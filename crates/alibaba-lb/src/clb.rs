@@ -619,6 +619,14 @@ impl LoadBalancerBackends for ClbClient {
         }
     }
 
+    async fn load_balancer_tags(&self, load_balancer_id: &str) -> Result<Option<Vec<Tag>>> {
+        match self.describe_load_balancer(load_balancer_id).await {
+            Ok(attribute) => Ok(Some(attribute.tags())),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn list_backends(&self, group: &ServerGroupRef) -> Result<Vec<Backend>> {
         self.describe_vserver_group(group).await
     }
