@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alibaba_lb::{
-    AclType, ConnectionDrain, HealthCheck, HealthCheckType, ListenerAcl, ListenerProtocol,
-    ListenerSettings, Product,
+    tag_key_ok, tag_value_ok, AclType, ConnectionDrain, HealthCheck, HealthCheckType,
+    ListenerAcl, ListenerProtocol, ListenerSettings, Product, TAGS_PER_RESOURCE,
 };
 
 use super::model::ServicePort;
@@ -183,28 +183,17 @@ pub fn not_acted_on(
         .collect()
 }
 
-/// At most this many tags on one resource per create call (both products'
-/// `CreateLoadBalancer`, NLB `CreateServerGroup`: "Valid values of N: 1 to 20").
-const TAGS_PER_RESOURCE: usize = 20;
-
 /// `additional-resource-tags` (`k1=v1,k2=v2`, Alibaba's documented form): tags put on
 /// what rollgate creates, beside its own two (`CLUSTER_ID_TAG`, `SERVICE_UID_TAG`,
-/// which the user may not set). Checked as both APIs check tags (the SDK models): a
-/// key of 1 to 64 characters, a value of at most 128, neither starting with `aliyun`
-/// or `acs:` nor holding `http://` or `https://`, 20 tags in all; a key once.
+/// which the user may not set). Checked as both APIs check tags (`alibaba_lb`'s
+/// `tag_key_ok`, `tag_value_ok`, `TAGS_PER_RESOURCE`: the SDK models' rules, beside
+/// the spec's tags), each key once.
 pub fn additional_resource_tags(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Vec<(String, String)>, String> {
     const SUFFIX: &str = "additional-resource-tags";
     let Some(raw) = get(annotations, SUFFIX) else {
         return Ok(vec![]);
-    };
-    let reserved = |text: &str| {
-        let lower = text.to_ascii_lowercase();
-        lower.starts_with("aliyun")
-            || lower.starts_with("acs:")
-            || lower.contains("http://")
-            || lower.contains("https://")
     };
     let accepted = format!(
         "\"k1=v1,k2=v2\": keys of 1 to 64 characters, values of at most 128, neither starting with aliyun or acs: nor holding http:// or https://, each key once, at most {} tags, not {CLUSTER_ID_TAG} or {SERVICE_UID_TAG} (rollgate's own)",
@@ -216,13 +205,11 @@ pub fn additional_resource_tags(
             return Err(invalid(SUFFIX, raw, &accepted));
         };
         let (key, value) = (key.trim(), value.trim());
-        let bad_key = key.is_empty()
-            || key.chars().count() > 64
-            || reserved(key)
+        let bad_key = !tag_key_ok(key)
             || key == CLUSTER_ID_TAG
             || key == SERVICE_UID_TAG
             || tags.iter().any(|(k, _)| k == key);
-        if bad_key || value.chars().count() > 128 || reserved(value) {
+        if bad_key || !tag_value_ok(value) {
             return Err(invalid(SUFFIX, raw, &accepted));
         }
         tags.push((key.to_string(), value.to_string()));
