@@ -3265,3 +3265,125 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
     );
     bed.cleanup().await;
 }
+
+/// `weight: 40` on a CLB and an NLB Service with gated pods: every backend carries 40
+/// (CLB read back with `DescribeVServerGroupAttribute`, NLB from the emulator's
+/// group), the gates turn True, and `weight: 70` reaches the backends that already
+/// exist. Scaled down, a pod's backend still drains to 0 (`70 -> 0` on the timeline)
+/// before it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weight_reaches_every_backend_and_follows_changes() {
+    let bed = Bed::new("gates-weight", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, lb_annotations(&[("weight", "40")]))
+        .await;
+    bed.create_service(
+        "api",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        lb_annotations(&[
+            ("weight", "40"),
+            ("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"),
+        ]),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    // Through the CLB API: the vServer group's backends and their weights.
+    let clb_weights = || async {
+        let state = bed.emulator("state").await;
+        let group = state["clb"]["vserver_groups"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let answer = emulator_call(
+            &bed,
+            alibaba_lb::Service::Clb,
+            "DescribeVServerGroupAttribute",
+            &[("VServerGroupId", &group)],
+        )
+        .await;
+        answer["BackendServers"]["BackendServer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["Weight"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let nlb_weights = || async {
+        bed.backends()
+            .await
+            .into_iter()
+            .filter(|b| b.product == "nlb")
+            .map(|b| b.weight)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(clb_weights().await, [40, 40]);
+    assert_eq!(nlb_weights().await, [40, 40]);
+
+    // A changed weight reaches the backends that exist.
+    let patch = json!({"metadata": {"annotations": lb_annotations(&[("weight", "70")])}});
+    for service in ["web", "api"] {
+        bed.services()
+            .patch(service, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    wait_for("weight 70 everywhere", Duration::from_secs(30), || async {
+        let (clb, nlb) = (clb_weights().await, nlb_weights().await);
+        if clb == [70, 70] && nlb == [70, 70] {
+            Ok(())
+        } else {
+            Err(format!("CLB {clb:?}, NLB {nlb:?}"))
+        }
+    })
+    .await;
+
+    // Scaled down: the leaving pod's CLB backend goes 70 -> 0, then away.
+    let patch = json!({"spec": {"replicas": 1}});
+    bed.deployments()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("one backend left", Duration::from_secs(60), || async {
+        let clb = clb_weights().await;
+        if clb == [70] {
+            Ok(())
+        } else {
+            Err(format!("{clb:?}"))
+        }
+    })
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let events: Vec<(String, String, String)> = timeline["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["product"] == "clb")
+        .map(|e| {
+            (
+                e["ip"].as_str().unwrap_or_default().to_string(),
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["detail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let removed: Vec<&String> = events
+        .iter()
+        .filter(|(_, event, _)| event == "removed")
+        .map(|(ip, _, _)| ip)
+        .collect();
+    assert_eq!(removed.len(), 1, "{events:?}");
+    let of_removed: Vec<_> = events.iter().filter(|(ip, _, _)| ip == removed[0]).collect();
+    let drained = of_removed
+        .iter()
+        .position(|(_, event, detail)| event == "weight-changed" && detail == "70 -> 0")
+        .unwrap_or_else(|| panic!("never drained from 70: {of_removed:?}"));
+    let gone = of_removed
+        .iter()
+        .position(|(_, event, _)| event == "removed")
+        .unwrap();
+    assert!(drained < gone, "{of_removed:?}");
+    bed.cleanup().await;
+}

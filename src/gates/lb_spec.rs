@@ -42,6 +42,9 @@ pub fn lb_spec(
         ));
     }
     let additional = service.additional_tags.clone()?;
+    // Not part of the spec (the plan gives each backend its weight), but a bad value
+    // is said here with the other annotations, before any cloud call.
+    service.weight.clone()?;
     let facts = &service.facts;
     let uid = &service.uid;
     // What rollgate creates says whose it is: the cluster (what it may adopt and

@@ -78,9 +78,9 @@ pub const FAMILY: &[(&str, Support)] = {
         ("alpn-policy", NotYet),
         // Listeners and server groups.
         ("scheduler", Supported),
-        ("weight", NotYet),
+        ("weight", Supported),
         ("default-weight", NotYet),
-        ("ignore-weight-update", NotYet),
+        ("ignore-weight-update", NotApplicable),
         ("persistence-timeout", NotYet),
         ("established-timeout", NotYet),
         ("proxy-protocol", NotYet),
@@ -131,6 +131,13 @@ pub fn full_name(suffix: &str) -> String {
     format!("{}{suffix}", LOAD_BALANCER_ANNOTATION_PREFIXES[0])
 }
 
+/// Why an annotation does not apply, where the reason is not the usual one (rollgate
+/// registers pods, not nodes).
+const NOT_APPLICABLE_WHY: &[(&str, &str)] = &[(
+    "ignore-weight-update",
+    "rollgate sets backend weights itself (0 to drain a terminating pod, the Service's weight when it serves), so skipping weight updates would keep drained pods out of rotation or terminating ones in",
+)];
+
 /// Supported annotations that one product has no use for, with the reason (the
 /// product's API has no such setting), so a Service of that product hears it.
 const NOT_FOR_PRODUCT: &[(&str, Product, &str)] = &[
@@ -171,9 +178,13 @@ pub fn not_acted_on(
                 Some(Support::NotYet) => format!(
                     "annotation {key} is not supported by rollgate yet: it has no effect on the load balancer"
                 ),
-                Some(Support::NotApplicable) => format!(
-                    "annotation {key} does not apply: rollgate registers pods as backends, never nodes; it has no effect"
-                ),
+                Some(Support::NotApplicable) => {
+                    let why = NOT_APPLICABLE_WHY
+                        .iter()
+                        .find(|(s, _)| *s == suffix)
+                        .map_or("rollgate registers pods as backends, never nodes", |(_, w)| w);
+                    format!("annotation {key} does not apply: {why}; it has no effect")
+                }
                 None => format!(
                     "annotation {key} is not one rollgate knows: it has no effect on the load balancer"
                 ),
@@ -218,6 +229,24 @@ pub fn additional_resource_tags(
         return Err(invalid(SUFFIX, raw, &accepted));
     }
     Ok(tags)
+}
+
+/// `weight`: the weight each of the Service's backends in rotation carries (both
+/// APIs take 0 to 100 per backend: `AddVServerGroupBackendServers`,
+/// `AddServersToServerGroup`). 0 is refused: every pod would be out of rotation and
+/// its gate would wait for a health verdict that never comes. `None`: not set.
+pub fn backend_weight(annotations: &BTreeMap<String, String>) -> Result<Option<u32>, String> {
+    let Some(raw) = get(annotations, "weight") else {
+        return Ok(None);
+    };
+    match raw.parse::<u32>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(Some(n)),
+        _ => Err(invalid(
+            "weight",
+            raw,
+            "an integer from 1 to 100, the weight of each pod's backend (0 would take every pod out of rotation)",
+        )),
+    }
 }
 
 /// One annotation, read under either prefix (the current one wins), trimmed.
@@ -670,6 +699,30 @@ mod tests {
                 "{said}"
             );
         }
+    }
+
+    #[test]
+    fn the_weight_is_1_to_100_and_unset_without_the_annotation() {
+        let read = |v: &str| backend_weight(&annotations(&[("weight", v)]));
+        assert_eq!(backend_weight(&BTreeMap::new()), Ok(None));
+        assert_eq!(read("1"), Ok(Some(1)));
+        assert_eq!(read(" 100 "), Ok(Some(100)));
+        for bad in ["0", "101", "-1", "50%", "x"] {
+            let said = read(bad).unwrap_err();
+            assert!(
+                said.contains("alibaba-cloud-loadbalancer-weight")
+                    && said.contains("an integer from 1 to 100"),
+                "{bad}: {said}"
+            );
+        }
+        let not_applicable = not_acted_on(
+            &annotations(&[("ignore-weight-update", "on")]),
+            Some(Product::Clb),
+        );
+        assert!(
+            not_applicable[0].1.contains("rollgate sets backend weights itself"),
+            "{not_applicable:?}"
+        );
     }
 
     #[test]
