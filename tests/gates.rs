@@ -3387,3 +3387,60 @@ async fn weight_reaches_every_backend_and_follows_changes() {
     assert!(drained < gone, "{of_removed:?}");
     bed.cleanup().await;
 }
+
+/// `address-type: intranet` with `vswitch-id` on a CLB Service with gated pods: the
+/// created CLB is intranet on that vswitch (read back with
+/// `DescribeLoadBalancerAttribute`) and the gates turn True. Intranet without a
+/// vswitch: every gate says `InvalidLoadBalancerAnnotation` naming `vswitch-id`, and
+/// nothing more is created (the API would refuse it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() {
+    let bed = Bed::new("gates-vswitch", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        lb_annotations(&[("address-type", "intranet"), ("vswitch-id", "vsw-e2e")]),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let lb = load_balancer_ids(&bed, "clb").await;
+    assert_eq!(lb.len(), 1, "{lb:?}");
+    let read = emulator_call(
+        &bed,
+        alibaba_lb::Service::Clb,
+        "DescribeLoadBalancerAttribute",
+        &[("LoadBalancerId", &lb[0])],
+    )
+    .await;
+    assert_eq!(
+        (&read["AddressType"], &read["VSwitchId"], &read["VpcId"]),
+        (&json!("intranet"), &json!("vsw-e2e"), &json!(VPC_ID)),
+        "{read}"
+    );
+
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("address-type", "intranet")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
+    bed.cleanup().await;
+}

@@ -4,7 +4,7 @@
 //! drain its annotations ask for (`settings`), HTTP or HTTPS where `protocol-port`
 //! says so (CLB only), and the tags what it creates carries (the cluster, the Service,
 //! `additional-resource-tags`).
-use alibaba_lb::{ListenerSpec, LoadBalancerSpec, Product, ResourceTags};
+use alibaba_lb::{AddressType, ListenerSpec, LoadBalancerSpec, Product, ResourceTags, ZoneVSwitch};
 
 use super::model::{legacy_server_group_name, server_group_name, ServiceFacts};
 use super::service::ServiceSnapshot;
@@ -29,6 +29,33 @@ pub fn lb_spec(
         ));
     }
     let address_type = service.address_type.clone()?;
+    let mut zones = zones;
+    if product == Product::Clb {
+        // `vswitch-id`: where an intranet CLB takes its address (the client sends the
+        // first zone's vswitch); NLB has zone-maps instead (said in `not_acted_on`).
+        match (service.vswitch_id.clone()?, address_type) {
+            (Some(_), AddressType::Internet) => {
+                return Err(format!(
+                    "annotation {}vswitch-id: only for an intranet CLB; accepted: with {}address-type: intranet",
+                    LOAD_BALANCER_ANNOTATION_PREFIXES[0], LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+                ))
+            }
+            (Some(vswitch_id), AddressType::Intranet) => zones.insert(
+                0,
+                ZoneVSwitch {
+                    zone_id: String::new(),
+                    vswitch_id,
+                },
+            ),
+            (None, AddressType::Intranet) if zones.is_empty() && service.existing_id().is_none() => {
+                return Err(format!(
+                    "annotation {}address-type: intranet: a CLB in the VPC takes its address from a vswitch; accepted: with {}vswitch-id: <vswitch id>",
+                    LOAD_BALANCER_ANNOTATION_PREFIXES[0], LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+                ))
+            }
+            _ => {}
+        }
+    }
     let mut settings = service.listener_settings.clone()?;
     if product == Product::Nlb {
         // NLB has no listener access control (the Service was told, `not_acted_on`).
@@ -135,6 +162,7 @@ mod tests {
 
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     const ADDRESS: &str = "service.beta.kubernetes.io/alicloud-loadbalancer-address-type";
+    const VSWITCH: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id";
     const PROTOCOL_PORT: &str =
         "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-protocol-port";
 
@@ -254,8 +282,16 @@ mod tests {
              Product::Clb, &[], ok(None, Internet, 0)),
             ("a CLB takes no zone",
              Product::Clb, &[(ZONES, "cn-hangzhou-k:vsw-1")], ok(None, Internet, 1)),
-            ("intranet is asked for under the legacy prefix",
-             Product::Clb, &[(ADDRESS, "Intranet")], ok(None, Intranet, 0)),
+            ("intranet is asked for under the legacy prefix, with its vswitch",
+             Product::Clb, &[(ADDRESS, "Intranet"), (VSWITCH, "vsw-1")], ok(None, Intranet, 1)),
+            ("a new intranet CLB needs its vswitch",
+             Product::Clb, &[(ADDRESS, "Intranet")], Err("address-type: intranet: a CLB in the VPC takes its address from a vswitch; accepted: with service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id")),
+            ("an attached intranet CLB has one",
+             Product::Clb, &[(ADDRESS, "Intranet"), (LOAD_BALANCER_ID_ANNOTATION, "lb-user")], ok(Some("lb-user"), Intranet, 0)),
+            ("an internet CLB takes no vswitch",
+             Product::Clb, &[(VSWITCH, "vsw-1")], Err("vswitch-id: only for an intranet CLB")),
+            ("an NLB ignores the vswitch (zone-maps)",
+             Product::Nlb, &[(ZONES, two_zones), (VSWITCH, "vsw-9")], ok(None, Internet, 2)),
             ("a new NLB needs two zones",
              Product::Nlb, &[(ZONES, "cn-hangzhou-k:vsw-1")], Err(nlb_needs)),
             ("a new NLB of no zone at all is refused too",

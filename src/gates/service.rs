@@ -67,6 +67,8 @@ pub struct ServiceSnapshot {
     /// `weight` (also in `facts`, where a bad value reads as the default), or why it
     /// is not valid.
     pub weight: Result<Option<u32>, String>,
+    /// `vswitch-id` (intranet CLB), or why it is not valid.
+    pub vswitch_id: Result<Option<String>, String>,
 }
 
 impl ServiceSnapshot {
@@ -100,6 +102,7 @@ impl ServiceSnapshot {
             listener_settings: settings::listener_settings(service.annotations()),
             additional_tags: settings::additional_resource_tags(service.annotations()),
             weight: settings::backend_weight(service.annotations()),
+            vswitch_id: settings::vswitch_id(service.annotations()),
             not_acted_on: settings::not_acted_on(
                 service.annotations(),
                 product_for(service, selection),

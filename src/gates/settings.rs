@@ -103,7 +103,7 @@ pub const FAMILY: &[(&str, Support)] = {
         ("instance-charge-type", NotYet),
         ("charge-type", NotYet),
         ("bandwidth", NotYet),
-        ("vswitch-id", NotYet),
+        ("vswitch-id", Supported),
         ("network-type", NotYet),
         ("master-zoneid", NotYet),
         ("slave-zoneid", NotYet),
@@ -144,6 +144,11 @@ const NOT_FOR_PRODUCT: &[(&str, Product, &str)] = &[
     ("acl-status", Product::Nlb, NLB_HAS_NO_ACL),
     ("acl-id", Product::Nlb, NLB_HAS_NO_ACL),
     ("acl-type", Product::Nlb, NLB_HAS_NO_ACL),
+    (
+        "vswitch-id",
+        Product::Nlb,
+        "an NLB takes one vswitch per zone, from zone-maps",
+    ),
 ];
 
 const NLB_HAS_NO_ACL: &str = "NLB listeners take no access control list (the NLB API has none; NLB admits clients through security groups instead)";
@@ -246,6 +251,27 @@ pub fn backend_weight(annotations: &BTreeMap<String, String>) -> Result<Option<u
             raw,
             "an integer from 1 to 100, the weight of each pod's backend (0 would take every pod out of rotation)",
         )),
+    }
+}
+
+/// `vswitch-id`: the vswitch an intranet CLB takes its address from (`VSwitchId` of
+/// `CreateLoadBalancer`), `vsw-` and letters and digits. `None`: not set.
+pub fn vswitch_id(annotations: &BTreeMap<String, String>) -> Result<Option<String>, String> {
+    let Some(raw) = get(annotations, "vswitch-id") else {
+        return Ok(None);
+    };
+    let ok = raw.len() <= 64
+        && raw
+            .strip_prefix("vsw-")
+            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()));
+    if ok {
+        Ok(Some(raw.to_string()))
+    } else {
+        Err(invalid(
+            "vswitch-id",
+            raw,
+            "the id of a vswitch of the cluster's VPC (vsw- and letters and digits)",
+        ))
     }
 }
 
@@ -723,6 +749,20 @@ mod tests {
             not_applicable[0].1.contains("rollgate sets backend weights itself"),
             "{not_applicable:?}"
         );
+    }
+
+    #[test]
+    fn the_vswitch_is_a_vswitch_id_and_means_nothing_to_an_nlb() {
+        let read = |v: &str| vswitch_id(&annotations(&[("vswitch-id", v)]));
+        assert_eq!(vswitch_id(&BTreeMap::new()), Ok(None));
+        assert_eq!(read("vsw-2zew0gr3xhfl2"), Ok(Some("vsw-2zew0gr3xhfl2".into())));
+        for bad in ["vsw-", "sw-1", "vsw-a_b", "vsw-1,vsw-2"] {
+            let said = read(bad).unwrap_err();
+            assert!(said.contains("vswitch-id") && said.contains("vsw- and"), "{said}");
+        }
+        let nlb = not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Nlb));
+        assert!(nlb[0].1.contains("zone-maps"), "{nlb:?}");
+        assert!(not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Clb)).is_empty());
     }
 
     #[test]

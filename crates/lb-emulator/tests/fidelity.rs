@@ -3033,3 +3033,66 @@ async fn clb_listener_access_control_names_a_held_list_with_its_type() {
         "AclNotExist",
     );
 }
+
+// ------------------------------------------------- intranet CLB and its vswitch (row 57)
+
+/// Row 57: an intranet CLB in a VPC needs its vswitch; with it, the instance is made
+/// and `DescribeLoadBalancerAttribute` reports both. Then through the client, as
+/// rollgate asks for `vswitch-id` (the first zone's vswitch of the spec).
+#[tokio::test]
+async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
+    let bed = Bed::new().await;
+    let create = |extra: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move {
+            let mut p = vec![
+                ("AddressType", "intranet"),
+                ("VpcId", lb_emulator::DEFAULT_VPC_ID),
+            ];
+            p.extend_from_slice(extra);
+            bed.call(Service::Clb, "CreateLoadBalancer", &p).await
+        }
+    };
+    refused(create(&[]).await, 400, "MissingParameter");
+    let made = create(&[("VSwitchId", "vsw-a")]).await.unwrap();
+    let id = made["LoadBalancerId"].as_str().unwrap().to_string();
+    let read = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (&read["AddressType"], &read["VSwitchId"]),
+        (&json!("intranet"), &json!("vsw-a")),
+        "{read}"
+    );
+
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let lb = client
+        .ensure_load_balancer(&LoadBalancerSpec {
+            tags: Default::default(),
+            name: "fidelity-intranet".into(),
+            existing_id: None,
+            address_type: AddressType::Intranet,
+            vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+            zones: vec![ZoneVSwitch {
+                zone_id: String::new(),
+                vswitch_id: "vsw-b".into(),
+            }],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    let read = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &lb.id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read["VSwitchId"], "vsw-b", "{read}");
+}

@@ -193,6 +193,13 @@ impl World {
                         format!("{charge_type:?} is not one of PayBySpec, PayByCLCU"),
                     ));
                 }
+                // An intranet instance in a VPC takes its address from a vswitch
+                // ("VSwitchId: required to create a CLB in a VPC").
+                let vpc_id = p.get("VpcId").cloned().unwrap_or_default();
+                let vswitch_id = p.get("VSwitchId").cloned().unwrap_or_default();
+                if address_type == "intranet" && !vpc_id.is_empty() && vswitch_id.is_empty() {
+                    return Err(ApiError::missing("VSwitchId"));
+                }
                 let tags = tags(p, TAGS_PER_CREATE, ApiError::invalid)?;
                 let id = self.new_id("lb");
                 let n = self.clbs.len() + 10;
@@ -211,6 +218,8 @@ impl World {
                     address_type,
                     spec,
                     charge_type,
+                    vpc_id,
+                    vswitch_id,
                     listeners: vec![],
                     tags,
                     client_token: token,
@@ -243,6 +252,8 @@ impl World {
             "Address": lb.address,
             "AddressType": lb.address_type,
             "AddressIPVersion": "ipv4",
+            "VpcId": lb.vpc_id,
+            "VSwitchId": lb.vswitch_id,
             "RegionId": self.region,
             "NetworkType": "vpc",
             "CreateTime": "2024-01-01T00:00Z",

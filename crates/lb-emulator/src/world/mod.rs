@@ -144,6 +144,9 @@ pub struct Clb {
     pub spec: String,
     /// `InstanceChargeType`: `PayBySpec` (default) or `PayByCLCU`.
     pub charge_type: String,
+    /// `VpcId` and `VSwitchId` of an intranet instance in a VPC (empty otherwise).
+    pub vpc_id: String,
+    pub vswitch_id: String,
     pub listeners: Vec<ClbListener>,
     /// `Tag.N` of `CreateLoadBalancer`, returned by `DescribeLoadBalancerAttribute`.
     pub tags: Tags,
