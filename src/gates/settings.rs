@@ -1,7 +1,8 @@
 //! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
 //! the thresholds, `connection-drain` and its timeout, `scheduler`, the CLB listener's
-//! `acl-*`), read into the listener settings the cloud client sends; `protocol-port` and `cert-id`, which make a Service
-//! port's CLB listener HTTP or HTTPS; and the whole annotation family, each marked
+//! `acl-*`), read into the listener settings the cloud client sends; `protocol-port`
+//! and `cert-id`, which make a Service port's CLB listener HTTP or HTTPS; `weight` and
+//! `vswitch-id`; and the whole annotation family, each marked
 //! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
 //! controller hears about every annotation rollgate does not act on. Pure.
 //!
@@ -187,7 +188,7 @@ pub fn not_acted_on(
                     let why = NOT_APPLICABLE_WHY
                         .iter()
                         .find(|(s, _)| *s == suffix)
-                        .map_or("rollgate registers pods as backends, never nodes", |(_, w)| w);
+                        .map_or("rollgate registers pods as backends, never nodes", |(_, w)| *w);
                     format!("annotation {key} does not apply: {why}; it has no effect")
                 }
                 None => format!(
