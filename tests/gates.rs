@@ -1605,6 +1605,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -1718,6 +1719,7 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "shared-by-hand".into(),
             existing_id: None,
@@ -1799,6 +1801,7 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     let clb = bed.emu.cloud_client(Product::Clb);
     let theirs = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: ResourceTags {
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
@@ -1989,6 +1992,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2097,6 +2101,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2338,6 +2343,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "unused".into(),
             existing_id: Some(lb_id.clone()),
@@ -2447,6 +2453,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2562,6 +2569,7 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-an-earlier-version".into(),
             existing_id: None,
@@ -2685,6 +2693,7 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: name.into(),
             existing_id: None,
@@ -3210,6 +3219,7 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let theirs = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: ResourceTags {
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
@@ -3442,5 +3452,68 @@ async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() 
         "{message}"
     );
     assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
+    bed.cleanup().await;
+}
+
+/// `instance-charge-type: PayByCLCU` on one CLB Service and `spec: slb.s2.small` on
+/// another, both with gated pods: each created CLB is what was asked (read back with
+/// `DescribeLoadBalancerAttribute`: CLCU without a spec, s2.small by spec) and the
+/// gates turn True on both (both take pod backends). A spec with CLCU: every gate says
+/// `InvalidLoadBalancerAnnotation` naming `spec`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_and_charge_type_shape_the_created_clb() {
+    let bed = Bed::new("gates-clbspec", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "clcu",
+        "web",
+        None,
+        lb_annotations(&[("instance-charge-type", "PayByCLCU")]),
+    )
+    .await;
+    bed.create_service("s2", "web", None, lb_annotations(&[("spec", "slb.s2.small")]))
+        .await;
+    bed.create_deployment("web", "web", 2, &["clcu", "s2"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "clcu", Duration::from_secs(90)).await;
+    wait_rollout(&bed, "web", "web", "s2", Duration::from_secs(90)).await;
+    for (service, spec, charge) in [("clcu", "", "PayByCLCU"), ("s2", "slb.s2.small", "PayBySpec")] {
+        let svc = bed.services().get(service).await.unwrap();
+        let id = svc.annotations()["rollgate.io/created-load-balancer-id"].clone();
+        let read = emulator_call(
+            &bed,
+            alibaba_lb::Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &id)],
+        )
+        .await;
+        assert_eq!(
+            (&read["LoadBalancerSpec"], &read["InstanceChargeType"]),
+            (&json!(spec), &json!(charge)),
+            "{service}: {read}"
+        );
+    }
+
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("spec", "slb.s1.small"), ("instance-charge-type", "PayByCLCU")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("alibaba-cloud-loadbalancer-spec") && message.contains("PayByCLCU"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 2);
     bed.cleanup().await;
 }

@@ -56,6 +56,11 @@ pub fn lb_spec(
             _ => {}
         }
     }
+    // Read only when a CLB is created; an NLB has none (said in `not_acted_on`).
+    let clb_instance = match product {
+        Product::Clb => service.clb_instance.clone()?,
+        Product::Nlb => Default::default(),
+    };
     let mut settings = service.listener_settings.clone()?;
     if product == Product::Nlb {
         // NLB has no listener access control (the Service was told, `not_acted_on`).
@@ -93,6 +98,7 @@ pub fn lb_spec(
     name.push('-');
     name.push_str(uid_part);
     Ok(LoadBalancerSpec {
+        clb_instance,
         name,
         existing_id: service.existing_id().map(str::to_string),
         address_type,

@@ -69,6 +69,8 @@ pub struct ServiceSnapshot {
     pub weight: Result<Option<u32>, String>,
     /// `vswitch-id` (intranet CLB), or why it is not valid.
     pub vswitch_id: Result<Option<String>, String>,
+    /// `spec` and `instance-charge-type` (a CLB to create), or why they are not valid.
+    pub clb_instance: Result<alibaba_lb::ClbInstance, String>,
 }
 
 impl ServiceSnapshot {
@@ -103,6 +105,7 @@ impl ServiceSnapshot {
             additional_tags: settings::additional_resource_tags(service.annotations()),
             weight: settings::backend_weight(service.annotations()),
             vswitch_id: settings::vswitch_id(service.annotations()),
+            clb_instance: settings::clb_instance(service.annotations()),
             not_acted_on: settings::not_acted_on(
                 service.annotations(),
                 product_for(service, selection),

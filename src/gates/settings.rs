@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alibaba_lb::{
-    tag_key_ok, tag_value_ok, AclType, ConnectionDrain, HealthCheck, HealthCheckType,
-    ListenerAcl, ListenerProtocol, ListenerSettings, Product, TAGS_PER_RESOURCE,
+    tag_key_ok, tag_value_ok, AclType, ClbInstance, ConnectionDrain, HealthCheck,
+    HealthCheckType, ListenerAcl, ListenerProtocol, ListenerSettings, Product,
+    TAGS_PER_RESOURCE,
 };
 
 use super::model::ServicePort;
@@ -100,8 +101,8 @@ pub const FAMILY: &[(&str, Support)] = {
         ("backend-ip-version", NotYet),
         // The load balancer itself.
         ("name", NotYet),
-        ("spec", NotYet),
-        ("instance-charge-type", NotYet),
+        ("spec", Supported),
+        ("instance-charge-type", Supported),
         ("charge-type", NotYet),
         ("bandwidth", NotYet),
         ("vswitch-id", Supported),
@@ -150,7 +151,12 @@ const NOT_FOR_PRODUCT: &[(&str, Product, &str)] = &[
         Product::Nlb,
         "an NLB takes one vswitch per zone, from zone-maps",
     ),
+    ("spec", Product::Nlb, NLB_HAS_NO_SPEC),
+    ("instance-charge-type", Product::Nlb, NLB_HAS_NO_SPEC),
 ];
+
+const NLB_HAS_NO_SPEC: &str =
+    "an NLB has no instance spec or charge type to choose (it is billed by use)";
 
 const NLB_HAS_NO_ACL: &str = "NLB listeners take no access control list (the NLB API has none; NLB admits clients through security groups instead)";
 
@@ -274,6 +280,56 @@ pub fn vswitch_id(annotations: &BTreeMap<String, String>) -> Result<Option<Strin
             "the id of a vswitch of the cluster's VPC (vsw- and letters and digits)",
         ))
     }
+}
+
+/// `LoadBalancerSpec` values of CLB `CreateLoadBalancer` (the SDK model).
+const CLB_SPECS: [&str; 6] = [
+    "slb.s1.small",
+    "slb.s2.small",
+    "slb.s2.medium",
+    "slb.s3.small",
+    "slb.s3.medium",
+    "slb.s3.large",
+];
+
+/// `spec` and `instance-charge-type`: what a CLB rollgate creates is asked to be. A
+/// pay-by-CLCU instance takes no spec (it scales by use), so the two together are
+/// refused; either alone is fine (empty fields keep the defaults).
+pub fn clb_instance(annotations: &BTreeMap<String, String>) -> Result<ClbInstance, String> {
+    let mut problems = vec![];
+    let spec = get(annotations, "spec").and_then(|raw| {
+        if CLB_SPECS.contains(&raw) {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid("spec", raw, &CLB_SPECS.join(", ")));
+            None
+        }
+    });
+    let charge_type = get(annotations, "instance-charge-type").and_then(|raw| {
+        match raw.to_ascii_lowercase().as_str() {
+            "paybyspec" => Some("PayBySpec".to_string()),
+            "paybyclcu" => Some("PayByCLCU".to_string()),
+            _ => {
+                problems.push(invalid("instance-charge-type", raw, "PayBySpec, PayByCLCU"));
+                None
+            }
+        }
+    });
+    if spec.is_some() && charge_type.as_deref() == Some("PayByCLCU") {
+        problems.push(format!(
+            "annotation {}: a PayByCLCU instance takes no spec (it scales by use); accepted: {} with PayBySpec, or no {}",
+            full_name("spec"),
+            full_name("spec"),
+            full_name("spec")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(ClbInstance {
+        spec: spec.unwrap_or_default(),
+        charge_type: charge_type.unwrap_or_default(),
+    })
 }
 
 /// One annotation, read under either prefix (the current one wins), trimmed.
@@ -764,6 +820,38 @@ mod tests {
         let nlb = not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Nlb));
         assert!(nlb[0].1.contains("zone-maps"), "{nlb:?}");
         assert!(not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Clb)).is_empty());
+    }
+
+    #[test]
+    fn spec_and_charge_type_are_the_apis_values_and_clcu_takes_no_spec() {
+        let read = |pairs: &[(&str, &str)]| clb_instance(&annotations(pairs));
+        assert_eq!(read(&[]), Ok(ClbInstance::default()));
+        assert_eq!(
+            read(&[("spec", "slb.s2.small"), ("instance-charge-type", "paybyspec")]),
+            Ok(ClbInstance {
+                spec: "slb.s2.small".into(),
+                charge_type: "PayBySpec".into()
+            })
+        );
+        assert_eq!(
+            read(&[("instance-charge-type", "PayByCLCU")]),
+            Ok(ClbInstance {
+                spec: String::new(),
+                charge_type: "PayByCLCU".into()
+            })
+        );
+        #[rustfmt::skip]
+        let refused: &[(&[(&str, &str)], &str)] = &[
+            (&[("spec", "slb.s9.huge")], "spec: \"slb.s9.huge\" is not valid; accepted: slb.s1.small, slb.s2.small"),
+            (&[("instance-charge-type", "monthly")], "accepted: PayBySpec, PayByCLCU"),
+            (&[("spec", "slb.s1.small"), ("instance-charge-type", "PayByCLCU")], "a PayByCLCU instance takes no spec"),
+        ];
+        for (pairs, want) in refused {
+            let said = read(pairs).unwrap_err();
+            assert!(said.contains(want), "{pairs:?}: {said}");
+        }
+        let nlb = not_acted_on(&annotations(&[("spec", "slb.s1.small")]), Some(Product::Nlb));
+        assert!(nlb[0].1.contains("billed by use"), "{nlb:?}");
     }
 
     #[test]

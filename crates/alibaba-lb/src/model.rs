@@ -171,6 +171,11 @@ pub struct LoadBalancerSpec {
     /// Put on what is created; the cluster's also decides what may be adopted. Each
     /// must pass `tag_key_ok` / `tag_value_ok`, at most `TAGS_PER_RESOURCE`.
     pub tags: ResourceTags,
+    /// CLB only, read only when the instance is created: the `LoadBalancerSpec` and
+    /// `InstanceChargeType` asked for. An empty spec keeps the client's configured
+    /// one (`ClientConfig::clb_spec`) unless the charge type is `PayByCLCU`, which
+    /// takes no spec; an empty charge type keeps the API's default.
+    pub clb_instance: ClbInstance,
 }
 
 /// One listener of a load balancer and the server group it forwards to (empty: none,

@@ -692,6 +692,7 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
         let lb = bed
             .client(Product::Clb, None)
             .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
                 tags: Default::default(),
                 name: "attached".into(),
                 existing_id: Some(existing),
@@ -1619,6 +1620,7 @@ async fn ensure_with(
 ) -> LoadBalancer {
     client
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "fidelity-settings".into(),
             existing_id: existing,
@@ -1850,6 +1852,7 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
         settings
     };
     let spec = |existing: Option<String>, settings| LoadBalancerSpec {
+        clb_instance: Default::default(),
         tags: Default::default(),
         name: "fidelity-https".into(),
         existing_id: existing,
@@ -2178,6 +2181,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "nlb-row-46".into(),
             existing_id: None,
@@ -3073,6 +3077,7 @@ async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
     let client = bed.client(Product::Clb, Some("slb.s1.small"));
     let lb = client
         .ensure_load_balancer(&LoadBalancerSpec {
+        clb_instance: Default::default(),
             tags: Default::default(),
             name: "fidelity-intranet".into(),
             existing_id: None,
@@ -3095,4 +3100,55 @@ async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
         .await
         .unwrap();
     assert_eq!(read["VSwitchId"], "vsw-b", "{read}");
+}
+
+// ------------------------------------------------- CLB charge type (row 58)
+
+/// Row 58: `InstanceChargeType` is `PayBySpec` or `PayByCLCU` (reported back with the
+/// spec). Through the client, as rollgate asks for `instance-charge-type: PayByCLCU`:
+/// no spec is sent (not even the configured default), so the instance takes pod
+/// backends as a CLCU one; `spec` alone replaces the configured default.
+#[tokio::test]
+async fn clb_charge_type_is_by_spec_or_clcu_and_clcu_gets_no_spec() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("InstanceChargeType", "Monthly")],
+        )
+        .await,
+        400,
+        "InvalidParameter.InstanceChargeType",
+    );
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let made = |name: &'static str, spec: &'static str, charge: &'static str| {
+        let client = &client;
+        async move {
+            let mut lb = lb_emulator::testing::spec(name, lb_emulator::DEFAULT_VPC_ID, "k8s-80-x");
+            lb.listeners.clear();
+            lb.clb_instance = ClbInstance {
+                spec: spec.into(),
+                charge_type: charge.into(),
+            };
+            client.ensure_load_balancer(&lb).await.unwrap()
+        }
+    };
+    let clcu = made("by-clcu", "", "PayByCLCU").await;
+    assert_eq!(
+        clcu.clb_instance,
+        Some(ClbInstance {
+            spec: String::new(),
+            charge_type: "PayByCLCU".into()
+        })
+    );
+    assert!(clcu.clb_instance.unwrap().takes_pod_backends());
+    let s2 = made("by-spec", "slb.s2.small", "").await;
+    assert_eq!(
+        s2.clb_instance,
+        Some(ClbInstance {
+            spec: "slb.s2.small".into(),
+            charge_type: "PayBySpec".into()
+        })
+    );
 }
