@@ -455,6 +455,29 @@ mod tests {
         }
     }
 
+    /// `spec` and `instance-charge-type` reach the CLB spec; an NLB's stays empty.
+    #[test]
+    fn spec_and_charge_type_reach_a_clb_spec_only() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let (spec, charge) = (format!("{p}spec"), format!("{p}instance-charge-type"));
+        let pairs = [
+            (spec.as_str(), "slb.s3.small"),
+            (charge.as_str(), "paybyspec"),
+            (ZONES, "cn-hangzhou-k:vsw-1,cn-hangzhou-j:vsw-2"),
+        ];
+        let snap = snapshot("web", "0123456789ab", &pairs);
+        let clb = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        assert_eq!(
+            clb.clb_instance,
+            alibaba_lb::ClbInstance {
+                spec: "slb.s3.small".into(),
+                charge_type: "PayBySpec".into()
+            }
+        );
+        let nlb = lb_spec(&snap, Product::Nlb, "c1", None).unwrap();
+        assert_eq!(nlb.clb_instance, Default::default());
+    }
+
     /// The ACL annotations reach every CLB listener, and no NLB one (NLB has none).
     #[test]
     fn the_acl_reaches_clb_listeners_and_not_nlb_ones() {
