@@ -3164,15 +3164,22 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     )
     .await;
 
-    // The NLB Service: told once that its ACL does nothing, naming the alternative.
+    // The NLB Service: told that its ACL does nothing, naming the alternative (one
+    // Warning per annotation; the recorder merges Events of one reason into one
+    // object with a count, keeping the first note).
     let records = event_records(&bed.client, &bed.ns.name, "api").await;
     let said: Vec<_> = records
         .iter()
         .filter(|r| r.reason == "UnsupportedLoadBalancerAnnotation")
-        .filter(|r| r.note.contains("alibaba-cloud-loadbalancer-acl-status"))
         .collect();
     assert_eq!(said.len(), 1, "{records:?}");
-    assert!(said[0].note.contains("security groups"), "{records:?}");
+    assert!(
+        said[0].note.contains("alibaba-cloud-loadbalancer-acl-")
+            && said[0].note.contains("does not apply to NLB")
+            && said[0].note.contains("security groups"),
+        "{records:?}"
+    );
+    assert_eq!(said[0].occurrences, 3, "one per annotation: {records:?}");
     let web_records = event_records(&bed.client, &bed.ns.name, "web").await;
     assert!(
         !web_records

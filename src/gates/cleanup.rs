@@ -226,10 +226,12 @@ async fn warn_not_deleted(service: &ServiceSnapshot, ctx: &Context, id: &str, cl
     let note = format!(
         "load balancer {id} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate did not delete it (only letting go of this Service); delete it from that cluster or by hand if it is no longer used"
     );
+    // Its own action: the recorder merges Events of one reason and action into one
+    // (keeping the first note), and the Service may have had this reason already.
     let warning = event(
         EventType::Warning,
         OTHER_CLUSTERS_RESOURCE_EVENT,
-        EVENT_ACTION,
+        "DeleteLoadBalancer",
         note,
     );
     ctx.events
