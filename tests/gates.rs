@@ -1605,7 +1605,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -1719,7 +1719,7 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "shared-by-hand".into(),
             existing_id: None,
@@ -1801,7 +1801,7 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     let clb = bed.emu.cloud_client(Product::Clb);
     let theirs = clb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: ResourceTags {
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
@@ -1992,7 +1992,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2101,7 +2101,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2343,7 +2343,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "unused".into(),
             existing_id: Some(lb_id.clone()),
@@ -2453,7 +2453,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2569,7 +2569,7 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-an-earlier-version".into(),
             existing_id: None,
@@ -2693,7 +2693,7 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: name.into(),
             existing_id: None,
@@ -3106,7 +3106,10 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     bed.create_service("web", "web", None, annotations(with_acl("white")))
         .await;
     let mut nlb = with_acl("white");
-    nlb.push(("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j".into()));
+    nlb.push((
+        "zone-maps",
+        "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j".into(),
+    ));
     bed.create_service("api", "web", Some("alibabacloud.com/nlb"), annotations(nlb))
         .await;
     bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
@@ -3129,7 +3132,11 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     };
     let listener = describe().await;
     assert_eq!(
-        (&listener["AclStatus"], &listener["AclId"], &listener["AclType"]),
+        (
+            &listener["AclStatus"],
+            &listener["AclId"],
+            &listener["AclType"]
+        ),
         (&json!("on"), &json!(acl), &json!("white")),
         "{listener}"
     );
@@ -3226,7 +3233,7 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let theirs = clb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: ResourceTags {
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
@@ -3260,7 +3267,9 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
     // Held by rollgate's finalizer: deleting it runs the cleanup.
     let svc = bed.services().get("copied").await.unwrap();
     assert!(
-        svc.finalizers().iter().any(|f| f == "rollgate.io/load-balancer"),
+        svc.finalizers()
+            .iter()
+            .any(|f| f == "rollgate.io/load-balancer"),
         "{:?}",
         svc.finalizers()
     );
@@ -3392,7 +3401,10 @@ async fn weight_reaches_every_backend_and_follows_changes() {
         .map(|(ip, _, _)| ip)
         .collect();
     assert_eq!(removed.len(), 1, "{events:?}");
-    let of_removed: Vec<_> = events.iter().filter(|(ip, _, _)| ip == removed[0]).collect();
+    let of_removed: Vec<_> = events
+        .iter()
+        .filter(|(ip, _, _)| ip == removed[0])
+        .collect();
     let drained = of_removed
         .iter()
         .position(|(_, event, detail)| event == "weight-changed" && detail == "70 -> 0")
@@ -3477,13 +3489,21 @@ async fn spec_and_charge_type_shape_the_created_clb() {
         lb_annotations(&[("instance-charge-type", "PayByCLCU")]),
     )
     .await;
-    bed.create_service("s2", "web", None, lb_annotations(&[("spec", "slb.s2.small")]))
-        .await;
+    bed.create_service(
+        "s2",
+        "web",
+        None,
+        lb_annotations(&[("spec", "slb.s2.small")]),
+    )
+    .await;
     bed.create_deployment("web", "web", 2, &["clcu", "s2"], 1, 0)
         .await;
     wait_rollout(&bed, "web", "web", "clcu", Duration::from_secs(90)).await;
     wait_rollout(&bed, "web", "web", "s2", Duration::from_secs(90)).await;
-    for (service, spec, charge) in [("clcu", "", "PayByCLCU"), ("s2", "slb.s2.small", "PayBySpec")] {
+    for (service, spec, charge) in [
+        ("clcu", "", "PayByCLCU"),
+        ("s2", "slb.s2.small", "PayBySpec"),
+    ] {
         let svc = bed.services().get(service).await.unwrap();
         let id = svc.annotations()["rollgate.io/created-load-balancer-id"].clone();
         let read = emulator_call(
@@ -3504,7 +3524,10 @@ async fn spec_and_charge_type_shape_the_created_clb() {
         "bad",
         "bad",
         None,
-        lb_annotations(&[("spec", "slb.s1.small"), ("instance-charge-type", "PayByCLCU")]),
+        lb_annotations(&[
+            ("spec", "slb.s1.small"),
+            ("instance-charge-type", "PayByCLCU"),
+        ]),
     )
     .await;
     bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;

@@ -360,11 +360,7 @@ mod tests {
             ("another key of the same value", vec![t("cluster", "c2")], None),
         ];
         for (case, held, want) in cases {
-            assert_eq!(
-                another_clusters(held, "c1").as_deref(),
-                *want,
-                "{case}"
-            );
+            assert_eq!(another_clusters(held, "c1").as_deref(), *want, "{case}");
         }
     }
 }

@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alibaba_lb::{
-    tag_key_ok, tag_value_ok, AclType, ClbInstance, ConnectionDrain, HealthCheck,
-    HealthCheckType, ListenerAcl, ListenerProtocol, ListenerSettings, Product,
-    TAGS_PER_RESOURCE,
+    tag_key_ok, tag_value_ok, AclType, ClbInstance, ConnectionDrain, HealthCheck, HealthCheckType,
+    ListenerAcl, ListenerProtocol, ListenerSettings, Product, TAGS_PER_RESOURCE,
 };
 
 use super::model::ServicePort;
@@ -268,9 +267,9 @@ pub fn vswitch_id(annotations: &BTreeMap<String, String>) -> Result<Option<Strin
         return Ok(None);
     };
     let ok = raw.len() <= 64
-        && raw
-            .strip_prefix("vsw-")
-            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()));
+        && raw.strip_prefix("vsw-").is_some_and(|rest| {
+            !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric())
+        });
     if ok {
         Ok(Some(raw.to_string()))
     } else {
@@ -562,16 +561,15 @@ fn listener_acl(
             None
         }
     });
-    let kind = get(annotations, "acl-type").and_then(|raw| {
-        match raw.to_ascii_lowercase().as_str() {
+    let kind =
+        get(annotations, "acl-type").and_then(|raw| match raw.to_ascii_lowercase().as_str() {
             "white" => Some(AclType::White),
             "black" => Some(AclType::Black),
             _ => {
                 problems.push(invalid("acl-type", raw, "white, black"));
                 None
             }
-        }
-    });
+        });
     let given = |suffix: &str| get(annotations, suffix).is_some();
     match status {
         Some(true) => {
@@ -803,7 +801,9 @@ mod tests {
             Some(Product::Clb),
         );
         assert!(
-            not_applicable[0].1.contains("rollgate sets backend weights itself"),
+            not_applicable[0]
+                .1
+                .contains("rollgate sets backend weights itself"),
             "{not_applicable:?}"
         );
     }
@@ -812,14 +812,22 @@ mod tests {
     fn the_vswitch_is_a_vswitch_id_and_means_nothing_to_an_nlb() {
         let read = |v: &str| vswitch_id(&annotations(&[("vswitch-id", v)]));
         assert_eq!(vswitch_id(&BTreeMap::new()), Ok(None));
-        assert_eq!(read("vsw-2zew0gr3xhfl2"), Ok(Some("vsw-2zew0gr3xhfl2".into())));
+        assert_eq!(
+            read("vsw-2zew0gr3xhfl2"),
+            Ok(Some("vsw-2zew0gr3xhfl2".into()))
+        );
         for bad in ["vsw-", "sw-1", "vsw-a_b", "vsw-1,vsw-2"] {
             let said = read(bad).unwrap_err();
-            assert!(said.contains("vswitch-id") && said.contains("vsw- and"), "{said}");
+            assert!(
+                said.contains("vswitch-id") && said.contains("vsw- and"),
+                "{said}"
+            );
         }
         let nlb = not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Nlb));
         assert!(nlb[0].1.contains("zone-maps"), "{nlb:?}");
-        assert!(not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Clb)).is_empty());
+        assert!(
+            not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Clb)).is_empty()
+        );
     }
 
     #[test]
@@ -827,7 +835,10 @@ mod tests {
         let read = |pairs: &[(&str, &str)]| clb_instance(&annotations(pairs));
         assert_eq!(read(&[]), Ok(ClbInstance::default()));
         assert_eq!(
-            read(&[("spec", "slb.s2.small"), ("instance-charge-type", "paybyspec")]),
+            read(&[
+                ("spec", "slb.s2.small"),
+                ("instance-charge-type", "paybyspec")
+            ]),
             Ok(ClbInstance {
                 spec: "slb.s2.small".into(),
                 charge_type: "PayBySpec".into()
@@ -850,7 +861,10 @@ mod tests {
             let said = read(pairs).unwrap_err();
             assert!(said.contains(want), "{pairs:?}: {said}");
         }
-        let nlb = not_acted_on(&annotations(&[("spec", "slb.s1.small")]), Some(Product::Nlb));
+        let nlb = not_acted_on(
+            &annotations(&[("spec", "slb.s1.small")]),
+            Some(Product::Nlb),
+        );
         assert!(nlb[0].1.contains("billed by use"), "{nlb:?}");
     }
 

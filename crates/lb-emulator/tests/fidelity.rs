@@ -692,7 +692,7 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
         let lb = bed
             .client(Product::Clb, None)
             .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+                clb_instance: Default::default(),
                 tags: Default::default(),
                 name: "attached".into(),
                 existing_id: Some(existing),
@@ -1620,7 +1620,7 @@ async fn ensure_with(
 ) -> LoadBalancer {
     client
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "fidelity-settings".into(),
             existing_id: existing,
@@ -2181,7 +2181,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "nlb-row-46".into(),
             existing_id: None,
@@ -2948,7 +2948,11 @@ async fn clb_listener_access_control_names_a_held_list_with_its_type() {
         "AclNotExist",
     );
     refused(
-        tcp("81", vec![("AclStatus", "on".into()), ("AclId", acl.clone())]).await,
+        tcp(
+            "81",
+            vec![("AclStatus", "on".into()), ("AclId", acl.clone())],
+        )
+        .await,
         400,
         "MissingParameter",
     );
@@ -3077,7 +3081,7 @@ async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
     let client = bed.client(Product::Clb, Some("slb.s1.small"));
     let lb = client
         .ensure_load_balancer(&LoadBalancerSpec {
-        clb_instance: Default::default(),
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "fidelity-intranet".into(),
             existing_id: None,

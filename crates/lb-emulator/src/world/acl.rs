@@ -6,21 +6,10 @@
 //! type. NLB has no such lists (it admits clients through security groups), so
 //! nothing here is NLB's.
 
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::params::get;
-use super::{ApiError, ApiResult, Params, Settings, World};
-
-/// An access control list: its entries are not modelled (the emulator carries no
-/// client traffic), only that it exists and who names it.
-#[derive(Clone, Debug, Serialize)]
-pub struct AccessControlList {
-    pub id: String,
-    pub name: String,
-    /// `ipv4` or `ipv6`.
-    pub address_ip_version: String,
-}
+use super::{AccessControlList, ApiError, ApiResult, Params, Settings, World};
 
 /// Lists per region and account ("每个地域单账号可创建的访问控制策略组个数: 50").
 pub const ACLS_PER_REGION: usize = 50;

@@ -9,10 +9,10 @@
 
 use serde_json::{json, Value};
 
-use super::{acl, listener_settings};
 use super::params::{
     clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port, tags, TAGS_PER_CREATE,
 };
+use super::{acl, listener_settings};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
 };

@@ -11,7 +11,7 @@
 //! the state here. The checks follow the API reference and the official SDK models
 //! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
-pub mod acl;
+mod acl;
 mod clb;
 pub mod ecs;
 pub mod listener_settings;
@@ -161,6 +161,16 @@ impl Clb {
     pub fn high_performance(&self) -> bool {
         !self.spec.is_empty() || self.charge_type == "PayByCLCU"
     }
+}
+
+/// A CLB access control list (`acl`): its entries are not modelled (the emulator
+/// carries no client traffic), only that it exists and which listeners name it.
+#[derive(Clone, Debug, Serialize)]
+pub struct AccessControlList {
+    pub id: String,
+    pub name: String,
+    /// `ipv4` or `ipv6`.
+    pub address_ip_version: String,
 }
 
 /// The VPC every emulator starts with, so a test that does not care about CIDRs
@@ -371,7 +381,7 @@ pub struct World {
     /// by `POST /_emulator/server-certificates`.
     pub server_certificates: BTreeSet<String>,
     /// CLB access control lists (`CreateAccessControlList`), by id.
-    pub acls: BTreeMap<String, acl::AccessControlList>,
+    pub acls: BTreeMap<String, AccessControlList>,
 }
 
 fn now_rfc3339() -> String {
