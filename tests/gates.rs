@@ -1181,7 +1181,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
         ]
     };
     let mut web = check("/healthz");
-    web.push(("acl-status", "on"));
+    web.push(("persistence-timeout", "60"));
     bed.create_service("web", "web", None, lb_annotations(&web))
         .await;
     let mut api = check("/healthz");
@@ -1243,7 +1243,8 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     )
     .await;
 
-    // Several reconciles later, one Warning about the ACL switch, none about the rest.
+    // Several reconciles later, one Warning about the session persistence, none about
+    // the rest.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let records = event_records(&bed.client, &bed.ns.name, "web").await;
     let unsupported: Vec<_> = records
@@ -1255,7 +1256,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     assert!(
         unsupported[0]
             .note
-            .contains("alibaba-cloud-loadbalancer-acl-status"),
+            .contains("alibaba-cloud-loadbalancer-persistence-timeout"),
         "{records:?}"
     );
     bed.cleanup().await;
@@ -1604,6 +1605,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -1717,6 +1719,7 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "shared-by-hand".into(),
             existing_id: None,
@@ -1798,6 +1801,7 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     let clb = bed.emu.cloud_client(Product::Clb);
     let theirs = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: ResourceTags {
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
@@ -1988,6 +1992,7 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2096,6 +2101,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2337,6 +2343,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "unused".into(),
             existing_id: Some(lb_id.clone()),
@@ -2446,6 +2453,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-hand".into(),
             existing_id: None,
@@ -2561,6 +2569,7 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "made-by-an-earlier-version".into(),
             existing_id: None,
@@ -2684,6 +2693,7 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: name.into(),
             existing_id: None,
@@ -3025,5 +3035,515 @@ async fn two_clusters_with_the_same_service_in_one_account_never_touch_each_othe
     second_controller.stop();
     enis.abort();
     drop(second);
+    bed.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The last annotation families of issue 24.
+
+/// A signed raw client of the bed's emulator for `service` (for calls the alibaba-lb
+/// client does not make, as a user's console or script would).
+fn emulator_api(bed: &Bed, service: alibaba_lb::Service) -> alibaba_lb::transport::ApiClient {
+    use alibaba_lb::*;
+    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
+    let credentials: std::sync::Arc<dyn CredentialProvider> =
+        std::sync::Arc::new(StaticCredentials(Credentials {
+            access_key_id: "emulator-access-key-id".into(),
+            access_key_secret: Secret::new("emulator-access-key-secret"),
+            security_token: None,
+        }));
+    transport::ApiClient::new(&config, service, credentials).unwrap()
+}
+
+/// One signed call of the bed's emulator (`RegionId` added), its answer.
+async fn emulator_call(
+    bed: &Bed,
+    service: alibaba_lb::Service,
+    action: &str,
+    pairs: &[(&str, &str)],
+) -> Value {
+    let mut query: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    query.push(("RegionId".into(), "cn-hangzhou".into()));
+    emulator_api(bed, service)
+        .call::<Value>(action, &query, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{action}: {e}"))
+        .body
+}
+
+/// `acl-status: on` with `acl-id` and `acl-type` on a CLB Service: the listener admits
+/// through the list (read back with `DescribeLoadBalancerTCPListenerAttribute` and the
+/// list's `RelatedListeners`), the gates turn True, and a changed `acl-type` reaches
+/// the listener. The same annotations on an NLB Service do nothing but say why (one
+/// Warning naming security groups), and its gates turn True too. `on` without the
+/// list: every gated pod's condition names `acl-id`, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
+    use alibaba_lb::Service as Api;
+    let bed = Bed::new("gates-acl", 1, fast_emulator(), &[]).await;
+    let acl = emulator_call(
+        &bed,
+        Api::Clb,
+        "CreateAccessControlList",
+        &[("AclName", "office")],
+    )
+    .await;
+    let acl = acl["AclId"].as_str().unwrap().to_string();
+    let with_acl = |kind: &'static str| {
+        vec![
+            ("acl-status", "on".to_string()),
+            ("acl-id", acl.clone()),
+            ("acl-type", kind.to_string()),
+        ]
+    };
+    fn annotations(pairs: Vec<(&'static str, String)>) -> Value {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        lb_annotations(&pairs)
+    }
+    bed.create_service("web", "web", None, annotations(with_acl("white")))
+        .await;
+    let mut nlb = with_acl("white");
+    nlb.push((
+        "zone-maps",
+        "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j".into(),
+    ));
+    bed.create_service("api", "web", Some("alibabacloud.com/nlb"), annotations(nlb))
+        .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    let lb = load_balancer_ids(&bed, "clb").await;
+    assert_eq!(lb.len(), 1, "{lb:?}");
+    let describe = || {
+        let (bed, lb) = (&bed, lb[0].clone());
+        async move {
+            emulator_call(
+                bed,
+                Api::Clb,
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &[("LoadBalancerId", &lb), ("ListenerPort", "80")],
+            )
+            .await
+        }
+    };
+    let listener = describe().await;
+    assert_eq!(
+        (
+            &listener["AclStatus"],
+            &listener["AclId"],
+            &listener["AclType"]
+        ),
+        (&json!("on"), &json!(acl), &json!("white")),
+        "{listener}"
+    );
+    let related = emulator_call(
+        &bed,
+        Api::Clb,
+        "DescribeAccessControlListAttribute",
+        &[("AclId", &acl)],
+    )
+    .await;
+    let related = &related["RelatedListeners"]["RelatedListener"];
+    assert_eq!(related.as_array().map(Vec::len), Some(1), "{related}");
+    assert_eq!(related[0]["LoadBalancerId"], json!(lb[0]), "{related}");
+
+    // A changed type reaches the listener that already exists.
+    let patch = json!({"metadata": {"annotations": lb_annotations(&[("acl-type", "black")])}});
+    bed.services()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(
+        "the black list on the listener",
+        Duration::from_secs(30),
+        || async {
+            let kind = describe().await["AclType"].clone();
+            if kind == "black" {
+                Ok(())
+            } else {
+                Err(format!("{kind}"))
+            }
+        },
+    )
+    .await;
+
+    // The NLB Service: told that its ACL does nothing, naming the alternative (one
+    // Warning per annotation; the recorder merges Events of one reason into one
+    // object with a count, keeping the first note).
+    let records = event_records(&bed.client, &bed.ns.name, "api").await;
+    let said: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "UnsupportedLoadBalancerAnnotation")
+        .collect();
+    assert_eq!(said.len(), 1, "{records:?}");
+    assert!(
+        said[0].note.contains("alibaba-cloud-loadbalancer-acl-")
+            && said[0].note.contains("does not apply to NLB")
+            && said[0].note.contains("security groups"),
+        "{records:?}"
+    );
+    assert_eq!(said[0].occurrences, 3, "one per annotation: {records:?}");
+    let web_records = event_records(&bed.client, &bed.ns.name, "web").await;
+    assert!(
+        !web_records
+            .iter()
+            .any(|r| r.reason == "UnsupportedLoadBalancerAnnotation"),
+        "the CLB Service's ACL is acted on: {web_records:?}"
+    );
+
+    // `on` without the list: said on every gate, nothing made.
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("acl-status", "on"), ("acl-type", "white")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-id"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
+    bed.cleanup().await;
+}
+
+/// A Service whose recorded load balancer (rollgate's own `created-load-balancer-id`
+/// annotation, e.g. in a manifest copied from another cluster) is tagged for another
+/// cluster: deleting the Service reads the tags first and does not delete that load
+/// balancer; one Warning says so, and the finalizer is released so the Service goes.
+/// (Before, cleanup deleted whatever id the annotation recorded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
+    use alibaba_lb::*;
+    let bed = Bed::new("gates-del-owner", 1, fast_emulator(), &[]).await;
+    let clb = bed.emu.cloud_client(Product::Clb);
+    let theirs = clb
+        .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
+            tags: ResourceTags {
+                cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
+                others: vec![],
+            },
+            name: "other-clusters".into(),
+            existing_id: None,
+            address_type: AddressType::Internet,
+            vpc_id: Some(VPC_ID.into()),
+            zones: vec![],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    bed.create_service(
+        "copied",
+        "copied",
+        None,
+        json!({"rollgate.io/created-load-balancer-id": theirs.id}),
+    )
+    .await;
+    bed.create_deployment("copied", "copied", 1, &["copied"], 1, 0)
+        .await;
+    wait_gate(
+        &bed,
+        "copied",
+        "copied",
+        "the gate False, saying CloudApiError",
+        |s, r| s == "False" && r == "CloudApiError",
+    )
+    .await;
+    // Held by rollgate's finalizer: deleting it runs the cleanup.
+    let svc = bed.services().get("copied").await.unwrap();
+    assert!(
+        svc.finalizers()
+            .iter()
+            .any(|f| f == "rollgate.io/load-balancer"),
+        "{:?}",
+        svc.finalizers()
+    );
+    bed.delete_service("copied").await;
+    assert!(
+        load_balancer_ids(&bed, "clb").await.contains(&theirs.id),
+        "the other cluster's load balancer was deleted"
+    );
+    let records = event_records(&bed.client, &bed.ns.name, "copied").await;
+    let not_deleted: Vec<_> = records
+        .iter()
+        .filter(|r| r.reason == "LoadBalancerOfAnotherCluster" && r.note.contains("did not delete"))
+        .collect();
+    assert_eq!(not_deleted.len(), 1, "{records:?}");
+    assert_eq!(not_deleted[0].occurrences, 1, "{records:?}");
+    assert!(
+        not_deleted[0].note.contains(&theirs.id) && not_deleted[0].note.contains("other-cluster"),
+        "{records:?}"
+    );
+    bed.cleanup().await;
+}
+
+/// `weight: 40` on a CLB and an NLB Service with gated pods: every backend carries 40
+/// (CLB read back with `DescribeVServerGroupAttribute`, NLB from the emulator's
+/// group), the gates turn True, and `weight: 70` reaches the backends that already
+/// exist. Scaled down, a pod's backend still drains to 0 (`70 -> 0` on the timeline)
+/// before it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weight_reaches_every_backend_and_follows_changes() {
+    let bed = Bed::new("gates-weight", 1, fast_emulator(), &[]).await;
+    bed.create_service("web", "web", None, lb_annotations(&[("weight", "40")]))
+        .await;
+    bed.create_service(
+        "api",
+        "web",
+        Some("alibabacloud.com/nlb"),
+        lb_annotations(&[
+            ("weight", "40"),
+            ("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"),
+        ]),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+
+    // Through the CLB API: the vServer group's backends and their weights.
+    let clb_weights = || async {
+        let state = bed.emulator("state").await;
+        let group = state["clb"]["vserver_groups"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let answer = emulator_call(
+            &bed,
+            alibaba_lb::Service::Clb,
+            "DescribeVServerGroupAttribute",
+            &[("VServerGroupId", &group)],
+        )
+        .await;
+        answer["BackendServers"]["BackendServer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["Weight"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let nlb_weights = || async {
+        bed.backends()
+            .await
+            .into_iter()
+            .filter(|b| b.product == "nlb")
+            .map(|b| b.weight)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(clb_weights().await, [40, 40]);
+    assert_eq!(nlb_weights().await, [40, 40]);
+
+    // A changed weight reaches the backends that exist.
+    let patch = json!({"metadata": {"annotations": lb_annotations(&[("weight", "70")])}});
+    for service in ["web", "api"] {
+        bed.services()
+            .patch(service, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    wait_for("weight 70 everywhere", Duration::from_secs(30), || async {
+        let (clb, nlb) = (clb_weights().await, nlb_weights().await);
+        if clb == [70, 70] && nlb == [70, 70] {
+            Ok(())
+        } else {
+            Err(format!("CLB {clb:?}, NLB {nlb:?}"))
+        }
+    })
+    .await;
+
+    // Scaled down: the leaving pod's CLB backend goes 70 -> 0, then away.
+    let patch = json!({"spec": {"replicas": 1}});
+    bed.deployments()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("one backend left", Duration::from_secs(60), || async {
+        let clb = clb_weights().await;
+        if clb == [70] {
+            Ok(())
+        } else {
+            Err(format!("{clb:?}"))
+        }
+    })
+    .await;
+    let timeline = bed.emulator("timeline").await;
+    let events: Vec<(String, String, String)> = timeline["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["product"] == "clb")
+        .map(|e| {
+            (
+                e["ip"].as_str().unwrap_or_default().to_string(),
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["detail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let removed: Vec<&String> = events
+        .iter()
+        .filter(|(_, event, _)| event == "removed")
+        .map(|(ip, _, _)| ip)
+        .collect();
+    assert_eq!(removed.len(), 1, "{events:?}");
+    let of_removed: Vec<_> = events
+        .iter()
+        .filter(|(ip, _, _)| ip == removed[0])
+        .collect();
+    let drained = of_removed
+        .iter()
+        .position(|(_, event, detail)| event == "weight-changed" && detail == "70 -> 0")
+        .unwrap_or_else(|| panic!("never drained from 70: {of_removed:?}"));
+    let gone = of_removed
+        .iter()
+        .position(|(_, event, _)| event == "removed")
+        .unwrap();
+    assert!(drained < gone, "{of_removed:?}");
+    bed.cleanup().await;
+}
+
+/// `address-type: intranet` with `vswitch-id` on a CLB Service with gated pods: the
+/// created CLB is intranet on that vswitch (read back with
+/// `DescribeLoadBalancerAttribute`) and the gates turn True. Intranet without a
+/// vswitch: every gate says `InvalidLoadBalancerAnnotation` naming `vswitch-id`, and
+/// nothing more is created (the API would refuse it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() {
+    let bed = Bed::new("gates-vswitch", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "web",
+        "web",
+        None,
+        lb_annotations(&[("address-type", "intranet"), ("vswitch-id", "vsw-e2e")]),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
+    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let lb = load_balancer_ids(&bed, "clb").await;
+    assert_eq!(lb.len(), 1, "{lb:?}");
+    let read = emulator_call(
+        &bed,
+        alibaba_lb::Service::Clb,
+        "DescribeLoadBalancerAttribute",
+        &[("LoadBalancerId", &lb[0])],
+    )
+    .await;
+    assert_eq!(
+        (&read["AddressType"], &read["VSwitchId"], &read["VpcId"]),
+        (&json!("intranet"), &json!("vsw-e2e"), &json!(VPC_ID)),
+        "{read}"
+    );
+
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[("address-type", "intranet")]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 1);
+    bed.cleanup().await;
+}
+
+/// `instance-charge-type: PayByCLCU` on one CLB Service and `spec: slb.s2.small` on
+/// another, both with gated pods: each created CLB is what was asked (read back with
+/// `DescribeLoadBalancerAttribute`: CLCU without a spec, s2.small by spec) and the
+/// gates turn True on both (both take pod backends). A spec with CLCU: every gate says
+/// `InvalidLoadBalancerAnnotation` naming `spec`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_and_charge_type_shape_the_created_clb() {
+    let bed = Bed::new("gates-clbspec", 1, fast_emulator(), &[]).await;
+    bed.create_service(
+        "clcu",
+        "web",
+        None,
+        lb_annotations(&[("instance-charge-type", "PayByCLCU")]),
+    )
+    .await;
+    bed.create_service(
+        "s2",
+        "web",
+        None,
+        lb_annotations(&[("spec", "slb.s2.small")]),
+    )
+    .await;
+    bed.create_deployment("web", "web", 2, &["clcu", "s2"], 1, 0)
+        .await;
+    wait_rollout(&bed, "web", "web", "clcu", Duration::from_secs(90)).await;
+    wait_rollout(&bed, "web", "web", "s2", Duration::from_secs(90)).await;
+    for (service, spec, charge) in [
+        ("clcu", "", "PayByCLCU"),
+        ("s2", "slb.s2.small", "PayBySpec"),
+    ] {
+        let svc = bed.services().get(service).await.unwrap();
+        let id = svc.annotations()["rollgate.io/created-load-balancer-id"].clone();
+        let read = emulator_call(
+            &bed,
+            alibaba_lb::Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &id)],
+        )
+        .await;
+        assert_eq!(
+            (&read["LoadBalancerSpec"], &read["InstanceChargeType"]),
+            (&json!(spec), &json!(charge)),
+            "{service}: {read}"
+        );
+    }
+
+    bed.create_service(
+        "bad",
+        "bad",
+        None,
+        lb_annotations(&[
+            ("spec", "slb.s1.small"),
+            ("instance-charge-type", "PayByCLCU"),
+        ]),
+    )
+    .await;
+    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
+    let pods = wait_gate(
+        &bed,
+        "bad",
+        "bad",
+        "the gate False, saying InvalidLoadBalancerAnnotation",
+        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
+    )
+    .await;
+    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    assert!(
+        message.contains("alibaba-cloud-loadbalancer-spec") && message.contains("PayByCLCU"),
+        "{message}"
+    );
+    assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 2);
     bed.cleanup().await;
 }

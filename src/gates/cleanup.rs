@@ -4,7 +4,9 @@
 //! finalizer, then everything rollgate remembered of it.
 //!
 //! Deletion never wedges on what is already gone: a load balancer, listener or server
-//! group the user deleted first counts as cleaned up. What cannot proceed (the cloud
+//! group the user deleted first counts as cleaned up. A load balancer is deleted only
+//! after its tags are read: one tagged for another cluster is never deleted (one
+//! Warning Event says so, and the Service is let go of all the same). What cannot proceed (the cloud
 //! unreachable, credentials refused) keeps the finalizer and says why in one Warning
 //! Event per cause on the Service, so a Terminating namespace has an explanation.
 //!
@@ -16,7 +18,7 @@
 //! carry no field manager and bypass the apply layer (`crate::apply`), where every
 //! rollgate write names the one manager and a Service gone meanwhile (404) is not an
 //! error.
-use alibaba_lb::{Error as CloudError, Product};
+use alibaba_lb::{Error as CloudError, Product, ResourceTags, Tag};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
@@ -29,7 +31,7 @@ use super::reasons;
 use super::service::ServiceSnapshot;
 use super::service_writes::{forget_created, remove_finalizer};
 use crate::apply::{event, Topic};
-use crate::names::CLEANUP_BLOCKED_EVENT;
+use crate::names::{CLEANUP_BLOCKED_EVENT, CLUSTER_ID_TAG, OTHER_CLUSTERS_RESOURCE_EVENT};
 
 /// Lets go of the Service: cleans up and removes the finalizer when rollgate holds
 /// one, forgets the Service, and hands its gated pods to the orphan worker.
@@ -168,6 +170,15 @@ async fn run_step(
     let product = service.made_with;
     match step {
         CleanupStep::Delete(id) => {
+            // Its tags first: the id recorded on the Service may name another
+            // cluster's load balancer (a manifest copied with rollgate's annotations).
+            let Some(held) = ctx.cloud.load_balancer_tags(product, id).await? else {
+                return Ok(()); // already gone
+            };
+            if let Some(cluster) = another_clusters(&held, &ctx.settings.cluster_id) {
+                warn_not_deleted(service, ctx, id, &cluster).await;
+                return Ok(());
+            }
             // Both clients treat a load balancer already gone as deleted.
             ctx.cloud.delete(product, id).await?;
             tracing::info!(
@@ -185,6 +196,53 @@ async fn run_step(
         }
     }
     Ok(())
+}
+
+/// The other cluster `held` (a load balancer's tags) names with rollgate's cluster
+/// tag, if it names one other than `cluster_id`: that load balancer is not ours to
+/// delete. Untagged (made before tags, or by hand) is not another cluster's.
+pub fn another_clusters(held: &[Tag], cluster_id: &str) -> Option<String> {
+    ResourceTags {
+        cluster: Some((CLUSTER_ID_TAG.to_string(), cluster_id.to_string())),
+        others: vec![],
+    }
+    .other_cluster(held)
+}
+
+/// The de-duplication key of the Warning about a load balancer of another cluster
+/// that letting go of the Service did not delete.
+fn not_deleted_key(uid: &str) -> String {
+    format!("{uid}/not-deleted")
+}
+
+/// One Warning on the Service: the load balancer recorded as rollgate's is tagged for
+/// another cluster, so it was not deleted.
+async fn warn_not_deleted(service: &ServiceSnapshot, ctx: &Context, id: &str, cluster: &str) {
+    tracing::warn!(
+        load_balancer = id,
+        cluster,
+        "not deleting a load balancer tagged for another cluster"
+    );
+    let note = format!(
+        "load balancer {id} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate did not delete it (only letting go of this Service); delete it from that cluster or by hand if it is no longer used"
+    );
+    // Its own action: the recorder merges Events of one reason and action into one
+    // (keeping the first note), and the Service may have had this reason already.
+    let warning = event(
+        EventType::Warning,
+        OTHER_CLUSTERS_RESOURCE_EVENT,
+        "DeleteLoadBalancer",
+        note,
+    );
+    ctx.events
+        .publish_once(
+            &ctx.cleanup_said,
+            &not_deleted_key(&service.uid),
+            Topic::Warning,
+            &service.reference,
+            warning,
+        )
+        .await;
 }
 
 /// Takes this Service's backends (by their ownership marker, any port) out of every
@@ -241,6 +299,8 @@ pub async fn remove_own_backends(
 /// metrics.
 pub fn forget(service: &ServiceSnapshot, ctx: &Context) {
     ctx.cloud.forget(&service.uid);
+    ctx.cleanup_said
+        .forget_object(&not_deleted_key(&service.uid));
     ctx.placer.forget(&service.uid);
     ctx.poller.forget(&service.key());
     ctx.metrics
@@ -284,6 +344,23 @@ mod tests {
                 want,
                 "{case}"
             );
+        }
+    }
+
+    /// Only a load balancer whose cluster tag names another cluster is spared;
+    /// untagged ones, and ours, are deleted.
+    #[test]
+    fn a_load_balancer_tagged_for_another_cluster_is_never_deleted() {
+        let t = |k: &str, v: &str| (k.to_string(), v.to_string());
+        #[rustfmt::skip]
+        let cases: &[(&str, Vec<Tag>, Option<&str>)] = &[
+            ("untagged", vec![], None),
+            ("ours", vec![t(CLUSTER_ID_TAG, "c1"), t("team", "web")], None),
+            ("another cluster's", vec![t("team", "web"), t(CLUSTER_ID_TAG, "c2")], Some("c2")),
+            ("another key of the same value", vec![t("cluster", "c2")], None),
+        ];
+        for (case, held, want) in cases {
+            assert_eq!(another_clusters(held, "c1").as_deref(), *want, "{case}");
         }
     }
 }

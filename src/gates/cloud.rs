@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use alibaba_lb::{
     BackendType, Error as CloudError, ListenerProtocol, LoadBalancer, LoadBalancerBackends,
-    LoadBalancerSpec, Product, ServerGroupRef,
+    LoadBalancerSpec, Product, ServerGroupRef, Tag,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
@@ -183,6 +183,20 @@ impl Cloud {
             .delete_load_balancer(load_balancer_id)
             .await;
         self.count("DeleteLoadBalancer", &result);
+        result
+    }
+
+    /// The tags of a load balancer; `None`: it is gone.
+    pub async fn load_balancer_tags(
+        &self,
+        product: Product,
+        load_balancer_id: &str,
+    ) -> Result<Option<Vec<Tag>>, CloudError> {
+        let result = self
+            .client(product)
+            .load_balancer_tags(load_balancer_id)
+            .await;
+        self.count("LoadBalancerTags", &result);
         result
     }
 

@@ -4,7 +4,7 @@
 //! drain its annotations ask for (`settings`), HTTP or HTTPS where `protocol-port`
 //! says so (CLB only), and the tags what it creates carries (the cluster, the Service,
 //! `additional-resource-tags`).
-use alibaba_lb::{ListenerSpec, LoadBalancerSpec, Product, ResourceTags};
+use alibaba_lb::{AddressType, ListenerSpec, LoadBalancerSpec, Product, ResourceTags, ZoneVSwitch};
 
 use super::model::{legacy_server_group_name, server_group_name, ServiceFacts};
 use super::service::ServiceSnapshot;
@@ -29,7 +29,43 @@ pub fn lb_spec(
         ));
     }
     let address_type = service.address_type.clone()?;
-    let settings = service.listener_settings.clone()?;
+    let mut zones = zones;
+    if product == Product::Clb {
+        // `vswitch-id`: where an intranet CLB takes its address (the client sends the
+        // first zone's vswitch); NLB has zone-maps instead (said in `not_acted_on`).
+        match (service.vswitch_id.clone()?, address_type) {
+            (Some(_), AddressType::Internet) => {
+                return Err(format!(
+                    "annotation {}vswitch-id: only for an intranet CLB; accepted: with {}address-type: intranet",
+                    LOAD_BALANCER_ANNOTATION_PREFIXES[0], LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+                ))
+            }
+            (Some(vswitch_id), AddressType::Intranet) => zones.insert(
+                0,
+                ZoneVSwitch {
+                    zone_id: String::new(),
+                    vswitch_id,
+                },
+            ),
+            (None, AddressType::Intranet) if zones.is_empty() && service.existing_id().is_none() => {
+                return Err(format!(
+                    "annotation {}address-type: intranet: a CLB in the VPC takes its address from a vswitch; accepted: with {}vswitch-id: <vswitch id>",
+                    LOAD_BALANCER_ANNOTATION_PREFIXES[0], LOAD_BALANCER_ANNOTATION_PREFIXES[0]
+                ))
+            }
+            _ => {}
+        }
+    }
+    // Read only when a CLB is created; an NLB has none (said in `not_acted_on`).
+    let clb_instance = match product {
+        Product::Clb => service.clb_instance.clone()?,
+        Product::Nlb => Default::default(),
+    };
+    let mut settings = service.listener_settings.clone()?;
+    if product == Product::Nlb {
+        // NLB has no listener access control (the Service was told, `not_acted_on`).
+        settings.acl = None;
+    }
     let protocols = service.listener_protocols.clone()?;
     if product == Product::Nlb && protocols.any_layer7() {
         return Err(format!(
@@ -38,6 +74,9 @@ pub fn lb_spec(
         ));
     }
     let additional = service.additional_tags.clone()?;
+    // Not part of the spec (the plan gives each backend its weight), but a bad value
+    // is said here with the other annotations, before any cloud call.
+    service.weight.clone()?;
     let facts = &service.facts;
     let uid = &service.uid;
     // What rollgate creates says whose it is: the cluster (what it may adopt and
@@ -59,6 +98,7 @@ pub fn lb_spec(
     name.push('-');
     name.push_str(uid_part);
     Ok(LoadBalancerSpec {
+        clb_instance,
         name,
         existing_id: service.existing_id().map(str::to_string),
         address_type,
@@ -128,6 +168,7 @@ mod tests {
 
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     const ADDRESS: &str = "service.beta.kubernetes.io/alicloud-loadbalancer-address-type";
+    const VSWITCH: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id";
     const PROTOCOL_PORT: &str =
         "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-protocol-port";
 
@@ -247,8 +288,16 @@ mod tests {
              Product::Clb, &[], ok(None, Internet, 0)),
             ("a CLB takes no zone",
              Product::Clb, &[(ZONES, "cn-hangzhou-k:vsw-1")], ok(None, Internet, 1)),
-            ("intranet is asked for under the legacy prefix",
-             Product::Clb, &[(ADDRESS, "Intranet")], ok(None, Intranet, 0)),
+            ("intranet is asked for under the legacy prefix, with its vswitch",
+             Product::Clb, &[(ADDRESS, "Intranet"), (VSWITCH, "vsw-1")], ok(None, Intranet, 1)),
+            ("a new intranet CLB needs its vswitch",
+             Product::Clb, &[(ADDRESS, "Intranet")], Err("address-type: intranet: a CLB in the VPC takes its address from a vswitch; accepted: with service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id")),
+            ("an attached intranet CLB has one",
+             Product::Clb, &[(ADDRESS, "Intranet"), (LOAD_BALANCER_ID_ANNOTATION, "lb-user")], ok(Some("lb-user"), Intranet, 0)),
+            ("an internet CLB takes no vswitch",
+             Product::Clb, &[(VSWITCH, "vsw-1")], Err("vswitch-id: only for an intranet CLB")),
+            ("an NLB ignores the vswitch (zone-maps)",
+             Product::Nlb, &[(ZONES, two_zones), (VSWITCH, "vsw-9")], ok(None, Internet, 2)),
             ("a new NLB needs two zones",
              Product::Nlb, &[(ZONES, "cn-hangzhou-k:vsw-1")], Err(nlb_needs)),
             ("a new NLB of no zone at all is refused too",
@@ -404,6 +453,56 @@ mod tests {
             assert_eq!(s.health_check.uri.as_deref(), Some("/ready"));
             assert_eq!(s.drain.and_then(|d| d.timeout_seconds), Some(45));
         }
+    }
+
+    /// `spec` and `instance-charge-type` reach the CLB spec; an NLB's stays empty.
+    #[test]
+    fn spec_and_charge_type_reach_a_clb_spec_only() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let (spec, charge) = (format!("{p}spec"), format!("{p}instance-charge-type"));
+        let pairs = [
+            (spec.as_str(), "slb.s3.small"),
+            (charge.as_str(), "paybyspec"),
+            (ZONES, "cn-hangzhou-k:vsw-1,cn-hangzhou-j:vsw-2"),
+        ];
+        let snap = snapshot("web", "0123456789ab", &pairs);
+        let clb = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        assert_eq!(
+            clb.clb_instance,
+            alibaba_lb::ClbInstance {
+                spec: "slb.s3.small".into(),
+                charge_type: "PayBySpec".into()
+            }
+        );
+        let nlb = lb_spec(&snap, Product::Nlb, "c1", None).unwrap();
+        assert_eq!(nlb.clb_instance, Default::default());
+    }
+
+    /// The ACL annotations reach every CLB listener, and no NLB one (NLB has none).
+    #[test]
+    fn the_acl_reaches_clb_listeners_and_not_nlb_ones() {
+        let p = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-";
+        let (status, id, kind) = (
+            format!("{p}acl-status"),
+            format!("{p}acl-id"),
+            format!("{p}acl-type"),
+        );
+        let pairs = [
+            (status.as_str(), "on"),
+            (id.as_str(), "acl-1"),
+            (kind.as_str(), "white"),
+            (LOAD_BALANCER_ID_ANNOTATION, "lb-user"),
+        ];
+        let snap = snapshot("web", "0123456789ab", &pairs);
+        let clb = lb_spec(&snap, Product::Clb, "c1", None).unwrap();
+        assert!(clb.listeners.iter().all(|l| l.settings.acl
+            == Some(alibaba_lb::ListenerAcl {
+                enabled: true,
+                id: Some("acl-1".into()),
+                kind: Some(alibaba_lb::AclType::White),
+            })));
+        let nlb = lb_spec(&snap, Product::Nlb, "c1", None).unwrap();
+        assert!(nlb.listeners.iter().all(|l| l.settings.acl.is_none()));
     }
 
     /// `protocol-port` turns port 80 into an HTTPS listener carrying `cert-id` (and

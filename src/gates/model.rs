@@ -10,7 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::names::{GateReason, GATE_PREFIX};
 
-/// Weight of a backend in rotation (both APIs take 0..=100).
+/// Weight of a backend in rotation unless the Service's `weight` annotation says
+/// otherwise (both APIs take 0..=100).
 pub const IN_ROTATION_WEIGHT: u32 = 100;
 
 /// The gate condition type for a Service.
@@ -180,6 +181,9 @@ pub struct ServiceFacts {
     pub ports: Vec<ServicePort>,
     /// Opt-in: a gate already True goes back to False when its backend is lost.
     pub flip_back: bool,
+    /// The weight each backend in rotation carries (`weight`, else
+    /// `IN_ROTATION_WEIGHT`); a drained one has 0 whatever this says.
+    pub weight: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -126,14 +126,16 @@ fn plan_group(
                 port: target,
             },
             kind,
-            weight: IN_ROTATION_WEIGHT,
+            weight: input.service.weight,
             description: owner.clone(),
         };
         match present.get(&b.key) {
             None => changes.add.push(b.clone()),
-            // Weight 0 (drained earlier), or the legacy marker (adopted: re-marked once).
+            // Another weight (drained to 0 earlier, or the Service's `weight` changed),
+            // or the legacy marker (adopted: re-marked once).
             Some(existing)
-                if owned(&b.key) && (existing.weight == 0 || existing.description != owner) =>
+                if owned(&b.key)
+                    && (existing.weight != b.weight || existing.description != owner) =>
             {
                 changes.restore.push(b.clone())
             }

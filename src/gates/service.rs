@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::model::{ServiceFacts, ServicePort, TargetPort};
+use super::model::{ServiceFacts, ServicePort, TargetPort, IN_ROTATION_WEIGHT};
 use super::settings;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
@@ -64,6 +64,13 @@ pub struct ServiceSnapshot {
     pub listener_protocols: Result<settings::ListenerProtocols, String>,
     /// `additional-resource-tags`, or why they are not valid.
     pub additional_tags: Result<Vec<(String, String)>, String>,
+    /// `weight` (also in `facts`, where a bad value reads as the default), or why it
+    /// is not valid.
+    pub weight: Result<Option<u32>, String>,
+    /// `vswitch-id` (intranet CLB), or why it is not valid.
+    pub vswitch_id: Result<Option<String>, String>,
+    /// `spec` and `instance-charge-type` (a CLB to create), or why they are not valid.
+    pub clb_instance: Result<alibaba_lb::ClbInstance, String>,
 }
 
 impl ServiceSnapshot {
@@ -96,7 +103,13 @@ impl ServiceSnapshot {
             address_type: address_type(service),
             listener_settings: settings::listener_settings(service.annotations()),
             additional_tags: settings::additional_resource_tags(service.annotations()),
-            not_acted_on: settings::not_acted_on(service.annotations()),
+            weight: settings::backend_weight(service.annotations()),
+            vswitch_id: settings::vswitch_id(service.annotations()),
+            clb_instance: settings::clb_instance(service.annotations()),
+            not_acted_on: settings::not_acted_on(
+                service.annotations(),
+                product_for(service, selection),
+            ),
             selector: selector(service).cloned(),
             published_address: service
                 .status
@@ -286,6 +299,11 @@ pub fn facts(service: &Service) -> ServiceFacts {
         name: service.name_any(),
         ports,
         flip_back: flip_back(service),
+        // A bad value stops the Service at `lb_spec` (the gates say why); never 0.
+        weight: settings::backend_weight(service.annotations())
+            .ok()
+            .flatten()
+            .unwrap_or(IN_ROTATION_WEIGHT),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Alibaba listener annotations rollgate implements (the `health-check-*` family,
-//! the thresholds, `connection-drain` and its timeout, `scheduler`), read into the listener
-//! settings the cloud client sends; `protocol-port` and `cert-id`, which make a Service
-//! port's CLB listener HTTP or HTTPS; and the whole annotation family, each marked
+//! the thresholds, `connection-drain` and its timeout, `scheduler`, the CLB listener's
+//! `acl-*`), read into the listener settings the cloud client sends; `protocol-port`
+//! and `cert-id`, which make a Service port's CLB listener HTTP or HTTPS; `weight` and
+//! `vswitch-id`; and the whole annotation family, each marked
 //! supported, not yet, or not applicable, so a Service moved over from Alibaba's cloud
 //! controller hears about every annotation rollgate does not act on. Pure.
 //!
@@ -12,7 +13,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alibaba_lb::{
-    ConnectionDrain, HealthCheck, HealthCheckType, ListenerProtocol, ListenerSettings,
+    tag_key_ok, tag_value_ok, AclType, ClbInstance, ConnectionDrain, HealthCheck, HealthCheckType,
+    ListenerAcl, ListenerProtocol, ListenerSettings, Product, TAGS_PER_RESOURCE,
 };
 
 use super::model::ServicePort;
@@ -77,18 +79,18 @@ pub const FAMILY: &[(&str, Support)] = {
         ("alpn-policy", NotYet),
         // Listeners and server groups.
         ("scheduler", Supported),
-        ("weight", NotYet),
+        ("weight", Supported),
         ("default-weight", NotYet),
-        ("ignore-weight-update", NotYet),
+        ("ignore-weight-update", NotApplicable),
         ("persistence-timeout", NotYet),
         ("established-timeout", NotYet),
         ("proxy-protocol", NotYet),
         ("ppv2-pvl-ep-id-enabled", NotYet),
         ("ppv2-pvl-eps-id-enabled", NotYet),
         ("ppv2-pvl-vpc-id-enabled", NotYet),
-        ("acl-status", NotYet),
-        ("acl-id", NotYet),
-        ("acl-type", NotYet),
+        ("acl-status", Supported),
+        ("acl-id", Supported),
+        ("acl-type", Supported),
         ("vgroup-port", NotYet),
         ("force-override-listeners", NotYet),
         ("listener-port-range", NotYet),
@@ -98,11 +100,11 @@ pub const FAMILY: &[(&str, Support)] = {
         ("backend-ip-version", NotYet),
         // The load balancer itself.
         ("name", NotYet),
-        ("spec", NotYet),
-        ("instance-charge-type", NotYet),
+        ("spec", Supported),
+        ("instance-charge-type", Supported),
         ("charge-type", NotYet),
         ("bandwidth", NotYet),
-        ("vswitch-id", NotYet),
+        ("vswitch-id", Supported),
         ("network-type", NotYet),
         ("master-zoneid", NotYet),
         ("slave-zoneid", NotYet),
@@ -130,10 +132,41 @@ pub fn full_name(suffix: &str) -> String {
     format!("{}{suffix}", LOAD_BALANCER_ANNOTATION_PREFIXES[0])
 }
 
+/// Why an annotation does not apply, where the reason is not the usual one (rollgate
+/// registers pods, not nodes).
+const NOT_APPLICABLE_WHY: &[(&str, &str)] = &[(
+    "ignore-weight-update",
+    "rollgate sets backend weights itself (0 to drain a terminating pod, the Service's weight when it serves), so skipping weight updates would keep drained pods out of rotation or terminating ones in",
+)];
+
+/// Supported annotations that one product has no use for, with the reason (the
+/// product's API has no such setting), so a Service of that product hears it.
+const NOT_FOR_PRODUCT: &[(&str, Product, &str)] = &[
+    ("acl-status", Product::Nlb, NLB_HAS_NO_ACL),
+    ("acl-id", Product::Nlb, NLB_HAS_NO_ACL),
+    ("acl-type", Product::Nlb, NLB_HAS_NO_ACL),
+    (
+        "vswitch-id",
+        Product::Nlb,
+        "an NLB takes one vswitch per zone, from zone-maps",
+    ),
+    ("spec", Product::Nlb, NLB_HAS_NO_SPEC),
+    ("instance-charge-type", Product::Nlb, NLB_HAS_NO_SPEC),
+];
+
+const NLB_HAS_NO_SPEC: &str =
+    "an NLB has no instance spec or charge type to choose (it is billed by use)";
+
+const NLB_HAS_NO_ACL: &str = "NLB listeners take no access control list (the NLB API has none; NLB admits clients through security groups instead)";
+
 /// Annotations of the family on the Service that rollgate does not act on, by full
 /// name as written, each with the sentence its Warning Event says. Annotations of
-/// the family that rollgate does not know at all are reported too.
-pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, String)> {
+/// the family that rollgate does not know at all are reported too, and supported
+/// ones the Service's `product` has no use for.
+pub fn not_acted_on(
+    annotations: &BTreeMap<String, String>,
+    product: Option<Product>,
+) -> Vec<(String, String)> {
     annotations
         .keys()
         .filter_map(|key| {
@@ -141,14 +174,28 @@ pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, Stri
                 .iter()
                 .find_map(|prefix| key.strip_prefix(prefix))?;
             let support = FAMILY.iter().find(|(s, _)| *s == suffix).map(|(_, s)| *s);
+            let not_for_product = NOT_FOR_PRODUCT
+                .iter()
+                .find(|(s, p, _)| *s == suffix && Some(*p) == product);
             let note = match support {
-                Some(Support::Supported) => return None,
+                Some(Support::Supported) => {
+                    let (_, product, why) = not_for_product?;
+                    let product = match product {
+                        Product::Clb => "CLB",
+                        Product::Nlb => "NLB",
+                    };
+                    format!("annotation {key} does not apply to {product}: {why}; it has no effect")
+                }
                 Some(Support::NotYet) => format!(
                     "annotation {key} is not supported by rollgate yet: it has no effect on the load balancer"
                 ),
-                Some(Support::NotApplicable) => format!(
-                    "annotation {key} does not apply: rollgate registers pods as backends, never nodes; it has no effect"
-                ),
+                Some(Support::NotApplicable) => {
+                    let why = NOT_APPLICABLE_WHY
+                        .iter()
+                        .find(|(s, _)| *s == suffix)
+                        .map_or("rollgate registers pods as backends, never nodes", |(_, w)| *w);
+                    format!("annotation {key} does not apply: {why}; it has no effect")
+                }
                 None => format!(
                     "annotation {key} is not one rollgate knows: it has no effect on the load balancer"
                 ),
@@ -158,28 +205,17 @@ pub fn not_acted_on(annotations: &BTreeMap<String, String>) -> Vec<(String, Stri
         .collect()
 }
 
-/// At most this many tags on one resource per create call (both products'
-/// `CreateLoadBalancer`, NLB `CreateServerGroup`: "Valid values of N: 1 to 20").
-const TAGS_PER_RESOURCE: usize = 20;
-
 /// `additional-resource-tags` (`k1=v1,k2=v2`, Alibaba's documented form): tags put on
 /// what rollgate creates, beside its own two (`CLUSTER_ID_TAG`, `SERVICE_UID_TAG`,
-/// which the user may not set). Checked as both APIs check tags (the SDK models): a
-/// key of 1 to 64 characters, a value of at most 128, neither starting with `aliyun`
-/// or `acs:` nor holding `http://` or `https://`, 20 tags in all; a key once.
+/// which the user may not set). Checked as both APIs check tags (`alibaba_lb`'s
+/// `tag_key_ok`, `tag_value_ok`, `TAGS_PER_RESOURCE`: the SDK models' rules, beside
+/// the spec's tags), each key once.
 pub fn additional_resource_tags(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Vec<(String, String)>, String> {
     const SUFFIX: &str = "additional-resource-tags";
     let Some(raw) = get(annotations, SUFFIX) else {
         return Ok(vec![]);
-    };
-    let reserved = |text: &str| {
-        let lower = text.to_ascii_lowercase();
-        lower.starts_with("aliyun")
-            || lower.starts_with("acs:")
-            || lower.contains("http://")
-            || lower.contains("https://")
     };
     let accepted = format!(
         "\"k1=v1,k2=v2\": keys of 1 to 64 characters, values of at most 128, neither starting with aliyun or acs: nor holding http:// or https://, each key once, at most {} tags, not {CLUSTER_ID_TAG} or {SERVICE_UID_TAG} (rollgate's own)",
@@ -191,13 +227,11 @@ pub fn additional_resource_tags(
             return Err(invalid(SUFFIX, raw, &accepted));
         };
         let (key, value) = (key.trim(), value.trim());
-        let bad_key = key.is_empty()
-            || key.chars().count() > 64
-            || reserved(key)
+        let bad_key = !tag_key_ok(key)
             || key == CLUSTER_ID_TAG
             || key == SERVICE_UID_TAG
             || tags.iter().any(|(k, _)| k == key);
-        if bad_key || value.chars().count() > 128 || reserved(value) {
+        if bad_key || !tag_value_ok(value) {
             return Err(invalid(SUFFIX, raw, &accepted));
         }
         tags.push((key.to_string(), value.to_string()));
@@ -206,6 +240,95 @@ pub fn additional_resource_tags(
         return Err(invalid(SUFFIX, raw, &accepted));
     }
     Ok(tags)
+}
+
+/// `weight`: the weight each of the Service's backends in rotation carries (both
+/// APIs take 0 to 100 per backend: `AddVServerGroupBackendServers`,
+/// `AddServersToServerGroup`). 0 is refused: every pod would be out of rotation and
+/// its gate would wait for a health verdict that never comes. `None`: not set.
+pub fn backend_weight(annotations: &BTreeMap<String, String>) -> Result<Option<u32>, String> {
+    let Some(raw) = get(annotations, "weight") else {
+        return Ok(None);
+    };
+    match raw.parse::<u32>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(Some(n)),
+        _ => Err(invalid(
+            "weight",
+            raw,
+            "an integer from 1 to 100, the weight of each pod's backend (0 would take every pod out of rotation)",
+        )),
+    }
+}
+
+/// `vswitch-id`: the vswitch an intranet CLB takes its address from (`VSwitchId` of
+/// `CreateLoadBalancer`), `vsw-` and letters and digits. `None`: not set.
+pub fn vswitch_id(annotations: &BTreeMap<String, String>) -> Result<Option<String>, String> {
+    let Some(raw) = get(annotations, "vswitch-id") else {
+        return Ok(None);
+    };
+    let ok = raw.len() <= 64
+        && raw.strip_prefix("vsw-").is_some_and(|rest| {
+            !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric())
+        });
+    if ok {
+        Ok(Some(raw.to_string()))
+    } else {
+        Err(invalid(
+            "vswitch-id",
+            raw,
+            "the id of a vswitch of the cluster's VPC (vsw- and letters and digits)",
+        ))
+    }
+}
+
+/// `LoadBalancerSpec` values of CLB `CreateLoadBalancer` (the SDK model).
+const CLB_SPECS: [&str; 6] = [
+    "slb.s1.small",
+    "slb.s2.small",
+    "slb.s2.medium",
+    "slb.s3.small",
+    "slb.s3.medium",
+    "slb.s3.large",
+];
+
+/// `spec` and `instance-charge-type`: what a CLB rollgate creates is asked to be. A
+/// pay-by-CLCU instance takes no spec (it scales by use), so the two together are
+/// refused; either alone is fine (empty fields keep the defaults).
+pub fn clb_instance(annotations: &BTreeMap<String, String>) -> Result<ClbInstance, String> {
+    let mut problems = vec![];
+    let spec = get(annotations, "spec").and_then(|raw| {
+        if CLB_SPECS.contains(&raw) {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid("spec", raw, &CLB_SPECS.join(", ")));
+            None
+        }
+    });
+    let charge_type = get(annotations, "instance-charge-type").and_then(|raw| {
+        match raw.to_ascii_lowercase().as_str() {
+            "paybyspec" => Some("PayBySpec".to_string()),
+            "paybyclcu" => Some("PayByCLCU".to_string()),
+            _ => {
+                problems.push(invalid("instance-charge-type", raw, "PayBySpec, PayByCLCU"));
+                None
+            }
+        }
+    });
+    if spec.is_some() && charge_type.as_deref() == Some("PayByCLCU") {
+        problems.push(format!(
+            "annotation {}: a PayByCLCU instance takes no spec (it scales by use); accepted: {} with PayBySpec, or no {}",
+            full_name("spec"),
+            full_name("spec"),
+            full_name("spec")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(ClbInstance {
+        spec: spec.unwrap_or_default(),
+        charge_type: charge_type.unwrap_or_default(),
+    })
 }
 
 /// One annotation, read under either prefix (the current one wins), trimmed.
@@ -265,6 +388,7 @@ pub fn listener_settings(
     // `health-check-flag`; either works on both, the first wins.
     let enabled = switch("health-check-switch").or(switch("health-check-flag"));
     let drain = switch("connection-drain");
+    let acl_status = switch("acl-status");
 
     let kind = get(annotations, "health-check-type").and_then(|raw| {
         match raw.to_ascii_lowercase().as_str() {
@@ -382,6 +506,8 @@ pub fn listener_settings(
         }
     };
 
+    let acl = listener_acl(annotations, acl_status, &mut problems);
+
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
@@ -404,7 +530,84 @@ pub fn listener_settings(
         scheduler,
         // Set per HTTPS listener from `listener_protocols` (`lb_spec`).
         server_certificate_id: None,
+        acl,
     })
+}
+
+/// `acl-status`, `acl-id`, `acl-type` (CLB listener access control). The API wants
+/// the list and its type with the switch on (`AclId`, `AclType`: "required when
+/// AclStatus is on"), so `on` without them is refused here; with `off` they are
+/// accepted and not sent (turning the control off keeps the list named); without
+/// the switch they would do nothing, so they are refused too.
+fn listener_acl(
+    annotations: &BTreeMap<String, String>,
+    status: Option<bool>,
+    problems: &mut Vec<String>,
+) -> Option<ListenerAcl> {
+    let id = get(annotations, "acl-id").and_then(|raw| {
+        // CLB ids: `acl-` and letters and digits (`acl-bp1l0kk4gxce43kzet04s`).
+        let ok = raw.len() <= 64
+            && raw.strip_prefix("acl-").is_some_and(|rest| {
+                !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric())
+            });
+        if ok {
+            Some(raw.to_string())
+        } else {
+            problems.push(invalid(
+                "acl-id",
+                raw,
+                "the id of a CLB access control list (acl- and letters and digits)",
+            ));
+            None
+        }
+    });
+    let kind =
+        get(annotations, "acl-type").and_then(|raw| match raw.to_ascii_lowercase().as_str() {
+            "white" => Some(AclType::White),
+            "black" => Some(AclType::Black),
+            _ => {
+                problems.push(invalid("acl-type", raw, "white, black"));
+                None
+            }
+        });
+    let given = |suffix: &str| get(annotations, suffix).is_some();
+    match status {
+        Some(true) => {
+            let missing: Vec<String> = ["acl-id", "acl-type"]
+                .into_iter()
+                .filter(|s| !given(s))
+                .map(full_name)
+                .collect();
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "annotation {}: \"on\" needs {} (acl-id: the access control list's id, acl-type: white or black)",
+                    full_name("acl-status"),
+                    missing.join(" and ")
+                ));
+                return None;
+            }
+            Some(ListenerAcl {
+                enabled: true,
+                id: Some(id?),
+                kind: Some(kind?),
+            })
+        }
+        Some(false) => Some(ListenerAcl {
+            enabled: false,
+            id: None,
+            kind: None,
+        }),
+        None => {
+            for suffix in ["acl-id", "acl-type"].into_iter().filter(|s| given(s)) {
+                problems.push(format!(
+                    "annotation {} is only accepted with {}: \"on\" or \"off\"",
+                    full_name(suffix),
+                    full_name("acl-status")
+                ));
+            }
+            None
+        }
+    }
 }
 
 /// `protocol-port` and `cert-id`: the listener protocol of each Service port the
@@ -580,6 +783,92 @@ mod tests {
     }
 
     #[test]
+    fn the_weight_is_1_to_100_and_unset_without_the_annotation() {
+        let read = |v: &str| backend_weight(&annotations(&[("weight", v)]));
+        assert_eq!(backend_weight(&BTreeMap::new()), Ok(None));
+        assert_eq!(read("1"), Ok(Some(1)));
+        assert_eq!(read(" 100 "), Ok(Some(100)));
+        for bad in ["0", "101", "-1", "50%", "x"] {
+            let said = read(bad).unwrap_err();
+            assert!(
+                said.contains("alibaba-cloud-loadbalancer-weight")
+                    && said.contains("an integer from 1 to 100"),
+                "{bad}: {said}"
+            );
+        }
+        let not_applicable = not_acted_on(
+            &annotations(&[("ignore-weight-update", "on")]),
+            Some(Product::Clb),
+        );
+        assert!(
+            not_applicable[0]
+                .1
+                .contains("rollgate sets backend weights itself"),
+            "{not_applicable:?}"
+        );
+    }
+
+    #[test]
+    fn the_vswitch_is_a_vswitch_id_and_means_nothing_to_an_nlb() {
+        let read = |v: &str| vswitch_id(&annotations(&[("vswitch-id", v)]));
+        assert_eq!(vswitch_id(&BTreeMap::new()), Ok(None));
+        assert_eq!(
+            read("vsw-2zew0gr3xhfl2"),
+            Ok(Some("vsw-2zew0gr3xhfl2".into()))
+        );
+        for bad in ["vsw-", "sw-1", "vsw-a_b", "vsw-1,vsw-2"] {
+            let said = read(bad).unwrap_err();
+            assert!(
+                said.contains("vswitch-id") && said.contains("vsw- and"),
+                "{said}"
+            );
+        }
+        let nlb = not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Nlb));
+        assert!(nlb[0].1.contains("zone-maps"), "{nlb:?}");
+        assert!(
+            not_acted_on(&annotations(&[("vswitch-id", "vsw-1")]), Some(Product::Clb)).is_empty()
+        );
+    }
+
+    #[test]
+    fn spec_and_charge_type_are_the_apis_values_and_clcu_takes_no_spec() {
+        let read = |pairs: &[(&str, &str)]| clb_instance(&annotations(pairs));
+        assert_eq!(read(&[]), Ok(ClbInstance::default()));
+        assert_eq!(
+            read(&[
+                ("spec", "slb.s2.small"),
+                ("instance-charge-type", "paybyspec")
+            ]),
+            Ok(ClbInstance {
+                spec: "slb.s2.small".into(),
+                charge_type: "PayBySpec".into()
+            })
+        );
+        assert_eq!(
+            read(&[("instance-charge-type", "PayByCLCU")]),
+            Ok(ClbInstance {
+                spec: String::new(),
+                charge_type: "PayByCLCU".into()
+            })
+        );
+        #[rustfmt::skip]
+        let refused: &[(&[(&str, &str)], &str)] = &[
+            (&[("spec", "slb.s9.huge")], "spec: \"slb.s9.huge\" is not valid; accepted: slb.s1.small, slb.s2.small"),
+            (&[("instance-charge-type", "monthly")], "accepted: PayBySpec, PayByCLCU"),
+            (&[("spec", "slb.s1.small"), ("instance-charge-type", "PayByCLCU")], "a PayByCLCU instance takes no spec"),
+        ];
+        for (pairs, want) in refused {
+            let said = read(pairs).unwrap_err();
+            assert!(said.contains(want), "{pairs:?}: {said}");
+        }
+        let nlb = not_acted_on(
+            &annotations(&[("spec", "slb.s1.small")]),
+            Some(Product::Nlb),
+        );
+        assert!(nlb[0].1.contains("billed by use"), "{nlb:?}");
+    }
+
+    #[test]
     fn no_annotation_is_the_default() {
         assert_eq!(
             listener_settings(&BTreeMap::new()),
@@ -630,6 +919,7 @@ mod tests {
                 }),
                 scheduler: Some("wrr".into()),
                 server_certificate_id: None,
+                acl: None,
             }
         );
     }
@@ -816,29 +1106,86 @@ mod tests {
         let mut a = annotations(&[
             ("health-check-uri", "/"),
             ("acl-status", "on"),
+            ("persistence-timeout", "60"),
             ("backend-label", "x=y"),
             ("no-such-thing", "1"),
         ]);
         a.insert(
-            "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id".into(),
-            "acl-1".into(),
+            "service.beta.kubernetes.io/alicloud-loadbalancer-cps".into(),
+            "100".into(),
         );
         a.insert("example.com/other".into(), "x".into());
-        let said = not_acted_on(&a);
+        let said = not_acted_on(&a, Some(Product::Clb));
         let names: Vec<&str> = said.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
             [
-                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-backend-label",
                 "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-no-such-thing",
-                "service.beta.kubernetes.io/alicloud-loadbalancer-acl-id",
+                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-persistence-timeout",
+                "service.beta.kubernetes.io/alicloud-loadbalancer-cps",
             ]
         );
         let note = |name: &str| &said.iter().find(|(k, _)| k.ends_with(name)).unwrap().1;
-        assert!(note("acl-status").contains("not supported by rollgate yet"));
+        assert!(note("persistence-timeout").contains("not supported by rollgate yet"));
         assert!(note("backend-label").contains("does not apply"));
         assert!(note("no-such-thing").contains("not one rollgate knows"));
+        // The ACL is CLB's: on an NLB Service it is named, with the reason.
+        let nlb = not_acted_on(&a, Some(Product::Nlb));
+        let acl = &nlb
+            .iter()
+            .find(|(k, _)| k.ends_with("acl-status"))
+            .expect("acl-status named on NLB")
+            .1;
+        assert!(
+            acl.contains("does not apply to NLB") && acl.contains("security groups"),
+            "{acl}"
+        );
+        assert_eq!(nlb.len(), said.len() + 1);
+    }
+
+    /// `acl-status: on` takes the list and its type; `off` sends the switch alone;
+    /// each bad or missing piece is said naming the annotation and the accepted forms.
+    #[test]
+    fn acl_annotations_need_the_list_and_its_type_with_the_switch_on() {
+        let read = |pairs: &[(&str, &str)]| listener_settings(&annotations(pairs));
+        let on = read(&[
+            ("acl-status", "on"),
+            ("acl-id", "acl-bp1l0kk4gxce43kzet04s"),
+            ("acl-type", "Black"),
+        ])
+        .unwrap();
+        assert_eq!(
+            on.acl,
+            Some(ListenerAcl {
+                enabled: true,
+                id: Some("acl-bp1l0kk4gxce43kzet04s".into()),
+                kind: Some(AclType::Black),
+            })
+        );
+        let off = read(&[("acl-status", "off"), ("acl-id", "acl-1")]).unwrap();
+        assert_eq!(
+            off.acl,
+            Some(ListenerAcl {
+                enabled: false,
+                id: None,
+                kind: None
+            })
+        );
+        assert_eq!(read(&[]).unwrap().acl, None);
+        #[rustfmt::skip]
+        let refused: &[(&[(&str, &str)], &str)] = &[
+            (&[("acl-status", "on")], "needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-id and service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-type"),
+            (&[("acl-status", "on"), ("acl-id", "acl-1")], "needs service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-type ("),
+            (&[("acl-status", "yes")], "acl-status: \"yes\" is not valid; accepted: on, off"),
+            (&[("acl-status", "on"), ("acl-id", "acl-1"), ("acl-type", "grey")], "acl-type: \"grey\" is not valid; accepted: white, black"),
+            (&[("acl-status", "on"), ("acl-id", "my list"), ("acl-type", "white")], "acl-id: \"my list\" is not valid; accepted: the id of a CLB access control list"),
+            (&[("acl-id", "acl-1")], "acl-id is only accepted with service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-status"),
+        ];
+        for (pairs, want) in refused {
+            let problem = read(pairs).unwrap_err();
+            assert!(problem.contains(want), "{pairs:?}: {problem}");
+        }
     }
 
     #[test]

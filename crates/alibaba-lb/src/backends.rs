@@ -7,7 +7,7 @@ use crate::config::Product;
 use crate::error::Result;
 use crate::model::{
     Backend, BackendHealth, BackendKey, GroupReading, ListenerWiring, LoadBalancer,
-    LoadBalancerSpec, ServerGroupRef, Wiring,
+    LoadBalancerSpec, ServerGroupRef, Tag, Wiring,
 };
 
 /// What the readiness-gate controller needs from a cloud load balancer.
@@ -21,6 +21,10 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
 
     /// Deletes a load balancer we created (with its listeners).
     async fn delete_load_balancer(&self, load_balancer_id: &str) -> Result<()>;
+
+    /// The tags the load balancer carries (read only); `None`: it does not exist.
+    /// Read before a delete, so that one tagged for another cluster is never deleted.
+    async fn load_balancer_tags(&self, load_balancer_id: &str) -> Result<Option<Vec<Tag>>>;
 
     /// Every server group of the load balancer, read only (nothing is created): all
     /// its vServer groups (CLB), or the groups its listeners forward to (NLB, whose

@@ -538,7 +538,18 @@ impl LoadBalancerBackends for ClbClient {
                         client_token(&["clb", &self.region, &spec.name]),
                     ),
                 ]);
-                if let Some(clb_spec) = &self.spec {
+                let wanted = &spec.clb_instance;
+                let by_clcu = wanted.charge_type == "PayByCLCU";
+                if !wanted.charge_type.is_empty() {
+                    query.push(("InstanceChargeType".into(), wanted.charge_type.clone()));
+                }
+                // A pay-by-CLCU instance has no spec; otherwise the Service's, else
+                // the configured one.
+                let clb_spec = Some(&wanted.spec)
+                    .filter(|s| !s.is_empty())
+                    .or(self.spec.as_ref())
+                    .filter(|_| !by_clcu);
+                if let Some(clb_spec) = clb_spec {
                     query.push(("LoadBalancerSpec".into(), clb_spec.clone()));
                 }
                 // CLB takes tags on the instance only at creation (`Tag.N`); its
@@ -615,6 +626,14 @@ impl LoadBalancerBackends for ClbClient {
         {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn load_balancer_tags(&self, load_balancer_id: &str) -> Result<Option<Vec<Tag>>> {
+        match self.describe_load_balancer(load_balancer_id).await {
+            Ok(attribute) => Ok(Some(attribute.tags())),
+            Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }

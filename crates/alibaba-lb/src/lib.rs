@@ -35,7 +35,9 @@ pub use network::{VpcCidrBlocks, VpcNetwork};
 pub use nlb::NlbClient;
 pub use retry::{RateLimit, RetryPolicy};
 pub use secret::Secret;
-pub use settings::{ConnectionDrain, HealthCheck, HealthCheckType, ListenerSettings};
+pub use settings::{
+    AclType, ConnectionDrain, HealthCheck, HealthCheckType, ListenerAcl, ListenerSettings,
+};
 pub use sign::SignatureVersion;
 
 use std::sync::Arc;

@@ -118,6 +118,31 @@ impl ResourceTags {
     }
 }
 
+/// Tags on one resource in one create call (both products' `CreateLoadBalancer`, NLB
+/// `CreateServerGroup`: "Valid values of N: 1 to 20").
+pub const TAGS_PER_RESOURCE: usize = 20;
+
+/// Whether both APIs take `key` as a tag key (the SDK models of the create calls): 1
+/// to 64 characters, not starting with `aliyun` or `acs:`, without `http://` or
+/// `https://`.
+pub fn tag_key_ok(key: &str) -> bool {
+    !key.is_empty() && key.chars().count() <= 64 && !reserved_tag_text(key)
+}
+
+/// Whether both APIs take `value` as a tag value: at most 128 characters (empty is
+/// fine), under the same reserved words as keys.
+pub fn tag_value_ok(value: &str) -> bool {
+    value.chars().count() <= 128 && !reserved_tag_text(value)
+}
+
+fn reserved_tag_text(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.starts_with("aliyun")
+        || lower.starts_with("acs:")
+        || lower.contains("http://")
+        || lower.contains("https://")
+}
+
 /// `tags` as RPC parameters (`Tag.N.Key`, `Tag.N.Value`, N from 1), as the official
 /// SDKs flatten the `Tag` list of both products.
 pub fn tag_params(tags: &[Tag]) -> Vec<(String, String)> {
@@ -143,8 +168,14 @@ pub struct LoadBalancerSpec {
     /// NLB needs at least two zones; CLB uses the first for intranet addresses.
     pub zones: Vec<ZoneVSwitch>,
     pub listeners: Vec<ListenerSpec>,
-    /// Put on what is created; the cluster's also decides what may be adopted.
+    /// Put on what is created; the cluster's also decides what may be adopted. Each
+    /// must pass `tag_key_ok` / `tag_value_ok`, at most `TAGS_PER_RESOURCE`.
     pub tags: ResourceTags,
+    /// CLB only, read only when the instance is created: the `LoadBalancerSpec` and
+    /// `InstanceChargeType` asked for. An empty spec keeps the client's configured
+    /// one (`ClientConfig::clb_spec`) unless the charge type is `PayByCLCU`, which
+    /// takes no spec; an empty charge type keeps the API's default.
+    pub clb_instance: ClbInstance,
 }
 
 /// One listener of a load balancer and the server group it forwards to (empty: none,
@@ -391,5 +422,18 @@ mod tests {
             assert_eq!(BackendType::parse(t.as_clb_str()), Some(t));
             assert_eq!(BackendType::parse(t.as_nlb_str()), Some(t));
         }
+    }
+
+    /// The SDK models' tag rules, each bound on both sides.
+    #[test]
+    fn tag_keys_and_values_follow_the_sdk_rules() {
+        assert!(tag_key_ok("k") && tag_key_ok(&"k".repeat(64)));
+        for bad in ["", "aliyun-x", "ACS:x", "a http://x", "https://x"] {
+            assert!(!tag_key_ok(bad), "{bad}");
+        }
+        assert!(!tag_key_ok(&"k".repeat(65)));
+        assert!(tag_value_ok("") && tag_value_ok(&"v".repeat(128)));
+        assert!(!tag_value_ok(&"v".repeat(129)));
+        assert!(!tag_value_ok("Aliyun") && !tag_value_ok("see http://x"));
     }
 }

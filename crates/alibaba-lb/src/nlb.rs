@@ -691,6 +691,14 @@ impl LoadBalancerBackends for NlbClient {
         }
     }
 
+    async fn load_balancer_tags(&self, load_balancer_id: &str) -> Result<Option<Vec<Tag>>> {
+        match self.load_balancer_attribute(load_balancer_id).await {
+            Ok(attribute) => Ok(Some(held_tags(&attribute.tags))),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn server_groups(&self, load_balancer_id: &str) -> Result<Option<Vec<ServerGroupRef>>> {
         match self.load_balancer_attribute(load_balancer_id).await {
             Ok(_) => {}

@@ -1,5 +1,5 @@
 //! Listener settings users ask for through Service annotations (health check,
-//! connection drain), product-neutral, and how each product spells them: the CLB
+//! connection drain, CLB access control), product-neutral, and how each product spells them: the CLB
 //! TCP/UDP listener parameters, and the NLB server group parameters (NLB keeps the
 //! health check and the drain on the server group, not on the listener). Pure: the
 //! clients send what this renders, and compare it with what the Describe calls return.
@@ -20,6 +20,36 @@ pub struct ListenerSettings {
     /// HTTPS listeners only (`ServerCertificateId`): the certificate the listener
     /// serves. CLB refuses an HTTPS listener without one.
     pub server_certificate_id: Option<String>,
+    /// CLB listeners only (`AclStatus`, `AclId`, `AclType`): NLB listeners take no
+    /// access control list (NLB limits clients with security groups instead).
+    pub acl: Option<ListenerAcl>,
+}
+
+/// A CLB listener's access control: which clients the listener admits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerAcl {
+    pub enabled: bool,
+    /// The access control list (`acl-...`); the API requires it, and the type, when
+    /// `enabled`. Not sent when off.
+    pub id: Option<String>,
+    pub kind: Option<AclType>,
+}
+
+/// Whether the list's addresses are the only ones admitted (`white`) or the ones
+/// refused (`black`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AclType {
+    White,
+    Black,
+}
+
+impl AclType {
+    pub fn as_api_str(self) -> &'static str {
+        match self {
+            AclType::White => "white",
+            AclType::Black => "black",
+        }
+    }
 }
 
 /// Connection drain: a backend set to weight 0 (or removed) keeps its open
@@ -126,7 +156,23 @@ impl ListenerSettings {
                 push(&mut out, "ConnectionDrainTimeout", t);
             }
         }
+        self.acl_params(&mut out);
         out
+    }
+
+    /// `AclStatus`, and with it on the list and its type (all CLB listener kinds
+    /// take the three under these names). Off sends the switch only.
+    fn acl_params(&self, out: &mut Pairs) {
+        let Some(acl) = &self.acl else { return };
+        push(out, "AclStatus", if acl.enabled { "on" } else { "off" });
+        if acl.enabled {
+            if let Some(id) = &acl.id {
+                push(out, "AclId", id);
+            }
+            if let Some(kind) = acl.kind {
+                push(out, "AclType", kind.as_api_str());
+            }
+        }
     }
 
     /// Parameters of `CreateLoadBalancer{HTTP,HTTPS}Listener` and
@@ -176,12 +222,13 @@ impl ListenerSettings {
                 push(&mut out, "ServerCertificateId", cert);
             }
         }
+        self.acl_params(&mut out);
         out
     }
 
     /// Parameters of NLB `CreateServerGroup` and `UpdateServerGroupAttribute`. The
     /// check is always switched explicitly (on unless the user said off), as rollgate
-    /// always did: the gate waits on it.
+    /// always did: the gate waits on it. `acl` has no NLB spelling and is not sent.
     pub fn nlb_params(&self, tcp: bool) -> Pairs {
         const HC: &str = "HealthCheckConfig.";
         let mut out = Pairs::new();
@@ -343,6 +390,7 @@ mod tests {
             }),
             scheduler: Some("wrr".into()),
             server_certificate_id: Some("cert-1".into()),
+            acl: None,
         }
     }
 
@@ -515,6 +563,48 @@ mod tests {
                 "HealthCheckConfig.HealthCheckHttpCode",
                 "ConnectionDrainEnabled"
             ]
+        );
+    }
+    /// The three ACL parameters on every CLB listener kind when on, the switch alone
+    /// when off, nothing on NLB; read back from the Describe answer.
+    #[test]
+    fn access_control_is_clb_only_and_sends_the_list_only_when_on() {
+        let mut s = ListenerSettings {
+            acl: Some(ListenerAcl {
+                enabled: true,
+                id: Some("acl-1".into()),
+                kind: Some(AclType::White),
+            }),
+            ..Default::default()
+        };
+        let acl = |pairs: Pairs| -> Pairs {
+            pairs
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("Acl"))
+                .collect()
+        };
+        let on: Pairs = vec![
+            ("AclStatus".into(), "on".into()),
+            ("AclId".into(), "acl-1".into()),
+            ("AclType".into(), "white".into()),
+        ];
+        assert_eq!(acl(s.clb_params(true)), on);
+        assert_eq!(acl(s.clb_params(false)), on);
+        assert_eq!(acl(s.clb_http_params(true)), on);
+        assert!(acl(s.nlb_params(true)).is_empty());
+        assert!(!s.is_default());
+        let described = json!({"AclStatus": "on", "AclId": "acl-1", "AclType": "white"});
+        assert!(clb_differences(&s.clb_params(true), &described).is_empty());
+        let black = json!({"AclStatus": "on", "AclId": "acl-1", "AclType": "black"});
+        assert_eq!(clb_differences(&s.clb_params(true), &black), ["AclType"]);
+        s.acl = Some(ListenerAcl {
+            enabled: false,
+            id: Some("acl-1".into()),
+            kind: Some(AclType::Black),
+        });
+        assert_eq!(
+            acl(s.clb_params(true)),
+            vec![("AclStatus".to_string(), "off".to_string())]
         );
     }
 }

@@ -97,6 +97,7 @@ pub fn two_zones() -> Vec<ZoneVSwitch> {
 /// forwards to a group named `group`.
 pub fn spec(name: &str, vpc_id: &str, group: &str) -> LoadBalancerSpec {
     LoadBalancerSpec {
+        clb_instance: Default::default(),
         tags: Default::default(),
         name: name.into(),
         existing_id: None,

@@ -692,6 +692,7 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
         let lb = bed
             .client(Product::Clb, None)
             .ensure_load_balancer(&LoadBalancerSpec {
+                clb_instance: Default::default(),
                 tags: Default::default(),
                 name: "attached".into(),
                 existing_id: Some(existing),
@@ -1619,6 +1620,7 @@ async fn ensure_with(
 ) -> LoadBalancer {
     client
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "fidelity-settings".into(),
             existing_id: existing,
@@ -1850,6 +1852,7 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
         settings
     };
     let spec = |existing: Option<String>, settings| LoadBalancerSpec {
+        clb_instance: Default::default(),
         tags: Default::default(),
         name: "fidelity-https".into(),
         existing_id: existing,
@@ -2178,6 +2181,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
         .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
             tags: Default::default(),
             name: "nlb-row-46".into(),
             existing_id: None,
@@ -2882,4 +2886,273 @@ async fn futures_join<F: std::future::Future>(
     })
     .await;
     outputs
+}
+
+// ------------------------------------------------- access control lists (row 56)
+
+/// Row 56: CLB access control. A list needs its name (once per region) and a known
+/// IP version; a listener names only a list the account holds, with the switch on
+/// only together with the list and its type, each refusal beside its positive
+/// control. Then through the client: a TCP listener created with a white list, read
+/// back (`Describe…ListenerAttribute`, and the list's `RelatedListeners`), then set
+/// to black.
+#[tokio::test]
+async fn clb_listener_access_control_names_a_held_list_with_its_type() {
+    let bed = Bed::new().await;
+    let create_acl = |pairs: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move {
+            bed.call(Service::Clb, "CreateAccessControlList", pairs)
+                .await
+        }
+    };
+    refused(create_acl(&[]).await, 400, "MissingParameter");
+    refused(
+        create_acl(&[("AclName", "office"), ("AddressIPVersion", "ipv5")]).await,
+        400,
+        "InvalidParameter.AddressIPVersion",
+    );
+    let acl = create_acl(&[("AclName", "office")]).await.unwrap();
+    let acl = acl["AclId"].as_str().unwrap().to_string();
+    refused(
+        create_acl(&[("AclName", "office")]).await,
+        400,
+        "AclExistInRegion",
+    );
+
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let tcp = |port: &'static str, extra: Vec<(&'static str, String)>| {
+        let mut p: Vec<(&str, String)> = vec![
+            ("LoadBalancerId", lb.clone()),
+            ("ListenerPort", port.into()),
+            ("Bandwidth", "-1".into()),
+        ];
+        p.extend(extra);
+        let bed = &bed;
+        async move {
+            let pairs: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bed.call(Service::Clb, "CreateLoadBalancerTCPListener", &pairs)
+                .await
+        }
+    };
+    let on = |id: &str, kind: &str| {
+        vec![
+            ("AclStatus", "on".to_string()),
+            ("AclId", id.to_string()),
+            ("AclType", kind.to_string()),
+        ]
+    };
+    refused(
+        tcp("81", on("acl-unknown", "white")).await,
+        400,
+        "AclNotExist",
+    );
+    refused(
+        tcp(
+            "81",
+            vec![("AclStatus", "on".into()), ("AclId", acl.clone())],
+        )
+        .await,
+        400,
+        "MissingParameter",
+    );
+    refused(
+        tcp("81", on(&acl, "grey")).await,
+        400,
+        "InvalidParameter.AclType",
+    );
+    refused(
+        tcp("81", vec![("AclStatus", "yes".into())]).await,
+        400,
+        "InvalidParameter.AclStatus",
+    );
+    // The positive controls: the held list with a type; the switch off alone.
+    tcp("81", on(&acl, "white")).await.unwrap();
+    tcp("82", vec![("AclStatus", "off".into())]).await.unwrap();
+
+    // Through the client: created with the list, read back, changed, read back.
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let with = |kind: AclType| ListenerSettings {
+        acl: Some(ListenerAcl {
+            enabled: true,
+            id: Some(acl.clone()),
+            kind: Some(kind),
+        }),
+        ..Default::default()
+    };
+    let made = ensure_with(&client, None, with(AclType::White)).await;
+    let describe = || {
+        let (bed, id) = (&bed, made.id.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                "DescribeLoadBalancerTCPListenerAttribute",
+                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let read = describe().await;
+    assert_eq!(
+        (&read["AclStatus"], &read["AclId"], &read["AclType"]),
+        (&json!("on"), &json!(acl), &json!("white")),
+        "{read}"
+    );
+    ensure_with(&client, Some(made.id.clone()), with(AclType::Black)).await;
+    assert_eq!(
+        describe().await["AclType"],
+        "black",
+        "a changed type reaches the listener"
+    );
+    let related = bed
+        .call(
+            Service::Clb,
+            "DescribeAccessControlListAttribute",
+            &[("AclId", &acl)],
+        )
+        .await
+        .unwrap();
+    let related = related["RelatedListeners"]["RelatedListener"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["LoadBalancerId"].as_str().unwrap().to_string(),
+                l["ListenerPort"].as_u64().unwrap(),
+                l["AclType"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        related.contains(&(made.id.clone(), 80, "black".into()))
+            && related.contains(&(lb.clone(), 81, "white".into())),
+        "{related:?}"
+    );
+    refused(
+        bed.call(
+            Service::Clb,
+            "DescribeAccessControlListAttribute",
+            &[("AclId", "acl-unknown")],
+        )
+        .await,
+        400,
+        "AclNotExist",
+    );
+}
+
+// ------------------------------------------------- intranet CLB and its vswitch (row 57)
+
+/// Row 57: an intranet CLB in a VPC needs its vswitch; with it, the instance is made
+/// and `DescribeLoadBalancerAttribute` reports both. Then through the client, as
+/// rollgate asks for `vswitch-id` (the first zone's vswitch of the spec).
+#[tokio::test]
+async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
+    let bed = Bed::new().await;
+    let create = |extra: &'static [(&'static str, &'static str)]| {
+        let bed = &bed;
+        async move {
+            let mut p = vec![
+                ("AddressType", "intranet"),
+                ("VpcId", lb_emulator::DEFAULT_VPC_ID),
+            ];
+            p.extend_from_slice(extra);
+            bed.call(Service::Clb, "CreateLoadBalancer", &p).await
+        }
+    };
+    refused(create(&[]).await, 400, "MissingParameter");
+    let made = create(&[("VSwitchId", "vsw-a")]).await.unwrap();
+    let id = made["LoadBalancerId"].as_str().unwrap().to_string();
+    let read = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (&read["AddressType"], &read["VSwitchId"]),
+        (&json!("intranet"), &json!("vsw-a")),
+        "{read}"
+    );
+
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let lb = client
+        .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: Default::default(),
+            tags: Default::default(),
+            name: "fidelity-intranet".into(),
+            existing_id: None,
+            address_type: AddressType::Intranet,
+            vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
+            zones: vec![ZoneVSwitch {
+                zone_id: String::new(),
+                vswitch_id: "vsw-b".into(),
+            }],
+            listeners: vec![],
+        })
+        .await
+        .unwrap();
+    let read = bed
+        .call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", &lb.id)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read["VSwitchId"], "vsw-b", "{read}");
+}
+
+// ------------------------------------------------- CLB charge type (row 58)
+
+/// Row 58: `InstanceChargeType` is `PayBySpec` or `PayByCLCU` (reported back with the
+/// spec). Through the client, as rollgate asks for `instance-charge-type: PayByCLCU`:
+/// no spec is sent (not even the configured default), so the instance takes pod
+/// backends as a CLCU one; `spec` alone replaces the configured default.
+#[tokio::test]
+async fn clb_charge_type_is_by_spec_or_clcu_and_clcu_gets_no_spec() {
+    let bed = Bed::new().await;
+    refused(
+        bed.call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("InstanceChargeType", "Monthly")],
+        )
+        .await,
+        400,
+        "InvalidParameter.InstanceChargeType",
+    );
+    let client = bed.client(Product::Clb, Some("slb.s1.small"));
+    let made = |name: &'static str, spec: &'static str, charge: &'static str| {
+        let client = &client;
+        async move {
+            let mut lb = lb_emulator::testing::spec(name, lb_emulator::DEFAULT_VPC_ID, "k8s-80-x");
+            lb.listeners.clear();
+            lb.clb_instance = ClbInstance {
+                spec: spec.into(),
+                charge_type: charge.into(),
+            };
+            client.ensure_load_balancer(&lb).await.unwrap()
+        }
+    };
+    let clcu = made("by-clcu", "", "PayByCLCU").await;
+    assert_eq!(
+        clcu.clb_instance,
+        Some(ClbInstance {
+            spec: String::new(),
+            charge_type: "PayByCLCU".into()
+        })
+    );
+    assert!(clcu.clb_instance.unwrap().takes_pod_backends());
+    let s2 = made("by-spec", "slb.s2.small", "").await;
+    assert_eq!(
+        s2.clb_instance,
+        Some(ClbInstance {
+            spec: "slb.s2.small".into(),
+            charge_type: "PayBySpec".into()
+        })
+    );
 }

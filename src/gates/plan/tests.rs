@@ -20,6 +20,7 @@ pub(super) fn svc(flip_back: bool) -> ServiceFacts {
             target: TargetPort::Name("http".into()),
         }],
         flip_back,
+        weight: IN_ROTATION_WEIGHT,
     }
 }
 
@@ -427,6 +428,46 @@ fn pods_not_ready_or_not_selected_are_not_registered_and_say_why() {
     assert_eq!(reasons["unready"], GateReason::ContainersNotReady);
     assert_eq!(reasons["unselected"], GateReason::PodNotSelected);
     assert_eq!(reasons["noport"], GateReason::TargetPortNotFound);
+}
+
+/// The Service's `weight`: new backends carry it, one at another weight (drained
+/// earlier, or the annotation changed) is set to it, a terminating pod's still goes
+/// to 0, and a backend already at it is left alone.
+#[test]
+fn backends_carry_the_services_weight_and_follow_its_changes() {
+    let mut facts = svc(false);
+    facts.weight = 40;
+    let cloud = CloudState::Ready(vec![group(
+        vec![
+            owned("10.0.0.1", 0),
+            owned("10.0.0.2", 100),
+            owned("10.0.0.3", 40),
+            owned("10.0.0.4", 40),
+        ],
+        &[],
+    )]);
+    let mut leaving = pod("d", "10.0.0.4");
+    leaving.deletion = Some(Deletion {
+        requested_at: at(NOW - 1),
+        deadline: at(NOW + 29),
+    });
+    let pods = [
+        pod("a", "10.0.0.1"),
+        pod("b", "10.0.0.2"),
+        pod("c", "10.0.0.3"),
+        pod("e", "10.0.0.5"),
+        leaving,
+    ];
+    let plan = run(&facts, &pods, &cloud);
+    let c = &plan.changes[0];
+    assert_eq!(c.add, vec![owned("10.0.0.5", 40)]);
+    assert_eq!(
+        c.restore,
+        vec![owned("10.0.0.1", 40), owned("10.0.0.2", 40)],
+        "drained and old-weight backends go to the Service's weight; 10.0.0.3 is left"
+    );
+    assert_eq!(c.drain, vec![owned("10.0.0.4", 0)]);
+    assert!(c.remove.is_empty());
 }
 
 #[test]

@@ -9,10 +9,10 @@
 
 use serde_json::{json, Value};
 
-use super::listener_settings;
 use super::params::{
     clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port, tags, TAGS_PER_CREATE,
 };
+use super::{acl, listener_settings};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
 };
@@ -115,6 +115,8 @@ impl World {
             "RemoveVServerGroupBackendServers" => self.clb_remove(p),
             "SetVServerGroupAttribute" => self.clb_set(p),
             "DescribeHealthStatus" => self.clb_health(p),
+            "CreateAccessControlList" => self.clb_create_acl(p),
+            "DescribeAccessControlListAttribute" => self.clb_describe_acl(p),
             other => Err(ApiError::new(
                 404,
                 "InvalidAction.NotFound",
@@ -191,6 +193,13 @@ impl World {
                         format!("{charge_type:?} is not one of PayBySpec, PayByCLCU"),
                     ));
                 }
+                // An intranet instance in a VPC takes its address from a vswitch
+                // ("VSwitchId: required to create a CLB in a VPC").
+                let vpc_id = p.get("VpcId").cloned().unwrap_or_default();
+                let vswitch_id = p.get("VSwitchId").cloned().unwrap_or_default();
+                if address_type == "intranet" && !vpc_id.is_empty() && vswitch_id.is_empty() {
+                    return Err(ApiError::missing("VSwitchId"));
+                }
                 let tags = tags(p, TAGS_PER_CREATE, ApiError::invalid)?;
                 let id = self.new_id("lb");
                 let n = self.clbs.len() + 10;
@@ -209,6 +218,8 @@ impl World {
                     address_type,
                     spec,
                     charge_type,
+                    vpc_id,
+                    vswitch_id,
                     listeners: vec![],
                     tags,
                     client_token: token,
@@ -241,6 +252,8 @@ impl World {
             "Address": lb.address,
             "AddressType": lb.address_type,
             "AddressIPVersion": "ipv4",
+            "VpcId": lb.vpc_id,
+            "VSwitchId": lb.vswitch_id,
             "RegionId": self.region,
             "NetworkType": "vpc",
             "CreateTime": "2024-01-01T00:00Z",
@@ -397,6 +410,11 @@ impl World {
                 listener_settings::clb_merged(&Default::default(), settings)?,
             )
         };
+        let mut settings = settings;
+        if let Some(id) = self.listener_acl_id(p)? {
+            settings.insert("AclId".into(), json!(id));
+        }
+        acl::check_acl(&settings)?;
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         if lb
             .listeners
@@ -426,7 +444,7 @@ impl World {
         let lb_id = self.clb_lb(p)?.id.clone();
         let port = parse_port(p, "ListenerPort")?;
         let layer7 = matches!(protocol, "http" | "https");
-        let (switch, update) = if layer7 {
+        let (switch, mut update) = if layer7 {
             let mut update = listener_settings::clb_http(p)?;
             if let Some(cert) = self.server_certificate(p, protocol)? {
                 update.insert("ServerCertificateId".into(), json!(cert));
@@ -438,6 +456,9 @@ impl World {
                 listener_settings::clb(p, protocol == "tcp")?,
             )
         };
+        if let Some(id) = self.listener_acl_id(p)? {
+            update.insert("AclId".into(), json!(id));
+        }
         let lb = self.clbs.get_mut(&lb_id).expect("checked");
         let listener = lb
             .listeners
@@ -450,13 +471,15 @@ impl World {
                     format!("The listener {port}/{protocol} does not exist."),
                 )
             })?;
-        listener.settings = if layer7 {
+        let merged = if layer7 {
             let mut merged = listener.settings.clone();
             merged.extend(update);
             merged
         } else {
             listener_settings::clb_merged(&listener.settings, update)?
         };
+        acl::check_acl(&merged)?;
+        listener.settings = merged;
         if let Some(on) = switch {
             listener.health_check = on;
         }

@@ -2,7 +2,8 @@
 //! listener parameters (`CreateLoadBalancer{TCP,UDP}Listener`,
 //! `SetLoadBalancer{TCP,UDP}ListenerAttribute`), CLB HTTP/HTTPS listener parameters
 //! (`CreateLoadBalancer{HTTP,HTTPS}Listener`, `Set…Attribute`) and NLB server group parameters
-//! (`CreateServerGroup`, `UpdateServerGroupAttribute`, `HealthCheckConfig.*`). Each
+//! (`CreateServerGroup`, `UpdateServerGroupAttribute`, `HealthCheckConfig.*`), and the
+//! CLB listeners' access control switch and type (the list itself is `acl`'s). Each
 //! value is checked against the API reference's accepted values and ranges, stored
 //! as the Describe / List calls return it, so a client's settings can be read back.
 
@@ -36,6 +37,13 @@ const CLB_COMMON: &[(&str, Accepts)] = &[
     ("HealthCheckConnectTimeout", Accepts::Int(1, 300)),
     ("ConnectionDrain", Accepts::OneOf(&["on", "off"])),
     ("ConnectionDrainTimeout", Accepts::Int(10, 900)),
+];
+
+/// Access control, on every CLB listener kind (`AclId` is checked by `acl`, since it
+/// must name a list the account holds).
+const CLB_ACL: &[(&str, Accepts)] = &[
+    ("AclStatus", Accepts::OneOf(&["on", "off"])),
+    ("AclType", Accepts::OneOf(&["white", "black"])),
 ];
 
 /// Only TCP listeners take the check type and the HTTP check's fields.
@@ -139,6 +147,7 @@ fn read(
 pub fn clb(p: &Params, tcp: bool) -> Result<Settings, ApiError> {
     let mut out = Settings::new();
     read(p, "", CLB_COMMON, clb_refuse, &mut out)?;
+    read(p, "", CLB_ACL, clb_refuse, &mut out)?;
     // Schedulers: TCP wrr, rr, sch, tch; UDP also qch.
     let scheduler = if tcp {
         [("Scheduler", Accepts::OneOf(&["wrr", "rr", "sch", "tch"]))]
@@ -200,6 +209,7 @@ pub fn clb_http(p: &Params) -> Result<Settings, ApiError> {
     }
     let mut out = Settings::new();
     read(p, "", CLB_HTTP, clb_refuse, &mut out)?;
+    read(p, "", CLB_ACL, clb_refuse, &mut out)?;
     Ok(out)
 }
 
@@ -209,7 +219,7 @@ pub fn clb_http_described(settings: &Settings) -> Value {
     let mut out = json!({
         "StickySession": "off", "Scheduler": "wrr", "HealthCheckTimeout": 5,
         "HealthCheckInterval": 2, "HealthyThreshold": 3, "UnhealthyThreshold": 3,
-        "HealthCheckURI": "/", "HealthCheckMethod": "head",
+        "HealthCheckURI": "/", "HealthCheckMethod": "head", "AclStatus": "off",
     });
     for (k, v) in settings {
         out[k] = v.clone();
@@ -237,7 +247,7 @@ pub fn clb_merged(current: &Settings, update: Settings) -> Result<Settings, ApiE
 /// What a CLB `Describe…ListenerAttribute` adds for these settings: the stored values,
 /// and the drain as off when never set.
 pub fn clb_described(settings: &Settings) -> Value {
-    let mut out = json!({"ConnectionDrain": "off", "Scheduler": "wrr"});
+    let mut out = json!({"ConnectionDrain": "off", "Scheduler": "wrr", "AclStatus": "off"});
     for (k, v) in settings {
         out[k] = v.clone();
     }

@@ -11,6 +11,7 @@
 //! the state here. The checks follow the API reference and the official SDK models
 //! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
+mod acl;
 mod clb;
 pub mod ecs;
 pub mod listener_settings;
@@ -143,6 +144,9 @@ pub struct Clb {
     pub spec: String,
     /// `InstanceChargeType`: `PayBySpec` (default) or `PayByCLCU`.
     pub charge_type: String,
+    /// `VpcId` and `VSwitchId` of an intranet instance in a VPC (empty otherwise).
+    pub vpc_id: String,
+    pub vswitch_id: String,
     pub listeners: Vec<ClbListener>,
     /// `Tag.N` of `CreateLoadBalancer`, returned by `DescribeLoadBalancerAttribute`.
     pub tags: Tags,
@@ -157,6 +161,16 @@ impl Clb {
     pub fn high_performance(&self) -> bool {
         !self.spec.is_empty() || self.charge_type == "PayByCLCU"
     }
+}
+
+/// A CLB access control list (`acl`): its entries are not modelled (the emulator
+/// carries no client traffic), only that it exists and which listeners name it.
+#[derive(Clone, Debug, Serialize)]
+pub struct AccessControlList {
+    pub id: String,
+    pub name: String,
+    /// `ipv4` or `ipv6`.
+    pub address_ip_version: String,
 }
 
 /// The VPC every emulator starts with, so a test that does not care about CIDRs
@@ -366,6 +380,8 @@ pub struct World {
     /// Server certificate ids the account holds (HTTPS listeners name one), filled
     /// by `POST /_emulator/server-certificates`.
     pub server_certificates: BTreeSet<String>,
+    /// CLB access control lists (`CreateAccessControlList`), by id.
+    pub acls: BTreeMap<String, AccessControlList>,
 }
 
 fn now_rfc3339() -> String {
@@ -419,6 +435,7 @@ impl World {
             stats: Stats::default(),
             next_id: 1,
             server_certificates: BTreeSet::new(),
+            acls: BTreeMap::new(),
         }
     }
 
@@ -531,6 +548,7 @@ impl World {
                 "load_balancers": self.clbs.values().collect::<Vec<_>>(),
                 "vserver_groups": self.vgroups.values().collect::<Vec<_>>(),
                 "server_certificates": self.server_certificates,
+                "access_control_lists": self.acls.values().collect::<Vec<_>>(),
             },
             "nlb": {
                 "load_balancers": self.nlbs.values().collect::<Vec<_>>(),
