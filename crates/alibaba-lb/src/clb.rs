@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::backends::LoadBalancerBackends;
-use crate::config::{ClientConfig, Product};
+use crate::config::{ClientConfig, Product, DEFAULT_CLB_CHARGE_TYPE};
 use crate::credentials::CredentialProvider;
 use crate::error::{Error, Result};
 use crate::model::*;
@@ -540,15 +540,22 @@ impl LoadBalancerBackends for ClbClient {
                 ]);
                 let wanted = &spec.clb_instance;
                 let by_clcu = wanted.charge_type == "PayByCLCU";
-                if !wanted.charge_type.is_empty() {
-                    query.push(("InstanceChargeType".into(), wanted.charge_type.clone()));
-                }
                 // A pay-by-CLCU instance has no spec; otherwise the Service's, else
                 // the configured one.
                 let clb_spec = Some(&wanted.spec)
                     .filter(|s| !s.is_empty())
                     .or(self.spec.as_ref())
                     .filter(|_| !by_clcu);
+                // Without a charge type or a spec, pay-by-CLCU: the API's own default
+                // is pay-by-spec, which is no longer sold.
+                let charge_type = match (wanted.charge_type.as_str(), clb_spec) {
+                    ("", None) => Some(DEFAULT_CLB_CHARGE_TYPE),
+                    ("", Some(_)) => None,
+                    (wanted, _) => Some(wanted),
+                };
+                if let Some(charge_type) = charge_type {
+                    query.push(("InstanceChargeType".into(), charge_type.to_string()));
+                }
                 if let Some(clb_spec) = clb_spec {
                     query.push(("LoadBalancerSpec".into(), clb_spec.clone()));
                 }

@@ -10,10 +10,11 @@ pub const CLB_API_VERSION: &str = "2014-05-15";
 pub const NLB_API_VERSION: &str = "2022-04-30";
 pub const ECS_API_VERSION: &str = "2014-05-26";
 pub const VPC_API_VERSION: &str = "2016-04-28";
-/// The CLB specification created load balancers get unless configured otherwise.
-/// ENI and ECI backends need a high-performance instance, and an instance created
-/// without a spec is shared-resource (no longer sold, per the SDK model).
-pub const DEFAULT_CLB_SPEC: &str = "slb.s1.small";
+/// The billing method of a CLB created with neither a Service's spec nor a configured
+/// one. Pay-by-specification instances are no longer sold (from 2025-06-01 on the
+/// international site, 2026-01-01 on the China site), so pay-by-CLCU is what any
+/// account can still create; it has no spec and takes ENI and ECI backends.
+pub const DEFAULT_CLB_CHARGE_TYPE: &str = "PayByCLCU";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Product {
@@ -135,8 +136,9 @@ pub struct ClientConfig {
     pub ecs_endpoint: Option<String>,
     /// `host[:port]` replacing the regional VPC endpoint.
     pub vpc_endpoint: Option<String>,
-    /// `LoadBalancerSpec` of CLB instances we create ([`DEFAULT_CLB_SPEC`]); `None`
-    /// sends none, which makes a shared-resource instance that refuses ENI backends.
+    /// `LoadBalancerSpec` of CLB instances we create when the Service names none.
+    /// `None` (the default) creates pay-by-CLCU instances ([`DEFAULT_CLB_CHARGE_TYPE`]),
+    /// which have no spec and take ENI backends.
     pub clb_spec: Option<String>,
     pub signature: SignatureVersion,
     pub retry: RetryPolicy,
@@ -155,7 +157,7 @@ impl ClientConfig {
             nlb_endpoint: None,
             ecs_endpoint: None,
             vpc_endpoint: None,
-            clb_spec: Some(DEFAULT_CLB_SPEC.to_string()),
+            clb_spec: None,
             signature: SignatureVersion::default(),
             retry: RetryPolicy::default(),
             rate_limit: RateLimit::default(),

@@ -174,7 +174,8 @@ pub struct LoadBalancerSpec {
     /// CLB only, read only when the instance is created: the `LoadBalancerSpec` and
     /// `InstanceChargeType` asked for. An empty spec keeps the client's configured
     /// one (`ClientConfig::clb_spec`) unless the charge type is `PayByCLCU`, which
-    /// takes no spec; an empty charge type keeps the API's default.
+    /// takes no spec; an empty charge type is `PayByCLCU` when no spec is given either
+    /// (`DEFAULT_CLB_CHARGE_TYPE`), else the API's default.
     pub clb_instance: ClbInstance,
 }
 

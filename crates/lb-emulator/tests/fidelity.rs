@@ -105,21 +105,23 @@ impl Bed {
         new_client(product, &config, credentials()).unwrap()
     }
 
-    /// A load balancer (CLB: of `clb_spec`) with one TCP listener on port 80.
+    /// A load balancer (CLB: of `clb_spec`; none: pay-by-spec without a spec, a
+    /// shared-resource instance, asked for explicitly) with one TCP listener on port 80.
     async fn group(
         &self,
         product: Product,
         clb_spec: Option<&str>,
     ) -> (Arc<dyn LoadBalancerBackends>, ServerGroupRef) {
         let client = self.client(product, clb_spec);
-        let lb = client
-            .ensure_load_balancer(&testing::spec(
-                &format!("fidelity-{}", clb_spec.unwrap_or("shared")),
-                lb_emulator::DEFAULT_VPC_ID,
-                "k8s-80-fidelity",
-            ))
-            .await
-            .unwrap();
+        let mut spec = testing::spec(
+            &format!("fidelity-{}", clb_spec.unwrap_or("shared")),
+            lb_emulator::DEFAULT_VPC_ID,
+            "k8s-80-fidelity",
+        );
+        if clb_spec.is_none() {
+            spec.clb_instance.charge_type = "PayBySpec".into();
+        }
+        let lb = client.ensure_load_balancer(&spec).await.unwrap();
         (client, lb.listeners[0].clone())
     }
 }
@@ -3153,6 +3155,19 @@ async fn clb_charge_type_is_by_spec_or_clcu_and_clcu_gets_no_spec() {
         Some(ClbInstance {
             spec: "slb.s2.small".into(),
             charge_type: "PayBySpec".into()
+        })
+    );
+    // Neither a spec (Service or configured) nor a charge type: pay-by-CLCU, never the
+    // API's pay-by-spec default, which is no longer sold.
+    let unconfigured = bed.client(Product::Clb, None);
+    let mut lb = lb_emulator::testing::spec("by-default", lb_emulator::DEFAULT_VPC_ID, "k8s-80-y");
+    lb.listeners.clear();
+    let default = unconfigured.ensure_load_balancer(&lb).await.unwrap();
+    assert_eq!(
+        default.clb_instance,
+        Some(ClbInstance {
+            spec: String::new(),
+            charge_type: "PayByCLCU".into()
         })
     );
 }
