@@ -38,7 +38,7 @@ use kube::Api;
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
 use support::daemonset::{create_edge_v1_and_wait, image_of, wait_ready_on, Others};
-use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
+use support::gated::{fast_emulator, GatedBed};
 use support::*;
 
 const RULES: &str = "deploy/monitoring/prometheus-rule.yaml";
@@ -509,15 +509,8 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
 async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it_is_healthy() {
     let bed = GatedBed::new("monitoring-gates", 1, &fast_emulator(), &[]).await;
     let n = bed.ns.name.clone();
-    let (zone_key, zone_maps) = NLB_ZONE_MAPS;
     let ports = json!([{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]);
-    bed.create_service(
-        "web",
-        Some("alibabacloud.com/nlb"),
-        json!({ zone_key: zone_maps }),
-        ports,
-    )
-    .await;
+    bed.create_nlb_service("web", ports).await;
     let controller = bed.controller.as_ref().unwrap();
     let keep: BTreeSet<String> = alert_rules()
         .iter()
