@@ -248,30 +248,12 @@ async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() 
         json!({"vpc_id": "vpc-narrow", "cidr_block": "192.168.0.0/16"}),
     )
     .await;
-    bed.create_service("web", "web", None, json!({})).await;
+    let pods = bed
+        .create_held_app("web", None, json!({}), 2, "PodIpOutsideVpc")
+        .await;
+    // The Service itself is served: only the pods are refused.
     bed.wait_external_ip("web").await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_for(
-        "both gates saying PodIpOutsideVpc",
-        Duration::from_secs(60),
-        || async {
-            let pods = bed.app_pods("web").await;
-            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
-            let all = pods.len() == 2
-                && reasons.iter().all(|r| {
-                    r.as_ref()
-                        .is_some_and(|(s, r, _)| s == "False" && r == "PodIpOutsideVpc")
-                });
-            if all {
-                Ok(pods)
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        },
-    )
-    .await;
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    for (pod, message) in &pods {
         let ip = pod_ip(pod).unwrap();
         assert!(message.contains(&ip), "{message}");
         assert!(message.contains("outside the VPC"), "{message}");
@@ -287,7 +269,7 @@ async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() 
         .collect();
     assert_eq!(warnings.len(), 1, "{records:?}");
     assert_eq!(warnings[0].occurrences, 1, "{records:?}");
-    for pod in &pods {
+    for (pod, _) in &pods {
         assert!(
             warnings[0].note.contains(&pod.name_any()),
             "{}",
@@ -548,20 +530,11 @@ async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
 async fn an_invalid_annotation_shows_on_every_gated_pod() {
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     let bed = Bed::new("gates-invalid", 1, fast_emulator(), &[]).await;
-    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), json!({}))
+    let nlb = Some("alibabacloud.com/nlb");
+    let pods = bed
+        .create_held_app("web", nlb, json!({}), 2, "InvalidLoadBalancerAnnotation")
         .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "web",
-        "web",
-        "gates False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    assert_eq!(pods.len(), 2);
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    for (_, message) in &pods {
         assert!(
             message.contains(ZONES) && message.contains("<zone-id>:<vswitch-id>"),
             "{message}"
@@ -731,23 +704,11 @@ async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout(
     assert_eq!(behind, 2, "{state}");
 
     // HTTPS without a certificate: refused before any cloud call, on every gate.
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("protocol-port", "https:80")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let https = lb_annotations(&[("protocol-port", "https:80")]);
+    let pods = bed
+        .create_held_app("bad", None, https, 1, "InvalidLoadBalancerAnnotation")
+        .await;
+    let message = &pods[0].1;
     assert!(
         message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id"),
         "{message}"
@@ -1028,15 +989,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.create_service(
@@ -1141,47 +1094,14 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     config.clb_spec = None;
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "shared-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("shared-by-hand", Some(VPC_ID)))
         .await
         .unwrap();
-    bed.create_service(
-        "web",
-        "web",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_for(
-        "both gates saying LoadBalancerTakesNoPodBackends",
-        Duration::from_secs(60),
-        || async {
-            let pods = bed.app_pods("web").await;
-            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
-            let all = pods.len() == 2
-                && reasons.iter().all(|r| {
-                    r.as_ref().is_some_and(|(s, r, _)| {
-                        s == "False" && r == "LoadBalancerTakesNoPodBackends"
-                    })
-                });
-            if all {
-                Ok(pods)
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        },
-    )
-    .await;
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id});
+    let pods = bed
+        .create_held_app("web", None, attached, 2, "LoadBalancerTakesNoPodBackends")
+        .await;
+    for (_, message) in &pods {
         for part in [lb.id.as_str(), "no LoadBalancerSpec", "slb.s1.small"] {
             assert!(message.contains(part), "{message}");
         }
@@ -1227,33 +1147,15 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
             },
-            name: "other-clusters".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: vec![],
-            listeners: vec![],
+            ..users_load_balancer("other-clusters", Some(VPC_ID))
         })
         .await
         .unwrap();
-    bed.create_service(
-        "theirs",
-        "theirs",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id}),
-    )
-    .await;
-    bed.create_deployment("theirs", "theirs", 1, &["theirs"], 1, 0)
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id});
+    let pods = bed
+        .create_held_app("theirs", None, attached, 1, "CloudApiError")
         .await;
-    let pods = wait_gate(
-        &bed,
-        "theirs",
-        "theirs",
-        "the gate False, saying CloudApiError",
-        |s, r| s == "False" && r == "CloudApiError",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "theirs").unwrap();
+    let message = &pods[0].1;
     assert!(message.contains("OfCluster(other-cluster)"), "{message}");
 
     let tags = lb_annotations(&[("additional-resource-tags", "team=web,env=e2e")]);
@@ -1303,23 +1205,11 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     );
 
     // A malformed list: refused before any cloud call, on the gate, naming the form.
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("additional-resource-tags", "acs:team=web")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let tags = lb_annotations(&[("additional-resource-tags", "acs:team=web")]);
+    let pods = bed
+        .create_held_app("bad", None, tags, 1, "InvalidLoadBalancerAnnotation")
+        .await;
+    let message = &pods[0].1;
     assert!(message.contains("k1=v1,k2=v2"), "{message}");
     bed.cleanup().await;
 }
@@ -1412,42 +1302,21 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     let nlb = bed.emu.cloud_client(Product::Nlb);
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "users-own-group".into(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
-        })
+        .ensure_load_balancer(&lb_emulator::testing::spec(
+            "made-by-hand",
+            VPC_ID,
+            "users-own-group",
+        ))
         .await
         .unwrap();
     let listener_id = lb.listeners[0].listener_id.clone().unwrap();
     let users_group = lb.listeners[0].server_group_id.clone();
-    bed.create_service(
-        "web",
-        "web",
-        Some("alibabacloud.com/nlb"),
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "web",
-        "web",
-        "the ListenerNotForwarding reason",
-        |s, r| s == "False" && r == "ListenerNotForwarding",
-    )
-    .await;
-    let ip = pod_ip(&pods[0]).unwrap();
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id});
+    let nlb = Some("alibabacloud.com/nlb");
+    let pods = bed
+        .create_held_app("web", nlb, attached, 1, "ListenerNotForwarding")
+        .await;
+    let ip = pod_ip(&pods[0].0).unwrap();
     // The pod is registered and healthy in rollgate's group: only the listener check
     // holds the gate.
     wait_for(
@@ -1520,15 +1389,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let bed = Bed::new("gates-lb-gone", 1, fast_emulator(), &[]).await;
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.create_service(
@@ -1762,19 +1623,9 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "unused".into(),
             existing_id: Some(lb_id.clone()),
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![ListenerSpec {
-                port: 9000,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "users-group".into(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
+            listeners: vec![users_listener(9000, "users-group")],
+            ..users_load_balancer("unused", None)
         })
         .await
         .unwrap();
@@ -1870,15 +1721,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .cloned()
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.services()
@@ -1985,21 +1828,11 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let legacy = format!("k8s/80/web/{ns}/kubernetes");
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: "made-by-an-earlier-version".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: legacy.clone(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
-        })
+        .ensure_load_balancer(&lb_emulator::testing::spec(
+            "made-by-an-earlier-version",
+            VPC_ID,
+            &legacy,
+        ))
         .await
         .unwrap();
     let group = lb.listeners[0].clone();
@@ -2109,19 +1942,9 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
-            tags: Default::default(),
-            name: name.into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
             zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 9000,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: format!("{name}-group"),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
+            listeners: vec![users_listener(9000, &format!("{name}-group"))],
+            ..users_load_balancer(name, Some(VPC_ID))
         })
         .await
         .unwrap()

@@ -395,6 +395,49 @@ impl Bed {
         )
         .await
     }
+
+    /// Service `name` (of `class`, with `annotations`) and a Deployment `name` of
+    /// `replicas` gated on it, whose gates rollgate must hold: waits until each of the
+    /// `replicas` pods has its gate False with `reason`; returns the pods with their
+    /// gate messages.
+    pub async fn create_held_app(
+        &self,
+        name: &str,
+        class: Option<&str>,
+        annotations: Value,
+        replicas: usize,
+        reason: &str,
+    ) -> Vec<(Pod, String)> {
+        self.create_service(name, name, class, annotations).await;
+        let count = i32::try_from(replicas).unwrap();
+        self.create_deployment(name, name, count, &[name], 1, 0)
+            .await;
+        wait_for(
+            &format!("{replicas} gates of {name} False, saying {reason}"),
+            Duration::from_secs(60),
+            || async {
+                let pods: Vec<Pod> = self
+                    .app_pods(name)
+                    .await
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let held: Vec<(Pod, String)> = pods
+                    .iter()
+                    .filter_map(|p| match gate_status(p, name) {
+                        Some((s, r, m)) if s == "False" && r == reason => Some((p.clone(), m)),
+                        _ => None,
+                    })
+                    .collect();
+                if pods.len() == replicas && held.len() == replicas {
+                    Ok(held)
+                } else {
+                    Err(describe_gates(&pods, name))
+                }
+            },
+        )
+        .await
+    }
 }
 
 impl GatedBed {
@@ -472,6 +515,31 @@ pub fn gated_deployment(
             },
         },
     })
+}
+
+/// A load balancer as a user makes it by hand: `name`, Internet, in `vpc_id`, no tags,
+/// zones or listeners (`lb_emulator::testing::spec` is one with a listener and zones).
+pub fn users_load_balancer(name: &str, vpc_id: Option<&str>) -> alibaba_lb::LoadBalancerSpec {
+    alibaba_lb::LoadBalancerSpec {
+        tags: Default::default(),
+        name: name.into(),
+        existing_id: None,
+        address_type: alibaba_lb::AddressType::Internet,
+        vpc_id: vpc_id.map(str::to_string),
+        zones: vec![],
+        listeners: vec![],
+    }
+}
+
+/// A TCP listener a user adds by hand on `port`, forwarding to the group named `group`.
+pub fn users_listener(port: u16, group: &str) -> alibaba_lb::ListenerSpec {
+    alibaba_lb::ListenerSpec {
+        port,
+        protocol: alibaba_lb::ListenerProtocol::Tcp,
+        server_group_name: group.into(),
+        former_group_name: None,
+        settings: Default::default(),
+    }
 }
 
 /// The cloud client's own HTTP builder (it installs the TLS crypto provider).
