@@ -258,6 +258,13 @@ impl<F> GateWorld<F> {
             .items
     }
 
+    /// The pods of `app: app` that are not being deleted.
+    pub async fn live_pods(&self, app: &str) -> Vec<Pod> {
+        let mut pods = self.app_pods(app).await;
+        pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        pods
+    }
+
     /// Waits until `count` pods of `name` are there, none deleting, each with its gate
     /// status `want` (`True`, `False`); returns them.
     pub async fn wait_gates(
@@ -272,12 +279,7 @@ impl<F> GateWorld<F> {
             &format!("{count} pods of {name} with gate {want}"),
             timeout,
             || async {
-                let pods: Vec<Pod> = self
-                    .app_pods(name)
-                    .await
-                    .into_iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
+                let pods = self.live_pods(name).await;
                 let ok = pods.len() == count
                     && pods
                         .iter()
@@ -416,12 +418,7 @@ impl Bed {
             &format!("{replicas} gates of {name} False, saying {reason}"),
             Duration::from_secs(60),
             || async {
-                let pods: Vec<Pod> = self
-                    .app_pods(name)
-                    .await
-                    .into_iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
+                let pods = self.live_pods(name).await;
                 let held: Vec<(Pod, String)> = pods
                     .iter()
                     .filter_map(|p| match gate_status(p, name) {
@@ -728,12 +725,7 @@ pub async fn wait_gate<F>(
     want: impl Fn(&str, &str) -> bool,
 ) -> Vec<Pod> {
     wait_for(what, Duration::from_secs(60), || async {
-        let pods: Vec<Pod> = bed
-            .app_pods(app)
-            .await
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
+        let pods = bed.live_pods(app).await;
         if pods.is_empty() {
             return Err("no pods".into());
         }
