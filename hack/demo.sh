@@ -41,6 +41,23 @@ done
 kubectl wait --for=condition=Ready node -l rollgate.test/bed-node=true --timeout=90s >/dev/null
 kubectl create namespace "$NS" >/dev/null
 
+# The network to the nodes given (node/NAME...) drops: their simulated kubelets stop
+# heartbeating, and kube-controller-manager marks them NotReady after its grace period.
+cut_nodes() {
+  local n
+  for n in "$@"; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
+  echo "waiting for kube-controller-manager to mark them NotReady (grace period)..."
+  for n in "$@"; do
+    until [ "$(kubectl get "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != "True" ]; do sleep 1; done
+  done
+}
+
+# The network to the nodes given comes back: their kubelets heartbeat again.
+restore_nodes() {
+  local n
+  for n in "$@"; do run kubectl label "$n" rollgate.test/heartbeat=on --overwrite; done
+}
+
 start_bg() { # name, command...
   local name=$1; shift
   local pidfile=$CLUSTER_DIR/pids/demo-$name.pid
@@ -103,13 +120,9 @@ kubectl -n "$NS" rollout status ds/edge-agent --timeout=120s >/dev/null 2>&1 || 
 until [ "$(kubectl -n "$NS" get ds edge-agent -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
 echo "edge-agent:v1 Ready on all $NODES nodes"
 
-cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 1,3p)
+mapfile -t cut < <(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 1,3p)
 say "The network to 3 edge nodes drops (their kubelets stop heartbeating)"
-for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
-echo "waiting for kube-controller-manager to mark them NotReady (grace period)..."
-for n in $cut_nodes; do
-  until [ "$(kubectl get "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != "True" ]; do sleep 1; done
-done
+cut_nodes "${cut[@]}"
 run kubectl get nodes -l rollgate.test/bed-node=true
 
 say "New image: edge-agent:v2. A native rolling update would stall here; rollgate upgrades the Ready nodes"
@@ -127,7 +140,7 @@ kubectl -n "$NS" get events --field-selector involvedObject.name=edge-agent \
   -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | grep -v SuccessfulCreate | cut -c1-220
 
 say "The network comes back: no user action, the 3 nodes are upgraded as soon as they are Ready"
-for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=on --overwrite; done
+restore_nodes "${cut[@]}"
 timeout 180 "$BIN" status daemonset/edge-agent -n "$NS" --watch
 run kubectl -n "$NS" get pods -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready
 
@@ -280,14 +293,11 @@ EOF
 until [ "$(kubectl -n "$NS" get ds edge-ingress -o jsonpath='{.status.numberReady}')" = "$NODES" ]; do sleep 1; done
 echo "edge-ingress:v1 Ready on all $NODES nodes: each pod's gate turned True once its backend was healthy"
 
-cut_nodes=$(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 4,6p)
+mapfile -t cut < <(kubectl get nodes -l rollgate.test/bed-node=true -o name | sed -n 4,6p)
 say "The network to 3 more edge nodes drops: no heartbeat, and the load balancer cannot reach them either"
-for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=off --overwrite; done
-for n in $cut_nodes; do
-  until [ "$(kubectl get "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != "True" ]; do sleep 1; done
-done
+cut_nodes "${cut[@]}"
 cut_ips=""
-for n in $cut_nodes; do
+for n in "${cut[@]}"; do
   ip=$(kubectl -n "$NS" get pod -l app=edge-ingress --field-selector "spec.nodeName=${n#node/}" -o jsonpath='{.items[0].status.podIP}')
   cut_ips="$cut_ips $ip"
   curl -sf -XPOST "$EMU/_emulator/health" -H "content-type: application/json" \
@@ -306,7 +316,7 @@ python3 hack/lb-capacity.py "$EMU" "$since" "$NS" "edge-ingress:$ready"
 echo "$ready Ready nodes, max-unavailable 2: the floor is $((ready - 2)); a new pod counted as available only once its backend was healthy."
 
 say "The network comes back: the 3 nodes are upgraded, each old backend drained before its pod goes"
-for n in $cut_nodes; do run kubectl label "$n" rollgate.test/heartbeat=on --overwrite; done
+restore_nodes "${cut[@]}"
 for ip in $cut_ips; do
   curl -s -XPOST "$EMU/_emulator/health" -H "content-type: application/json" \
     -d "{\"ip\":\"$ip\",\"port\":80,\"healthy\":null}" >/dev/null

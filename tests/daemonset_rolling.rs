@@ -1301,9 +1301,30 @@ fn writes_by(ns: &str, identity: &str) -> Vec<AuditRecord> {
         .collect()
 }
 
+/// Pod DELETEs of one replica (its identity in the User-Agent) among audit `records`.
+fn pod_deletes_by<'a>(
+    records: &'a [AuditRecord],
+    ns: &'a str,
+    identity: &'a str,
+) -> impl Iterator<Item = &'a AuditRecord> + 'a {
+    records.iter().filter(move |r| {
+        r.verb == "delete"
+            && r.resource == "pods"
+            && r.subresource.is_none()
+            && r.namespace.as_deref() == Some(ns)
+            && r.user == CONTROLLER_USER
+            && r.user_agent.contains(&format!("; {identity})"))
+    })
+}
+
 /// Two replicas: the standby keeps its caches warm and writes nothing; the leader is
 /// killed (SIGKILL) mid-rollout; the standby takes over within the lease duration and
 /// finishes the rollout inside the budget, each old pod deleted once.
+///
+/// "Mid-rollout" must hold at any load: the kill follows the leader's first pod DELETE
+/// as the audit log shows it (a pod watch has delivered it a minute late, after the
+/// rollout had ended), and the new pods take 8 s to start, so the leader cannot get
+/// past its first two deletions (budget 2) before it dies.
 #[tokio::test]
 async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
     let client = client().await;
@@ -1347,24 +1368,43 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
     .await;
 
     let observed = watch_pods(&client, &ns.name, Arc::new(Mutex::new(V2.to_string())));
-    set_image(&ds_api, "edge", V2).await;
+    let mut audit = AuditTail::from_now();
+    let mut seen: Vec<AuditRecord> = Vec::new();
+    let v2 = json!({"spec": {"template": {
+        "metadata": {"annotations": {START_DELAY: "8s"}},
+        "spec": {"containers": [{"name": "main", "image": V2}]},
+    }}});
+    ds_api
+        .patch("edge", &PatchParams::default(), &Patch::Strategic(&v2))
+        .await
+        .unwrap();
     wait_for(
-        "the leader's first deletions",
+        "the leader's first pod DELETE in the audit log",
         Duration::from_secs(60),
-        || async {
-            (observed.lock().unwrap().deletions > 0)
-                .then_some(())
-                .ok_or_else(|| "none yet".to_string())
+        || {
+            seen.extend(audit.read());
+            let first = pod_deletes_by(&seen, &ns.name, "ha-a").next().is_some();
+            async move { first.then_some(()).ok_or_else(|| "none yet".to_string()) }
         },
     )
     .await;
+    let killed_at = Timestamp::now();
+    leader.crash();
     assert!(
         writes_by(&ns.name, "ha-b").is_empty(),
         "the standby wrote while the leader led: {:?}",
         writes_by(&ns.name, "ha-b")
     );
-    let killed_at = Timestamp::now();
-    leader.crash();
+    seen.extend(audit.read());
+    let by_leader = pod_deletes_by(&seen, &ns.name, "ha-a").count();
+    note(format!(
+        "leader SIGKILLed after {by_leader} pod DELETEs of {}",
+        old_pods.len()
+    ));
+    assert!(
+        by_leader < old_pods.len(),
+        "the kill came after the leader had deleted every old pod: not mid-rollout"
+    );
     let takeover = wait_lease_holder(&client, &ns.name, "ha-b", Duration::from_secs(40)).await;
     note(format!(
         "leader SIGKILLed mid-rollout; the standby took the lease {:.1} s later (lease duration 15 s)",
@@ -1408,9 +1448,10 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
         early.is_empty(),
         "the standby wrote before the leader died: {early:?}"
     );
+    let by_new_leader = pod_deletes_by(&writes_by(&ns.name, "ha-b"), &ns.name, "ha-b").count();
     assert!(
-        !writes_by(&ns.name, "ha-b").is_empty(),
-        "the new leader finished the rollout itself"
+        by_new_leader > 0,
+        "the new leader deleted no old pod, so it did not finish the rollout itself"
     );
     drop(standby);
     ns.cleanup().await;

@@ -1,7 +1,9 @@
 //! Load-balancer readiness gates end to end: a real kube-apiserver, kube-controller-manager
 //! (Deployments, ReplicaSets), kube-scheduler and simulated nodes, `rollgate controller`
-//! with the RBAC of `deploy/`, and the CLB/NLB emulator (in this process, simulated
-//! health mode: a backend turns healthy a fixed time after it is registered).
+//! with the RBAC of `deploy/`, and the CLB/NLB emulator (the `lb-emulator` process,
+//! simulated health mode: a backend turns healthy a fixed time after it is registered).
+//! The bed and its probes live in `tests/support/gated.rs` (`Bed`); this file holds
+//! the tests.
 //!
 //! What the tests judge comes from the emulator's own state and timeline, not from the
 //! controller's view. Nothing connects to pod IPs: the emulator only simulates health.
@@ -10,487 +12,13 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
+use support::gated::*;
 use support::*;
-
-const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
-const CLUSTER_ID: &str = "e2e";
-
-/// The marker rollgate writes on a backend of `service` in `namespace` for `port`.
-fn owner(port: u16, service: &str, namespace: &str) -> String {
-    rollgate::gates::model::owner_description(port, service, namespace, CLUSTER_ID)
-}
-/// The cluster's VPC in the emulator: the pods' ENIs are there.
-const VPC_ID: &str = "vpc-e2e";
-
-/// One test's world: namespace, nodes, emulator and controller.
-struct Bed {
-    client: Client,
-    ns: TestNamespace,
-    nodes: TestNodes,
-    emu: EmulatorProcess,
-    controller: Option<ControllerProcess>,
-    extra_env: Vec<(String, String)>,
-    /// Gives the pods' IPs ENIs in the emulator, as Terway would.
-    enis: tokio::task::JoinHandle<()>,
-}
-
-fn fast_emulator() -> EmulatorConfig {
-    EmulatorConfig {
-        registration_delay: Duration::from_millis(300),
-        health_delay: Duration::from_millis(1500),
-        job_delay: Duration::from_millis(100),
-        tick: Duration::from_millis(20),
-        ..EmulatorConfig::default()
-    }
-}
-
-impl Bed {
-    async fn new(
-        prefix: &str,
-        nodes: usize,
-        emulator: EmulatorConfig,
-        env: &[(&str, &str)],
-    ) -> Self {
-        let client = client().await;
-        let ns = TestNamespace::new(&client, prefix).await;
-        let nodes = TestNodes::create(&client, prefix, nodes).await;
-        let emu = EmulatorProcess::start(&emulator);
-        let vpc = json!({"vpc_id": VPC_ID, "cidr_block": "10.0.0.0/8"});
-        post_json(&format!("{}/_emulator/vpcs", emu.base_url()), &vpc).await;
-        let enis = give_pod_ips_enis(client.clone(), &ns.name, &emu, VPC_ID);
-        let mut bed = Bed {
-            client,
-            ns,
-            nodes,
-            emu,
-            controller: None,
-            extra_env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            enis,
-        };
-        bed.start_controller("controller");
-        bed
-    }
-
-    fn start_controller(&mut self, tag: &str) {
-        let env = self.controller_env();
-        let env_refs: Vec<(&str, &str)> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.controller = Some(ControllerProcess::start_with_env(
-            &self.ns.name,
-            tag,
-            &env_refs,
-        ));
-    }
-
-    /// The environment of this bed's controller: the emulator for every product, the
-    /// VPC, the cluster id and short drain and poll times, then the test's own.
-    fn controller_env(&self) -> Vec<(String, String)> {
-        let endpoint = self.emu.endpoint();
-        let mut env: Vec<(String, String)> = vec![
-            ("ALIBABA_CLOUD_REGION_ID".into(), "cn-hangzhou".into()),
-            ("ALIBABA_CLOUD_SLB_ENDPOINT".into(), endpoint.clone()),
-            ("ALIBABA_CLOUD_NLB_ENDPOINT".into(), endpoint.clone()),
-            ("ALIBABA_CLOUD_ECS_ENDPOINT".into(), endpoint.clone()),
-            ("ALIBABA_CLOUD_VPC_ENDPOINT".into(), endpoint),
-            ("ROLLGATE_CLOUD_SCHEME".into(), "http".into()),
-            (
-                "ALIBABA_CLOUD_ACCESS_KEY_ID".into(),
-                "emulator-access-key-id".into(),
-            ),
-            (
-                "ALIBABA_CLOUD_ACCESS_KEY_SECRET".into(),
-                "emulator-access-key-secret".into(),
-            ),
-            // Never fall back to the instance metadata service (not loopback).
-            ("ALIBABA_CLOUD_ECS_METADATA_DISABLED".into(), "true".into()),
-            ("ROLLGATE_CLOUD_RATE_LIMIT".into(), "200".into()),
-            ("ROLLGATE_CLOUD_VPC_ID".into(), VPC_ID.into()),
-            ("ROLLGATE_CLUSTER_ID".into(), CLUSTER_ID.into()),
-            ("ROLLGATE_GATE_DRAIN_TIME".into(), "3s".into()),
-            ("ROLLGATE_HEALTH_POLL_SLOW".into(), "3s".into()),
-        ];
-        env.extend(self.extra_env.iter().cloned());
-        env
-    }
-
-    /// Deletes a Service and waits until it is gone, i.e. rollgate released its finalizer.
-    async fn delete_service(&self, name: &str) {
-        self.services()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-        wait_for(
-            "the Service to be gone",
-            Duration::from_secs(30),
-            || async {
-                match self.services().get_opt(name).await {
-                    Ok(None) => Ok(()),
-                    Ok(Some(s)) => Err(format!("finalizers {:?}", s.finalizers())),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
-    }
-
-    fn services(&self) -> Api<Service> {
-        Api::namespaced(self.client.clone(), &self.ns.name)
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns.name)
-    }
-
-    fn deployments(&self) -> Api<Deployment> {
-        Api::namespaced(self.client.clone(), &self.ns.name)
-    }
-
-    async fn create_service(&self, name: &str, app: &str, class: Option<&str>, annotations: Value) {
-        let mut spec = json!({
-            "type": "LoadBalancer",
-            "selector": {"app": app},
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
-        });
-        if let Some(class) = class {
-            spec["loadBalancerClass"] = json!(class);
-        }
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": spec,
-        }))
-        .unwrap();
-        self.services()
-            .create(&PostParams::default(), &svc)
-            .await
-            .unwrap_or_else(|e| panic!("creating Service {name}: {e}"));
-    }
-
-    /// A Deployment as users write it: the seed's gate, maxSurge/maxUnavailable, a
-    /// named container port.
-    async fn create_deployment(
-        &self,
-        name: &str,
-        app: &str,
-        replicas: i32,
-        gates: &[&str],
-        max_surge: i32,
-        max_unavailable: i32,
-    ) {
-        self.create_annotated_deployment(
-            name,
-            app,
-            replicas,
-            gates,
-            (max_surge, max_unavailable),
-            json!({}),
-        )
-        .await
-    }
-
-    /// [`Bed::create_deployment`] with annotations on the pod template.
-    async fn create_annotated_deployment(
-        &self,
-        name: &str,
-        app: &str,
-        replicas: i32,
-        gates: &[&str],
-        (max_surge, max_unavailable): (i32, i32),
-        pod_annotations: Value,
-    ) {
-        let gates: Vec<Value> = gates
-            .iter()
-            .map(|svc| json!({"conditionType": format!("{GATE_PREFIX}{svc}")}))
-            .collect();
-        let deployment: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"app": app}},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": app}},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}},
-                "template": {
-                    "metadata": {"labels": {"app": app}, "annotations": pod_annotations},
-                    "spec": {
-                        "nodeSelector": self.nodes.selector(),
-                        "readinessGates": gates,
-                        "terminationGracePeriodSeconds": 30,
-                        "containers": [{
-                            "name": "nginx",
-                            "image": "registry.local/nginx:1.14",
-                            "ports": [{"name": "http", "containerPort": 8080}],
-                        }],
-                    },
-                },
-            },
-        }))
-        .unwrap();
-        self.deployments()
-            .create(&PostParams::default(), &deployment)
-            .await
-            .unwrap_or_else(|e| panic!("creating Deployment {name}: {e}"));
-    }
-
-    async fn wait_external_ip(&self, name: &str) -> String {
-        wait_for(
-            &format!("EXTERNAL-IP of Service {name}"),
-            Duration::from_secs(60),
-            || async {
-                let svc = self.services().get(name).await.map_err(|e| e.to_string())?;
-                svc.status
-                    .and_then(|s| s.load_balancer)
-                    .and_then(|lb| lb.ingress)
-                    .and_then(|i| i.into_iter().next())
-                    .and_then(|i| i.ip.or(i.hostname))
-                    .ok_or_else(|| "no ingress yet".to_string())
-            },
-        )
-        .await
-    }
-
-    async fn app_pods(&self, app: &str) -> Vec<Pod> {
-        self.pods()
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await
-            .unwrap()
-            .items
-    }
-
-    async fn metrics(&self) -> String {
-        self.controller.as_ref().unwrap().metrics().await
-    }
-
-    async fn emulator(&self, path: &str) -> Value {
-        let url = format!("{}/_emulator/{path}", self.emu.base_url());
-        let body = http().get(&url).send().await.unwrap().text().await.unwrap();
-        serde_json::from_str(&body).unwrap()
-    }
-
-    async fn emulator_post(&self, path: &str, body: Value) -> Value {
-        post_json(&format!("{}/_emulator/{path}", self.emu.base_url()), &body).await
-    }
-
-    /// Every backend in every group, as (group id, ip, port, weight, description, health).
-    async fn backends(&self) -> Vec<EmuBackend> {
-        let state = self.emulator("state").await;
-        let mut out = vec![];
-        for (groups, product) in [
-            (&state["clb"]["vserver_groups"], "clb"),
-            (&state["nlb"]["server_groups"], "nlb"),
-        ] {
-            for g in groups.as_array().into_iter().flatten() {
-                for b in g["backends"].as_array().into_iter().flatten() {
-                    out.push(EmuBackend {
-                        product,
-                        server_id: b["server_id"].as_str().unwrap_or_default().into(),
-                        kind: b["type"].as_str().unwrap_or_default().into(),
-                        group: g["id"].as_str().unwrap_or_default().into(),
-                        ip: b["ip"].as_str().unwrap_or_default().into(),
-                        port: b["port"].as_u64().unwrap_or_default() as u16,
-                        weight: b["weight"].as_u64().unwrap_or_default(),
-                        description: b["description"].as_str().unwrap_or_default().into(),
-                        registered: b["registered"].as_bool().unwrap_or_default(),
-                        healthy: b["health"].as_str() == Some("Healthy"),
-                    });
-                }
-            }
-        }
-        out
-    }
-
-    async fn cleanup(mut self) {
-        if let Some(c) = self.controller.take() {
-            c.crash();
-        }
-        self.enis.abort();
-        let _ = self
-            .deployments()
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await;
-        self.ns.cleanup().await;
-        self.nodes.cleanup().await;
-        self.emu.stop();
-    }
-}
-
-/// The cloud client's own HTTP builder (it installs the TLS crypto provider).
-fn http() -> reqwest::Client {
-    alibaba_lb::http::build_http_client(Duration::from_secs(10)).unwrap()
-}
-
-/// POSTs `body` to an emulator control endpoint; the answer as JSON (or text).
-async fn post_json(url: &str, body: &Value) -> Value {
-    let answer = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let text = answer.text().await.unwrap();
-    serde_json::from_str(&text).unwrap_or(Value::String(text))
-}
-
-#[derive(Debug, Clone)]
-#[allow(dead_code)]
-struct EmuBackend {
-    product: &'static str,
-    server_id: String,
-    kind: String,
-    group: String,
-    ip: String,
-    port: u16,
-    weight: u64,
-    description: String,
-    registered: bool,
-    healthy: bool,
-}
-
-fn gate_status(pod: &Pod, service: &str) -> Option<(String, String, String)> {
-    let c = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == format!("{GATE_PREFIX}{service}"))?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
-}
-
-fn pod_ip(pod: &Pod) -> Option<String> {
-    pod.status.as_ref()?.pod_ip.clone()
-}
-
-/// No gate of `service` is True unless the emulator shows the pod's backend registered
-/// and healthy. The emulator is read after the pods, and health only improves in these
-/// scenarios, so a True gate whose backend is not healthy yet is a real early flip.
-async fn check_no_early_flip(
-    bed: &Bed,
-    app: &str,
-    service: &str,
-    seen_pending: &mut BTreeSet<String>,
-) {
-    let pods = bed.app_pods(app).await;
-    let backends = bed.backends().await;
-    for pod in &pods {
-        let Some((status, reason, _)) = gate_status(pod, service) else {
-            continue;
-        };
-        if status != "True" {
-            seen_pending.insert(pod.name_any());
-            continue;
-        }
-        if reason == "BackendLostAfterReady" || pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let ip = pod_ip(pod).unwrap();
-        let ok = backends
-            .iter()
-            .any(|b| b.ip == ip && b.port == 8080 && b.registered && b.healthy);
-        assert!(
-            ok,
-            "gate of {} is True ({reason}) but the emulator has no healthy backend {ip}:8080: {backends:?}",
-            pod.name_any()
-        );
-    }
-}
-
-async fn wait_rollout(
-    bed: &Bed,
-    name: &str,
-    app: &str,
-    service: &str,
-    timeout: Duration,
-) -> BTreeSet<String> {
-    let mut seen_pending = BTreeSet::new();
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        check_no_early_flip(bed, app, service, &mut seen_pending).await;
-        let d = bed.deployments().get(name).await.unwrap();
-        let spec_replicas = d.spec.replicas.unwrap_or(1);
-        let status = d.status.clone().unwrap_or_default();
-        let done = status.observed_generation == d.metadata.generation
-            && status.updated_replicas == Some(spec_replicas)
-            && status.available_replicas == Some(spec_replicas)
-            && status.replicas == Some(spec_replicas);
-        if done {
-            return seen_pending;
-        }
-        if std::time::Instant::now() > deadline {
-            let pods = bed.app_pods(app).await;
-            panic!(
-                "rollout of {name} did not complete: {status:?}\npods: {}\nbackends: {:?}",
-                describe_gates(&pods, service),
-                bed.backends().await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn describe_gates(pods: &[Pod], service: &str) -> String {
-    pods.iter()
-        .map(|p| {
-            format!(
-                "{} ip={:?} deleting={} gate={:?}",
-                p.name_any(),
-                pod_ip(p),
-                p.metadata.deletion_timestamp.is_some(),
-                gate_status(p, service)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n  ")
-}
-
-async fn restart(bed: &Bed, name: &str) {
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": format!("{:?}", std::time::SystemTime::now())}}}}});
-    bed.deployments()
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
-/// Owned backends must be exactly the live pods' IPs once things settle.
-async fn wait_no_orphans(bed: &Bed, app: &str, service: &str) {
-    let owner = owner(80, service, &bed.ns.name);
-    wait_for(
-        "owned backends = live pods",
-        Duration::from_secs(30),
-        || async {
-            let pods = bed.app_pods(app).await;
-            let live: BTreeSet<String> = pods
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter_map(pod_ip)
-                .collect();
-            let owned: BTreeSet<String> = bed
-                .backends()
-                .await
-                .into_iter()
-                .filter(|b| b.description == owner)
-                .map(|b| b.ip)
-                .collect();
-            if owned == live {
-                Ok(())
-            } else {
-                Err(format!("owned {owned:?} live {live:?}"))
-            }
-        },
-    )
-    .await;
-}
 
 /// The seed's walk-through on CLB: EXTERNAL-IP appears; pods go 0/1 -> 1/1 only after
 /// the emulator reports them healthy; `rollout restart` completes; no orphan backend;
@@ -720,30 +248,12 @@ async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() 
         json!({"vpc_id": "vpc-narrow", "cidr_block": "192.168.0.0/16"}),
     )
     .await;
-    bed.create_service("web", "web", None, json!({})).await;
+    let pods = bed
+        .create_held_app("web", None, json!({}), 2, "PodIpOutsideVpc")
+        .await;
+    // The Service itself is served: only the pods are refused.
     bed.wait_external_ip("web").await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_for(
-        "both gates saying PodIpOutsideVpc",
-        Duration::from_secs(60),
-        || async {
-            let pods = bed.app_pods("web").await;
-            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
-            let all = pods.len() == 2
-                && reasons.iter().all(|r| {
-                    r.as_ref()
-                        .is_some_and(|(s, r, _)| s == "False" && r == "PodIpOutsideVpc")
-                });
-            if all {
-                Ok(pods)
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        },
-    )
-    .await;
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    for (pod, message) in &pods {
         let ip = pod_ip(pod).unwrap();
         assert!(message.contains(&ip), "{message}");
         assert!(message.contains("outside the VPC"), "{message}");
@@ -759,7 +269,7 @@ async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() 
         .collect();
     assert_eq!(warnings.len(), 1, "{records:?}");
     assert_eq!(warnings[0].occurrences, 1, "{records:?}");
-    for pod in &pods {
+    for (pod, _) in &pods {
         assert!(
             warnings[0].note.contains(&pod.name_any()),
             "{}",
@@ -979,95 +489,6 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
     bed.cleanup().await;
 }
 
-/// Replays the timeline of one group from `start` healthy backends: a backend counts
-/// while it is healthy, in rotation (weight > 0) and not removed.
-fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<String>) {
-    #[derive(Default, Clone, Copy)]
-    struct B {
-        healthy: bool,
-        drained: bool,
-    }
-    let mut backends: BTreeMap<String, B> = BTreeMap::new();
-    let mut initial_unknown = start;
-    let mut min = start;
-    let mut trace = vec![];
-    for e in events.iter().filter(|e| e["server_group_id"] == group) {
-        let key = format!("{}:{}", e["ip"].as_str().unwrap(), e["port"]);
-        let known = backends.contains_key(&key);
-        let b = backends.entry(key).or_insert_with(|| {
-            // A backend first seen in an event other than `added` was there (healthy) before.
-            let healthy = e["event"] != "added";
-            if healthy && initial_unknown > 0 {
-                initial_unknown -= 1;
-            }
-            B {
-                healthy,
-                drained: false,
-            }
-        });
-        let _ = known;
-        match e["event"].as_str().unwrap() {
-            // A pod IP can come back for a new pod: a new backend starts unhealthy.
-            "added" => *b = B::default(),
-            "healthy" => b.healthy = true,
-            "unhealthy" => b.healthy = false,
-            "removed" => {
-                b.healthy = false;
-                b.drained = true;
-            }
-            // detail: "<old> -> <new>"
-            "weight-changed" => {
-                b.drained = e["detail"].as_str().unwrap_or_default().ends_with("-> 0")
-            }
-            _ => {}
-        }
-        let now = initial_unknown
-            + backends
-                .values()
-                .filter(|b| b.healthy && !b.drained)
-                .count();
-        min = min.min(now);
-        trace.push(format!(
-            "{} {} {}:{} {} -> {now}",
-            e["at"].as_str().unwrap_or_default(),
-            e["event"].as_str().unwrap_or_default(),
-            e["ip"].as_str().unwrap_or_default(),
-            e["port"],
-            e["detail"].as_str().unwrap_or_default()
-        ));
-    }
-    (min, trace)
-}
-
-async fn wait_gate(
-    bed: &Bed,
-    app: &str,
-    service: &str,
-    what: &str,
-    want: impl Fn(&str, &str) -> bool,
-) -> Vec<Pod> {
-    wait_for(what, Duration::from_secs(60), || async {
-        let pods: Vec<Pod> = bed
-            .app_pods(app)
-            .await
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        if pods.is_empty() {
-            return Err("no pods".into());
-        }
-        let all = pods
-            .iter()
-            .all(|p| gate_status(p, service).is_some_and(|(s, r, _)| want(&s, &r)));
-        if all {
-            Ok(pods)
-        } else {
-            Err(describe_gates(&pods, service))
-        }
-    })
-    .await
-}
-
 /// A Service changed from LoadBalancer to ClusterIP (the cluster now reaches the pods
 /// another way): the pods stay Ready, their gates True with a reason that says the
 /// Service is no longer a load balancer.
@@ -1109,20 +530,11 @@ async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
 async fn an_invalid_annotation_shows_on_every_gated_pod() {
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     let bed = Bed::new("gates-invalid", 1, fast_emulator(), &[]).await;
-    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), json!({}))
+    let nlb = Some("alibabacloud.com/nlb");
+    let pods = bed
+        .create_held_app("web", nlb, json!({}), 2, "InvalidLoadBalancerAnnotation")
         .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "web",
-        "web",
-        "gates False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    assert_eq!(pods.len(), 2);
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    for (_, message) in &pods {
         assert!(
             message.contains(ZONES) && message.contains("<zone-id>:<vswitch-id>"),
             "{message}"
@@ -1143,20 +555,6 @@ async fn an_invalid_annotation_shows_on_every_gated_pod() {
         .unwrap();
     wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
     bed.cleanup().await;
-}
-
-/// Annotations under the Alibaba prefix, from (suffix, value) pairs.
-fn lb_annotations(pairs: &[(&str, &str)]) -> Value {
-    let map: serde_json::Map<String, Value> = pairs
-        .iter()
-        .map(|(k, v)| {
-            (
-                format!("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-{k}"),
-                json!(v),
-            )
-        })
-        .collect();
-    Value::Object(map)
 }
 
 /// The health-check and scheduler annotations reach the CLB listener and the NLB server
@@ -1307,23 +705,11 @@ async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout(
     assert_eq!(behind, 2, "{state}");
 
     // HTTPS without a certificate: refused before any cloud call, on every gate.
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("protocol-port", "https:80")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let https = lb_annotations(&[("protocol-port", "https:80")]);
+    let pods = bed
+        .create_held_app("bad", None, https, 1, "InvalidLoadBalancerAnnotation")
+        .await;
+    let message = &pods[0].1;
     assert!(
         message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id"),
         "{message}"
@@ -1604,16 +990,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
     let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
     let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.create_service(
@@ -1718,48 +1095,14 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
     config.clb_spec = None;
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "shared-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("shared-by-hand", Some(VPC_ID)))
         .await
         .unwrap();
-    bed.create_service(
-        "web",
-        "web",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    let pods = wait_for(
-        "both gates saying LoadBalancerTakesNoPodBackends",
-        Duration::from_secs(60),
-        || async {
-            let pods = bed.app_pods("web").await;
-            let reasons: Vec<_> = pods.iter().map(|p| gate_status(p, "web")).collect();
-            let all = pods.len() == 2
-                && reasons.iter().all(|r| {
-                    r.as_ref().is_some_and(|(s, r, _)| {
-                        s == "False" && r == "LoadBalancerTakesNoPodBackends"
-                    })
-                });
-            if all {
-                Ok(pods)
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        },
-    )
-    .await;
-    for pod in &pods {
-        let (_, _, message) = gate_status(pod, "web").unwrap();
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id});
+    let pods = bed
+        .create_held_app("web", None, attached, 2, "LoadBalancerTakesNoPodBackends")
+        .await;
+    for (_, message) in &pods {
         for part in [lb.id.as_str(), "no LoadBalancerSpec", "slb.s1.small"] {
             assert!(message.contains(part), "{message}");
         }
@@ -1806,33 +1149,15 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
                 cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
                 others: vec![],
             },
-            name: "other-clusters".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: vec![],
-            listeners: vec![],
+            ..users_load_balancer("other-clusters", Some(VPC_ID))
         })
         .await
         .unwrap();
-    bed.create_service(
-        "theirs",
-        "theirs",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id}),
-    )
-    .await;
-    bed.create_deployment("theirs", "theirs", 1, &["theirs"], 1, 0)
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id});
+    let pods = bed
+        .create_held_app("theirs", None, attached, 1, "CloudApiError")
         .await;
-    let pods = wait_gate(
-        &bed,
-        "theirs",
-        "theirs",
-        "the gate False, saying CloudApiError",
-        |s, r| s == "False" && r == "CloudApiError",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "theirs").unwrap();
+    let message = &pods[0].1;
     assert!(message.contains("OfCluster(other-cluster)"), "{message}");
 
     let tags = lb_annotations(&[("additional-resource-tags", "team=web,env=e2e")]);
@@ -1882,23 +1207,11 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     );
 
     // A malformed list: refused before any cloud call, on the gate, naming the form.
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("additional-resource-tags", "acs:team=web")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let tags = lb_annotations(&[("additional-resource-tags", "acs:team=web")]);
+    let pods = bed
+        .create_held_app("bad", None, tags, 1, "InvalidLoadBalancerAnnotation")
+        .await;
+    let message = &pods[0].1;
     assert!(message.contains("k1=v1,k2=v2"), "{message}");
     bed.cleanup().await;
 }
@@ -1991,43 +1304,21 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     let nlb = bed.emu.cloud_client(Product::Nlb);
     // Made by hand: a TCP listener on 80 that forwards to the user's own group.
     let lb = nlb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "users-own-group".into(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
-        })
+        .ensure_load_balancer(&lb_emulator::testing::spec(
+            "made-by-hand",
+            VPC_ID,
+            "users-own-group",
+        ))
         .await
         .unwrap();
     let listener_id = lb.listeners[0].listener_id.clone().unwrap();
     let users_group = lb.listeners[0].server_group_id.clone();
-    bed.create_service(
-        "web",
-        "web",
-        Some("alibabacloud.com/nlb"),
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "web",
-        "web",
-        "the ListenerNotForwarding reason",
-        |s, r| s == "False" && r == "ListenerNotForwarding",
-    )
-    .await;
-    let ip = pod_ip(&pods[0]).unwrap();
+    let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id});
+    let nlb = Some("alibabacloud.com/nlb");
+    let pods = bed
+        .create_held_app("web", nlb, attached, 1, "ListenerNotForwarding")
+        .await;
+    let ip = pod_ip(&pods[0].0).unwrap();
     // The pod is registered and healthy in rollgate's group: only the listener check
     // holds the gate.
     wait_for(
@@ -2100,16 +1391,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     let bed = Bed::new("gates-lb-gone", 1, fast_emulator(), &[]).await;
     let clb = emulator_client(&bed, Product::Clb);
     let lb = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.create_service(
@@ -2343,20 +1625,9 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     // The user's own listener and group on rollgate's load balancer.
     emulator_client(&bed, Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "unused".into(),
             existing_id: Some(lb_id.clone()),
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![ListenerSpec {
-                port: 9000,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "users-group".into(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
+            listeners: vec![users_listener(9000, "users-group")],
+            ..users_load_balancer("unused", None)
         })
         .await
         .unwrap();
@@ -2452,16 +1723,7 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
         .cloned()
         .unwrap();
     let named = emulator_client(&bed, Product::Clb)
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "made-by-hand".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: None,
-            zones: vec![],
-            listeners: vec![],
-        })
+        .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
     bed.services()
@@ -2568,22 +1830,11 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let legacy = format!("k8s/80/web/{ns}/kubernetes");
     let nlb = emulator_client(&bed, Product::Nlb);
     let lb = nlb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "made-by-an-earlier-version".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: legacy.clone(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
-        })
+        .ensure_load_balancer(&lb_emulator::testing::spec(
+            "made-by-an-earlier-version",
+            VPC_ID,
+            &legacy,
+        ))
         .await
         .unwrap();
     let group = lb.listeners[0].clone();
@@ -2693,20 +1944,9 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
     emulator_client(bed, Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: name.into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
             zones: lb_emulator::testing::two_zones(),
-            listeners: vec![ListenerSpec {
-                port: 9000,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: format!("{name}-group"),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
+            listeners: vec![users_listener(9000, &format!("{name}-group"))],
+            ..users_load_balancer(name, Some(VPC_ID))
         })
         .await
         .unwrap()

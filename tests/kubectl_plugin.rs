@@ -17,7 +17,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
-use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
+use support::gated::{fast_emulator, GatedBed};
 use support::*;
 
 const GATE: &str = "service.readiness.alibabacloud.com/web";
@@ -317,14 +317,7 @@ async fn kubectl_rollgate_gates_shows_the_server_groups_the_cloud_has() {
         {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
         {"name": "alt", "port": 8443, "targetPort": "http", "protocol": "TCP"},
     ]);
-    let (zone_key, zone_maps) = NLB_ZONE_MAPS;
-    bed.create_service(
-        "web",
-        Some("alibabacloud.com/nlb"),
-        json!({ zone_key: zone_maps }),
-        ports,
-    )
-    .await;
+    bed.create_nlb_service("web", ports).await;
     bed.create_deployment("web", 2).await;
     bed.wait_gates("web", 2, "True", Duration::from_secs(90))
         .await;

@@ -38,7 +38,7 @@ use kube::Api;
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
 use support::daemonset::{create_edge_v1_and_wait, image_of, wait_ready_on, Others};
-use support::gated::{fast_emulator, GatedBed, NLB_ZONE_MAPS};
+use support::gated::{fast_emulator, GatedBed};
 use support::*;
 
 const RULES: &str = "deploy/monitoring/prometheus-rule.yaml";
@@ -157,29 +157,89 @@ fn parse_scrape(text: &str, keep: &BTreeSet<String>) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Scrapes `addr` every second into `samples` until `stop` is set.
-fn start_recording(
-    addr: std::net::SocketAddr,
-    keep: BTreeSet<String>,
+/// The series the alert rules read, scraped from one controller every second: each
+/// scrape is one sample, a minute apart in promtool's time.
+struct Recording {
     samples: Arc<Mutex<Vec<Scrape>>>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let scrape = match tokio::time::timeout(
-                Duration::from_millis(800),
-                http_request(addr, "GET", "/metrics"),
-            )
-            .await
-            {
-                Ok(Ok(r)) if r.status == 200 => Some(parse_scrape(&r.body, &keep)),
-                _ => None,
-            };
-            samples.lock().unwrap().push(scrape);
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recording {
+    fn start(addr: std::net::SocketAddr) -> Self {
+        let keep: BTreeSet<String> = alert_rules()
+            .iter()
+            .flat_map(|r| metric_names(r["expr"].as_str().unwrap()))
+            .collect();
+        let samples: Arc<Mutex<Vec<Scrape>>> = Arc::default();
+        let into = samples.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let scrape = match tokio::time::timeout(
+                    Duration::from_millis(800),
+                    http_request(addr, "GET", "/metrics"),
+                )
+                .await
+                {
+                    Ok(Ok(r)) if r.status == 200 => Some(parse_scrape(&r.body, &keep)),
+                    _ => None,
+                };
+                into.lock().unwrap().push(scrape);
+            }
+        });
+        Recording { samples, task }
+    }
+
+    /// The samples so far.
+    fn count(&self) -> usize {
+        self.samples.lock().unwrap().len()
+    }
+
+    /// Waits until `more` samples were added.
+    async fn wait_samples(&self, more: usize) {
+        let target = self.count() + more;
+        while self.count() < target {
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    })
+    }
+
+    /// Stops scraping; what was recorded.
+    fn stop(self) -> Recorded {
+        self.task.abort();
+        let samples = self.samples.lock().unwrap().clone();
+        let series = samples
+            .iter()
+            .flatten()
+            .flat_map(|s| s.keys().cloned())
+            .collect();
+        Recorded { samples, series }
+    }
+}
+
+/// A finished recording: the samples and every series that appears in them.
+struct Recorded {
+    samples: Vec<Scrape>,
+    series: BTreeSet<String>,
+}
+
+impl Recorded {
+    /// The recording as promtool's input series, in one unit test named `name` with
+    /// `checks`.
+    fn promtool_test(&self, name: &str, checks: Vec<Value>) -> Value {
+        let input: Vec<Value> = self
+            .series
+            .iter()
+            .map(|s| json!({"series": s, "values": series_values(s, &self.samples)}))
+            .collect();
+        json!([{
+            "name": name,
+            "interval": "1m",
+            "input_series": input,
+            "alert_rule_test": checks,
+        }])
+    }
 }
 
 /// promtool's notation for one series over the samples: its value, `stale` where it
@@ -378,21 +438,7 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
     )
     .await;
 
-    let keep: BTreeSet<String> = alert_rules()
-        .iter()
-        .flat_map(|r| metric_names(r["expr"].as_str().unwrap()))
-        .collect();
-    let samples: Arc<Mutex<Vec<Scrape>>> = Arc::default();
-    let recorder = start_recording(controller.metrics_addr().await, keep, samples.clone());
-    let count = || samples.lock().unwrap().len();
-    let wait_samples = |more: usize| {
-        let target = count() + more;
-        async move {
-            while count() < target {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    let recording = Recording::start(controller.metrics_addr().await);
     let set = |patch: Value| {
         let dss = dss.clone();
         async move {
@@ -404,7 +450,7 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
     let image = |image: &str| json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}});
 
     note("phase 1: a healthy rollout to edge:v2");
-    wait_samples(3).await;
+    recording.wait_samples(3).await;
     set(image("edge:v2")).await;
     wait_ready_on(
         &pods,
@@ -414,14 +460,14 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
         Duration::from_secs(90),
     )
     .await;
-    wait_samples(3).await;
-    let healthy_end = count();
+    recording.wait_samples(3).await;
+    let healthy_end = recording.count();
 
     note("phase 2: paused with a new template (an image that never pulls) for 25 samples");
     set(json!({"metadata": {"annotations": {"rollgate.io/paused": "true"}}})).await;
     set(image("edge:unpullable-v3")).await;
-    wait_samples(25).await;
-    let paused_end = count();
+    recording.wait_samples(25).await;
+    let paused_end = recording.count();
     let v2_left = pods
         .list(&ListParams::default())
         .await
@@ -434,8 +480,8 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
 
     note("phase 3: resumed: the first new pod never starts, every node Ready");
     set(json!({"metadata": {"annotations": {"rollgate.io/paused": "false"}}})).await;
-    wait_samples(26).await;
-    let stall_end = count();
+    recording.wait_samples(26).await;
+    let stall_end = recording.count();
     let list = pods.list(&ListParams::default()).await.unwrap().items;
     assert!(
         list.iter()
@@ -452,29 +498,21 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
 
     note("phase 4: the controller stopped");
     controller.stop();
-    wait_samples(8).await;
-    recorder.abort();
-    let samples = samples.lock().unwrap().clone();
-    let end = samples.len();
+    recording.wait_samples(8).await;
+    let recorded = recording.stop();
+    let end = recorded.samples.len();
     note(format!(
         "recorded {end} scrapes: healthy ..{healthy_end}, paused ..{paused_end}, stalled ..{stall_end}"
     ));
 
-    let series: BTreeSet<String> = samples
-        .iter()
-        .flatten()
-        .flat_map(|s| s.keys().cloned())
-        .collect();
     assert!(
-        series
+        recorded
+            .series
             .iter()
             .any(|s| s.starts_with("rollgate_daemonset_pods_updated{")),
-        "the recording has no DaemonSet series: {series:?}"
+        "the recording has no DaemonSet series: {:?}",
+        recorded.series
     );
-    let input: Vec<Value> = series
-        .iter()
-        .map(|s| json!({"series": s, "values": series_values(s, &samples)}))
-        .collect();
     let mut checks: Vec<Value> = (1..paused_end).flat_map(all_silent).collect();
     // Resumed 10 minutes ago: the pause is still inside the 15-minute window.
     checks.push(check(paused_end + 10, "RollgateRolloutStalled", vec![]));
@@ -492,12 +530,10 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
         "RollgateNoLeader",
         vec![firing("RollgateNoLeader", &[])],
     ));
-    let recorded = json!([{
-        "name": "a real rollout: healthy, paused, stalled, controller stopped",
-        "interval": "1m",
-        "input_series": input,
-        "alert_rule_test": checks,
-    }]);
+    let recorded = recorded.promtool_test(
+        "a real rollout: healthy, paused, stalled, controller stopped",
+        checks,
+    );
 
     let dir = repo_root().join("target/monitoring");
     run_promtool(&dir, &[("recorded", recorded), ("scenarios", scenarios())]);
@@ -509,31 +545,10 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
 async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it_is_healthy() {
     let bed = GatedBed::new("monitoring-gates", 1, &fast_emulator(), &[]).await;
     let n = bed.ns.name.clone();
-    let (zone_key, zone_maps) = NLB_ZONE_MAPS;
     let ports = json!([{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]);
-    bed.create_service(
-        "web",
-        Some("alibabacloud.com/nlb"),
-        json!({ zone_key: zone_maps }),
-        ports,
-    )
-    .await;
+    bed.create_nlb_service("web", ports).await;
     let controller = bed.controller.as_ref().unwrap();
-    let keep: BTreeSet<String> = alert_rules()
-        .iter()
-        .flat_map(|r| metric_names(r["expr"].as_str().unwrap()))
-        .collect();
-    let samples: Arc<Mutex<Vec<Scrape>>> = Arc::default();
-    let recorder = start_recording(controller.metrics_addr().await, keep, samples.clone());
-    let count = || samples.lock().unwrap().len();
-    let wait_samples = |more: usize| {
-        let target = count() + more;
-        async move {
-            while count() < target {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    let recording = Recording::start(controller.metrics_addr().await);
     let deployments = bed.deployments();
     let set = |patch: Value| {
         let deployments = deployments.clone();
@@ -553,19 +568,19 @@ async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it
     };
 
     note("phase 1: a healthy gated rollout (two pods registered and healthy)");
-    wait_samples(2).await;
+    recording.wait_samples(2).await;
     bed.create_deployment("web", 2).await;
     bed.wait_gates("web", 2, "True", Duration::from_secs(90))
         .await;
-    wait_samples(3).await;
-    let healthy_end = count();
+    recording.wait_samples(3).await;
+    let healthy_end = recording.count();
 
     note("phase 2: a new template whose backend never turns healthy, for 24 samples");
     bed.emulator_post("timing", json!({"health_delay_ms": 3_600_000}))
         .await;
     set(json!({"spec": {"template": {"metadata": {"annotations": {"rollout": "2"}}}}})).await;
-    wait_samples(24).await;
-    let pending_end = count();
+    recording.wait_samples(24).await;
+    let pending_end = recording.count();
     let pods = bed.app_pods("web").await;
     assert_eq!(
         pending_gates(&pods),
@@ -577,10 +592,9 @@ async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it
     note("phase 3: registrations fail (every NLB job fails), one more pod, for 24 samples");
     bed.emulator_post("jobs", json!({"fail_rate": 1.0})).await;
     set(json!({"spec": {"replicas": 3}})).await;
-    wait_samples(24).await;
-    let errors_end = count();
-    recorder.abort();
-    let samples = samples.lock().unwrap().clone();
+    recording.wait_samples(24).await;
+    let errors_end = recording.count();
+    let recorded = recording.stop();
     let pods = bed.app_pods("web").await;
     assert_eq!(
         pending_gates(&pods),
@@ -591,21 +605,13 @@ async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it
     note(format!(
         "recorded {errors_end} scrapes: healthy ..{healthy_end}, gates pending ..{pending_end}, cloud errors ..{errors_end}"
     ));
-    let series: BTreeSet<String> = samples
-        .iter()
-        .flatten()
-        .flat_map(|s| s.keys().cloned())
-        .collect();
     let failed_adds =
         r#"rollgate_gate_cloud_api_calls_total{action="AddBackends",result="job_failed"}"#;
     assert!(
-        series.contains(failed_adds),
-        "the recording has no failed AddBackends: {series:?}"
+        recorded.series.contains(failed_adds),
+        "the recording has no failed AddBackends: {:?}",
+        recorded.series
     );
-    let input: Vec<Value> = series
-        .iter()
-        .map(|s| json!({"series": s, "values": series_values(s, &samples)}))
-        .collect();
     let web = [("namespace", n.as_str()), ("service", "web")];
     let mut checks: Vec<Value> = (1..healthy_end).flat_map(all_silent).collect();
     // Held for 10 minutes: not yet.
@@ -625,12 +631,10 @@ async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it
     ));
     checks.push(check(errors_end - 1, "RollgateCloudThrottled", vec![]));
     checks.push(check(errors_end - 1, "RollgateNoLeader", vec![]));
-    let recorded = json!([{
-        "name": "a real gated run: healthy, a gate held, registrations failing",
-        "interval": "1m",
-        "input_series": input,
-        "alert_rule_test": checks,
-    }]);
+    let recorded = recorded.promtool_test(
+        "a real gated run: healthy, a gate held, registrations failing",
+        checks,
+    );
     // A folder of its own: the other recorded test runs beside this one.
     let dir = repo_root().join("target/monitoring-gates");
     run_promtool(&dir, &[("recorded-gates", recorded)]);

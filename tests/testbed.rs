@@ -35,24 +35,13 @@ fn daemonset(name: &str, nodes: &TestNodes, image: &str) -> DaemonSet {
     .unwrap()
 }
 
+/// `app: name`, gated on the test's own condition, maxSurge 1 and maxUnavailable 0.
 fn gated_deployment(name: &str, nodes: &TestNodes, replicas: i32, image: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "nodeSelector": nodes.selector(),
-                    "readinessGates": [{"conditionType": GATE}],
-                    "containers": [{"name": "main", "image": image}]
-                }
-            }
-        }
-    }))
-    .unwrap()
+    let container = json!({"name": "main", "image": image});
+    let gates = [GATE.to_string()];
+    let deployment =
+        support::gated::gated_deployment(name, name, nodes, replicas, &gates, (1, 0), container);
+    serde_json::from_value(deployment).unwrap()
 }
 
 async fn live_pods(api: &Api<Pod>, app: &str) -> Result<Vec<Pod>, String> {

@@ -1231,6 +1231,54 @@ pub fn audit_records() -> Vec<AuditRecord> {
     records
 }
 
+/// The audit log from a point on, read as it grows: for a test that must act on a
+/// request the moment the API server completed it. A watch can deliver the change it
+/// made long after (a loaded machine has been seen to lag a minute), while the audit
+/// log is written before the answer (`--audit-log-mode blocking`). Each read parses
+/// only what was appended since the last one.
+pub struct AuditTail {
+    offset: u64,
+}
+
+impl AuditTail {
+    /// From the current end of the log.
+    pub fn from_now() -> Self {
+        let offset = std::fs::metadata(audit_log_path()).map_or(0, |m| m.len());
+        AuditTail { offset }
+    }
+
+    /// The requests completed since the last read. After a rotation (the file shrank)
+    /// it reads the new file from its start: what went into the rotated file
+    /// meanwhile is skipped.
+    pub fn read(&mut self) -> Vec<AuditRecord> {
+        use std::io::{Read as _, Seek as _};
+        let Ok(mut file) = std::fs::File::open(audit_log_path()) else {
+            return Vec::new();
+        };
+        let len = file.metadata().map_or(0, |m| m.len());
+        if len < self.offset {
+            self.offset = 0;
+        }
+        let mut bytes = Vec::new();
+        if file.seek(std::io::SeekFrom::Start(self.offset)).is_err()
+            || file.read_to_end(&mut bytes).is_err()
+        {
+            return Vec::new();
+        }
+        // A line being written right now is left for the next read.
+        let complete = bytes
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |at| at + 1);
+        self.offset += complete as u64;
+        String::from_utf8_lossy(&bytes[..complete])
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter_map(|v| AuditRecord::from_json(&v))
+            .collect()
+    }
+}
+
 /// The DELETE calls on pods of `namespace` the API server answered (any status code),
 /// only those of `user` when given.
 pub fn pod_deletes(namespace: &str, user: Option<&str>) -> Vec<AuditRecord> {
