@@ -631,6 +631,7 @@ fn percentile(values: &mut [u64], p: f64) -> f64 {
     values[rank.clamp(1, values.len()) - 1] as f64
 }
 
+#[derive(Default)]
 struct Figures {
     bytes_per_pod: f64,
     cpu_per_event_ms: f64,
@@ -752,7 +753,14 @@ fn main() {
         p.rollout_pods
     );
     let wall = Instant::now();
-    let old = run_world(&p, PodLookup::FullScan, &stream);
+    // `ROLLGATE_BENCH_FLEET_ONLY_NEW=1`: today's world is skipped (its figures read 0),
+    // for profiling the new path alone; results are not merged then.
+    let only_new = std::env::var("ROLLGATE_BENCH_FLEET_ONLY_NEW").as_deref() == Ok("1");
+    let old = if only_new {
+        Figures::default()
+    } else {
+        run_world(&p, PodLookup::FullScan, &stream)
+    };
     eprintln!(
         "[fleet] today's path done in {:.1} s",
         wall.elapsed().as_secs_f64()
@@ -843,6 +851,9 @@ fn main() {
         (k("bytes_per_pod_today"), json!(old.bytes_per_pod.round())),
         (k("bench_peak_rss_mb"), json!(peak.round())),
     ];
+    if only_new {
+        return;
+    }
     match merge(&entries) {
         Ok(path) => println!("results merged into {}", path.display()),
         Err(e) => {
