@@ -30,7 +30,9 @@ use super::revision::{
     check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
 };
 use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
-use super::triggers::{daemonset_unchanged, daemonsets_for_node, pod_unchanged};
+use super::triggers::{
+    daemonset_unchanged, daemonsets_for_node, pod_replans_owner, pod_unchanged, NodeTriggerView,
+};
 use crate::apply::{
     event, issue_together, Call, ConditionPatch, EventDedup, Events, Outcome, Topic, Writer,
 };
@@ -44,7 +46,7 @@ use crate::names::{
     UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
     WAITING_FOR_STALE_STATUS_EVENT,
 };
-use crate::object::{is_controlled_by, CachedPod};
+use crate::object::{is_controlled_by, CachedPod, PodFacts};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{Run, RunMetrics};
 #[cfg(test)]
@@ -167,24 +169,30 @@ pub fn start(
     // A node change re-plans only the rolling DaemonSets it can matter to (see
     // `triggers::daemonsets_for_node`): its Ready status, or its labels and taints.
     let node_triggers = {
-        let (daemonsets, pods, ctx) = (
-            stores.daemonsets.clone(),
-            stores.pods_by_owner.clone(),
-            ctx.clone(),
-        );
+        let ctx = ctx.clone();
         watches.node_changes().flat_map(move |change| {
             let (before, after) = match change {
                 Change::Applied { before, after } => (before, Some(after)),
                 Change::Deleted(gone) => (Some(gone), None),
             };
+            let stores = &ctx.stores;
             let vacated =
                 |ds: &str, node: &str| ctx.expectations.lock().unwrap().has_vacated(ds, node);
+            let expected =
+                |ds: &str, pod: &str| ctx.expectations.lock().unwrap().deletion_expected(ds, pod);
+            let current = |ds: &DaemonSet| current_revision(stores, ds);
+            let view = NodeTriggerView {
+                pods: &stores.pods_by_owner,
+                current: &current,
+                vacated_by_us: &vacated,
+                deletion_expected: &expected,
+                now: Timestamp::now(),
+            };
             let due = daemonsets_for_node(
                 before.as_deref(),
                 after.as_deref(),
-                &daemonsets.state(),
-                &pods,
-                &vacated,
+                &stores.daemonsets.state(),
+                &view,
             );
             futures::stream::iter(due)
         })
@@ -192,7 +200,16 @@ pub fn start(
     // Only writes that change what the planners read re-plan (see `triggers`); a pod's
     // deletion does, since it frees its node.
     let daemonsets = applied_unless(watches.daemonset_changes(), daemonset_unchanged);
-    let pods = touched_unless(watches.pod_changes(), pod_unchanged);
+    // And only pods of DaemonSets whose reconcile acts on them (`pod_replans_owner`):
+    // unmanaged DaemonSets' pod traffic costs nothing.
+    let pods = {
+        let daemonsets = stores.daemonsets.clone();
+        touched_unless(watches.pod_changes(), pod_unchanged).filter(move |pod| {
+            let namespace = pod.pod_namespace();
+            let owner = |name: &str| daemonsets.get(&ObjectRef::new(name).within(namespace));
+            std::future::ready(pod_replans_owner(&**pod, &owner))
+        })
+    };
     let controller = Controller::for_shared_stream(daemonsets, stores.daemonsets.clone())
         .owns_shared_stream(pods)
         .owns_shared_stream(applied(watches.revision_changes()))

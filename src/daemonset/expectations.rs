@@ -111,6 +111,15 @@ impl Expectations {
             .is_some_and(|record| record.vacated.contains_key(node))
     }
 
+    /// Whether rollgate issued the deletion of this pod of the DaemonSet and has not
+    /// dropped the record yet (timed-out records count until the next plan drops them:
+    /// a node trigger must then re-plan, see `triggers`).
+    pub fn deletion_expected(&self, ds_uid: &str, pod_uid: &str) -> bool {
+        self.0
+            .get(ds_uid)
+            .is_some_and(|record| record.deletions.contains_key(pod_uid))
+    }
+
     /// How many DaemonSets have a record (for tests and metrics).
     pub fn tracked(&self) -> usize {
         self.0.len()

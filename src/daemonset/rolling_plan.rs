@@ -677,6 +677,16 @@ pub fn is_node_ready(node: &impl NodeFacts) -> bool {
     node.is_ready()
 }
 
+/// Whether the pod is available as the plan counts it: Ready for `minReadySeconds` at
+/// `now` (and so at any later time, the pod unchanged). The node triggers' fast path
+/// reads the same rule (`triggers::daemonsets_for_node`).
+pub fn is_available(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> bool {
+    matches!(
+        availability(pod, min_ready_seconds, now),
+        Availability::Available
+    )
+}
+
 enum Availability {
     Available,
     /// Ready, but `minReadySeconds` not reached yet: available after this long.

@@ -13,10 +13,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
 use super::placement::should_run_on;
 use super::policy::{policy_for, Policy, PolicyDecision};
+use super::revision::{generation_observed, CurrentRevision};
+use super::rolling_plan::is_available;
 use crate::names::{
     CONTROLLER_REVISION_HASH_LABEL, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION,
     POD_TEMPLATE_GENERATION_LABEL,
@@ -93,6 +96,37 @@ pub fn pod_unchanged(before: &impl PodFacts, after: &impl PodFacts) -> bool {
     before == after
 }
 
+/// Whether a pod write the planners can see (see [`pod_unchanged`]) reconciles the
+/// DaemonSet owning the pod; `owner` finds a DaemonSet of the pod's namespace by name
+/// in the store.
+///
+/// Only DaemonSets rollgate manages (AdvancedRollingUpdate, OTA) plan on their pods.
+/// An unmanaged DaemonSet's reconcile (and a NotOurs one's: OTA annotation, wrong
+/// strategy) does one thing with its pods: it removes a `PodNeedUpgrade` condition left
+/// from when it was OTA. So its pods' writes reconcile it only when the pod carries that
+/// condition (a write of ours that landed after the annotation went); the rest of an
+/// unmanaged fleet's pod traffic costs a lookup and a parse of the annotations. An
+/// invalid DaemonSet acts on no pod until it is fixed, which is a DaemonSet write.
+/// A pod whose owner is not in the store reconciles nothing either way.
+pub fn pod_replans_owner(
+    pod: &impl PodFacts,
+    owner: &dyn Fn(&str) -> Option<Arc<DaemonSet>>,
+) -> bool {
+    pod.metadata()
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.kind == "DaemonSet" && r.api_version == "apps/v1")
+        .filter_map(|r| owner(&r.name))
+        .any(|ds| match policy_for(&ds) {
+            PolicyDecision::Managed(_) => true,
+            PolicyDecision::Unmanaged | PolicyDecision::NotOurs { .. } => {
+                pod.condition(POD_NEED_UPGRADE_CONDITION).is_some()
+            }
+            PolicyDecision::Invalid(_) => false,
+        })
+}
+
 /// A DaemonSet write the upgrade controller cannot see: only its status moved, and not
 /// `observedGeneration` (the controller waits for it after a template change).
 pub fn daemonset_unchanged(before: &DaemonSet, after: &DaemonSet) -> bool {
@@ -121,6 +155,23 @@ fn meta_unchanged(a: &ObjectMeta, b: &ObjectMeta) -> bool {
         && a.generate_name == b.generate_name
 }
 
+/// What a node trigger reads besides the node and the DaemonSets: the pod index,
+/// rollgate's own in-flight work (`expectations`), and the DaemonSets' current
+/// revisions, for the fast path of [`daemonsets_for_node`].
+pub struct NodeTriggerView<'a> {
+    pub pods: &'a PodsByOwner,
+    /// The DaemonSet's current revision (`controller::current_revision`); read only for
+    /// DaemonSets with a pod on the node, after every other test.
+    pub current: &'a dyn Fn(&DaemonSet) -> Option<CurrentRevision>,
+    /// Rollgate deleted the pod of this DaemonSet (UID) on this node and has not seen
+    /// the node settled since (`Expectations::has_vacated`).
+    pub vacated_by_us: &'a dyn Fn(&str, &str) -> bool,
+    /// Rollgate issued the deletion of this pod (DaemonSet UID, pod UID) and has not
+    /// seen it land (`Expectations::deletion_expected`).
+    pub deletion_expected: &'a dyn Fn(&str, &str) -> bool,
+    pub now: Timestamp,
+}
+
 /// The DaemonSets a node change re-plans: `before` is the node as the store held it
 /// (`None` when new to the store or resent by a relist), `after` as it holds it now
 /// (`None` once deleted).
@@ -136,7 +187,17 @@ fn meta_unchanged(a: &ObjectMeta, b: &ObjectMeta) -> bool {
 ///   there before or after, or had its pod there deleted by rollgate (`vacated_by_us`);
 /// - the node is Ready before and after, and a label or taint change moves it into or
 ///   out of the DaemonSet's placement, or (a pod there) into or out of the rollout's
-///   `rollgate.io/node-selector`.
+///   `rollgate.io/node-selector`;
+/// - except, in both cases, when the node stays (before and after known) and the
+///   DaemonSet's pods there are one pod that serves the current revision
+///   ([`serves_current`]): the plan then counts the node as done whether it is Ready or
+///   not, placed or not, selected or not, so no decision of it can move (the property
+///   test `a_node_change_the_fast_path_skips_changes_no_decision` in
+///   `rolling_plan/proptests.rs` checks this against full plans). This is the common
+///   case of a flapping edge fleet: every DaemonSet on the node is done there, and
+///   re-planning each over every node was the cost of a flap (issue 25). Only the
+///   `nodes_skipped_not_ready` gauge, which counts such a node while it is NotReady,
+///   waits for the DaemonSet's next plan (a pod event or the resync).
 ///
 /// A NotReady node's taints and labels are read by no plan: the node lifecycle
 /// controller's taints during a flap re-plan nothing. A trigger lost anyway (a watch
@@ -145,8 +206,7 @@ pub fn daemonsets_for_node<N: NodeFacts>(
     before: Option<&N>,
     after: Option<&N>,
     daemonsets: &[Arc<DaemonSet>],
-    pods: &PodsByOwner,
-    vacated_by_us: &dyn Fn(&str, &str) -> bool,
+    view: &NodeTriggerView,
 ) -> Vec<ObjectRef<DaemonSet>> {
     let Some(node) = after.or(before).map(|n| n.name()) else {
         return Vec::new();
@@ -159,6 +219,7 @@ pub fn daemonsets_for_node<N: NodeFacts>(
     if !ready_moved && !both_ready {
         return Vec::new();
     }
+    let node_stays = before.is_some() && after.is_some();
     daemonsets
         .iter()
         .filter(|ds| {
@@ -170,8 +231,8 @@ pub fn daemonsets_for_node<N: NodeFacts>(
             let uid = ds.metadata.uid.as_deref().unwrap_or_default();
             let placed_before = before.is_some_and(|n| should_run_on(ds, n));
             let placed_after = after.is_some_and(|n| should_run_on(ds, n));
-            let there = || pods.has_pod_on(uid, node) || vacated_by_us(uid, node);
-            if ready_moved {
+            let there = || view.pods.has_pod_on(uid, node) || (view.vacated_by_us)(uid, node);
+            let mut due = if ready_moved {
                 placed_before || placed_after || there()
             } else {
                 let selected = |n: Option<&N>| {
@@ -180,10 +241,45 @@ pub fn daemonsets_for_node<N: NodeFacts>(
                         .map(|s| n.is_some_and(|n| s.matches(n)))
                 };
                 placed_before != placed_after || (selected(before) != selected(after) && there())
+            };
+            // The fast path, last: it reads the pods there and the current revision.
+            if due && node_stays && !(view.vacated_by_us)(uid, node) {
+                let pods = view.pods.pods_on(uid, node);
+                if !pods.is_empty() && generation_observed(ds) {
+                    let current = (view.current)(ds);
+                    let expected = |pod: &str| (view.deletion_expected)(uid, pod);
+                    due = !serves_current(ds, &pods, current.as_ref(), &expected, view.now);
+                }
             }
+            due
         })
         .map(|ds| ObjectRef::from_obj(&**ds))
         .collect()
+}
+
+/// Whether `pods`, the DaemonSet's pods on one node, are exactly one pod that serves the
+/// current revision as the rolling plan counts it: in the DaemonSet's namespace, live
+/// (not terminating, no deletion of it in flight), up to date, and available at `now`
+/// (so at any later time). The plan counts such a node as done whatever the node
+/// shows: Ready, it is updated; NotReady, it holds no old pod; and it is never a
+/// candidate, unavailable, stale, unplaced, held back or vacated. `current` is `None`
+/// while the revision is unknown (then nothing is up to date).
+pub fn serves_current<P: PodFacts>(
+    ds: &DaemonSet,
+    pods: &[Arc<P>],
+    current: Option<&CurrentRevision>,
+    deletion_expected: &dyn Fn(&str) -> bool,
+    now: Timestamp,
+) -> bool {
+    let (Some(current), [pod]) = (current, pods) else {
+        return false;
+    };
+    let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
+    pod.metadata().namespace == ds.metadata.namespace
+        && !pod.is_terminating()
+        && !deletion_expected(pod.pod_uid())
+        && current.is_pod_updated(&**pod)
+        && is_available(&**pod, min_ready, now)
 }
 
 #[cfg(test)]
@@ -344,15 +440,275 @@ mod tests {
                 &["rolling", "selective", "emptied"],
             ),
         ];
+        // No revision known: the fast path never applies here (see the next test).
+        let view = NodeTriggerView {
+            pods: &index,
+            current: &|_: &DaemonSet| None,
+            vacated_by_us: &vacated,
+            deletion_expected: &|_: &str, _: &str| false,
+            now: at(0),
+        };
         for (case, before, after, expected) in cases {
-            let due =
-                daemonsets_for_node(before.as_ref(), after.as_ref(), &fleet, &index, &vacated);
+            let due = daemonsets_for_node(before.as_ref(), after.as_ref(), &fleet, &view);
             let mut names: Vec<&str> = due.iter().map(|r| r.name.as_str()).collect();
             names.sort();
             let mut expected = expected.to_vec();
             expected.sort();
             assert_eq!(names, expected, "{case}");
         }
+    }
+
+    /// The fast path: a node whose only pod of the DaemonSet serves the current
+    /// revision is done in every plan, Ready or not. Each row changes one thing from
+    /// that and must re-plan again.
+    #[test]
+    fn a_node_whose_pod_serves_the_current_revision_replans_nothing() {
+        let ds = rolling("agent").min_ready_seconds(30).build();
+        let fleet = [Arc::new(ds.clone())];
+        let current = CurrentRevision {
+            hash: Some("new".into()),
+            template_generation: None,
+        };
+        let pod = |hash: &str| {
+            PodBuilder::new("agent-n1", &ds)
+                .hash(hash)
+                .on_node("n1")
+                .ready_since(at(0))
+        };
+        let n1 = labelled("n1", true, &[]);
+        let n1_down = labelled("n1", false, &[]);
+        // (case, the pods on n1, revision known, deletion in flight, vacated,
+        //  observed generation, seconds since the pod turned Ready, node deleted,
+        //  re-planned)
+        type Row<'a> = (&'a str, Vec<Pod>, bool, bool, bool, bool, i64, bool, bool);
+        let rows: Vec<Row> = vec![
+            (
+                "serves the current revision",
+                vec![pod("new").build()],
+                true,
+                false,
+                false,
+                true,
+                60,
+                false,
+                false,
+            ),
+            (
+                "out of date",
+                vec![pod("old").build()],
+                true,
+                false,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "revision unknown",
+                vec![pod("new").build()],
+                false,
+                false,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "not Ready",
+                vec![PodBuilder::new("agent-n1", &ds)
+                    .hash("new")
+                    .on_node("n1")
+                    .not_ready()
+                    .build()],
+                true,
+                false,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "within minReadySeconds",
+                vec![pod("new").build()],
+                true,
+                false,
+                false,
+                true,
+                10,
+                false,
+                true,
+            ),
+            (
+                "terminating",
+                vec![pod("new").terminating(at(1)).build()],
+                true,
+                false,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "its deletion in flight",
+                vec![pod("new").build()],
+                true,
+                true,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "rollgate vacated the node",
+                vec![pod("new").build()],
+                true,
+                false,
+                true,
+                true,
+                60,
+                false,
+                true,
+            ),
+            (
+                "the native controller behind",
+                vec![pod("new").build()],
+                true,
+                false,
+                false,
+                false,
+                60,
+                false,
+                true,
+            ),
+            (
+                "the node deleted",
+                vec![pod("new").build()],
+                true,
+                false,
+                false,
+                true,
+                60,
+                true,
+                true,
+            ),
+            (
+                "two pods there",
+                vec![
+                    pod("new").build(),
+                    PodBuilder::new("agent-n1-b", &ds)
+                        .hash("new")
+                        .on_node("n1")
+                        .ready_since(at(0))
+                        .build(),
+                ],
+                true,
+                false,
+                false,
+                true,
+                60,
+                false,
+                true,
+            ),
+        ];
+        for (case, pods, known, in_flight, vacated, observed, since, deleted, replans) in rows {
+            let fleet = if observed {
+                fleet.clone()
+            } else {
+                [Arc::new(
+                    rolling("agent")
+                        .min_ready_seconds(30)
+                        .generations(2, 1)
+                        .build(),
+                )]
+            };
+            let pods: Vec<Arc<CachedPod>> = pods
+                .into_iter()
+                .map(|p| Arc::new(CachedPod::from(p)))
+                .collect();
+            let index = PodsByOwner::of(&pods);
+            let revision = |_: &DaemonSet| known.then(|| current.clone());
+            let view = NodeTriggerView {
+                pods: &index,
+                current: &revision,
+                vacated_by_us: &|_: &str, _: &str| vacated,
+                deletion_expected: &|_: &str, _: &str| in_flight,
+                now: at(since),
+            };
+            let flaps = [(Some(&n1), Some(&n1_down)), (Some(&n1_down), Some(&n1))];
+            for (before, after) in flaps {
+                let after = if deleted { None } else { after };
+                let due = daemonsets_for_node(before, after, &fleet, &view);
+                assert_eq!(!due.is_empty(), replans, "{case}");
+            }
+        }
+    }
+
+    /// Item 6 of issue 25: an unmanaged DaemonSet's pod traffic reconciles nothing,
+    /// except the one write its reconcile acts on (a left-over `PodNeedUpgrade`).
+    #[test]
+    fn only_managed_daemonsets_and_left_over_conditions_replan_on_pod_writes() {
+        let fleet = [
+            rolling("rolling").build(),
+            DaemonSetBuilder::new("ota")
+                .strategy("OTA")
+                .on_delete()
+                .build(),
+            DaemonSetBuilder::new("plain").on_delete().build(),
+            // OTA asked, but the native controller rolls it: not ours.
+            DaemonSetBuilder::new("native")
+                .strategy("OTA")
+                .update_strategy_type("RollingUpdate")
+                .build(),
+            DaemonSetBuilder::new("typo")
+                .strategy("AdvancedRolling")
+                .on_delete()
+                .build(),
+        ];
+        let owner = |name: &str| {
+            fleet
+                .iter()
+                .find(|ds| ds.metadata.name.as_deref() == Some(name))
+                .cloned()
+                .map(Arc::new)
+        };
+        let marked = PodCondition {
+            type_: POD_NEED_UPGRADE_CONDITION.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        // (owner, the pod carries PodNeedUpgrade, reconciles)
+        let rows = [
+            ("rolling", false, true),
+            ("ota", false, true),
+            ("plain", false, false),
+            ("plain", true, true),
+            ("native", false, false),
+            ("native", true, true),
+            ("typo", false, false),
+            ("typo", true, false),
+        ];
+        for (name, with_condition, replans) in rows {
+            let ds = owner(name).unwrap();
+            let mut pod = PodBuilder::new(&format!("{name}-a"), &ds).on_node("n1");
+            if with_condition {
+                pod = pod.with_condition(marked.clone());
+            }
+            let pod = CachedPod::from(pod.build());
+            assert_eq!(
+                pod_replans_owner(&pod, &owner),
+                replans,
+                "{name}, PodNeedUpgrade: {with_condition}"
+            );
+        }
+        // Its owner not (yet) in the store: nothing to reconcile.
+        let ds = rolling("gone").build();
+        let orphan = CachedPod::from(PodBuilder::new("gone-a", &ds).build());
+        assert!(!pod_replans_owner(&orphan, &owner));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::meta::{controller_uid, label};
 use crate::names::{
-    POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
+    GATE_PREFIX, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
     PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
 };
 
@@ -203,6 +203,8 @@ pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> 
 /// `metadata` keeps name, namespace, UID, resourceVersion, labels (Service selectors,
 /// revision hashes), owner references, creation and deletion timestamps and the
 /// deletion grace period; annotations, finalizers and managedFields are dropped.
+/// Conditions are kept only of the types some controller reads (`condition_is_read`):
+/// a reader of another type must add it there.
 ///
 /// It is a `kube::Resource` of kind Pod, so reflector stores and controllers take it as
 /// they take a `Pod`. Its serde form is its own (camelCase fields), not a v1 Pod.
@@ -262,6 +264,21 @@ pub struct CachedCondition {
     pub last_transition_time: Option<Time>,
 }
 
+/// Whether some controller reads pod conditions of this type: `Ready` (the planners),
+/// `ContainersReady` (the gates), rollgate's own `PodNeedUpgrade` and `PodImageReady`,
+/// and readiness gates (the pod's own, and any of the gates' prefix, which the gates
+/// controller also reads on pods that no longer list it). Nothing reads the others a
+/// kubelet writes (`PodScheduled`, `Initialized`, `PodReadyToStartContainers`,
+/// `DisruptionTarget`...): about 110 bytes each per cached pod (issue 25: the owner
+/// index is paid for with them).
+fn condition_is_read(type_: &str, readiness_gates: &[Box<str>]) -> bool {
+    matches!(
+        type_,
+        "Ready" | "ContainersReady" | POD_NEED_UPGRADE_CONDITION | POD_IMAGE_READY_CONDITION
+    ) || type_.starts_with(GATE_PREFIX)
+        || readiness_gates.iter().any(|gate| &**gate == type_)
+}
+
 fn boxed(s: String) -> Box<str> {
     s.into_boxed_str()
 }
@@ -290,6 +307,12 @@ impl From<Pod> for CachedPod {
         };
         let spec = pod.spec.unwrap_or_default();
         let status = pod.status.unwrap_or_default();
+        let readiness_gates: Box<[Box<str>]> = spec
+            .readiness_gates
+            .into_iter()
+            .flatten()
+            .map(|g| boxed(g.condition_type))
+            .collect();
         let eci_instance_id =
             super::meta::annotation(&pod.metadata, crate::names::ECI_INSTANCE_ID_ANNOTATION)
                 .filter(|id| !id.is_empty())
@@ -305,12 +328,6 @@ impl From<Pod> for CachedPod {
                 .into_iter()
                 .flatten()
                 .map(|s| boxed(s.name))
-                .collect(),
-            readiness_gates: spec
-                .readiness_gates
-                .into_iter()
-                .flatten()
-                .map(|g| boxed(g.condition_type))
                 .collect(),
             containers: spec
                 .containers
@@ -343,6 +360,7 @@ impl From<Pod> for CachedPod {
                 .conditions
                 .into_iter()
                 .flatten()
+                .filter(|c| condition_is_read(&c.type_, &readiness_gates))
                 .map(|c| CachedCondition {
                     type_: text(c.type_),
                     status: text(c.status),
@@ -353,6 +371,7 @@ impl From<Pod> for CachedPod {
                 .collect(),
             pod_ip: status.pod_ip.map(boxed),
             phase: status.phase.map(text),
+            readiness_gates,
         }
     }
 }
@@ -629,6 +648,55 @@ mod tests {
         assert_eq!(
             cached.container_ports().next().map(|p| p.protocol),
             Some("TCP")
+        );
+    }
+
+    /// The conditions a kubelet writes that nobody reads are not kept; every type a
+    /// controller reads is, with the pod's own readiness gates.
+    #[test]
+    fn only_conditions_some_reader_asks_for_are_kept() {
+        let mut full = kubelet_pod();
+        let spec = full.spec.as_mut().unwrap();
+        spec.readiness_gates.get_or_insert_default().push(
+            k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "example.com/own-gate".into(),
+            },
+        );
+        let conditions = full
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .unwrap();
+        for type_ in [
+            "PodScheduled",
+            "Initialized",
+            "PodReadyToStartContainers",
+            "ContainersReady",
+            POD_NEED_UPGRADE_CONDITION,
+            POD_IMAGE_READY_CONDITION,
+            "example.com/own-gate",
+            "example.com/not-a-gate",
+            "service.readiness.alibabacloud.com/gone",
+        ] {
+            conditions.push(PodCondition {
+                type_: type_.into(),
+                status: "True".into(),
+                ..Default::default()
+            });
+        }
+        let cached = CachedPod::from(full);
+        let kept: Vec<&str> = cached.conditions().map(|c| c.type_).collect();
+        assert_eq!(
+            kept,
+            [
+                "Ready",
+                "service.readiness.alibabacloud.com/web",
+                "ContainersReady",
+                POD_NEED_UPGRADE_CONDITION,
+                POD_IMAGE_READY_CONDITION,
+                "example.com/own-gate",
+                "service.readiness.alibabacloud.com/gone",
+            ]
         );
     }
 

@@ -190,6 +190,17 @@ impl PodsByOwner {
             .is_some_and(|by_node| by_node.contains_key(node))
     }
 
+    /// The pods of the owner with this UID on `node` (bound there, or pending for it),
+    /// terminating ones included; usually one.
+    pub fn pods_on(&self, owner_uid: &str, node: &str) -> Vec<Arc<CachedPod>> {
+        let owners = self.0.read().unwrap();
+        owners
+            .0
+            .get(owner_uid)
+            .and_then(|by_node| by_node.get(node))
+            .map_or_else(Vec::new, |slot| slot.pods().to_vec())
+    }
+
     /// How many pods the index holds (every pod with a controller owner).
     pub fn len(&self) -> usize {
         let owners = self.0.read().unwrap();

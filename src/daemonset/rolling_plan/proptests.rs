@@ -848,3 +848,145 @@ fn oracle_agrees_on_a_hand_made_state() {
         BTreeMap::from([("uid-n0-p0", DeletionReason::RollingUpdate)])
     );
 }
+
+/// One node's change, as a flap or an operator writes it. Bits: 0 the Ready status
+/// flips, 1 when it turned moves, 2 the pool label moves, 3 a `dedicated` NoSchedule
+/// taint comes or goes.
+fn changed_node(node: &Node, change: u8) -> Node {
+    let mut changed = node.clone();
+    let ready = changed
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c.type_ == "Ready"));
+    if let Some(ready) = ready {
+        if change & 1 != 0 {
+            ready.status = if ready.status == "True" {
+                "Unknown"
+            } else {
+                "True"
+            }
+            .into();
+        }
+        if change & 3 != 0 {
+            ready.last_transition_time = Some(Time(at(NOW - 2)));
+        }
+    }
+    if change & 4 != 0 {
+        let labels = changed.metadata.labels.get_or_insert_default();
+        match labels.get("pool").map(String::as_str) {
+            Some("a") => labels.insert("pool".into(), "b".into()),
+            Some(_) => labels.remove("pool"),
+            None => labels.insert("pool".into(), "a".into()),
+        };
+    }
+    if change & 8 != 0 {
+        let taints = changed
+            .spec
+            .get_or_insert_default()
+            .taints
+            .get_or_insert_default();
+        match taints.iter().position(|t| t.key == "dedicated") {
+            Some(i) => {
+                taints.remove(i);
+            }
+            None => taints.push(taint("dedicated", "NoSchedule")),
+        }
+    }
+    changed
+}
+
+/// A plan without what a node's Ready status moves even when no decision does: the
+/// Ready counts and the NotReady nodes skipped (read only by gauges and notes).
+fn decisions(mut plan: RollingPlan) -> RollingPlan {
+    plan.progress.ready_nodes = 0;
+    plan.progress.ready_updated = 0;
+    plan.progress.not_ready_nodes_skipped.clear();
+    plan
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    /// The node triggers' fast path (`triggers::daemonsets_for_node`) re-plans nothing
+    /// when the DaemonSet's only pod on the changed node serves the current revision
+    /// (`triggers::serves_current`). That is only safe if a full plan after the change
+    /// decides exactly what one before it decided: same deletions, upcoming pods,
+    /// settled nodes, blocker, counts and rechecks, partition and node selector
+    /// included. Half the cases force such a pod on the node, so the path is taken.
+    #[test]
+    fn a_node_change_the_fast_path_skips_changes_no_decision(
+        model in model(),
+        (target, change, force) in (any::<usize>(), 1u8..16, any::<bool>()),
+        partition in prop_oneof![
+            Just(None),
+            (1u32..=10).prop_map(|c| Some(Partition::Count(c))),
+            (1u8..=100).prop_map(|p| Some(Partition::Percent(p))),
+        ],
+        selector in prop::option::of(0..SELECTORS.len()),
+    ) {
+        use crate::daemonset::triggers::serves_current;
+        let mut model = model;
+        if model.nodes.is_empty() {
+            return Ok(());
+        }
+        let index = target % model.nodes.len();
+        if force {
+            let n = &mut model.nodes[index];
+            if n.state == NodeState::Missing {
+                n.state = NodeState::Ready;
+            }
+            n.replaced_by_us = false;
+            let pending = n.pods.first().is_some_and(|p| p.pending_by_affinity);
+            n.pods = vec![ModelPod {
+                updated: true,
+                two_behind: false,
+                ready: true,
+                marked_while_cut: false,
+                ready_long_ago: true,
+                terminating: false,
+                deletion_expected: false,
+                owned_by_other_daemonset: false,
+                pending_by_affinity: pending,
+            }];
+        }
+        let controlled = |owned: &mut OwnedInput| {
+            owned.partition = partition;
+            owned.node_selector = selector.map(|i| NodeSelector::parse(SELECTORS[i].0).unwrap());
+        };
+        let mut before = to_input(&model);
+        controlled(&mut before);
+        let name = node_name(index);
+        // A node that comes or goes always re-plans: not the fast path's case.
+        let Some(at_node) = before
+            .nodes
+            .iter()
+            .position(|n| n.metadata.name.as_deref() == Some(name.as_str()))
+        else {
+            return Ok(());
+        };
+        let mut after = to_input(&model);
+        controlled(&mut after);
+        after.nodes[at_node] = Arc::new(changed_node(&before.nodes[at_node], change));
+
+        let uid = before.ds.metadata.uid.clone().unwrap_or_default();
+        let there: Vec<Arc<Pod>> = before
+            .pods
+            .iter()
+            .filter(|p| is_controlled_by(&***p, &uid) && p.node_or_affinity_node() == Some(name.as_str()))
+            .cloned()
+            .collect();
+        let expected = |pod: &str| before.expected_deletions.contains(pod);
+        let skipped = !before.vacated_by_us.contains_key(&name)
+            && serves_current(&before.ds, &there, before.current.as_ref(), &expected, before.now);
+        if force {
+            prop_assert!(skipped, "a serving pod on {} must take the fast path", name);
+        }
+        if skipped {
+            prop_assert_eq!(
+                decisions(plan_rolling_update(&before.input())),
+                decisions(plan_rolling_update(&after.input()))
+            );
+        }
+    }
+}
