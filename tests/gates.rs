@@ -1089,13 +1089,19 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
 async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_service() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-shared", 1, fast_emulator(), &[]).await;
-    // Made by hand without a LoadBalancerSpec: a shared-resource instance, which CLB
-    // never lets take ENI or ECI backends.
+    // Made by hand, pay-by-spec without a LoadBalancerSpec (as older accounts have them):
+    // a shared-resource instance, which CLB never lets take ENI or ECI backends.
     let mut config = bed.emu.cloud_config();
     config.clb_spec = None;
     let clb = new_client(Product::Clb, &config, lb_emulator::testing::credentials()).unwrap();
     let lb = clb
-        .ensure_load_balancer(&users_load_balancer("shared-by-hand", Some(VPC_ID)))
+        .ensure_load_balancer(&LoadBalancerSpec {
+            clb_instance: ClbInstance {
+                spec: String::new(),
+                charge_type: "PayBySpec".into(),
+            },
+            ..users_load_balancer("shared-by-hand", Some(VPC_ID))
+        })
         .await
         .unwrap();
     let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id});
