@@ -18,6 +18,10 @@ pub const PULL_AHEAD: &str = "rollgate.io/pull-ahead";
 pub const OLD_IMAGE: &str = "registry.local/edge-agent:v1";
 pub const NEW_IMAGE: &str = "registry.local/edge-agent:v2";
 
+/// The pod-template annotation `TemplateChange::AnnotationOnly` sets: the watcher
+/// counts pods carrying it as of the new revision.
+pub const NEW_REVISION_ANNOTATION: (&str, &str) = ("rollgate.test/bench-revision", "2");
+
 /// What a rollout changes in the pod template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TemplateChange {
@@ -202,7 +206,8 @@ impl Prepared {
                 json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": NEW_IMAGE}]}}}})
             }
             TemplateChange::AnnotationOnly => {
-                json!({"spec": {"template": {"metadata": {"annotations": {"rollgate.test/bench-revision": "2"}}}}})
+                let (key, value) = NEW_REVISION_ANNOTATION;
+                json!({"spec": {"template": {"metadata": {"annotations": {key: value}}}}})
             }
         };
         let t0 = self.watcher.mark();

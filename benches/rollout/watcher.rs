@@ -96,6 +96,17 @@ fn image_of(p: &Pod) -> &str {
         .unwrap_or_default()
 }
 
+/// Of the revision the rollout goes to: the new image, or the pod-template annotation
+/// of a rollout that changes nothing else (`TemplateChange::AnnotationOnly`).
+fn is_new(p: &Pod, new_image: &str) -> bool {
+    image_of(p) == new_image
+        || p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::scenario::NEW_REVISION_ANNOTATION.0))
+            .is_some_and(|v| v == crate::scenario::NEW_REVISION_ANNOTATION.1)
+}
+
 fn node_of(p: &Pod) -> String {
     p.spec
         .as_ref()
@@ -197,7 +208,7 @@ impl BudgetWatcher {
                         let uid = pod.metadata.uid.clone().unwrap_or_default();
                         let view = PodView {
                             node: node_of(&pod),
-                            new: image_of(&pod) == target,
+                            new: is_new(&pod, &target),
                             ready: pod_is_ready(&pod),
                             terminating: pod.metadata.deletion_timestamp.is_some(),
                             need_upgrade: pod_condition(&pod, "PodNeedUpgrade"),
@@ -231,7 +242,7 @@ impl BudgetWatcher {
                     }
                     Ok(watcher::Event::Delete(pod)) => {
                         let uid = pod.metadata.uid.clone().unwrap_or_default();
-                        if image_of(&pod) != target {
+                        if !is_new(&pod, &target) {
                             st.events.push((now, Kind::OldGone, node_of(&pod)));
                         }
                         st.pods.remove(&uid);
