@@ -5,7 +5,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
-log() { printf '\n[test] %s\n' "$*" >&2; }
+# Each step is stamped with the minutes and seconds since make test began, so a slow run
+# shows which phase took the time.
+log() { printf '\n[test %d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 export CLUSTER_DIR=$repo/target/test-cluster
 export APISERVER_PORT=${TEST_APISERVER_PORT:-36543}
