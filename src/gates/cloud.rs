@@ -413,42 +413,41 @@ mod tests {
         let cloud = cloud();
         let (a, a_state) = group("rsp-a");
         let (b, _) = group("rsp-b");
+        let (only_a, only_b, both) = ([a.clone()], [b.clone()], [a, b]);
         let at = Instant::now();
         let young = Duration::from_secs(10);
         assert!(
-            cloud.reading("uid", &[a.clone()], young, at).is_none(),
+            cloud.reading("uid", &only_a, young, at).is_none(),
             "none kept yet"
         );
         cloud.remember_reading("uid", std::slice::from_ref(&a_state), at);
-        let reused = cloud
-            .reading("uid", &[a.clone()], young, at + young)
-            .unwrap();
+        let reused = cloud.reading("uid", &only_a, young, at + young).unwrap();
         assert_eq!((reused.at, reused.groups), (at, vec![a_state.clone()]));
         assert!(
-            cloud.reading("other", &[a.clone()], young, at).is_none(),
+            cloud.reading("other", &only_a, young, at).is_none(),
             "another Service's"
         );
         assert!(
-            cloud.reading("uid", &[b.clone()], young, at).is_none(),
+            cloud.reading("uid", &only_b, young, at).is_none(),
             "other groups"
         );
         assert!(
-            cloud.reading("uid", &[a.clone(), b], young, at).is_none(),
+            cloud.reading("uid", &both, young, at).is_none(),
             "a group more"
         );
         let too_old = at + young + Duration::from_millis(1);
         assert!(
-            cloud.reading("uid", &[a.clone()], young, too_old).is_none(),
+            cloud.reading("uid", &only_a, young, too_old).is_none(),
             "too old"
         );
         cloud.void_reading("uid");
-        assert!(
-            cloud.reading("uid", &[a.clone()], young, at).is_none(),
-            "voided"
-        );
+        assert!(cloud.reading("uid", &only_a, young, at).is_none(), "voided");
         cloud.remember_reading("uid", &[a_state], at);
         cloud.forget("uid");
-        assert!(cloud.reading("uid", &[a], young, at).is_none(), "forgotten");
+        assert!(
+            cloud.reading("uid", &only_a, young, at).is_none(),
+            "forgotten"
+        );
     }
 
     #[test]
