@@ -7,9 +7,9 @@
 //! a pod event brings re-plans on it instead of calling the cloud again. It is the
 //! reading the poller's last look made, so acting on it is what the controller does
 //! between two looks anyway; rollgate's own backend changes void it (`void_reading`),
-//! so no plan is made on a reading that predates them; the poller brings the next
-//! look at its pace (`poller`), and a reading older than the slow interval is never
-//! reused.
+//! so no plan is made on a reading that predates them; and a reading is never used
+//! past the moment the Service's next look is due (`Poller::reuse_bound`: the fast
+//! interval while a gate is pending), nor by the reconcile of a granted look.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

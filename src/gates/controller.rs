@@ -251,10 +251,16 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     };
     let key = service.key();
     // A look the scheduler granted reads the cloud; any other reconcile (a pod event,
-    // a drain deadline) re-plans on the last reading while it stands (`cloud`).
+    // a drain deadline) re-plans on the last reading until the Service's next look is
+    // due (`Cloud::reading`, `Poller::reuse_bound`).
+    let started = tokio::time::Instant::now();
     let granted = ctx.poller.granted(&key);
-    let mut looked = tokio::time::Instant::now();
-    let reuse = (!granted).then_some(settings.poll_slow);
+    let mut looked = started;
+    let reuse = if granted {
+        None
+    } else {
+        ctx.poller.reuse_bound(&key)
+    };
     let observed = observe_cloud(&service, &ctx, product, &spec, reuse).await;
     let mut observed_at = Timestamp::now();
     let mut calls_outside_grant = 0;
@@ -411,7 +417,8 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         // The same look again, first of its class, once the product's pace allows.
         ctx.poller.throttled_look(&key, product);
     } else {
-        ctx.poller.polled(key, product, listeners, outcome, looked);
+        ctx.poller
+            .polled(key, product, listeners, outcome, looked, started);
     }
     if let Some(error) = apply_error.or(read_error) {
         return Err(error.into());

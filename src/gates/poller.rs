@@ -121,6 +121,8 @@ struct Entry {
     product: Product,
     listeners: usize,
     priority: Priority,
+    /// Fast or slow, as the last reconcile decided.
+    interval: Duration,
     /// When the next look is due (kept while it waits: the queue's order).
     due: Instant,
     /// When the look was granted, until the reconcile reports back.
@@ -287,7 +289,9 @@ impl Schedule {
 
     /// Records a reconcile's outcome: the Service's next look is due one interval
     /// after the reading the plan used (`looked`), not after the reconcile's writes,
-    /// so 500 condition writes do not stretch the interval between two looks.
+    /// so 500 condition writes do not stretch the interval between two looks. A look
+    /// granted after the reconcile `started` stays granted: its reconcile is still to
+    /// come, and must read the cloud.
     pub fn polled(
         &mut self,
         service: ObjectRef<Service>,
@@ -295,19 +299,37 @@ impl Schedule {
         listeners: usize,
         outcome: Outcome,
         looked: Instant,
+        started: Instant,
     ) {
         let (priority, fast) = outcome.next_look();
         let interval = if fast { self.fast } else { self.slow };
+        let granted = self
+            .entries
+            .get(&service)
+            .and_then(|e| e.granted)
+            .filter(|at| *at > started);
         self.entries.insert(
             service,
             Entry {
                 product,
                 listeners,
                 priority,
+                interval,
                 due: looked + interval,
-                granted: None,
+                granted,
             },
         );
+    }
+
+    /// How old a reading a reconcile of the Service may reuse: none while a look is
+    /// granted (that reconcile reads the cloud), else the Service's interval, so a
+    /// reading is never used past the moment its next look is due.
+    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
+        match self.entries.get(service) {
+            Some(entry) if entry.granted.is_some() => None,
+            Some(entry) => Some(entry.interval),
+            None => Some(self.fast),
+        }
     }
 
     /// A reconcile that failed on throttling: the product slows down, and the Service
@@ -453,11 +475,17 @@ impl Poller {
         listeners: usize,
         outcome: Outcome,
         looked: Instant,
+        started: Instant,
     ) {
         self.schedule
             .lock()
             .unwrap()
-            .polled(service, product, listeners, outcome, looked);
+            .polled(service, product, listeners, outcome, looked, started);
+    }
+
+    /// See [`Schedule::reuse_bound`].
+    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
+        self.schedule.lock().unwrap().reuse_bound(service)
     }
 
     /// See [`Schedule::throttled_look`].
@@ -598,12 +626,14 @@ mod tests {
             1,
             outcome(Priority::Pending),
             start,
+            start,
         );
         s.polled(
             key("settled"),
             Product::Clb,
             1,
             outcome(Priority::Settled),
+            start,
             start,
         );
         assert!(s.grant(start + 499 * MS).is_empty());
@@ -619,6 +649,7 @@ mod tests {
             1,
             outcome(Priority::Settled),
             start + 600 * MS,
+            start + 600 * MS,
         );
         assert!(!s.granted(&key("pending")));
         let at_10s = s.grant(start + Duration::from_secs(10));
@@ -632,10 +663,83 @@ mod tests {
     }
 
     #[test]
+    fn a_reading_is_reused_until_its_look_is_due_and_never_while_a_look_is_granted() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        assert_eq!(s.reuse_bound(&key("new")), Some(500 * MS));
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("s"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
+        assert_eq!(s.reuse_bound(&key("p")), Some(500 * MS));
+        assert_eq!(s.reuse_bound(&key("s")), Some(Duration::from_secs(10)));
+        assert_eq!(s.grant(start + 500 * MS).len(), 1);
+        assert_eq!(s.reuse_bound(&key("p")), None);
+    }
+
+    #[test]
+    fn a_grant_made_while_a_reconcile_ran_outlives_that_reconcile() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        // A pod event's reconcile starts at 400 ms; the look is granted at 500 ms.
+        let started = start + 400 * MS;
+        assert_eq!(s.grant(start + 500 * MS).len(), 1);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            started,
+        );
+        assert!(
+            s.granted(&key("p")),
+            "the granted reconcile is still to come"
+        );
+        // The granted one reports back: done.
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start + 600 * MS,
+            start + 550 * MS,
+        );
+        assert!(!s.granted(&key("p")));
+    }
+
+    #[test]
     fn a_lost_reconcile_is_granted_again_after_the_slow_interval() {
         let start = Instant::now();
         let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(key("a"), Product::Clb, 1, outcome(Priority::Pending), start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
         assert_eq!(s.grant(start + 500 * MS).len(), 1);
         assert!(s.grant(start + Duration::from_secs(10)).is_empty());
         assert_eq!(s.grant(start + 500 * MS + Duration::from_secs(10)).len(), 1);
@@ -654,12 +758,14 @@ mod tests {
             1,
             outcome(Priority::Settled),
             start,
+            start,
         );
         s.polled(
             key("draining"),
             Product::Clb,
             1,
             outcome(Priority::Draining),
+            start + Duration::from_secs(5),
             start + Duration::from_secs(5),
         );
         s.polled(
@@ -668,12 +774,14 @@ mod tests {
             1,
             outcome(Priority::Pending),
             start + Duration::from_secs(6),
+            start + Duration::from_secs(6),
         );
         s.polled(
             key("pending-old"),
             Product::Clb,
             1,
             outcome(Priority::Pending),
+            start + Duration::from_secs(4),
             start + Duration::from_secs(4),
         );
         let grants = s.grant(later);
@@ -701,6 +809,7 @@ mod tests {
                 1,
                 outcome(Priority::Pending),
                 start,
+                start,
             );
         }
         // Main: 3 tokens (one look), reserve: 2 (one more).
@@ -717,12 +826,14 @@ mod tests {
             1,
             outcome(Priority::Pending),
             start,
+            start,
         );
         s.polled(
             key("clb-2"),
             Product::Clb,
             1,
             outcome(Priority::Pending),
+            start,
             start,
         );
         s.polled(
@@ -731,12 +842,14 @@ mod tests {
             1,
             outcome(Priority::Pending),
             start,
+            start,
         );
         s.polled(
             key("nlb"),
             Product::Nlb,
             1,
             outcome(Priority::Pending),
+            start,
             start,
         );
         let grants = s.grant(start + Duration::from_secs(1));
@@ -753,6 +866,7 @@ mod tests {
             10,
             outcome(Priority::Pending),
             start,
+            start,
         );
         let mut spent = 0;
         let mut t = start;
@@ -761,7 +875,14 @@ mod tests {
             for g in s.grant(t) {
                 assert_eq!(g.calls, 20);
                 spent += g.calls;
-                s.polled(g.service, Product::Clb, 10, outcome(Priority::Pending), t);
+                s.polled(
+                    g.service,
+                    Product::Clb,
+                    10,
+                    outcome(Priority::Pending),
+                    t,
+                    t,
+                );
             }
         }
         // 4 calls/s for 60 s, plus both buckets' bursts and one look's debt.
@@ -779,12 +900,14 @@ mod tests {
             1,
             outcome(Priority::Pending),
             start,
+            start,
         );
         s.polled(
             key("second"),
             Product::Clb,
             1,
             outcome(Priority::Pending),
+            start + MS,
             start + MS,
         );
         let now = start + Duration::from_secs(1);
@@ -796,6 +919,7 @@ mod tests {
             Product::Clb,
             1,
             outcome(Priority::Pending),
+            now,
             now,
         );
         // Nothing goes at once, then the first goes before the second.
@@ -818,7 +942,14 @@ mod tests {
     fn charged_calls_delay_the_reads() {
         let start = Instant::now();
         let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-        s.polled(key("a"), Product::Clb, 1, outcome(Priority::Pending), start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
         s.charge(Product::Clb, 6.0, start + MS);
         // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of either:
         // main has it after 1.17 s, the reserve after 1.5 s.
@@ -830,8 +961,22 @@ mod tests {
     fn the_queue_shows_waiting_looks_by_class_and_the_oldest_wait() {
         let start = Instant::now();
         let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(key("p"), Product::Clb, 1, outcome(Priority::Pending), start);
-        s.polled(key("s"), Product::Clb, 1, outcome(Priority::Settled), start);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("s"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
         let state = s.queue(start + Duration::from_secs(12));
         assert_eq!(state.waiting, [1, 0, 1]);
         assert_eq!(state.oldest_wait, Duration::from_millis(11_500));
@@ -857,7 +1002,7 @@ mod tests {
             for (i, (class, nlb, listeners)) in services.iter().enumerate() {
                 let product = if *nlb { Product::Nlb } else { Product::Clb };
                 let priority = Priority::ALL[*class as usize];
-                s.polled(key(&format!("s{i}")), product, *listeners, outcome(priority), start);
+                s.polled(key(&format!("s{i}")), product, *listeners, outcome(priority), start, start);
                 last_look.insert(format!("s{i}"), start);
                 if priority == Priority::Settled {
                     settled_calls[product_index(product)] += look_cost(*listeners);
@@ -881,7 +1026,7 @@ mod tests {
                     *worst = (*worst).max(gap);
                     last_look.insert(g.service.name.clone(), t);
                     // Reported back at once, in the same class.
-                    s.polled(g.service.clone(), product, listeners, outcome(priority), t);
+                    s.polled(g.service.clone(), product, listeners, outcome(priority), t, t);
                 }
             }
             let secs = run.as_secs_f64();
