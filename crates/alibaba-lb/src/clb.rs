@@ -522,6 +522,10 @@ impl ClbClient {
 
 #[async_trait::async_trait]
 impl LoadBalancerBackends for ClbClient {
+    fn throttled_answers(&self) -> u64 {
+        self.api.throttled_answers()
+    }
+
     fn product(&self) -> Product {
         Product::Clb
     }

@@ -550,6 +550,10 @@ impl NlbClient {
 
 #[async_trait::async_trait]
 impl LoadBalancerBackends for NlbClient {
+    fn throttled_answers(&self) -> u64 {
+        self.api.throttled_answers()
+    }
+
     fn product(&self) -> Product {
         Product::Nlb
     }
