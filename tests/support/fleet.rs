@@ -131,7 +131,10 @@ mod tests {
         // Looks at 1, 2, 6; pending 0.5..7: waits 0.5, 1, 4, 1.
         assert_eq!(longest_pending_wait(&[1.0, 2.0, 6.0], &[(0.5, 7.0)]), 4.0);
         // Overlapping intervals merge; looks outside them do not count.
-        assert_eq!(longest_pending_wait(&[1.0, 20.0], &[(0.0, 2.0), (1.5, 3.0)]), 2.0);
+        assert_eq!(
+            longest_pending_wait(&[1.0, 20.0], &[(0.0, 2.0), (1.5, 3.0)]),
+            2.0
+        );
         assert_eq!(longest_gap(&[], 10.0, 40.0), 30.0);
         assert_eq!(longest_gap(&[12.0, 15.0], 10.0, 40.0), 25.0);
     }
