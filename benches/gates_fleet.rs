@@ -191,6 +191,19 @@ fn seconds_since_epoch(rfc3339: &str) -> Option<f64> {
     Some(t.as_millisecond() as f64 / 1000.0)
 }
 
+/// Whether the process has exited (a zombie until it is reaped: the bench holds it).
+/// A controller whose Lease renewal fails exits by design; on an overloaded bed (etcd
+/// timing out) that happens, and the bench must say so instead of waiting.
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat[stat.rfind(')')? + 1..].trim_start().to_string();
+            rest.chars().next()
+        })
+        .is_none_or(|state| state == 'Z' || state == 'X')
+}
+
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -750,6 +763,13 @@ async fn fleet_phases(
                 break;
             }
         }
+        if exited(pid) {
+            return Err(format!(
+                "{}: the controller exited while settling (a failed Lease renewal on an overloaded bed exits by design); log {}",
+                f.label,
+                controller.log.display()
+            ));
+        }
         if started.elapsed() > p.settle_timeout {
             return Err(format!(
                 "{}: {true_gates} of {total_pods} gates True {} s after the controller started (log {})",
@@ -830,6 +850,12 @@ async fn fleet_phases(
     f.cpu_b = cpu() - cpu0;
     // A last look for late gate writes.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    if exited(pid) {
+        f.incomplete.push(format!(
+            "the controller exited during the scenarios; log {}",
+            controller.log.display()
+        ));
+    }
     f.peak_rss_mib = proc_status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
 
     // What the cloud and the watch saw.
