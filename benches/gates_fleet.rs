@@ -253,8 +253,10 @@ impl Seen {
             first_seen: at,
             ..Default::default()
         });
-        if entry.ip.is_none() {
-            if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+        // The IP as it is now: kwok may report a pod's IP more than once, and the ENI
+        // must hold the one the controller registers.
+        if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+            if entry.ip.as_ref() != Some(&ip) {
                 let _ = new_ips.send(ip.clone());
                 entry.ip = Some(ip);
             }
