@@ -34,7 +34,7 @@ use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState,
 use super::orphans;
 use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
-use super::poller::{look_cost, Outcome, Poller};
+use super::poller::{look_cost, CallCounts, Outcome, Poller};
 use super::service::ServiceSnapshot;
 use super::service_writes::{
     add_finalizer, publish_address, publish_server_groups, record_created,
@@ -119,7 +119,13 @@ pub fn start(
             let (ctx, metrics) = (ctx.clone(), gate_metrics.clone());
             poller.triggers(
                 shutdown.clone(),
-                move |product| ctx.cloud.client(product).throttled_answers(),
+                move |product| {
+                    let client = ctx.cloud.client(product);
+                    CallCounts {
+                        calls: client.calls_made(),
+                        throttled: client.throttled_answers(),
+                    }
+                },
                 move |queue, grants| metrics.scheduler_state(queue, grants),
             )
         });
@@ -406,7 +412,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         // Waiting on a user's fix (the instance's spec) is not worth a fast poll.
         refused: refused.is_some(),
     };
-    ctx.poller.charge(product, calls_outside_grant);
+    // The budget counts these (and every other call) from the client's call count.
     ctx.metrics
         .calls_for(outcome.next_look().0, calls_outside_grant as u64);
     let throttled = [apply_error.as_ref(), read_error.as_ref()]

@@ -10,8 +10,12 @@
 //! - **Priority.** Due Services are granted in the order (a) pending gates, (b) drains
 //!   and other backend changes being confirmed, (c) settled; within a class, the one
 //!   due longest first. Writes are never queued: they are made by the reconcile that
-//!   decided them, and charged to the budget afterwards (`charge`), so reads yield to
-//!   them.
+//!   decided them. Every call a product's client makes counts against its budget: the
+//!   scheduler reads the client's call count each tick (`calls_made`), and what a
+//!   granted look paid for at its grant is not paid twice; the rest (load balancers
+//!   ensured, backend writes and NLB job polls, a read a pod event needed, retries) is
+//!   charged as debt, so reads yield to them and the client's own rate limiter never
+//!   queues more than the budget.
 //! - **Budget.** One per product (the controller serves one region, so per product and
 //!   region): `--cloud-rate-limit` calls/s, at most 16/s for NLB, whose
 //!   `GetListenerHealthStatus` allows 10/s (a look is one listing and one health call
@@ -259,6 +263,9 @@ pub struct Schedule {
     clb: Budget,
     nlb: Budget,
     entries: HashMap<ObjectRef<Service>, Entry>,
+    /// Per product: calls granted looks paid for and the client has not been seen to
+    /// make yet (at most what the looks still granted cost).
+    prepaid: [f64; 2],
 }
 
 /// The per-product budgets: CLB takes the client's rate; NLB the same, capped by its
@@ -277,6 +284,7 @@ impl Schedule {
             clb: Budget::new(clb, now),
             nlb: Budget::new(nlb, now),
             entries: HashMap::new(),
+            prepaid: [0.0; 2],
         }
     }
 
@@ -351,6 +359,27 @@ impl Schedule {
         self.budget(product).charge(calls, now);
     }
 
+    /// The product's client made `made` calls since the last report (every call, each
+    /// retry, whatever made it). Those the grants paid for in advance are not paid
+    /// again; the rest is charged. Then the advance is cut to what the looks still
+    /// granted cost: a look that reported back made its calls before it did, so they
+    /// are in this report or an earlier one.
+    pub fn calls_made(&mut self, product: Product, made: f64, now: Instant) {
+        let p = product_index(product);
+        let covered = made.min(self.prepaid[p]);
+        self.prepaid[p] -= covered;
+        if made > covered {
+            self.charge(product, made - covered, now);
+        }
+        let outstanding: f64 = self
+            .entries
+            .values()
+            .filter(|e| e.product == product && e.granted.is_some())
+            .map(|e| look_cost(e.listeners))
+            .sum();
+        self.prepaid[p] = self.prepaid[p].min(outstanding);
+    }
+
     pub fn forget(&mut self, service: &ObjectRef<Service>) {
         self.entries.remove(service);
     }
@@ -422,6 +451,7 @@ impl Schedule {
             if let Some(entry) = self.entries.get_mut(&service) {
                 entry.granted = Some(now);
             }
+            self.prepaid[p] += cost;
             grants.push(Grant {
                 service,
                 priority: entry.priority,
@@ -440,6 +470,15 @@ impl Schedule {
         }
         state
     }
+}
+
+/// What a product's client has done so far (both only grow).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Calls made, each retry included.
+    pub calls: u64,
+    /// Throttling answers received.
+    pub throttled: u64,
 }
 
 fn product_index(product: Product) -> usize {
@@ -496,16 +535,6 @@ impl Poller {
             .throttled_look(service, product, Instant::now());
     }
 
-    /// See [`Schedule::charge`].
-    pub fn charge(&self, product: Product, calls: usize) {
-        if calls > 0 {
-            self.schedule
-                .lock()
-                .unwrap()
-                .charge(product, calls as f64, Instant::now());
-        }
-    }
-
     /// See [`Schedule::granted`].
     pub fn granted(&self, service: &ObjectRef<Service>) -> bool {
         self.schedule.lock().unwrap().granted(service)
@@ -516,25 +545,25 @@ impl Poller {
     }
 
     /// Granted looks, as a stream of reconcile triggers, until shutdown. Each tick it
-    /// reads the clients' throttling counts (`throttled`, per product) and hands the
-    /// queue's state and the grants to `ticked` (the metrics).
+    /// reads the clients' counts (`counts`, per product: calls made, throttling
+    /// answers) and hands the queue's state and the grants to `ticked` (the metrics).
     pub fn triggers(
         &self,
         shutdown: Shutdown,
-        throttled: impl Fn(Product) -> u64 + Send + Sync + 'static,
+        counts: impl Fn(Product) -> CallCounts + Send + Sync + 'static,
         ticked: impl Fn(&QueueState, &[Grant]) + Send + Sync + 'static,
     ) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static {
         let schedule = self.schedule.clone();
         let ticks = tokio_stream_interval(TICK);
         let stop = Box::pin(shutdown.requested());
-        let seen = [throttled(Product::Clb), throttled(Product::Nlb)];
-        let throttled = Arc::new(throttled);
+        let seen = [counts(Product::Clb), counts(Product::Nlb)];
+        let counts = Arc::new(counts);
         let ticked = Arc::new(ticked);
         futures::stream::unfold(
             (ticks, stop, seen),
             move |(mut ticks, mut stop, mut seen)| {
                 let schedule = schedule.clone();
-                let throttled = throttled.clone();
+                let counts = counts.clone();
                 let ticked = ticked.clone();
                 async move {
                     loop {
@@ -545,12 +574,14 @@ impl Poller {
                         let now = Instant::now();
                         let mut schedule = schedule.lock().unwrap();
                         for product in [Product::Clb, Product::Nlb] {
-                            let count = throttled(product);
+                            let count = counts(product);
                             let i = product_index(product);
-                            if count > seen[i] {
+                            if count.throttled > seen[i].throttled {
                                 schedule.throttled(product, now);
-                                seen[i] = count;
                             }
+                            let made = count.calls.saturating_sub(seen[i].calls);
+                            schedule.calls_made(product, made as f64, now);
+                            seen[i] = count;
                         }
                         let grants = schedule.grant(now);
                         let queue = schedule.queue(now);
@@ -955,6 +986,95 @@ mod tests {
         // main has it after 1.17 s, the reserve after 1.5 s.
         assert!(s.grant(start + Duration::from_secs(1)).is_empty());
         assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    }
+
+    #[test]
+    fn calls_the_client_made_outside_a_grant_delay_the_looks() {
+        // A load balancer being made (or a write, a job poll, a retry): no grant paid
+        // for its calls, the client's count says they were made.
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.calls_made(Product::Clb, 6.0, start + MS);
+        // As `charged_calls_delay_the_reads`: main 3 - 4.5, reserve 2 - 1.5.
+        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
+        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    }
+
+    #[test]
+    fn a_granted_looks_own_calls_are_not_paid_twice() {
+        // One pending Service at 4 calls/s: a look (2 calls) every 500 ms takes the
+        // whole budget, so paying its calls again would halve the pace.
+        let start = Instant::now();
+        let looks = |report: bool| {
+            let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+            s.polled(
+                key("a"),
+                Product::Clb,
+                1,
+                outcome(Priority::Pending),
+                start,
+                start,
+            );
+            let (mut at, mut made, mut t) = (vec![], 0.0, start);
+            while t < start + Duration::from_secs(20) {
+                t += 50 * MS;
+                // The tick reads the client's count first (the look's calls, made
+                // before its reconcile reported back), then grants.
+                if report {
+                    s.calls_made(Product::Clb, made, t);
+                    made = 0.0;
+                }
+                for g in s.grant(t) {
+                    at.push(t);
+                    made += f64::from(g.calls);
+                    s.polled(g.service, Product::Clb, 1, outcome(Priority::Pending), t, t);
+                }
+            }
+            at
+        };
+        let counted = looks(true);
+        assert_eq!(counted, looks(false));
+        assert!(counted.len() >= 30, "{} looks in 20 s", counted.len());
+    }
+
+    #[test]
+    fn an_advance_is_not_kept_past_the_look_it_paid_for() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        let t1 = start + Duration::from_secs(1);
+        assert_eq!(s.grant(t1).len(), 1);
+        // Its reconcile failed before calling the cloud, and reported back.
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            t1,
+            t1,
+        );
+        s.calls_made(Product::Clb, 0.0, t1);
+        // Six calls of something else: none of them is the look's, all are paid
+        // (main 1 - 4.5, reserve 2 - 1.5: the reserve has a look's 2 after 1.5 s; had
+        // the advance absorbed two of them, after 1 s).
+        s.calls_made(Product::Clb, 6.0, t1 + MS);
+        assert!(s.grant(t1 + 1200 * MS).is_empty());
+        assert_eq!(s.grant(t1 + Duration::from_secs(2)).len(), 1);
     }
 
     #[test]

@@ -75,6 +75,12 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
         0
     }
 
+    /// Calls this client has made so far (each retry included), for a caller that
+    /// keeps all of them inside its budget; 0 for clients that make none.
+    fn calls_made(&self) -> u64 {
+        0
+    }
+
     /// Health of each registered backend as the load balancer sees it.
     async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
         Ok(self.read_group(group).await?.health)

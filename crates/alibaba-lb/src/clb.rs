@@ -526,6 +526,10 @@ impl LoadBalancerBackends for ClbClient {
         self.api.throttled_answers()
     }
 
+    fn calls_made(&self) -> u64 {
+        self.api.calls_made()
+    }
+
     fn product(&self) -> Product {
         Product::Clb
     }

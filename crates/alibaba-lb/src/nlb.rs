@@ -554,6 +554,10 @@ impl LoadBalancerBackends for NlbClient {
         self.api.throttled_answers()
     }
 
+    fn calls_made(&self) -> u64 {
+        self.api.calls_made()
+    }
+
     fn product(&self) -> Product {
         Product::Nlb
     }

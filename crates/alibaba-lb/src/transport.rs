@@ -35,6 +35,9 @@ pub struct ApiClient {
     /// Throttling answers received, retried ones included: a caller's scheduler reads
     /// it to slow down before the retries run out.
     throttled: AtomicU64,
+    /// Calls sent (or waiting on the rate limiter to be sent), each retry included: a
+    /// caller's scheduler counts them against its budget, whatever made them.
+    calls: AtomicU64,
 }
 
 impl ApiClient {
@@ -55,12 +58,18 @@ impl ApiClient {
             retry: config.retry.clone(),
             limiter: Arc::new(TokenBucket::new(config.rate_limit)),
             throttled: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
         })
     }
 
     /// Throttling answers received so far (each retry's included).
     pub fn throttled_answers(&self) -> u64 {
         self.throttled.load(Ordering::Relaxed)
+    }
+
+    /// Calls made so far (each retry included).
+    pub fn calls_made(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Calls `action`, retrying throttling, 5xx and transport failures with backoff.
@@ -73,6 +82,7 @@ impl ApiClient {
     ) -> Result<Answer<T>> {
         let mut attempt = 1;
         loop {
+            self.calls.fetch_add(1, Ordering::Relaxed);
             let result = self.call_once(action, query, form).await;
             if let Err(error) = &result {
                 if error.is_throttling() {
