@@ -327,26 +327,13 @@ pub fn selects(
 mod tests {
     use super::*;
     use crate::names::{LEGACY_LOAD_BALANCER_ID_ANNOTATION, LOAD_BALANCER_ID_ANNOTATION};
-    use k8s_openapi::api::core::v1::{ServicePort as K8sPort, ServiceSpec};
-    use kube::api::ObjectMeta;
+    use k8s_openapi::api::core::v1::ServicePort as K8sPort;
 
     fn service(type_: &str, class: Option<&str>, annotations: &[(&str, &str)]) -> Service {
-        Service {
-            metadata: ObjectMeta {
-                name: Some("my-svc".into()),
-                namespace: Some("default".into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some(type_.into()),
-                load_balancer_class: class.map(Into::into),
-                ports: Some(vec![
+        let mut svc = crate::testkit::service("default", "my-svc", type_, annotations);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.load_balancer_class = class.map(Into::into);
+        spec.ports = Some(vec![
                     K8sPort {
                         port: 80,
                         target_port: Some(IntOrString::String("http".into())),
@@ -363,11 +350,8 @@ mod tests {
                         protocol: Some("SCTP".into()),
                         ..Default::default()
                     },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                ]);
+        svc
     }
 
     #[test]
