@@ -332,6 +332,18 @@ pub fn node(name: &str, ready: bool) -> Node {
     }
 }
 
+/// A Ready Node `name` with `labels`.
+pub fn labelled_node(name: &str, labels: &[(&str, &str)]) -> Node {
+    let mut n = node(name, true);
+    n.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    n
+}
+
 /// A Service `namespace/name` of `type_` (`LoadBalancer`, `ClusterIP`) with
 /// `annotations`, without ports or a class: a test sets what it is about.
 pub fn service(namespace: &str, name: &str, type_: &str, annotations: &[(&str, &str)]) -> Service {
