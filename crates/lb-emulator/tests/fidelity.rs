@@ -262,7 +262,7 @@ async fn clb_add_takes_at_most_20_backends_per_call() {
         items.push(json!({"ServerId": eni, "Type": "eni", "ServerIp": ip, "Port": "80"}));
     }
     let add = |items| bed.clb_servers(ADD_SERVERS, &group.server_group_id, items);
-    refused(add(&items).await, 400, "InvalidParameter.BackendServers");
+    refused(add(&items[..]).await, 400, "InvalidParameter.BackendServers");
     add(&items[..20]).await.unwrap();
 }
 
