@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
+use support::conditions::{condition_of, set_condition};
 use support::*;
 
 const NEED_UPGRADE: &str = "PodNeedUpgrade";
@@ -114,41 +115,6 @@ async fn wait_pod_ready(pods: &Api<Pod>, name: &str) -> Pod {
         },
     )
     .await
-}
-
-/// Writes one pod condition the way a controller does (status subresource, strategic
-/// merge on the `type` key).
-async fn set_condition(
-    pods: &Api<Pod>,
-    pod: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) {
-    let patch = json!({"status": {"conditions": [{
-        "type": type_, "status": status, "reason": reason, "message": message,
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }]}});
-    pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("setting {type_} on {pod}: {e}"));
-}
-
-fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 /// A pod in an agent's `GET /pods` answer.

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
+use support::conditions::{condition_of, set_condition};
 use support::*;
 
 const NEED_UPGRADE: &str = "PodNeedUpgrade";
@@ -53,22 +54,6 @@ fn daemonset(name: &str, nodes: &TestNodes) -> DaemonSet {
         }
     }))
     .unwrap()
-}
-
-fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 fn node_of(p: &Pod) -> String {
@@ -135,14 +120,8 @@ async fn wait_new_revision(pods: &Api<Pod>, app: &str, not: &[&str]) -> String {
 
 /// What the node agent's `imagepull` writes.
 async fn request_image_pull(pods: &Api<Pod>, pod: &str, hash: &str) {
-    let patch = json!({"status": {"conditions": [{
-        "type": IMAGE_READY, "status": "False", "reason": "PullImageRequested",
-        "message": format!("controllerrevision: {hash}"),
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }]}});
-    pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("requesting a pre-pull on {pod}: {e}"));
+    let message = format!("controllerrevision: {hash}");
+    set_condition(pods, pod, IMAGE_READY, "False", "PullImageRequested", &message).await;
 }
 
 /// A pull Job of `pod` other than `not` (by UID) that is not being deleted.

@@ -632,18 +632,7 @@ pub struct EmuBackend {
 
 /// The gate of `service` on `pod`: (status, reason, message).
 pub fn gate_status(pod: &Pod, service: &str) -> Option<(String, String, String)> {
-    let c = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == format!("{GATE_PREFIX}{service}"))?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
+    super::conditions::condition_of(pod, &format!("{GATE_PREFIX}{service}"))
 }
 
 pub fn pod_ip(pod: &Pod) -> Option<String> {

@@ -1788,3 +1788,4 @@ pub async fn bound_token(
         .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
     response.status.and_then(|s| s.token).expect("a token")
 }
+pub mod conditions;
