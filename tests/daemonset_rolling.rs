@@ -252,8 +252,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
         case.max_unavailable, case.budget
     ));
 
-    wait_v2_on(&pods, &ready_nodes)
-    .await;
+    wait_v2_on(&pods, &ready_nodes).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -338,8 +337,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
             nodes.set_heartbeat(n, true).await;
         }
         note(format!("heartbeats resumed on the {} nodes", cut.len()));
-        wait_v2_on(&pods, &nodes.names)
-        .await;
+        wait_v2_on(&pods, &nodes.names).await;
         {
             let o = observed.lock().unwrap();
             note(format!(
@@ -651,8 +649,7 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
         "the deletions in flight are of old pods: {landed:?}"
     );
     let second = ControllerProcess::start(&ns.name, &format!("{prefix}-2"));
-    wait_v2_on(&pods, &nodes.names)
-    .await;
+    wait_v2_on(&pods, &nodes.names).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -1340,8 +1337,7 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
         takeover <= Duration::from_secs(15 + 8),
         "takeover within the lease duration plus a few seconds: {takeover:?}"
     );
-    wait_v2_on(&pods, &nodes.names)
-    .await;
+    wait_v2_on(&pods, &nodes.names).await;
     {
         let o = observed.lock().unwrap();
         note(format!(

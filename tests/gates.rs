@@ -544,7 +544,8 @@ async fn an_invalid_annotation_shows_on_every_gated_pod() {
         "nothing was asked of the cloud: {state}"
     );
     let (_, zone_maps) = NLB_ZONE_MAPS;
-    bed.annotate_service("web", json!({ ZONES: zone_maps })).await;
+    bed.annotate_service("web", json!({ ZONES: zone_maps }))
+        .await;
     wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
     bed.cleanup().await;
 }
@@ -1455,11 +1456,8 @@ async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
     bed.wait_external_ip("web").await;
     let first = bed.created_load_balancer_id("web").await.expect("recorded");
     bed.controller.take().unwrap().crash();
-    bed.annotate_service(
-        "web",
-        json!({"rollgate.io/created-load-balancer-id": null}),
-    )
-    .await;
+    bed.annotate_service("web", json!({"rollgate.io/created-load-balancer-id": null}))
+        .await;
     bed.start_controller("restarted");
     let again = wait_for("the id recorded again", Duration::from_secs(60), || async {
         let recorded = bed.created_load_balancer_id("web").await;
@@ -1542,7 +1540,8 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
     bed.create_ready_app("web", None, json!({}), 2).await;
     let lb_id = bed.created_load_balancer_id("web").await.unwrap();
     // The user's own listener and group on rollgate's load balancer.
-    bed.emu.cloud_client(Product::Clb)
+    bed.emu
+        .cloud_client(Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
             existing_id: Some(lb_id.clone()),
             listeners: vec![users_listener(9000, "users-group")],
@@ -1631,7 +1630,9 @@ async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
     let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
     bed.create_ready_app("web", None, json!({}), 2).await;
     let created = bed.created_load_balancer_id("web").await.unwrap();
-    let named = bed.emu.cloud_client(Product::Clb)
+    let named = bed
+        .emu
+        .cloud_client(Product::Clb)
         .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
@@ -1832,7 +1833,8 @@ fn server_group_name_nlb(name: &str) -> String {
 /// own listener on 9000 forwarding to the user's own group.
 async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
-    bed.emu.cloud_client(Product::Nlb)
+    bed.emu
+        .cloud_client(Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
             zones: lb_emulator::testing::two_zones(),
             listeners: vec![users_listener(9000, &format!("{name}-group"))],
@@ -1897,7 +1899,8 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
     .await
     .unwrap();
 
-    bed.annotate_service("web", json!({ id_annotation: b.id })).await;
+    bed.annotate_service("web", json!({ id_annotation: b.id }))
+        .await;
     wait_for(
         "rollgate's backends on B only",
         Duration::from_secs(60),

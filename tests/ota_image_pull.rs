@@ -181,7 +181,15 @@ async fn to_v2(dss: &Api<DaemonSet>, pods: &Api<Pod>, v1: &str) -> String {
 /// What the node agent's `imagepull` writes.
 async fn request_image_pull(pods: &Api<Pod>, pod: &str, hash: &str) {
     let message = format!("controllerrevision: {hash}");
-    set_condition(pods, pod, IMAGE_READY, "False", "PullImageRequested", &message).await;
+    set_condition(
+        pods,
+        pod,
+        IMAGE_READY,
+        "False",
+        "PullImageRequested",
+        &message,
+    )
+    .await;
 }
 
 /// A pull Job of `pod` other than `not` (by UID) that is not being deleted.

@@ -144,7 +144,12 @@ mod tests {
         revisions: &[ControllerRevision],
         pods: &[Pod],
     ) -> Vec<ConditionUpdate> {
-        plan_need_upgrade_conditions(ds, CurrentRevision::of(ds, revisions).as_ref(), pods, at(500))
+        plan_need_upgrade_conditions(
+            ds,
+            CurrentRevision::of(ds, revisions).as_ref(),
+            pods,
+            at(500),
+        )
     }
 
     fn statuses(updates: &[ConditionUpdate]) -> Vec<(&str, &str)> {
@@ -196,8 +201,7 @@ mod tests {
                 .with_condition(need_upgrade("False", "h2", 100))
                 .build(),
         ];
-        assert!(plan_at_500(&ds, &revisions, &pods)
-        .is_empty());
+        assert!(plan_at_500(&ds, &revisions, &pods).is_empty());
     }
 
     #[test]

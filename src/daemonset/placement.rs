@@ -183,7 +183,7 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 mod tests {
     use super::*;
     use crate::testkit::{labelled_node as labelled, node, tainted, DaemonSetBuilder};
-    use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, NodeSelector};
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector};
     use std::collections::BTreeMap;
 
     fn unreachable_taint() -> Taint {

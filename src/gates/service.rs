@@ -334,23 +334,23 @@ mod tests {
         let spec = svc.spec.as_mut().unwrap();
         spec.load_balancer_class = class.map(Into::into);
         spec.ports = Some(vec![
-                    K8sPort {
-                        port: 80,
-                        target_port: Some(IntOrString::String("http".into())),
-                        ..Default::default()
-                    },
-                    K8sPort {
-                        port: 53,
-                        protocol: Some("UDP".into()),
-                        target_port: Some(IntOrString::Int(5353)),
-                        ..Default::default()
-                    },
-                    K8sPort {
-                        port: 9,
-                        protocol: Some("SCTP".into()),
-                        ..Default::default()
-                    },
-                ]);
+            K8sPort {
+                port: 80,
+                target_port: Some(IntOrString::String("http".into())),
+                ..Default::default()
+            },
+            K8sPort {
+                port: 53,
+                protocol: Some("UDP".into()),
+                target_port: Some(IntOrString::Int(5353)),
+                ..Default::default()
+            },
+            K8sPort {
+                port: 9,
+                protocol: Some("SCTP".into()),
+                ..Default::default()
+            },
+        ]);
         svc
     }
 

@@ -262,7 +262,11 @@ async fn clb_add_takes_at_most_20_backends_per_call() {
         items.push(json!({"ServerId": eni, "Type": "eni", "ServerIp": ip, "Port": "80"}));
     }
     let add = |items| bed.clb_servers(ADD_SERVERS, &group.server_group_id, items);
-    refused(add(&items[..]).await, 400, "InvalidParameter.BackendServers");
+    refused(
+        add(&items[..]).await,
+        400,
+        "InvalidParameter.BackendServers",
+    );
     add(&items[..20]).await.unwrap();
 }
 
@@ -427,9 +431,8 @@ async fn clb_weight_is_0_to_100_and_a_backend_is_given_once() {
         .await;
     let item = |weight: &str| json!({"ServerId": eni, "Type": "eni", "ServerIp": "10.0.11.1", "Port": "80", "Weight": weight});
     let (bed, group) = (&bed, &group.server_group_id);
-    let send = |servers: Vec<Value>| async move {
-        bed.clb_servers(ADD_SERVERS, group, &servers).await
-    };
+    let send =
+        |servers: Vec<Value>| async move { bed.clb_servers(ADD_SERVERS, group, &servers).await };
     refused(
         send(vec![item("101")]).await,
         400,
@@ -1562,14 +1565,22 @@ async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() 
     };
     // (the parameter, a value out of range, the code expected)
     for (name, value, code) in [
-        ("HealthCheckInterval", "51", "InvalidParameter.HealthCheckInterval"),
+        (
+            "HealthCheckInterval",
+            "51",
+            "InvalidParameter.HealthCheckInterval",
+        ),
         ("HealthyThreshold", "1", "InvalidParameter.HealthyThreshold"),
         (
             "HealthCheckConnectTimeout",
             "301",
             "InvalidParameter.HealthCheckConnectTimeout",
         ),
-        ("HealthCheckURI", "healthz", "InvalidParameter.HealthCheckURI"),
+        (
+            "HealthCheckURI",
+            "healthz",
+            "InvalidParameter.HealthCheckURI",
+        ),
         (
             "HealthCheckHttpCode",
             "http_200",
@@ -1711,7 +1722,11 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
         settings
     };
     let spec = |existing: Option<String>, settings| {
-        let mut spec = testing::spec("fidelity-https", lb_emulator::DEFAULT_VPC_ID, "k8s-80-https");
+        let mut spec = testing::spec(
+            "fidelity-https",
+            lb_emulator::DEFAULT_VPC_ID,
+            "k8s-80-https",
+        );
         spec.zones.clear();
         spec.existing_id = existing;
         spec.listeners[0].protocol = ListenerProtocol::Https;

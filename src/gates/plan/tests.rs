@@ -225,7 +225,7 @@ fn after_ready_a_lost_backend_keeps_the_gate_by_default_and_flips_it_with_the_op
         )],
     )]);
     let p = pod_with_a_true_gate("a", "10.0.0.1");
-        let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
     let w = only_write(&plan);
     assert!(w.status);
     assert_eq!(w.reason, GateReason::BackendLostAfterReady);
@@ -245,7 +245,7 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
         request_id: "RID-7".into(),
     });
     let ready = pod_with_a_true_gate("ready", "10.0.0.1");
-        let waiting = pod("waiting", "10.0.0.2");
+    let waiting = pod("waiting", "10.0.0.2");
     let plan = run(&svc(true), &[ready.clone(), waiting.clone()], &failure);
     assert!(plan.changes.is_empty());
     let w = only_write(&plan);
@@ -270,7 +270,7 @@ fn a_clb_instance_that_takes_no_pod_backends_holds_every_gate_with_its_own_reaso
         instance: "no LoadBalancerSpec, InstanceChargeType PayBySpec".into(),
     };
     let ready = pod_with_a_true_gate("ready", "10.0.0.1");
-        let waiting = [pod("a", "10.0.0.2"), pod("b", "10.0.0.3")];
+    let waiting = [pod("a", "10.0.0.2"), pod("b", "10.0.0.3")];
     let mut pods = vec![ready];
     pods.extend(waiting.iter().cloned());
     let plan = run(&svc(false), &pods, &refused);
@@ -503,7 +503,7 @@ fn gates_of_a_missing_service_say_so_once() {
 fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
     let gone = "Service ns/web does not exist";
     let ready = pod_with_a_true_gate("ready", "10.0.0.1");
-        let waiting = pod("waiting", "10.0.0.2");
+    let waiting = pod("waiting", "10.0.0.2");
     for reason in [
         GateReason::ServiceNotFound,
         GateReason::ServiceNotLoadBalancer,
@@ -529,7 +529,7 @@ fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
 fn an_invalid_annotation_shows_on_every_gated_pod_and_keeps_true_gates() {
     let problem = "annotation service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps: an NLB needs at least two zones";
     let ready = pod_with_a_true_gate("ready", "10.0.0.1");
-        let waiting = pod("waiting", "10.0.0.2");
+    let waiting = pod("waiting", "10.0.0.2");
     let mut no_ip = pod("no-ip", "");
     no_ip.ip = None;
     no_ip.containers_ready = false;
@@ -574,7 +574,7 @@ fn a_true_gate_follows_flip_back_when_the_containers_blip() {
     )]);
     let mut p = pod_with_a_true_gate("a", "10.0.0.1");
     p.containers_ready = false;
-        let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
+    let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
     let w = only_write(&plan);
     assert!(w.status, "kept True by default");
     assert_eq!(w.reason, GateReason::BackendLostAfterReady);

@@ -379,7 +379,8 @@ impl World {
         }
         let (health_check, settings) = if layer7 {
             // `HealthCheck` and `StickySession` are required on HTTP/HTTPS listeners.
-            let switch = on_off(p, "HealthCheck")?.ok_or_else(|| ApiError::missing("HealthCheck"))?;
+            let switch =
+                on_off(p, "HealthCheck")?.ok_or_else(|| ApiError::missing("HealthCheck"))?;
             get(p, "StickySession")?;
             let mut settings = listener_settings::clb_http(p)?;
             if let Some(cert) = self.server_certificate(p, protocol)? {
@@ -964,7 +965,6 @@ fn clb_backend_json(b: &BackendRec) -> Value {
         "Type": b.kind, "Description": b.description,
     })
 }
-
 
 #[cfg(test)]
 mod tests {
