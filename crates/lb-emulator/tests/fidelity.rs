@@ -1599,7 +1599,7 @@ async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() 
     let udp = bed
         .clb_listener(
             "CreateLoadBalancerUDPListener",
-            &lb,
+            lb,
             "53",
             &[("HealthCheckURI", "/")],
         )
