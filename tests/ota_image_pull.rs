@@ -21,6 +21,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 use support::conditions::{condition_of, set_condition};
+use support::daemonset::revision_hash;
 use support::*;
 
 const NEED_UPGRADE: &str = "PodNeedUpgrade";
@@ -60,14 +61,6 @@ fn node_of(p: &Pod) -> String {
     p.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
-}
-
-fn hash_of(p: &Pod) -> String {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash").cloned())
         .unwrap_or_default()
 }
 
@@ -256,7 +249,8 @@ async fn pre_pull_job_reports_success_and_failure() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &n);
 
-    let v1 = hash_of(&start_edge_agent(&client, &n, &nodes, Some(ACCOUNT_PULL_SECRET)).await[0]);
+    let v1 =
+        revision_hash(&start_edge_agent(&client, &n, &nodes, Some(ACCOUNT_PULL_SECRET)).await[0]);
     note(format!("DaemonSet running at revision {v1} on 2 nodes"));
 
     // A new revision; nothing is pulled until someone asks.
@@ -639,7 +633,7 @@ async fn pre_pull_on_a_node_tainted_for_the_live_pod_only_with_the_annotations_d
     // The template tolerates NoSchedule `edge` only: nothing about the maintenance taint.
     let pod = start_edge_agent(&client, &n, &nodes, None).await.remove(0);
     let pod_name = pod.metadata.name.clone().unwrap();
-    let v1 = hash_of(&pod);
+    let v1 = revision_hash(&pod);
 
     // The pod is given a toleration in place (a pod's tolerations may be added to).
     let maintenance =
@@ -879,7 +873,7 @@ impl OneNodeAtV2 {
         let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
         let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-        let v1 = hash_of(&start_edge_agent(&client, &ns.name, &nodes, None).await[0]);
+        let v1 = revision_hash(&start_edge_agent(&client, &ns.name, &nodes, None).await[0]);
         let v2 = to_v2(&dss, &pods, &v1).await;
         let pod = pods
             .list(&ListParams::default().labels("app=edge-agent"))
@@ -933,7 +927,7 @@ impl OneNodeAtV2 {
                 .items;
             match list.as_slice() {
                 [p] if p.metadata.name.as_deref() != Some(name.as_str())
-                    && hash_of(p) == self.v2 =>
+                    && revision_hash(p) == self.v2 =>
                 {
                     Ok(())
                 }
