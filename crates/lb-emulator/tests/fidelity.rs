@@ -1394,29 +1394,52 @@ async fn nlb_listener_health_needs_a_known_listener() {
     client.read_group(&group).await.unwrap();
 }
 
+/// The rules NLB's list calls share: `action` refuses 21 of each of `id_lists`
+/// (`Prefix.N`, each a distinct `value-N`) and takes 20, and refuses each one of `bad`
+/// (a parameter and a value out of its range) given alone.
+async fn nlb_list_limits(
+    bed: &Bed,
+    action: &str,
+    id_lists: [&str; 2],
+    value: &str,
+    bad: [(&str, &str); 2],
+) {
+    let list = |owned: Vec<(String, String)>| async move {
+        bed.call(Service::Nlb, action, &as_pairs(&owned)).await
+    };
+    for prefix in id_lists {
+        refused(list(numbered(prefix, value, 21)).await, 400, "IllegalParam");
+        list(numbered(prefix, value, 20)).await.unwrap();
+    }
+    for (key, value) in bad {
+        refused(list(one(key, value)).await, 400, "IllegalParam");
+    }
+}
+
+/// One owned parameter.
+fn one(key: &str, value: &str) -> Vec<(String, String)> {
+    vec![(key.to_string(), value.to_string())]
+}
+
 #[tokio::test]
 async fn nlb_list_listeners_takes_at_most_20_ids_and_a_documented_protocol() {
     let bed = Bed::new().await;
-    let list = |owned: Vec<(String, String)>| {
-        let bed = &bed;
-        async move {
-            bed.call(Service::Nlb, "ListListeners", &as_pairs(&owned))
-                .await
-        }
-    };
-    for prefix in ["LoadBalancerIds", "ListenerIds"] {
-        refused(list(numbered(prefix, "id", 21)).await, 400, "IllegalParam");
-        list(numbered(prefix, "id", 20)).await.unwrap();
-    }
-    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-    refused(
-        list(one("ListenerProtocol", "HTTP")).await,
-        400,
-        "IllegalParam",
-    );
-    refused(list(one("MaxResults", "101")).await, 400, "IllegalParam");
+    let bad = [("ListenerProtocol", "HTTP"), ("MaxResults", "101")];
+    nlb_list_limits(
+        &bed,
+        "ListListeners",
+        ["LoadBalancerIds", "ListenerIds"],
+        "id",
+        bad,
+    )
+    .await;
     let (_, group) = bed.group(Product::Nlb, None).await;
-    let found = list(one("LoadBalancerIds.1", &group.load_balancer_id))
+    let found = bed
+        .call(
+            Service::Nlb,
+            "ListListeners",
+            &[("LoadBalancerIds.1", &group.load_balancer_id)],
+        )
         .await
         .unwrap();
     assert_eq!(found["Listeners"].as_array().unwrap().len(), 1);
@@ -1425,6 +1448,9 @@ async fn nlb_list_listeners_takes_at_most_20_ids_and_a_documented_protocol() {
 #[tokio::test]
 async fn nlb_list_server_groups_takes_at_most_20_ids_or_names_and_a_documented_type() {
     let bed = Bed::new().await;
+    let bad = [("ServerGroupType", "Eni"), ("MaxResults", "0")];
+    let id_lists = ["ServerGroupIds", "ServerGroupNames"];
+    nlb_list_limits(&bed, "ListServerGroups", id_lists, "g", bad).await;
     let list = |owned: Vec<(String, String)>| {
         let bed = &bed;
         async move {
@@ -1432,17 +1458,6 @@ async fn nlb_list_server_groups_takes_at_most_20_ids_or_names_and_a_documented_t
                 .await
         }
     };
-    for prefix in ["ServerGroupIds", "ServerGroupNames"] {
-        refused(list(numbered(prefix, "g", 21)).await, 400, "IllegalParam");
-        list(numbered(prefix, "g", 20)).await.unwrap();
-    }
-    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-    refused(
-        list(one("ServerGroupType", "Eni")).await,
-        400,
-        "IllegalParam",
-    );
-    refused(list(one("MaxResults", "0")).await, 400, "IllegalParam");
     bed.group(Product::Nlb, None).await;
     let ip_groups = list(one("ServerGroupType", "Ip")).await.unwrap();
     assert_eq!(ip_groups["ServerGroups"].as_array().unwrap().len(), 1);
