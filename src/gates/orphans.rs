@@ -180,7 +180,7 @@ fn missing_services(
 mod tests {
     //! The orphans' condition writes and Events against the fake API server
     //! (`crate::apply::fake_api`).
-    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate};
 
     use super::*;
     use crate::apply::fake_api::{fake_client, status};
@@ -207,19 +207,8 @@ mod tests {
             _ => (200, serde_json::json!({})),
         });
         let ctx = test_context(client, &pods, &[]);
-        let svc = Service {
-            metadata: kube::api::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("edge".into()),
-                uid: Some("uid-svc".into()),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some("ClusterIP".into()),
-                ..Default::default()
-            }),
-            status: None,
-        };
+        let mut svc = crate::testkit::service("edge", "web", "ClusterIP", &[]);
+        svc.metadata.uid = Some("uid-svc".into());
         let snapshot = ServiceSnapshot::read(&svc, ClassSelection::Standard);
         not_a_load_balancer(&snapshot, &ctx).await.unwrap();
 

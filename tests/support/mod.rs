@@ -1801,3 +1801,4 @@ pub async fn bound_token(
         .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
     response.status.and_then(|s| s.token).expect("a token")
 }
+pub mod conditions;
