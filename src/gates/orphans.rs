@@ -249,22 +249,11 @@ mod tests {
             "POST" => (201, serde_json::json!({})),
             _ => (200, serde_json::json!({})),
         });
-        let namespace = pods[0].metadata.namespace.clone();
-        let deleting = Service {
-            metadata: kube::api::ObjectMeta {
-                name: Some("web".into()),
-                namespace,
-                uid: Some("uid-svc".into()),
-                deletion_timestamp: Some(Time(crate::testkit::at(100))),
-                finalizers: Some(vec!["example.com/another-controller".into()]),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some("LoadBalancer".into()),
-                ..Default::default()
-            }),
-            status: None,
-        };
+        let namespace = pods[0].metadata.namespace.clone().unwrap_or_default();
+        let mut deleting = crate::testkit::service(&namespace, "web", "LoadBalancer", &[]);
+        deleting.metadata.uid = Some("uid-svc".into());
+        deleting.metadata.deletion_timestamp = Some(Time(crate::testkit::at(100)));
+        deleting.metadata.finalizers = Some(vec!["example.com/another-controller".into()]);
         let ctx = Arc::new(test_context(client, &pods, &[deleting]));
         let pod_ref = ObjectRef::from_obj(&CachedPod::from(pods[0].clone()));
         let (tx, rx) = mpsc::unbounded_channel();
