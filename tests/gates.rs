@@ -1715,19 +1715,35 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let ns = bed.ns.name.clone();
     let uid = kube_system_uid(&bed).await;
     bed.create_deployment("web", "web", 2, &["web"], 1, 1).await;
-    let ips: BTreeSet<String> = wait_for("2 pod IPs", Duration::from_secs(60), || async {
-        let ips: BTreeSet<String> = bed
-            .app_pods("web")
-            .await
-            .iter()
-            .filter_map(pod_ip)
-            .collect();
-        if ips.len() == 2 {
-            Ok(ips)
-        } else {
-            Err(format!("{ips:?}"))
-        }
-    })
+    // Pods an earlier version served: containers ready. A pod still starting is not
+    // eligible, so its backend would be taken out (and put back once it is ready):
+    // seeding before that made the test fail on the bed's pace, not on adoption.
+    let ips: BTreeSet<String> = wait_for(
+        "2 pods ready but for their gates",
+        Duration::from_secs(60),
+        || async {
+            let ips: BTreeSet<String> = bed
+                .app_pods("web")
+                .await
+                .iter()
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "ContainersReady" && c.status == "True")
+                        })
+                })
+                .filter_map(pod_ip)
+                .collect();
+            if ips.len() == 2 {
+                Ok(ips)
+            } else {
+                Err(format!("{ips:?}"))
+            }
+        },
+    )
     .await;
     // What the earlier version left: its group on the NLB's listener, its backends.
     let legacy = format!("k8s/80/web/{ns}/kubernetes");
