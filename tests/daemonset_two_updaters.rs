@@ -81,25 +81,47 @@ async fn beside_yurt_managers_updater_rollgate_stops_deleting_and_says_so() {
         .unwrap();
     note("template v1 -> v2 with both updaters running");
 
-    wait_for(
-        "every node at the new revision, Ready",
-        Duration::from_secs(180),
-        || async {
-            let list = pods_of(&pods).await;
-            let done = list.len() == NODES
-                && list.iter().all(|p| {
-                    revision_hash(p) != v1
-                        && pod_is_ready(p)
-                        && p.metadata.deletion_timestamp.is_none()
-                });
-            if done {
-                Ok(())
-            } else {
-                Err(describe_pods(&list))
-            }
-        },
-    )
-    .await;
+    // yurt-manager wakes only on a DaemonSet update or a pod deletion (OpenYurt v1.7.0's
+    // daemonpodupdater watches nothing else and never requeues). When the DaemonSet's status
+    // write reaches its cache before the last new pod's Ready does, it still counts that pod
+    // unavailable, deletes nothing, and nothing wakes it again: its rollout stalls with one
+    // old pod (seen in CI). A metadata annotation is a DaemonSet update that changes no
+    // template, so it wakes yurt-manager and changes nothing rollgate plans; rollgate, held
+    // back, must still delete nothing. Every nudge is noted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let (mut last_state, mut unchanged_since, mut nudges) =
+        (String::new(), std::time::Instant::now(), 0u32);
+    loop {
+        let list = pods_of(&pods).await;
+        let done = list.len() == NODES
+            && list.iter().all(|p| {
+                revision_hash(p) != v1 && pod_is_ready(p) && p.metadata.deletion_timestamp.is_none()
+            });
+        if done {
+            break;
+        }
+        let state = describe_pods(&list);
+        if state != last_state {
+            (last_state, unchanged_since) = (state, std::time::Instant::now());
+        } else if unchanged_since.elapsed() > Duration::from_secs(20) {
+            nudges += 1;
+            note(format!(
+                "no change for 20 s; nudge {nudges}: a DaemonSet update to wake yurt-manager"
+            ));
+            let nudge = json!({"metadata": {"annotations": {
+                "test.rollgate.dev/nudge": nudges.to_string()}}});
+            dss.patch("edge", &PatchParams::default(), &Patch::Merge(&nudge))
+                .await
+                .unwrap();
+            unchanged_since = std::time::Instant::now();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after 180 s (nudges {nudges}) waiting for every node at the new \
+             revision, Ready; last observed state: {last_state}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // What each updater deleted, by identity, from the API server's audit log.
     let deletions: Vec<AuditRecord> = audit_records()
