@@ -748,8 +748,12 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
     let held = event_at(removed)
         .duration_since(event_at(drained))
         .as_secs_f64();
+    // The drain counts from the deletion's request time, which the pod carries to the
+    // second (its deletionTimestamp less its grace), and the weight change lands a
+    // reconcile after the deletion: so up to a second and a reconcile under 12 s
+    // (10.998 s seen under load). Without the drain it would be about 0.
     assert!(
-        (11.0..25.0).contains(&held),
+        (10.0..25.0).contains(&held),
         "{ip} stayed at weight 0 for {held:.1} s; the drain is 12 s: {events:?}"
     );
     bed.cleanup().await;
