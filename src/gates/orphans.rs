@@ -71,9 +71,9 @@ async fn hold_orphans(
             .and_then(|v| v.gate.as_ref())
             .map(|g| g.status)
             != Some(write.status);
-        let outcome = write_condition(ctx, namespace, service, &write, flipped).await?;
+        let outcome = write_condition(ctx, namespace, service, pod, &write, flipped).await?;
         if !outcome.landed() {
-            continue; // a pod gone or replaced is told nothing
+            continue; // a pod gone or replaced, or told so already, is told nothing
         }
         let reference = pod.object_ref(&());
         ctx.events
