@@ -740,16 +740,21 @@ mod tests {
         }
     }
 
+    /// The `PodImageReady` condition of an outcome.
+    fn image_ready(status: &str, reason: &str, message: &str) -> PodCondition {
+        PodCondition {
+            type_: "PodImageReady".into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
     #[tokio::test]
     async fn an_outcome_is_counted_and_announced_only_once_written() {
         let pod = pod();
-        let condition = PodCondition {
-            type_: "PodImageReady".into(),
-            status: "True".into(),
-            reason: Some(PULL_IMAGE_SUCCESS_REASON.into()),
-            message: Some("controllerrevision: new".into()),
-            ..Default::default()
-        };
+        let condition = image_ready("True", PULL_IMAGE_SUCCESS_REASON, "controllerrevision: new");
         let plan = ImagePullPlan {
             delete_jobs: vec![],
             step: Step::MarkSucceeded {
@@ -795,13 +800,11 @@ mod tests {
     async fn a_failure_is_said_once_while_the_cache_lags_behind_it() {
         let mut pod = pod();
         pod.metadata.resource_version = Some("10".into());
-        let condition = PodCondition {
-            type_: "PodImageReady".into(),
-            status: "False".into(),
-            reason: Some(PULL_IMAGE_FAIL_REASON.into()),
-            message: Some("controllerrevision: new; the Job timed out".into()),
-            ..Default::default()
-        };
+        let condition = image_ready(
+            "False",
+            PULL_IMAGE_FAIL_REASON,
+            "controllerrevision: new; the Job timed out",
+        );
         let plan = ImagePullPlan {
             delete_jobs: vec![],
             step: Step::MarkFailed {
