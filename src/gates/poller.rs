@@ -882,27 +882,26 @@ mod tests {
         assert!(order[0].1 >= now + 500 * MS, "{order:?}");
     }
 
+    /// Calls paid for a look (charged), and calls the client made outside a grant (a
+    /// load balancer being made, a write, a job poll, a retry: no grant paid for them,
+    /// the client's count says they were made), delay the looks alike.
     #[test]
-    fn charged_calls_delay_the_reads() {
-        let start = Instant::now();
-        let mut s = one_pending(4.0, start);
-        s.charge(Product::Clb, 6.0, start + MS);
-        // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of either:
-        // main has it after 1.17 s, the reserve after 1.5 s.
-        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
-        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
-    }
-
-    #[test]
-    fn calls_the_client_made_outside_a_grant_delay_the_looks() {
-        // A load balancer being made (or a write, a job poll, a retry): no grant paid
-        // for its calls, the client's count says they were made.
-        let start = Instant::now();
-        let mut s = one_pending(4.0, start);
-        s.calls_made(Product::Clb, 6.0, start + MS);
-        // As `charged_calls_delay_the_reads`: main 3 - 4.5, reserve 2 - 1.5.
-        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
-        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    fn charged_calls_and_calls_made_outside_a_grant_delay_the_looks() {
+        let cases: [(&str, fn(&mut Schedule, Instant)); 2] = [
+            ("charged", |s, at| s.charge(Product::Clb, 6.0, at)),
+            ("made outside a grant", |s, at| {
+                s.calls_made(Product::Clb, 6.0, at)
+            }),
+        ];
+        for (what, spend) in cases {
+            let start = Instant::now();
+            let mut s = one_pending(4.0, start);
+            spend(&mut s, start + MS);
+            // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of
+            // either: main has it after 1.17 s, the reserve after 1.5 s.
+            assert!(s.grant(start + Duration::from_secs(1)).is_empty(), "{what}");
+            assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1, "{what}");
+        }
     }
 
     #[test]
