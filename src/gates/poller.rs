@@ -887,7 +887,9 @@ mod tests {
     /// the client's count says they were made), delay the looks alike.
     #[test]
     fn charged_calls_and_calls_made_outside_a_grant_delay_the_looks() {
-        let cases: [(&str, fn(&mut Schedule, Instant)); 2] = [
+        // How the 6 calls are spent.
+        type Spend = fn(&mut Schedule, Instant);
+        let cases: [(&str, Spend); 2] = [
             ("charged", |s, at| s.charge(Product::Clb, 6.0, at)),
             ("made outside a grant", |s, at| {
                 s.calls_made(Product::Clb, 6.0, at)
