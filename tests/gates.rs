@@ -2377,6 +2377,9 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
         load_balancer_ids(&bed, "clb").await.contains(&theirs.id),
         "the other cluster's load balancer was deleted"
     );
+    // A reconcile on a cache that still held the Service (finalizer and all) let go of
+    // it a second time and said the Warning again (count 2): give a repeat time to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let records = event_records(&bed.client, &bed.ns.name, "copied").await;
     let not_deleted: Vec<_> = records
         .iter()

@@ -7,6 +7,8 @@
 //!   patches;
 //! - condition patches and deletions that find the object gone (404) or changed (409)
 //!   are skipped in one place ([`Outcome`]): the object's next event re-plans;
+//! - a write planned from the shared cache that repeats rollgate's own last write,
+//!   which the cache does not show yet, is not sent again ([`RecentWrites`]);
 //! - [`issue_together`] / [`issue_writes`]: the calls of one plan, at most
 //!   [`CALLS_IN_FLIGHT`] at once, every one tried, a failure returned after all were;
 //! - [`Events`]: the Event recorder of one controller, with de-duplication
@@ -22,6 +24,7 @@ mod event_dedup;
 mod events;
 mod in_flight;
 mod outcome;
+mod recent_writes;
 mod writer;
 
 #[cfg(test)]
@@ -34,4 +37,5 @@ pub use event_dedup::{EventDedup, Topic};
 pub use events::{event, Events};
 pub use in_flight::{issue_together, issue_writes, CALLS_IN_FLIGHT};
 pub use outcome::Outcome;
-pub use writer::{patch_params, post_params, ConditionPatch, Namespaced, Part, Writer};
+pub use recent_writes::RecentWrites;
+pub use writer::{patch_params, post_params, ConditionPatch, Namespaced, Part, Seen, Writer};

@@ -1,5 +1,7 @@
 //! The one rule for a write that finds its object gone (404) or changed (409): skipped,
-//! and said so, never an error: the object's next event re-plans.
+//! and said so, never an error: the object's next event re-plans. A repeat of
+//! rollgate's own last write, planned from a cache that does not show it yet, is not
+//! sent at all (`recent_writes`).
 
 /// What became of a write that did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,6 +12,10 @@ pub enum Outcome {
     /// 409: the object was replaced by one of the same name (the UID in the patch or
     /// the precondition no longer matches) or changed. Skipped: its event re-plans.
     Changed,
+    /// Not sent: the same as rollgate's last write to that part of the object, which
+    /// the shared cache the plan read does not show yet (`super::recent_writes`). The
+    /// cache's next event re-plans; nothing is to be counted or announced again.
+    Repeat,
 }
 
 impl Outcome {

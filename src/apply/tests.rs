@@ -348,3 +348,110 @@ async fn an_event_is_said_once_per_change() {
     }
     assert_eq!(posted[3].body["action"], "DeletePods");
 }
+
+/// A fake API server whose every pod status patch moves the pod to the next
+/// resourceVersion (from 11), as a real one does; `None` answers a bare `{}`.
+fn versioned_server(code: Option<u16>) -> (kube::Client, std::sync::Arc<super::fake_api::Seen>) {
+    let version = std::sync::atomic::AtomicU64::new(10);
+    fake_client(move |_, path| match (code, path) {
+        (Some(404), p) if p.contains("/gone/") => status(404, "NotFound"),
+        (Some(409), p) if p.contains("/replaced/") => status(409, "Conflict"),
+        _ => {
+            let next = version.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"resourceVersion": next.to_string()}}),
+            )
+        }
+    })
+}
+
+/// A pod as the shared cache holds it: its UID and resourceVersion.
+fn cached(uid: &str, version: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        uid: Some(uid.into()),
+        resource_version: Some(version.into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_repeat_of_our_last_write_is_not_sent_while_the_cache_is_behind() {
+    let (client, seen) = versioned_server(None);
+    let writer = Writer::new(client);
+    let set = |pod: &str, condition: &PodCondition, at: &str| {
+        ConditionPatch::set("edge", pod, Some("uid-a"), condition)
+            .planned_from(&cached("uid-a", at))
+    };
+    let write = |w: ConditionPatch| {
+        let writer = &writer;
+        async move { writer.write_condition(&w).await.unwrap() }
+    };
+    let need = condition();
+    // Written: the pod is at 11 now.
+    let first = set("pod-a", &need, "10");
+    assert_eq!(write(first.clone()).await, Outcome::Written);
+    // A reconcile on the cache of before (10) plans it again: not sent.
+    assert_eq!(write(first).await, Outcome::Repeat);
+    // Planned a second later, its lastTransitionTime differs: the same write.
+    let mut later = need.clone();
+    later.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    assert_eq!(write(set("pod-a", &later, "10")).await, Outcome::Repeat);
+    assert_eq!(seen.calls().len(), 1, "one PATCH so far");
+    // Someone changed the pod after our write (the cache shows 12, past our 11): our
+    // condition may be gone, so it is written again.
+    assert_eq!(write(set("pod-a", &need, "12")).await, Outcome::Written);
+    // Another value is never a repeat, however old the cache.
+    let mut other = need.clone();
+    other.status = "False".into();
+    assert_eq!(write(set("pod-a", &other, "10")).await, Outcome::Written);
+    // Nor a write planned without its cached pod.
+    let bare = ConditionPatch::set("edge", "pod-a", Some("uid-a"), &other);
+    assert_eq!(write(bare.clone()).await, Outcome::Written);
+    assert_eq!(write(bare).await, Outcome::Written);
+    // Removals are remembered the same way.
+    let removal = ConditionPatch::remove("edge", "pod-a", POD_NEED_UPGRADE_CONDITION)
+        .planned_from(&cached("uid-a", "14"));
+    assert_eq!(write(removal.clone()).await, Outcome::Written);
+    assert_eq!(write(removal).await, Outcome::Repeat);
+    assert_eq!(seen.calls_to("PATCH").len(), 6);
+    // Once the cache shows our removal (the pod at 17), nothing is held back.
+    let caught_up = ConditionPatch::remove("edge", "pod-a", POD_NEED_UPGRADE_CONDITION)
+        .planned_from(&cached("uid-a", "17"));
+    assert_eq!(write(caught_up).await, Outcome::Written);
+    assert_eq!(seen.calls_to("PATCH").len(), 7);
+}
+
+#[tokio::test]
+async fn a_write_that_did_not_land_is_not_remembered() {
+    for code in [404, 409] {
+        let (client, seen) = versioned_server(Some(code));
+        let writer = Writer::new(client);
+        let pod = if code == 404 { "gone" } else { "replaced" };
+        let write = ConditionPatch::set("edge", pod, Some("uid-a"), &condition())
+            .planned_from(&cached("uid-a", "10"));
+        let skipped = writer.write_condition(&write).await.unwrap();
+        assert!(!skipped.landed(), "{code}");
+        assert_ne!(
+            writer.write_condition(&write).await.unwrap(),
+            Outcome::Repeat,
+            "{code}"
+        );
+        assert_eq!(seen.calls().len(), 2, "{code}: tried again");
+    }
+    // An answer without a resourceVersion leaves nothing to compare the cache with.
+    let (client, seen) = fake_client(|_, _| ok());
+    let writer = Writer::new(client);
+    let write = ConditionPatch::set("edge", "pod-a", Some("uid-a"), &condition())
+        .planned_from(&cached("uid-a", "10"));
+    for _ in 0..2 {
+        assert_eq!(
+            writer.write_condition(&write).await.unwrap(),
+            Outcome::Written
+        );
+    }
+    assert_eq!(seen.calls().len(), 2);
+}

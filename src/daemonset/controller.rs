@@ -674,6 +674,8 @@ async fn rolling_update(
                     .unwrap()
                     .deletion_moot(&uid, &step.uid);
             }
+            // Only condition writes are remembered and skipped, never a deletion.
+            Ok(Outcome::Repeat) => {}
             Err(error) => {
                 ctx.expectations
                     .lock()
@@ -870,10 +872,17 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
         .filter(|u| u.condition.status == "True")
         .count();
     // Strategic merge on the conditions list (merge key `type`): touches only our
-    // condition, so concurrent kubelet writes are not overwritten.
-    let writes = updates
-        .into_iter()
-        .map(|u| ConditionPatch::set(u.namespace, u.name, None, &u.condition));
+    // condition, so concurrent kubelet writes are not overwritten. Each from its cached
+    // pod: a resync that reads a pod before our last write reached the cache does not
+    // send that write again.
+    let cached = by_name(&pods);
+    let writes = updates.into_iter().map(|u| {
+        let seen = cached.get(u.name.as_str()).copied();
+        planned_from(
+            ConditionPatch::set(u.namespace, u.name, None, &u.condition),
+            seen,
+        )
+    });
     let landed = ctx.writer.write_conditions(writes.collect()).await?;
     if !landed.is_empty() {
         tracing::info!(
@@ -885,16 +894,35 @@ async fn mark_need_upgrade(ds: &DaemonSet, ctx: &Context) -> Result<Action, Erro
     Ok(Action::requeue(RESYNC))
 }
 
+/// The DaemonSet's cached pods by name (they share its namespace).
+fn by_name(pods: &[Arc<CachedPod>]) -> HashMap<&str, &CachedPod> {
+    pods.iter()
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+        .collect()
+}
+
+/// `write` as planned from its cached pod, when there is one.
+fn planned_from(write: ConditionPatch, pod: Option<&CachedPod>) -> ConditionPatch {
+    match pod {
+        Some(pod) => write.planned_from(&pod.metadata),
+        None => write,
+    }
+}
+
 /// A DaemonSet that stopped being OTA must not leave `PodNeedUpgrade` behind.
 async fn remove_stale_conditions(
     ds: &DaemonSet,
     ctx: &Context,
     pods: &[Arc<CachedPod>],
 ) -> Result<Action, Error> {
+    let cached = by_name(pods);
     let writes = plan_stale_condition_removals(ds, pods)
         .into_iter()
         .map(|stale| {
-            ConditionPatch::remove(stale.namespace, stale.name, POD_NEED_UPGRADE_CONDITION)
+            let seen = cached.get(stale.name.as_str()).copied();
+            let write =
+                ConditionPatch::remove(stale.namespace, stale.name, POD_NEED_UPGRADE_CONDITION);
+            planned_from(write, seen)
         });
     for removed in ctx.writer.write_conditions(writes.collect()).await? {
         tracing::info!(pod = %removed.name, "removed stale PodNeedUpgrade condition");

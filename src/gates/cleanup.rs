@@ -29,7 +29,7 @@ use super::model::{GroupChanges, Owner};
 use super::orphans::gated_pods;
 use super::reasons;
 use super::service::ServiceSnapshot;
-use super::service_writes::{forget_created, remove_finalizer};
+use super::service_writes::{finalizer_removed_already, forget_created, remove_finalizer};
 use crate::apply::{event, Topic};
 use crate::names::{CLEANUP_BLOCKED_EVENT, CLUSTER_ID_TAG, OTHER_CLUSTERS_RESOURCE_EVENT};
 
@@ -37,6 +37,12 @@ use crate::names::{CLEANUP_BLOCKED_EVENT, CLUSTER_ID_TAG, OTHER_CLUSTERS_RESOURC
 /// one, forgets the Service, and hands its gated pods to the orphan worker.
 pub async fn release(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
     if service.holds_finalizer() {
+        if finalizer_removed_already(service, ctx) {
+            // Let go of already; `forget` below would drop the Warning's de-duplication
+            // and say it again.
+            tracing::debug!(service = %service.facts.name, "let go of already: the cache does not show it yet");
+            return Ok(());
+        }
         clean_up_cloud(service, ctx).await?;
         remove_finalizer(service, ctx).await?;
     }
@@ -362,5 +368,43 @@ mod tests {
         for (case, held, want) in cases {
             assert_eq!(another_clusters(held, "c1").as_deref(), *want, "{case}");
         }
+    }
+
+    /// A reconcile right after the Service was let go of reads it from a cache that
+    /// does not show the finalizer's removal yet (still held, still deleting): it must
+    /// not let go of it a second time (cloud calls, and the Warnings `forget` no longer
+    /// de-duplicates). A Service the cache shows changed after that write is let go of.
+    #[tokio::test]
+    async fn a_service_let_go_of_is_not_let_go_of_again_from_a_stale_cache() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use serde_json::json;
+
+        use crate::apply::fake_api::fake_client;
+        use crate::gates::context::test_context;
+        use crate::gates::service::ClassSelection;
+        use crate::names::LOAD_BALANCER_FINALIZER;
+
+        let (client, seen) = fake_client(|_, _| {
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "Service",
+                         "metadata": {"resourceVersion": "8"}}),
+            )
+        });
+        let ctx = test_context(client, &[], &[]);
+        let at = |version: &str| {
+            let mut svc = crate::testkit::service("shop", "web", "LoadBalancer", &[]);
+            svc.metadata.uid = Some("uid-web".into());
+            svc.metadata.resource_version = Some(version.into());
+            svc.metadata.finalizers = Some(vec![LOAD_BALANCER_FINALIZER.into()]);
+            svc.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            ServiceSnapshot::read(&svc, ClassSelection::Standard)
+        };
+        for _ in 0..3 {
+            release(&at("7"), &ctx).await.unwrap();
+        }
+        assert_eq!(seen.calls_to("PATCH").len(), 1, "{:?}", seen.calls());
+        release(&at("9"), &ctx).await.unwrap();
+        assert_eq!(seen.calls_to("PATCH").len(), 2);
     }
 }

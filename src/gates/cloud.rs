@@ -348,6 +348,22 @@ impl Cloud {
     }
 }
 
+/// A cloud for tests: CLB and NLB clients on a loopback endpoint that nothing answers
+/// (the tests that use it never call the cloud, or expect the call to fail).
+#[cfg(test)]
+pub fn test_cloud(metrics: GateMetrics) -> Cloud {
+    use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
+    let config = alibaba_lb::ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:1");
+    let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
+        access_key_id: "id".into(),
+        access_key_secret: "secret".into(),
+        security_token: None,
+    }));
+    let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
+    let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
+    Cloud::new(clb, nlb, metrics)
+}
+
 /// The protocol of the Service port a listener serves, which the plan keys groups by
 /// (with the port). An HTTP or HTTPS listener (`protocol-port`) serves a TCP port:
 /// keyed by the listener's own protocol its group matched no port, so its backends
@@ -387,18 +403,8 @@ mod tests {
     use super::*;
 
     fn cloud() -> Cloud {
-        use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
         // Never called: the readings are kept and handed back without a call.
-        let config = alibaba_lb::ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:1");
-        let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
-            access_key_id: "id".into(),
-            access_key_secret: "secret".into(),
-            security_token: None,
-        }));
-        let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
-        let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
-        let metrics = GateMetrics::register(&crate::metrics::Metrics::default());
-        Cloud::new(clb, nlb, metrics)
+        test_cloud(GateMetrics::register(&crate::metrics::Metrics::default()))
     }
 
     fn group(id: &str) -> (ServerGroupRef, GroupState) {

@@ -59,7 +59,7 @@ async fn write_one(
     observed_at: Timestamp,
 ) -> Result<Outcome, Error> {
     let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
-    let outcome = write_condition(ctx, ns, name, write, flipped).await?;
+    let outcome = write_condition(ctx, ns, name, pod, write, flipped).await?;
     if outcome.landed() && flipped && write.status {
         let done = Timestamp::now();
         if let Some(since) = containers_ready_since(pod) {
@@ -75,11 +75,13 @@ async fn write_one(
 
 /// Strategic merge on the conditions list (merge key `type`): only our condition is
 /// touched. `lastTransitionTime` moves only when the status does. A pod gone or
-/// replaced meanwhile is skipped (its next event replans).
+/// replaced meanwhile is skipped (its next event replans), and so is a repeat of our
+/// last write that the cached `pod` the plan read does not show yet.
 pub async fn write_condition(
     ctx: &Context,
     namespace: &str,
     service: &str,
+    pod: &CachedPod,
     write: &ConditionWrite,
     flipped: bool,
 ) -> Result<Outcome, Error> {
@@ -93,6 +95,7 @@ pub async fn write_condition(
         condition["lastTransitionTime"] =
             json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     }
-    let patch = ConditionPatch::set(namespace, &write.pod, Some(&write.uid), &condition);
+    let patch = ConditionPatch::set(namespace, &write.pod, Some(&write.uid), &condition)
+        .planned_from(&pod.metadata);
     Ok(ctx.writer.write_condition(&patch).await?)
 }

@@ -93,22 +93,10 @@ pub fn test_context(
     pods: &[k8s_openapi::api::core::v1::Pod],
     services: &[Service],
 ) -> Context {
-    use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
-    use alibaba_lb::Product;
-
     use crate::metrics::Metrics;
     use crate::names::GATES_CONTROLLER_NAME;
     use crate::testkit::store_of;
 
-    // Never called here; a loopback endpoint all the same.
-    let config = alibaba_lb::ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:1");
-    let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
-        access_key_id: "id".into(),
-        access_key_secret: "secret".into(),
-        security_token: None,
-    }));
-    let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
-    let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
     let metrics = GateMetrics::register(&Metrics::default());
     let settings = GateSettings {
         cluster_id: "test".into(),
@@ -126,7 +114,8 @@ pub fn test_context(
         writer: Writer::new(client.clone()),
         pods: store_of(pods.iter().cloned().map(CachedPod::from)),
         services: store_of(services.iter().cloned()),
-        cloud: Cloud::new(clb, nlb, metrics.clone()),
+        // Never called here.
+        cloud: super::cloud::test_cloud(metrics.clone()),
         placer: Placer::new(None, None, metrics.clone()),
         poller: Poller::new(
             settings.poll_fast,

@@ -98,8 +98,13 @@ pub fn start(
     // Service that is not there go to the orphan worker, which says so on the pod.
     let services_for_pods = services.clone();
     let services_for_deletions = services.clone();
+    let writer = ctx.writer.clone();
     let controller = Controller::for_shared_stream(applied(watches.service_changes()), services)
         .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
+            // A pod gone: none of our writes to it is left to wait for.
+            if let Some(uid) = pod.metadata.uid.as_deref() {
+                writer.forget_object(uid);
+            }
             triggers::for_deleted_pod(&pod, &services_for_deletions)
         })
         // Only updates that change what the plan reads (`triggers::same_to_the_plan`):

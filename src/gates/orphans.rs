@@ -71,9 +71,9 @@ async fn hold_orphans(
             .and_then(|v| v.gate.as_ref())
             .map(|g| g.status)
             != Some(write.status);
-        let outcome = write_condition(ctx, namespace, service, &write, flipped).await?;
+        let outcome = write_condition(ctx, namespace, service, pod, &write, flipped).await?;
         if !outcome.landed() {
-            continue; // a pod gone or replaced is told nothing
+            continue; // a pod gone or replaced, or told so already, is told nothing
         }
         let reference = pod.object_ref(&());
         ctx.events
@@ -183,7 +183,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Pod, PodReadinessGate};
 
     use super::*;
-    use crate::apply::fake_api::{fake_client, status};
+    use crate::apply::fake_api::{fake_client, status, Seen};
     use crate::gates::context::test_context;
     use crate::gates::model::gate_condition_type;
     use crate::gates::service::ClassSelection;
@@ -196,6 +196,63 @@ mod tests {
             condition_type: gate_condition_type(service),
         }]);
         pod
+    }
+
+    /// A fake API server that takes every write.
+    fn accepting() -> (kube::Client, Arc<Seen>) {
+        fake_client(|method, _| match method {
+            "POST" => (201, serde_json::json!({})),
+            _ => (200, serde_json::json!({})),
+        })
+    }
+
+    /// The orphan worker on `ctx`, leading; it starts once `synced` is sent true.
+    struct Worker {
+        pods: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
+        synced: watch::Sender<bool>,
+        _stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Worker {
+        fn start(ctx: Context, synced: bool) -> Worker {
+            let (pods, rx) = mpsc::unbounded_channel();
+            let (synced, synced_rx) = watch::channel(synced);
+            let (stop, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(run(
+                Arc::new(ctx),
+                rx,
+                synced_rx,
+                Leadership::always(),
+                Shutdown::from_receiver(stop_rx),
+            ));
+            Worker {
+                pods,
+                synced,
+                _stop: stop,
+                task,
+            }
+        }
+
+        /// Asks the worker to check `pod`.
+        fn check(&self, pod: &Pod) {
+            let pod_ref = ObjectRef::from_obj(&CachedPod::from(pod.clone()));
+            self.pods.send(pod_ref).unwrap();
+        }
+    }
+
+    /// The reason of the first gate condition written, waited for up to 5 s.
+    async fn first_reason(seen: &Seen, expected: &str) -> serde_json::Value {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(patch) = seen.calls_to("PATCH").first() {
+                    return patch.body["status"]["conditions"][0]["reason"].clone();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect(expected)
     }
 
     #[tokio::test]
@@ -245,40 +302,21 @@ mod tests {
     async fn a_service_being_deleted_counts_as_missing() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let pods = [gated_pod("web-1", "web")];
-        let (client, seen) = fake_client(|method, _| match method {
-            "POST" => (201, serde_json::json!({})),
-            _ => (200, serde_json::json!({})),
-        });
+        let (client, seen) = accepting();
         let namespace = pods[0].metadata.namespace.clone().unwrap_or_default();
         let mut deleting = crate::testkit::service(&namespace, "web", "LoadBalancer", &[]);
         deleting.metadata.uid = Some("uid-svc".into());
         deleting.metadata.deletion_timestamp = Some(Time(crate::testkit::at(100)));
         deleting.metadata.finalizers = Some(vec!["example.com/another-controller".into()]);
-        let ctx = Arc::new(test_context(client, &pods, &[deleting]));
-        let pod_ref = ObjectRef::from_obj(&CachedPod::from(pods[0].clone()));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (_synced_tx, synced) = watch::channel(true);
-        let (_stop, stop_rx) = watch::channel(false);
-        let worker = tokio::spawn(run(
-            ctx,
-            rx,
-            synced,
-            Leadership::always(),
-            Shutdown::from_receiver(stop_rx),
-        ));
-        tx.send(pod_ref).unwrap();
-        let said = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                if let Some(patch) = seen.calls_to("PATCH").first() {
-                    return patch.body["status"]["conditions"][0]["reason"].clone();
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the pods of a Service being deleted are told it is gone");
+        let worker = Worker::start(test_context(client, &pods, &[deleting]), true);
+        worker.check(&pods[0]);
+        let said = first_reason(
+            &seen,
+            "the pods of a Service being deleted are told it is gone",
+        )
+        .await;
         assert_eq!(said, "ServiceNotFound");
-        worker.abort();
+        worker.task.abort();
     }
 
     /// The worker starts on the shared watches' sync signal alone. Its Service store
@@ -288,45 +326,22 @@ mod tests {
     #[tokio::test]
     async fn the_orphan_worker_reports_a_missing_service_once_the_watches_synced() {
         let pods = [gated_pod("web-1", "missing")];
-        let (client, seen) = fake_client(|method, _| match method {
-            "POST" => (201, serde_json::json!({})),
-            _ => (200, serde_json::json!({})),
-        });
+        let (client, seen) = accepting();
         let mut ctx = test_context(client, &pods, &[]);
         // A Service store whose writer lives on but never sees a full list.
         let (never_listed, _writer) = kube::runtime::reflector::store::<Service>();
         ctx.services = never_listed;
-        let ctx = Arc::new(ctx);
-        let pod_ref = ObjectRef::from_obj(&CachedPod::from(pods[0].clone()));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (synced_tx, synced) = watch::channel(false);
-        let (_stop, stop_rx) = watch::channel(false);
-        let worker = tokio::spawn(run(
-            ctx,
-            rx,
-            synced,
-            Leadership::always(),
-            Shutdown::from_receiver(stop_rx),
-        ));
-        tx.send(pod_ref).unwrap();
+        let worker = Worker::start(ctx, false);
+        worker.check(&pods[0]);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
             seen.calls_to("PATCH").is_empty(),
             "nothing is said before the watches synced"
         );
 
-        synced_tx.send(true).unwrap();
-        let said = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                if let Some(patch) = seen.calls_to("PATCH").first() {
-                    return patch.body["status"]["conditions"][0]["reason"].clone();
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the worker reports the missing Service once synced");
+        worker.synced.send(true).unwrap();
+        let said = first_reason(&seen, "the worker reports the missing Service once synced").await;
         assert_eq!(said, "ServiceNotFound");
-        worker.abort();
+        worker.task.abort();
     }
 }

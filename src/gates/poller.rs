@@ -631,6 +631,25 @@ mod tests {
         }
     }
 
+    /// A schedule of `rate` calls a second (looks due after 500 ms pending, 10 s
+    /// settled) from `start`.
+    fn schedule(rate: f64, start: Instant) -> Schedule {
+        Schedule::new(500 * MS, Duration::from_secs(10), rate, start)
+    }
+
+    /// The reconcile of `name` (a CLB Service with one listener) reported back at `at`,
+    /// having found it `priority`.
+    fn look(s: &mut Schedule, name: &str, priority: Priority, at: Instant) {
+        s.polled(key(name), Product::Clb, 1, outcome(priority), at, at);
+    }
+
+    /// A schedule of `rate` with one pending Service, `p`, looked at at `start`.
+    fn one_pending(rate: f64, start: Instant) -> Schedule {
+        let mut s = schedule(rate, start);
+        look(&mut s, "p", Priority::Pending, start);
+        s
+    }
+
     #[test]
     fn the_next_look_follows_what_the_reconcile_found() {
         #[rustfmt::skip]
@@ -650,23 +669,9 @@ mod tests {
     #[test]
     fn a_pending_service_is_due_fast_and_a_settled_one_slow_after_its_last_look() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(
-            key("pending"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("settled"),
-            Product::Clb,
-            1,
-            outcome(Priority::Settled),
-            start,
-            start,
-        );
+        let mut s = schedule(10.0, start);
+        look(&mut s, "pending", Priority::Pending, start);
+        look(&mut s, "settled", Priority::Settled, start);
         assert!(s.grant(start + 499 * MS).is_empty());
         let at_500 = s.grant(start + 500 * MS);
         assert_eq!(at_500.len(), 1);
@@ -674,14 +679,7 @@ mod tests {
         assert!(s.granted(&key("pending")));
         // Granted once only, until the reconcile reports back.
         assert!(s.grant(start + 600 * MS).is_empty());
-        s.polled(
-            key("pending"),
-            Product::Clb,
-            1,
-            outcome(Priority::Settled),
-            start + 600 * MS,
-            start + 600 * MS,
-        );
+        look(&mut s, "pending", Priority::Settled, start + 600 * MS);
         assert!(!s.granted(&key("pending")));
         let at_10s = s.grant(start + Duration::from_secs(10));
         assert_eq!(
@@ -696,24 +694,10 @@ mod tests {
     #[test]
     fn a_reading_is_reused_until_its_look_is_due_and_never_while_a_look_is_granted() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        let mut s = schedule(10.0, start);
         assert_eq!(s.reuse_bound(&key("new")), Some(500 * MS));
-        s.polled(
-            key("p"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("s"),
-            Product::Clb,
-            1,
-            outcome(Priority::Settled),
-            start,
-            start,
-        );
+        look(&mut s, "p", Priority::Pending, start);
+        look(&mut s, "s", Priority::Settled, start);
         assert_eq!(s.reuse_bound(&key("p")), Some(500 * MS));
         assert_eq!(s.reuse_bound(&key("s")), Some(Duration::from_secs(10)));
         assert_eq!(s.grant(start + 500 * MS).len(), 1);
@@ -723,15 +707,7 @@ mod tests {
     #[test]
     fn a_grant_made_while_a_reconcile_ran_outlives_that_reconcile() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(
-            key("p"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
+        let mut s = one_pending(10.0, start);
         // A pod event's reconcile starts at 400 ms; the look is granted at 500 ms.
         let started = start + 400 * MS;
         assert_eq!(s.grant(start + 500 * MS).len(), 1);
@@ -762,15 +738,7 @@ mod tests {
     #[test]
     fn a_lost_reconcile_is_granted_again_after_the_slow_interval() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(
-            key("a"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
+        let mut s = one_pending(10.0, start);
         assert_eq!(s.grant(start + 500 * MS).len(), 1);
         assert!(s.grant(start + Duration::from_secs(10)).is_empty());
         assert_eq!(s.grant(start + 500 * MS + Duration::from_secs(10)).len(), 1);
@@ -780,39 +748,26 @@ mod tests {
     fn looks_go_pending_first_then_draining_then_settled_oldest_first_within_a_class() {
         let start = Instant::now();
         // A budget of 4 calls/s: 3 in the main bucket (burst 3), 1 reserved (burst 2).
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        let mut s = schedule(4.0, start);
         let later = start + Duration::from_secs(30);
         // Due times: the settled ones longest, so order is by class first.
-        s.polled(
-            key("settled-old"),
-            Product::Clb,
-            1,
-            outcome(Priority::Settled),
-            start,
-            start,
-        );
-        s.polled(
-            key("draining"),
-            Product::Clb,
-            1,
-            outcome(Priority::Draining),
-            start + Duration::from_secs(5),
+        look(&mut s, "settled-old", Priority::Settled, start);
+        look(
+            &mut s,
+            "draining",
+            Priority::Draining,
             start + Duration::from_secs(5),
         );
-        s.polled(
-            key("pending-new"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start + Duration::from_secs(6),
+        look(
+            &mut s,
+            "pending-new",
+            Priority::Pending,
             start + Duration::from_secs(6),
         );
-        s.polled(
-            key("pending-old"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start + Duration::from_secs(4),
+        look(
+            &mut s,
+            "pending-old",
+            Priority::Pending,
             start + Duration::from_secs(4),
         );
         let grants = s.grant(later);
@@ -832,7 +787,7 @@ mod tests {
     #[test]
     fn with_no_settled_service_waiting_pending_ones_use_the_reserve_too() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        let mut s = schedule(4.0, start);
         for name in ["a", "b", "c"] {
             s.polled(
                 key(name),
@@ -850,31 +805,10 @@ mod tests {
     #[test]
     fn products_have_budgets_of_their_own() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-        s.polled(
-            key("clb-1"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("clb-2"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("clb-3"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
+        let mut s = schedule(4.0, start);
+        look(&mut s, "clb-1", Priority::Pending, start);
+        look(&mut s, "clb-2", Priority::Pending, start);
+        look(&mut s, "clb-3", Priority::Pending, start);
         s.polled(
             key("nlb"),
             Product::Nlb,
@@ -890,7 +824,7 @@ mod tests {
     #[test]
     fn a_look_dearer_than_the_burst_still_goes_and_its_debt_keeps_the_rate() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        let mut s = schedule(4.0, start);
         s.polled(
             key("wide"),
             Product::Clb,
@@ -924,35 +858,14 @@ mod tests {
     #[test]
     fn throttling_slows_the_product_and_keeps_the_order() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 8.0, start);
-        s.polled(
-            key("first"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("second"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start + MS,
-            start + MS,
-        );
+        let mut s = schedule(8.0, start);
+        look(&mut s, "first", Priority::Pending, start);
+        look(&mut s, "second", Priority::Pending, start + MS);
         let now = start + Duration::from_secs(1);
         assert_eq!(s.grant(now).len(), 2);
         // The first one's reconcile is throttled: it keeps its due time.
         s.throttled_look(&key("first"), Product::Clb, now);
-        s.polled(
-            key("second"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            now,
-            now,
-        );
+        look(&mut s, "second", Priority::Pending, now);
         // Nothing goes at once, then the first goes before the second.
         assert!(s.grant(now + 10 * MS).is_empty());
         let mut order = vec![];
@@ -969,43 +882,28 @@ mod tests {
         assert!(order[0].1 >= now + 500 * MS, "{order:?}");
     }
 
+    /// Calls paid for a look (charged), and calls the client made outside a grant (a
+    /// load balancer being made, a write, a job poll, a retry: no grant paid for them,
+    /// the client's count says they were made), delay the looks alike.
     #[test]
-    fn charged_calls_delay_the_reads() {
-        let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-        s.polled(
-            key("a"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.charge(Product::Clb, 6.0, start + MS);
-        // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of either:
-        // main has it after 1.17 s, the reserve after 1.5 s.
-        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
-        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
-    }
-
-    #[test]
-    fn calls_the_client_made_outside_a_grant_delay_the_looks() {
-        // A load balancer being made (or a write, a job poll, a retry): no grant paid
-        // for its calls, the client's count says they were made.
-        let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-        s.polled(
-            key("a"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.calls_made(Product::Clb, 6.0, start + MS);
-        // As `charged_calls_delay_the_reads`: main 3 - 4.5, reserve 2 - 1.5.
-        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
-        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    fn charged_calls_and_calls_made_outside_a_grant_delay_the_looks() {
+        // How the 6 calls are spent.
+        type Spend = fn(&mut Schedule, Instant);
+        let cases: [(&str, Spend); 2] = [
+            ("charged", |s, at| s.charge(Product::Clb, 6.0, at)),
+            ("made outside a grant", |s, at| {
+                s.calls_made(Product::Clb, 6.0, at)
+            }),
+        ];
+        for (what, spend) in cases {
+            let start = Instant::now();
+            let mut s = one_pending(4.0, start);
+            spend(&mut s, start + MS);
+            // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of
+            // either: main has it after 1.17 s, the reserve after 1.5 s.
+            assert!(s.grant(start + Duration::from_secs(1)).is_empty(), "{what}");
+            assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1, "{what}");
+        }
     }
 
     #[test]
@@ -1014,15 +912,7 @@ mod tests {
         // whole budget, so paying its calls again would halve the pace.
         let start = Instant::now();
         let looks = |report: bool| {
-            let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-            s.polled(
-                key("a"),
-                Product::Clb,
-                1,
-                outcome(Priority::Pending),
-                start,
-                start,
-            );
+            let mut s = one_pending(4.0, start);
             let (mut at, mut made, mut t) = (vec![], 0.0, start);
             while t < start + Duration::from_secs(20) {
                 t += 50 * MS;
@@ -1048,26 +938,11 @@ mod tests {
     #[test]
     fn an_advance_is_not_kept_past_the_look_it_paid_for() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
-        s.polled(
-            key("a"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
+        let mut s = one_pending(4.0, start);
         let t1 = start + Duration::from_secs(1);
         assert_eq!(s.grant(t1).len(), 1);
         // Its reconcile failed before calling the cloud, and reported back.
-        s.polled(
-            key("a"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            t1,
-            t1,
-        );
+        look(&mut s, "p", Priority::Pending, t1);
         s.calls_made(Product::Clb, 0.0, t1);
         // Six calls of something else: none of them is the look's, all are paid
         // (main 1 - 4.5, reserve 2 - 1.5: the reserve has a look's 2 after 1.5 s; had
@@ -1080,23 +955,8 @@ mod tests {
     #[test]
     fn the_queue_shows_waiting_looks_by_class_and_the_oldest_wait() {
         let start = Instant::now();
-        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
-        s.polled(
-            key("p"),
-            Product::Clb,
-            1,
-            outcome(Priority::Pending),
-            start,
-            start,
-        );
-        s.polled(
-            key("s"),
-            Product::Clb,
-            1,
-            outcome(Priority::Settled),
-            start,
-            start,
-        );
+        let mut s = one_pending(10.0, start);
+        look(&mut s, "s", Priority::Settled, start);
         let state = s.queue(start + Duration::from_secs(12));
         assert_eq!(state.waiting, [1, 0, 1]);
         assert_eq!(state.oldest_wait, Duration::from_millis(11_500));

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::context::{Context, Error};
 use super::published_groups::{encode, needs_write, published_groups};
 use super::service::ServiceSnapshot;
-use crate::apply::{Call, Part};
+use crate::apply::{Call, Outcome, Part, Seen};
 use crate::names::{
     CREATED_ID_ANNOTATION, LOAD_BALANCER_FINALIZER, SERVED_ATTACHED_ID_ANNOTATION,
     SERVER_GROUPS_ANNOTATION,
@@ -30,8 +30,41 @@ pub async fn add_finalizer(service: &ServiceSnapshot, ctx: &Context) -> Result<(
 
 /// Removes rollgate's finalizer (and only it), once the cloud side is cleaned up, and
 /// in the same write the server groups it published: rollgate serves none of them any
-/// more (a Service that left rollgate's classes stays, and must not show them).
+/// more (a Service that left rollgate's classes stays, and must not show them). The
+/// write is remembered (`crate::apply::Seen`): see [`finalizer_removed_already`].
 pub async fn remove_finalizer(service: &ServiceSnapshot, ctx: &Context) -> Result<(), Error> {
+    let patch = finalizer_removal(service);
+    let (outcome, version) = patch_metadata_answered(service, ctx, patch, "finalizer").await?;
+    ctx.writer.remember(
+        &seen(service),
+        LOAD_BALANCER_FINALIZER,
+        removed(),
+        outcome,
+        version,
+    );
+    Ok(())
+}
+
+/// Whether rollgate removed its finalizer from this Service as it is cached, in a
+/// write the cache does not show yet: a reconcile that runs before the watch delivers
+/// that write (or the Service's deletion) must not let go of the Service a second time
+/// (its cloud calls, its Events: the Warning about another cluster's load balancer was
+/// said twice so).
+pub fn finalizer_removed_already(service: &ServiceSnapshot, ctx: &Context) -> bool {
+    ctx.writer
+        .is_repeat(&seen(service), LOAD_BALANCER_FINALIZER, &removed())
+}
+
+/// What is remembered of the finalizer's removal: that it was removed. Not the patch:
+/// its `resourceVersion` precondition and the rest of the list are those of the copy
+/// it was made from, and a cached copy that still holds the finalizer is stale whatever
+/// else it shows.
+fn removed() -> serde_json::Value {
+    json!("removed")
+}
+
+/// The patch that removes rollgate's finalizer (and its published server groups).
+fn finalizer_removal(service: &ServiceSnapshot) -> serde_json::Value {
     let finalizers: Vec<&String> = service
         .finalizers
         .iter()
@@ -42,7 +75,14 @@ pub async fn remove_finalizer(service: &ServiceSnapshot, ctx: &Context) -> Resul
     if service.published_groups.is_some() {
         metadata["annotations"] = json!({SERVER_GROUPS_ANNOTATION: null});
     }
-    patch_metadata(service, ctx, json!({ "metadata": metadata }), "finalizer").await
+    json!({ "metadata": metadata })
+}
+
+fn seen(service: &ServiceSnapshot) -> Seen {
+    Seen {
+        uid: service.uid.clone(),
+        resource_version: service.resource_version.clone(),
+    }
 }
 
 /// A merge patch of the Service's metadata. Gone (404) is fine; a conflict (409, the
@@ -54,14 +94,27 @@ async fn patch_metadata(
     patch: serde_json::Value,
     what: &'static str,
 ) -> Result<(), Error> {
+    patch_metadata_answered(service, ctx, patch, what)
+        .await
+        .map(drop)
+}
+
+/// The same, with what became of it: written (with the Service's new
+/// resourceVersion) or gone.
+async fn patch_metadata_answered(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    patch: serde_json::Value,
+    what: &'static str,
+) -> Result<(Outcome, Option<String>), Error> {
     let (ns, name) = (&service.facts.namespace, &service.facts.name);
     match ctx
         .writer
         .merge_patch::<Service>(ns, name, Part::Object, &patch)
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(written) => Ok((Outcome::Written, written.metadata.resource_version)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok((Outcome::Gone, None)),
         Err(source) => {
             tracing::debug!(what, service = %name, "Service patch failed");
             Err(crate::apply::Error::new(Call::PatchService, ns, name, source).into())

@@ -437,7 +437,9 @@ async fn resolve_name_conflict(
 /// Strategic merge on the conditions list (merge key `type`) touches only
 /// `PodImageReady`; the pod's UID makes the write fail on a replaced pod of the same name.
 /// Returns whether the condition was written: a pod that is gone (404) or was replaced
-/// (409) was told nothing, so nothing is counted or announced.
+/// (409) was told nothing, so nothing is counted or announced; nor is a repeat of our
+/// last write that the cached pod does not show yet (a reconcile on the Job's change
+/// can run before the pod's own update arrives).
 async fn write_condition(
     pod: &CachedPod,
     condition: &PodCondition,
@@ -445,7 +447,8 @@ async fn write_condition(
 ) -> Result<bool, Error> {
     let ns = pod.namespace().unwrap_or_default();
     let uid = pod.uid();
-    let write = ConditionPatch::set(ns, pod.name_any(), uid.as_deref(), condition);
+    let write = ConditionPatch::set(ns, pod.name_any(), uid.as_deref(), condition)
+        .planned_from(&pod.metadata);
     Ok(ctx.writer.write_condition(&write).await?.landed())
 }
 
@@ -737,16 +740,21 @@ mod tests {
         }
     }
 
+    /// The `PodImageReady` condition of an outcome.
+    fn image_ready(status: &str, reason: &str, message: &str) -> PodCondition {
+        PodCondition {
+            type_: "PodImageReady".into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
     #[tokio::test]
     async fn an_outcome_is_counted_and_announced_only_once_written() {
         let pod = pod();
-        let condition = PodCondition {
-            type_: "PodImageReady".into(),
-            status: "True".into(),
-            reason: Some(PULL_IMAGE_SUCCESS_REASON.into()),
-            message: Some("controllerrevision: new".into()),
-            ..Default::default()
-        };
+        let condition = image_ready("True", PULL_IMAGE_SUCCESS_REASON, "controllerrevision: new");
         let plan = ImagePullPlan {
             delete_jobs: vec![],
             step: Step::MarkSucceeded {
@@ -782,6 +790,65 @@ mod tests {
             assert_eq!(counted, want_count, "{what}");
             assert_eq!(calls.events(), want_events, "{what}");
         }
+    }
+
+    /// The Job's change wakes the pod's reconcile before the pod's own update (our
+    /// PullImageFail) reaches the cache: the failure is neither written nor announced
+    /// nor counted a second time. Once the pod changed after our write (a new request,
+    /// seen in the cache), a failure is written again.
+    #[tokio::test]
+    async fn a_failure_is_said_once_while_the_cache_lags_behind_it() {
+        let mut pod = pod();
+        pod.metadata.resource_version = Some("10".into());
+        let condition = image_ready(
+            "False",
+            PULL_IMAGE_FAIL_REASON,
+            "controllerrevision: new; the Job timed out",
+        );
+        let plan = ImagePullPlan {
+            delete_jobs: vec![],
+            step: Step::MarkFailed {
+                job: Some("imagepull-agent-x1-new-1".into()),
+                condition,
+            },
+        };
+        let version = std::sync::atomic::AtomicU64::new(10);
+        let (client, calls) = fake_client(move |method, path| match (method, path) {
+            ("PATCH", "/api/v1/namespaces/edge/pods/agent-x1/status") => {
+                let next = version.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                             "metadata": {"resourceVersion": next.to_string()}}),
+                )
+            }
+            _ => (201, json!({})),
+        });
+        let ctx = context(client, &[]);
+        let failures = || {
+            ctx.metrics
+                .results
+                .get_or_create(&ResultLabels {
+                    result: "failure".into(),
+                })
+                .get()
+        };
+        let stale = CachedPod::from(pod.clone());
+        for _ in 0..3 {
+            apply(&stale, plan.clone(), &ctx).await.unwrap();
+        }
+        assert_eq!(calls.calls_to(&format!("PATCH {POD}/status")).len(), 1);
+        assert_eq!(calls.events(), ["Warning PullImageFail"]);
+        assert_eq!(failures(), 1);
+
+        pod.metadata.resource_version = Some("12".into());
+        apply(&CachedPod::from(pod), plan, &ctx).await.unwrap();
+        assert_eq!(calls.calls_to(&format!("PATCH {POD}/status")).len(), 2);
+        assert_eq!(
+            calls.events(),
+            ["Warning PullImageFail", "Warning PullImageFail"]
+        );
+        assert_eq!(failures(), 2);
     }
 
     #[tokio::test]
