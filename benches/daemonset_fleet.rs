@@ -62,6 +62,7 @@ use rollgate::daemonset::controller::{current_revision, owned_pods, PodLookup};
 use rollgate::daemonset::expectations::Expectations;
 use rollgate::daemonset::ota_plan::plan_stale_condition_removals;
 use rollgate::daemonset::policy::{policy_for, Policy, PolicyDecision};
+use rollgate::daemonset::pull_ahead::pull_ahead_of;
 use rollgate::daemonset::rolling_plan::{plan_rolling_update, RollingInput, RollingLimits};
 use rollgate::daemonset::triggers::{daemonsets_for_node, pod_unchanged, NodeTriggerView};
 use rollgate::names::{
@@ -487,6 +488,8 @@ impl World {
             limits: RollingLimits::default(),
             partition,
             node_selector: node_selector.as_ref(),
+            // As the controller: only pull-ahead reads what the plan leaves for later.
+            list_upcoming: matches!(pull_ahead_of(&ds), Ok(true)),
         });
         let stale = plan_stale_condition_removals(&ds, &pods);
         std::hint::black_box(&stale);

@@ -561,6 +561,8 @@ async fn rolling_update(
         limits: ctx.limits,
         partition: controls.partition,
         node_selector: controls.node_selector,
+        // Only pull-ahead reads what the plan leaves for later.
+        list_upcoming: controls.pull_ahead,
     });
     // Nothing to judge pods by yet: the native controller has not written a revision.
     if plan.progress.blocked == Some(Blocker::CurrentRevisionUnknown) {

@@ -63,7 +63,7 @@
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +107,11 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     pub partition: Option<Partition>,
     /// `rollgate.io/node-selector`: only the nodes that match are upgraded.
     pub node_selector: Option<&'a NodeSelector>,
+    /// Whether to list `RollingPlan::upcoming`. Only pull-ahead reads it, and it costs
+    /// one `PlannedDeletion` (four strings) per old pod the plan leaves for later, which
+    /// was a third of a plan's CPU at 10,000 nodes (issue 25). Off, `upcoming` is empty
+    /// and nothing else in the plan changes.
+    pub list_upcoming: bool,
 }
 
 /// Limits on a plan besides the budget, set by the controller's flags.
@@ -158,6 +163,7 @@ pub struct RollingPlan {
     pub progress: Progress,
     /// Out-of-date pods on Ready nodes that this plan leaves for later (the budget or
     /// the cap), in the order later plans take them: what pull-ahead pulls for next.
+    /// Empty unless `RollingInput::list_upcoming`.
     pub upcoming: Vec<PlannedDeletion>,
 }
 
@@ -299,20 +305,50 @@ pub enum Blocker {
 }
 
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
+///
+/// Cost: a plan runs on every relevant pod write and node Ready transition, over every
+/// pod and node of the DaemonSet (10,000 of each on a large edge fleet, issue 25). So
+/// each pod is read once (its node, whether live, whether up to date), pods and nodes
+/// meet through one sort and a binary search per node, compared by number where node
+/// names allow (`NodeKey`), and the per-pod strings of `upcoming` are made only when
+/// asked for (`RollingInput::list_upcoming`).
 pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let pods_by_node = PodsByNode::of(input.pods, ds_uid);
-    // Hashed: every plan looks up every node, and node names share long prefixes.
-    let nodes: HashMap<&str, &N> = input
-        .nodes
-        .iter()
-        .filter_map(|node| Some((node.metadata().name.as_deref()?, &**node)))
-        .collect();
+    let is_live = |pod: &P| {
+        !pod.is_terminating()
+            && !pod
+                .metadata()
+                .uid
+                .as_ref()
+                .is_some_and(|uid| input.expected_deletions.contains(uid))
+    };
+    let mut by_node = PodsByNode::of(input.pods, ds_uid, |pod| Look {
+        live: is_live(pod),
+        updated: input.current.is_some_and(|c| c.is_pod_updated(pod)),
+    });
+    // Nodes without a pod of this DaemonSet, in name order; as in a map by name, the
+    // last of a repeated name wins (the store has none).
+    let mut lonely: Vec<(NodeKey<'_>, &N)> = Vec::new();
+    for node in input.nodes {
+        let Some(name) = node.metadata().name.as_deref() else {
+            continue;
+        };
+        let key = NodeKey::of(name);
+        match by_node.find(&key) {
+            Some(group) => by_node.groups[group].node = Some(&**node),
+            None => lonely.push((key, &**node)),
+        }
+    }
+    lonely.sort_by(|a, b| a.0.cmp(&b.0));
+    lonely.reverse();
+    lonely.dedup_by(|a, b| a.0 == b.0);
+    lonely.reverse();
 
     let mut progress = Progress::default();
-    let mut ready_nodes = Vec::new();
-    for (node, pods) in pods_by_node.iter() {
-        match nodes.get(node).map(is_node_ready) {
+    for group in &mut by_node.groups {
+        group.ready = group.node.map(is_node_ready);
+        let node = group.key.name;
+        match group.ready {
             None => progress.missing_nodes_skipped.push(node.to_string()),
             Some(false) => {
                 progress.total_nodes += 1;
@@ -321,7 +357,6 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             Some(true) => {
                 progress.total_nodes += 1;
                 progress.ready_nodes += 1;
-                ready_nodes.push((node, pods, nodes[node]));
             }
         }
     }
@@ -335,18 +370,16 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         .collect();
     // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
     // should run there (its pod is gone and the replacement not created or not seen).
-    for (&name, node) in &nodes {
-        if pods_by_node.contains(name) {
-            continue;
-        }
+    for &(key, node) in &lonely {
+        let name = key.name;
         let ours = input.vacated_by_us.contains_key(name);
-        let placed = should_run_on(input.daemonset, node);
         if !is_node_ready(node) {
             if ours {
                 settled.push(name.to_string());
             }
             continue;
         }
+        let placed = should_run_on(input.daemonset, node);
         if placed || ours {
             progress.vacated_nodes.push(name.to_string());
         }
@@ -355,20 +388,26 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             settled.push(name.to_string());
         }
     }
-    // The node map is unordered; the progress is reported in node name order.
-    progress.vacated_nodes.sort_unstable();
     progress.total_nodes += progress.vacated_nodes.len();
     progress.ready_nodes += progress.vacated_nodes.len();
     progress.budget = input.max_unavailable.budget(progress.total_nodes);
+    let node_known = |name: &str| {
+        let key = NodeKey::of(name);
+        by_node
+            .find(&key)
+            .is_some_and(|group| by_node.groups[group].node.is_some())
+            || lonely.binary_search_by(|(k, _)| k.cmp(&key)).is_ok()
+    };
     settled.extend(
         input
             .vacated_by_us
             .keys()
-            .filter(|node| !nodes.contains_key(node.as_str()))
+            .filter(|node| !node_known(node))
             .cloned(),
     );
 
-    let Some(current) = input.current else {
+    // Without a current revision no pod can be judged (every `Look::updated` is false).
+    if input.current.is_none() {
         progress.blocked = Some(Blocker::CurrentRevisionUnknown);
         settled.sort();
         return RollingPlan {
@@ -377,18 +416,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             progress,
             upcoming: Vec::new(),
         };
-    };
+    }
 
     let min_ready = input.daemonset.spec.min_ready_seconds.unwrap_or(0);
-    let is_live = |pod: &P| {
-        !pod.is_terminating()
-            && !pod
-                .metadata()
-                .uid
-                .as_ref()
-                .is_some_and(|uid| input.expected_deletions.contains(uid))
-    };
-
     let mut recheck_after = |wait: Duration| {
         let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
         progress.recheck_after = Some(earliest);
@@ -396,20 +426,23 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     // Out-of-date pods that are not available, on nodes already counted unavailable
     // because rollgate replaced a pod there (replacing again adds no node), and on
     // nodes not counted yet (replacing spends budget).
-    let mut replaced_not_available = Vec::new();
-    let mut old_not_available = Vec::new();
-    let mut candidates = Vec::new();
+    let mut replaced_not_available: Vec<(&str, &P)> = Vec::new();
+    let mut old_not_available: Vec<(&str, &P)> = Vec::new();
+    let mut candidates: Vec<(&str, &P)> = Vec::new();
     let mut unavailable_nodes = Vec::new();
     let mut stale_status_nodes = Vec::new();
-    for (node, pods, node_facts) in ready_nodes {
+    let mut unplaced_nodes = Vec::new();
+    for group in &by_node.groups {
+        let (Some(true), Some(node_facts)) = (group.ready, group.node) else {
+            continue;
+        };
+        let node = group.key.name;
         // Ours until a pod serves there again: counted unavailable whatever it shows.
         let ours = input.vacated_by_us.contains_key(node);
-        let live = LivePods::of(pods, is_live, current);
+        let live = LivePods::of(by_node.pods(group));
         if matches!(live, LivePods::OnlyOld(_)) && !should_run_on(input.daemonset, node_facts) {
             // Deleting it would remove the DaemonSet from the node: leave it, and say so.
-            progress.unplaced_nodes.push(node.to_string());
-            progress.total_nodes -= 1;
-            progress.ready_nodes -= 1;
+            unplaced_nodes.push(node.to_string());
             if ours {
                 settled.push(node.to_string());
             }
@@ -465,21 +498,21 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             LivePods::Other => unavailable_nodes.push(node.to_string()),
         }
     }
-    let skipped_with_old_pods: Vec<String> = pods_by_node
+    progress.total_nodes -= unplaced_nodes.len();
+    progress.ready_nodes -= unplaced_nodes.len();
+    progress.unplaced_nodes = unplaced_nodes;
+    let mut skipped_with_old_pods: Vec<String> = by_node
+        .groups
         .iter()
-        .filter(|(node, _)| nodes.get(node).is_none_or(|n| !is_node_ready(n)))
-        .filter(|(_, pods)| {
-            pods.iter()
-                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
-        })
-        .map(|(node, _)| node.to_string())
+        .filter(|group| group.ready != Some(true) && by_node.has_old_pod(group))
+        .map(|group| group.key.name.to_string())
         .collect();
     // NotReady nodes are done when no live out-of-date pod is left on them.
     progress.updated += progress.not_ready_nodes_skipped.len()
-        - progress
-            .not_ready_nodes_skipped
+        - by_node
+            .groups
             .iter()
-            .filter(|node| skipped_with_old_pods.contains(node))
+            .filter(|group| group.ready == Some(false) && by_node.has_old_pod(group))
             .count();
 
     // Partition and node selector: the old pods of the nodes they hold back are taken
@@ -487,15 +520,13 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let held = if input.partition.is_none() && input.node_selector.is_none() {
         HeldBack::default()
     } else {
-        let old = old_nodes(&pods_by_node, &nodes, &progress, is_live, current);
         HeldBack::choose(
             input.partition,
             input.node_selector,
-            &old,
+            &by_node.old_nodes(&progress.unplaced_nodes),
             progress.total_nodes,
         )
     };
-    let mut skipped_with_old_pods = skipped_with_old_pods;
     if !held.is_empty() {
         skipped_with_old_pods.retain(|node| !held.holds(node));
         replaced_not_available.retain(|(node, _)| !held.holds(node));
@@ -518,34 +549,43 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let spendable = old_not_available.len() + candidates.len();
     let chosen = allowed.min(spendable);
     let old_chosen = chosen.min(old_not_available.len());
-    let mut deletions: Vec<PlannedDeletion> = replaced_not_available
+    let mut steps: Vec<(&str, &P, DeletionReason)> = replaced_not_available
         .iter()
         .chain(&old_not_available[..old_chosen])
-        .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+        .map(|&(node, pod)| (node, pod, DeletionReason::OldPodNotAvailable))
         .collect();
-    deletions.sort_by(|a, b| a.node.cmp(&b.node));
-    deletions.extend(
+    steps.sort_by(|a, b| a.0.cmp(b.0));
+    steps.extend(
         candidates[..chosen - old_chosen]
             .iter()
-            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
+            .map(|&(node, pod)| (node, pod, DeletionReason::RollingUpdate)),
     );
     // On top of the budget: the rest waits for the next plan (our deletions' own pod
     // events bring it at once), in the same order.
-    let capped = deletions
-        .len()
-        .min(input.limits.max_deletions_per_plan.max(1));
-    progress.deferred_by_cap = deletions.len() - capped;
-    let mut upcoming = deletions.split_off(capped);
-    upcoming.extend(
-        old_not_available[old_chosen..]
+    let capped = steps.len().min(input.limits.max_deletions_per_plan.max(1));
+    progress.deferred_by_cap = steps.len() - capped;
+    let planned = |&(node, pod, reason): &(&str, &P, DeletionReason)| {
+        planned_deletion(pod, node, reason)
+    };
+    let deletions: Vec<PlannedDeletion> = steps[..capped].iter().map(planned).collect();
+    let upcoming = if input.list_upcoming {
+        steps[capped..]
             .iter()
-            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+            .map(planned)
+            .chain(
+                old_not_available[old_chosen..].iter().map(|&(node, pod)| {
+                    planned_deletion(pod, node, DeletionReason::OldPodNotAvailable)
+                }),
+            )
             .chain(
                 candidates[chosen - old_chosen..]
                     .iter()
-                    .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
-            ),
-    );
+                    .map(|&(node, pod)| planned_deletion(pod, node, DeletionReason::RollingUpdate)),
+            )
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     progress.blocked = if chosen < spendable {
         Some(Blocker::BudgetExhausted {
@@ -584,40 +624,146 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     }
 }
 
-/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
-/// by pod name, so plans do not depend on the input order (pods with no known node are
-/// left out: there is nothing to count them against). One sorted list, not a map of
-/// lists: a plan runs on every relevant pod write, over every pod.
-struct PodsByNode<'a, P> {
-    sorted: Vec<(&'a str, &'a P)>,
+/// A node name with its first 16 bytes read as one big-endian number (zero-padded), so
+/// that most comparisons of two names are one integer comparison instead of a string
+/// comparison behind two pointers (node names share long prefixes, and a plan sorts
+/// and searches 10,000 of them). Orders exactly as the names do: a smaller number means
+/// a smaller name, and equal numbers fall back to the names.
+#[derive(Debug, Clone, Copy)]
+struct NodeKey<'a> {
+    prefix: u128,
+    name: &'a str,
 }
 
-impl<'a, P: PodFacts> PodsByNode<'a, P> {
-    fn of(pods: &'a [Arc<P>], ds_uid: &str) -> Self {
-        let mut sorted: Vec<(&str, &P)> = pods
+impl<'a> NodeKey<'a> {
+    fn of(name: &'a str) -> Self {
+        let mut bytes = [0u8; 16];
+        let len = name.len().min(16);
+        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        NodeKey {
+            prefix: u128::from_be_bytes(bytes),
+            name,
+        }
+    }
+}
+
+impl Ord for NodeKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.prefix
+            .cmp(&other.prefix)
+            .then_with(|| self.name.cmp(other.name))
+    }
+}
+impl PartialOrd for NodeKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for NodeKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.prefix == other.prefix && self.name == other.name
+    }
+}
+impl Eq for NodeKey<'_> {}
+
+/// What a plan reads of a pod besides its node, read once per plan.
+#[derive(Debug, Clone, Copy)]
+struct Look {
+    /// Not terminating, and no deletion of it in flight.
+    live: bool,
+    /// Of the current revision (false while it is unknown).
+    updated: bool,
+}
+
+/// One pod of the DaemonSet with its node.
+struct Placed<'a, P> {
+    node: NodeKey<'a>,
+    pod: &'a P,
+    look: Look,
+}
+
+/// The pods of one node, with the Node object (`None`: missing) and its Ready status.
+struct Group<'a, N> {
+    key: NodeKey<'a>,
+    pods: std::ops::Range<usize>,
+    node: Option<&'a N>,
+    ready: Option<bool>,
+}
+
+/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
+/// by pod name, so plans do not depend on the input order (pods with no known node are
+/// left out: there is nothing to count them against). One sorted list and its runs,
+/// not a map of lists: a plan runs on every relevant pod write, over every pod.
+struct PodsByNode<'a, P, N> {
+    placed: Vec<Placed<'a, P>>,
+    groups: Vec<Group<'a, N>>,
+}
+
+impl<'a, P: PodFacts, N> PodsByNode<'a, P, N> {
+    fn of(pods: &'a [Arc<P>], ds_uid: &str, look: impl Fn(&P) -> Look) -> Self {
+        let mut placed: Vec<Placed<'a, P>> = pods
             .iter()
+            .map(|pod| &**pod)
             .filter(|pod| is_controlled_by(*pod, ds_uid))
-            .filter_map(|pod| Some((pod.node_or_affinity_node()?, &**pod)))
+            .filter_map(|pod| {
+                Some(Placed {
+                    node: NodeKey::of(pod.node_or_affinity_node()?),
+                    pod,
+                    look: look(pod),
+                })
+            })
             .collect();
-        sorted.sort_unstable_by(|(node_a, a), (node_b, b)| {
-            node_a
-                .cmp(node_b)
-                .then_with(|| a.pod_name().cmp(b.pod_name()))
+        placed.sort_unstable_by(|a, b| {
+            a.node
+                .cmp(&b.node)
+                .then_with(|| a.pod.pod_name().cmp(b.pod.pod_name()))
         });
-        PodsByNode { sorted }
+        let mut groups = Vec::new();
+        let mut start = 0;
+        for end in 1..=placed.len() {
+            if end == placed.len() || placed[end].node != placed[start].node {
+                groups.push(Group {
+                    key: placed[start].node,
+                    pods: start..end,
+                    node: None,
+                    ready: None,
+                });
+                start = end;
+            }
+        }
+        PodsByNode { placed, groups }
     }
 
-    /// Each node with its pods, in node name order.
-    fn iter(&self) -> impl Iterator<Item = (&'a str, &[(&'a str, &'a P)])> {
-        self.sorted
-            .chunk_by(|(a, _), (b, _)| a == b)
-            .map(|pods| (pods[0].0, pods))
+    /// The index of the node's group, if it has pods.
+    fn find(&self, key: &NodeKey) -> Option<usize> {
+        self.groups.binary_search_by(|g| g.key.cmp(key)).ok()
     }
 
-    fn contains(&self, node: &str) -> bool {
-        self.sorted
-            .binary_search_by(|(name, _)| (*name).cmp(node))
-            .is_ok()
+    fn pods(&self, group: &Group<N>) -> &[Placed<'a, P>] {
+        &self.placed[group.pods.clone()]
+    }
+
+    /// A live out-of-date pod is on the node.
+    fn has_old_pod(&self, group: &Group<N>) -> bool {
+        self.pods(group)
+            .iter()
+            .any(|p| p.look.live && !p.look.updated)
+    }
+
+    /// The nodes of the base still on an old revision, in name order: a live
+    /// out-of-date pod on a Ready or NotReady node, not left out for placement
+    /// (`unplaced`, in name order; see `controls`).
+    fn old_nodes(&self, unplaced: &[String]) -> Vec<(&'a str, &'a N)> {
+        self.groups
+            .iter()
+            .filter(|group| {
+                self.has_old_pod(group)
+                    && unplaced
+                        .binary_search_by(|n| n.as_str().cmp(group.key.name))
+                        .is_err()
+            })
+            .filter_map(|group| Some((group.key.name, group.node?)))
+            .collect()
     }
 }
 
@@ -629,17 +775,17 @@ enum LivePods<'a, P> {
     Other,
 }
 
-impl<'a, P: PodFacts> LivePods<'a, P> {
-    fn of(pods: &[(&str, &'a P)], is_live: impl Fn(&P) -> bool, current: &CurrentRevision) -> Self {
+impl<'a, P> LivePods<'a, P> {
+    fn of(pods: &[Placed<'a, P>]) -> Self {
         let (mut new, mut old) = ((0, None), (0, None));
-        for &(_, pod) in pods.iter().filter(|(_, pod)| is_live(pod)) {
-            let side = if current.is_pod_updated(pod) {
+        for placed in pods.iter().filter(|p| p.look.live) {
+            let side = if placed.look.updated {
                 &mut new
             } else {
                 &mut old
             };
             side.0 += 1;
-            side.1 = Some(pod);
+            side.1 = Some(placed.pod);
         }
         match (new, old) {
             ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
@@ -647,29 +793,6 @@ impl<'a, P: PodFacts> LivePods<'a, P> {
             _ => LivePods::Other,
         }
     }
-}
-
-/// The nodes of the base still on an old revision, in name order: a live out-of-date
-/// pod on a Ready or NotReady node, not left out for placement (see `controls`).
-fn old_nodes<'a, P: PodFacts, N: NodeFacts>(
-    pods_by_node: &PodsByNode<'a, P>,
-    nodes: &HashMap<&str, &'a N>,
-    progress: &Progress,
-    is_live: impl Fn(&P) -> bool,
-    current: &CurrentRevision,
-) -> Vec<(&'a str, &'a N)> {
-    pods_by_node
-        .iter()
-        .filter(|(node, pods)| {
-            pods.iter()
-                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
-                && progress
-                    .unplaced_nodes
-                    .binary_search_by(|n| n.as_str().cmp(node))
-                    .is_err()
-        })
-        .filter_map(|(name, _)| Some((name, *nodes.get(name)?)))
-        .collect()
 }
 
 /// Ready means the Node's `Ready` condition has status `True`.
@@ -782,6 +905,7 @@ impl OwnedInput {
             limits: self.limits,
             partition: self.partition,
             node_selector: self.node_selector.as_ref(),
+            list_upcoming: true,
         }
     }
 }

@@ -990,3 +990,54 @@ proptest! {
         }
     }
 }
+
+/// Node names that share prefixes longer and shorter than `NodeKey`'s 16 bytes, and
+/// hold NUL and multi-byte characters (padding and byte order are what could go wrong).
+fn tricky_name() -> impl Strategy<Value = String> {
+    let part = prop::sample::select(vec!["", "a", "b", "\0", "é", "-0", "1", "~"]);
+    (
+        prop::sample::select(vec!["", "edge-0", "cn-hangzhou.192.168.", "x\0\0"]),
+        prop::collection::vec(part, 0..6),
+    )
+        .prop_map(|(prefix, parts)| format!("{prefix}{}", parts.concat()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// `NodeKey` compares as the names do: every order in a plan (deletions, upcoming,
+    /// the node lists, the partition's first nodes) rests on it.
+    #[test]
+    fn node_keys_order_as_names_do(names in prop::collection::vec(tricky_name(), 0..12)) {
+        for a in &names {
+            for b in &names {
+                prop_assert_eq!(NodeKey::of(a).cmp(&NodeKey::of(b)), a.cmp(b), "{:?} {:?}", a, b);
+                prop_assert_eq!(NodeKey::of(a) == NodeKey::of(b), a == b);
+            }
+        }
+    }
+
+    /// A plan made without `upcoming` (no pull-ahead) decides exactly what one with it
+    /// decides, the cap and partition included; only the list is left out.
+    #[test]
+    fn a_plan_without_upcoming_decides_the_same(
+        model in model(),
+        partition in prop_oneof![
+            Just(None),
+            (1u32..=10).prop_map(|c| Some(Partition::Count(c))),
+            (1u8..=100).prop_map(|p| Some(Partition::Percent(p))),
+        ],
+        selector in prop::option::of(0..SELECTORS.len()),
+    ) {
+        let mut owned = to_input(&model);
+        owned.partition = partition;
+        owned.node_selector = selector.map(|i| NodeSelector::parse(SELECTORS[i].0).unwrap());
+        let full = plan_rolling_update(&owned.input());
+        let lean = plan_rolling_update(&RollingInput {
+            list_upcoming: false,
+            ..owned.input()
+        });
+        prop_assert!(lean.upcoming.is_empty());
+        prop_assert_eq!(lean, RollingPlan { upcoming: Vec::new(), ..full });
+    }
+}
