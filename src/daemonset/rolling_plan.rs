@@ -564,19 +564,16 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     // events bring it at once), in the same order.
     let capped = steps.len().min(input.limits.max_deletions_per_plan.max(1));
     progress.deferred_by_cap = steps.len() - capped;
-    let planned = |&(node, pod, reason): &(&str, &P, DeletionReason)| {
-        planned_deletion(pod, node, reason)
-    };
+    let planned =
+        |&(node, pod, reason): &(&str, &P, DeletionReason)| planned_deletion(pod, node, reason);
     let deletions: Vec<PlannedDeletion> = steps[..capped].iter().map(planned).collect();
     let upcoming = if input.list_upcoming {
         steps[capped..]
             .iter()
             .map(planned)
-            .chain(
-                old_not_available[old_chosen..].iter().map(|&(node, pod)| {
-                    planned_deletion(pod, node, DeletionReason::OldPodNotAvailable)
-                }),
-            )
+            .chain(old_not_available[old_chosen..].iter().map(|&(node, pod)| {
+                planned_deletion(pod, node, DeletionReason::OldPodNotAvailable)
+            }))
             .chain(
                 candidates[chosen - old_chosen..]
                     .iter()
