@@ -14,6 +14,9 @@
 #   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates.rs
 #   daemonset_fleet the DaemonSet controller's code at 10,000 nodes x 20 DaemonSets, simulated
 #                   (no control plane; today's path beside it in the same run; BENCH_QUICK: 1,000 nodes)
+#   gates_fleet     the readiness-gate controller at 1,000 LoadBalancer Services (700 CLB, 300 NLB)
+#                   x 10 gated pods, emulator rate limits on: one rollout, 100 at once; today's code
+#                   (built from ROLLGATE_BENCH_BASELINE_REV by hack/build-rev.sh) beside the new one
 #
 # Environment (all optional):
 #   BENCHES            which benches (default: all of the above that exist; BENCH_QUICK: rollout)
@@ -24,6 +27,10 @@
 #   POD_START_DELAY_MS, POD_STOP_DELAY_MS, NODE_GRACE_SECONDS   the simulated nodes (3000, 500, 20)
 #   POD_REREPORT_DELAY_MS  how long a returning node's kubelet takes to report its pods again (3000)
 #   ROLLGATE_BENCH_OUT the results folder (target/bench)
+#   ROLLGATE_BENCH_BASELINE_REV  gates_fleet's "today" (default: the merge base of HEAD and main),
+#                      or ROLLGATE_BENCH_BASELINE_BIN, a binary built already
+#   ROLLGATE_BENCH_NEW_REV       gates_fleet's "new", built the same way (default: this clone's
+#                      build), or ROLLGATE_BENCH_NEW_BIN
 #   and the knobs each bench documents at its top (ROLLGATE_BENCH_*).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +39,7 @@ cd "$repo"
 
 default_benches="rollout agent_get_pods footprint daemonset_fleet"
 [ -f benches/gates.rs ] && default_benches="$default_benches gates"
+[ -f benches/gates_fleet.rs ] && default_benches="$default_benches gates_fleet"
 [ "${BENCH_QUICK:-}" = 1 ] && default_benches="rollout daemonset_fleet"
 BENCHES=${BENCHES:-$default_benches}
 export CLUSTER_DIR=${BENCH_CLUSTER_DIR:-$repo/target/bench-cluster}
@@ -53,6 +61,24 @@ PATH="$(bash "$here/build-control-plane.sh"):$PATH"
 export PATH
 log "building release"
 cargo build --release --locked -p rollgate -p lb-emulator --bins
+
+if [[ " $BENCHES " == *" gates_fleet "* ]]; then
+  # Today's code beside the new in the same run (the gain is a ratio): a release build
+  # of a fixed commit, cached by commit (hack/build-rev.sh).
+  if [ -z "${ROLLGATE_BENCH_BASELINE_BIN:-}" ]; then
+    baseline_rev=${ROLLGATE_BENCH_BASELINE_REV:-$(git merge-base HEAD main)}
+    log "gates_fleet: today's code, $baseline_rev"
+    ROLLGATE_BENCH_BASELINE_BIN=$(bash "$here/build-rev.sh" "$baseline_rev")
+    ROLLGATE_BENCH_BASELINE_REV=$(git rev-parse --short "$baseline_rev")
+    export ROLLGATE_BENCH_BASELINE_BIN ROLLGATE_BENCH_BASELINE_REV
+  fi
+  if [ -z "${ROLLGATE_BENCH_NEW_BIN:-}" ] && [ -n "${ROLLGATE_BENCH_NEW_REV:-}" ]; then
+    log "gates_fleet: the new code, $ROLLGATE_BENCH_NEW_REV"
+    ROLLGATE_BENCH_NEW_BIN=$(bash "$here/build-rev.sh" "$ROLLGATE_BENCH_NEW_REV")
+    ROLLGATE_BENCH_NEW_REV=$(git rev-parse --short "$ROLLGATE_BENCH_NEW_REV")
+    export ROLLGATE_BENCH_NEW_BIN ROLLGATE_BENCH_NEW_REV
+  fi
+fi
 
 teardown() { CLUSTER_DIR=$CLUSTER_DIR bash "$here/cluster-down.sh" || true; }
 trap teardown EXIT

@@ -1,5 +1,5 @@
 //! Builders for the Kubernetes objects the planners read: DaemonSets, their pods,
-//! ControllerRevisions and nodes (tests only). On the floor, so tests of every layer use it.
+//! ControllerRevisions, nodes and Services (tests only). On the floor, so tests of every layer use it.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +8,8 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, Taint, Toleration,
+    NodeSelectorTerm, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, Service, ServiceSpec,
+    Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -328,5 +329,40 @@ pub fn node(name: &str, ready: bool) -> Node {
             }]),
             ..Default::default()
         }),
+    }
+}
+
+/// A Ready Node `name` with `labels`.
+pub fn labelled_node(name: &str, labels: &[(&str, &str)]) -> Node {
+    let mut n = node(name, true);
+    n.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    n
+}
+
+/// A Service `namespace/name` of `type_` (`LoadBalancer`, `ClusterIP`) with
+/// `annotations`, without ports or a class: a test sets what it is about.
+pub fn service(namespace: &str, name: &str, type_: &str, annotations: &[(&str, &str)]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some(type_.into()),
+            ..Default::default()
+        }),
+        status: None,
     }
 }

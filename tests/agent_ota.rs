@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
+use support::conditions::{condition_of, set_condition};
+use support::daemonset::revision_hash;
 use support::*;
 
 const NEED_UPGRADE: &str = "PodNeedUpgrade";
@@ -53,14 +55,6 @@ fn bare_pod(name: &str, node: &str, extra_meta: Value) -> Pod {
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/app:v1"}]}
     }))
     .unwrap()
-}
-
-fn rev(p: &Pod) -> String {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash").cloned())
-        .unwrap_or_default()
 }
 
 fn node_of(p: &Pod) -> &str {
@@ -114,41 +108,6 @@ async fn wait_pod_ready(pods: &Api<Pod>, name: &str) -> Pod {
         },
     )
     .await
-}
-
-/// Writes one pod condition the way a controller does (status subresource, strategic
-/// merge on the `type` key).
-async fn set_condition(
-    pods: &Api<Pod>,
-    pod: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) {
-    let patch = json!({"status": {"conditions": [{
-        "type": type_, "status": status, "reason": reason, "message": message,
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }]}});
-    pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("setting {type_} on {pod}: {e}"));
-}
-
-fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 /// A pod in an agent's `GET /pods` answer.
@@ -236,7 +195,7 @@ async fn the_ota_walkthrough_of_the_product_document() {
         old_a.metadata.name.clone().unwrap(),
         old_b.metadata.name.clone().unwrap(),
     );
-    let v1_hash = rev(&old_a);
+    let v1_hash = revision_hash(&old_a);
     note(format!(
         "nginx-daemonset (OTA, OnDelete) runs: {}",
         describe_pods(&first)
@@ -415,7 +374,7 @@ async fn the_ota_walkthrough_of_the_product_document() {
     .await;
     let new_a_pod = wait_pod_ready(&pods, &new_a).await;
     assert_eq!(node_of(&new_a_pod), node_a);
-    assert_eq!(rev(&new_a_pod), v2_hash);
+    assert_eq!(revision_hash(&new_a_pod), v2_hash);
     note(format!(
         "{new_a} runs {v2_hash} on {node_a}, PodNeedUpgrade=False"
     ));
@@ -432,7 +391,7 @@ async fn the_ota_walkthrough_of_the_product_document() {
     assert_refused(&refused, 403, &["check: pod on this node"]);
     let after = one_ready_pod_per_node(&pods, "nginx-daemonset", &nodes).await;
     assert!(
-        after.iter().all(|p| rev(p) == v2_hash),
+        after.iter().all(|p| revision_hash(p) == v2_hash),
         "both nodes upgraded: {}",
         describe_pods(&after)
     );

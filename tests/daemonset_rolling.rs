@@ -31,6 +31,27 @@ const HASH_LABEL: &str = "controller-revision-hash";
 const V1: &str = "registry.local/edge-agent:v1";
 const V2: &str = "registry.local/edge-agent:v2";
 
+/// Creates the DaemonSet `edge` of v1 on `nodes` (`OnDelete`, so only rollgate replaces
+/// pods; `annotations`, `shape`) and waits until each node runs a Ready v1 pod.
+async fn create_edge_v1(
+    ds_api: &Api<DaemonSet>,
+    pods: &Api<Pod>,
+    nodes: &TestNodes,
+    annotations: serde_json::Value,
+    shape: Shape,
+) {
+    let ds = edge_daemonset("edge", nodes, annotations, "OnDelete", shape, V1);
+    ds_api.create(&PostParams::default(), &ds).await.unwrap();
+    let ready = Duration::from_secs(90);
+    wait_ready_on(pods, &nodes.names, V1, Others::Allowed, ready).await;
+}
+
+/// Waits (two minutes at most) until each of `nodes` runs a Ready v2 pod.
+async fn wait_v2_on(pods: &Api<Pod>, nodes: &[String]) {
+    let ready = Duration::from_secs(120);
+    wait_ready_on(pods, nodes, V2, Others::Allowed, ready).await;
+}
+
 async fn set_image(api: &Api<DaemonSet>, name: &str, image: &str) {
     let patch =
         json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}});
@@ -197,21 +218,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
     if let Some(mu) = case.max_unavailable {
         annotations[MAX_UNAVAILABLE] = json!(mu);
     }
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, annotations, shape).await;
     note(format!("{shape:?}: {} nodes run edge-agent:v1", case.nodes));
 
     // Some edge nodes lose their network.
@@ -245,14 +252,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
         case.max_unavailable, case.budget
     ));
 
-    wait_ready_on(
-        &pods,
-        &ready_nodes,
-        V2,
-        Others::Allowed,
-        Duration::from_secs(120),
-    )
-    .await;
+    wait_v2_on(&pods, &ready_nodes).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -337,14 +337,7 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
             nodes.set_heartbeat(n, true).await;
         }
         note(format!("heartbeats resumed on the {} nodes", cut.len()));
-        wait_ready_on(
-            &pods,
-            &nodes.names,
-            V2,
-            Others::Allowed,
-            Duration::from_secs(120),
-        )
-        .await;
+        wait_v2_on(&pods, &nodes.names).await;
         {
             let o = observed.lock().unwrap();
             note(format!(
@@ -627,21 +620,7 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
     let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let annotations = json!({STRATEGY: "advancedrollingupdate", MAX_UNAVAILABLE: "2"});
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, annotations, shape).await;
     let old_pods: BTreeSet<String> = list_pods(&pods).await.iter().map(name_of).collect();
 
     let new_image = Arc::new(Mutex::new(V2.to_string()));
@@ -670,14 +649,7 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
         "the deletions in flight are of old pods: {landed:?}"
     );
     let second = ControllerProcess::start(&ns.name, &format!("{prefix}-2"));
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V2,
-        Others::Allowed,
-        Duration::from_secs(120),
-    )
-    .await;
+    wait_v2_on(&pods, &nodes.names).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -724,21 +696,7 @@ async fn rollback_mid_rollout_spares_pods_of_the_target(shape: Shape) {
     let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "1"});
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, annotations, shape).await;
 
     let target = Arc::new(Mutex::new(V2.to_string()));
     let observed = watch_pods(&client, &ns.name, target.clone());
@@ -902,28 +860,7 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
     let ns = TestNamespace::new(&client, &prefix).await;
     let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset(
-                "edge",
-                &nodes,
-                json!({STRATEGY: "OTA"}),
-                "OnDelete",
-                shape,
-                V1,
-            ),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, json!({STRATEGY: "OTA"}), shape).await;
     let observed = watch_pods(&client, &ns.name, Arc::new(Mutex::new(V2.to_string())));
     let controller = ControllerProcess::start(&ns.name, &prefix);
     let v1_pods = wait_need_upgrade(&pods, "v1 pods up to date", 4, None, |_| "False").await;
@@ -1335,21 +1272,7 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
     let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "2"});
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset("edge", &nodes, annotations, "OnDelete", shape, V1),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, annotations, shape).await;
     let old_pods: BTreeSet<String> = list_pods(&pods).await.iter().map(name_of).collect();
 
     let leader = ControllerProcess::start_with_env(&ns.name, "ha-a", &[("POD_NAME", "ha-a")]);
@@ -1414,14 +1337,7 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
         takeover <= Duration::from_secs(15 + 8),
         "takeover within the lease duration plus a few seconds: {takeover:?}"
     );
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V2,
-        Others::Allowed,
-        Duration::from_secs(120),
-    )
-    .await;
+    wait_v2_on(&pods, &nodes.names).await;
     {
         let o = observed.lock().unwrap();
         note(format!(
@@ -1516,28 +1432,7 @@ async fn an_old_pod_where_the_daemonset_no_longer_places_one_is_kept_and_reporte
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let annotations = json!({STRATEGY: "AdvancedRollingUpdate", MAX_UNAVAILABLE: "1"});
-    ds_api
-        .create(
-            &PostParams::default(),
-            &edge_daemonset(
-                "edge",
-                &nodes,
-                annotations,
-                "OnDelete",
-                Shape::ToleratesNone,
-                V1,
-            ),
-        )
-        .await
-        .unwrap();
-    wait_ready_on(
-        &pods,
-        &nodes.names,
-        V1,
-        Others::Allowed,
-        Duration::from_secs(90),
-    )
-    .await;
+    create_edge_v1(&ds_api, &pods, &nodes, annotations, Shape::ToleratesNone).await;
     let dedicated = nodes.names[0].clone();
     let taint =
         json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}});

@@ -16,18 +16,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
+use support::daemonset::revision_hash;
 use support::yurt_manager::{yurt_manager_binary, YurtManager, YURT_MANAGER_DELETER};
 use support::*;
 
 const NODES: usize = 6;
-
-fn revision_of(p: &Pod) -> String {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash").cloned())
-        .unwrap_or_default()
-}
 
 async fn pods_of(pods: &Api<Pod>) -> Vec<Pod> {
     pods.list(&ListParams::default().labels("app=edge"))
@@ -70,7 +63,7 @@ async fn beside_yurt_managers_updater_rollgate_stops_deleting_and_says_so() {
     let v1 = wait_for("every pod Ready at v1", Duration::from_secs(90), || async {
         let list = pods_of(&pods).await;
         if list.len() == NODES && list.iter().all(pod_is_ready) {
-            Ok(revision_of(&list[0]))
+            Ok(revision_hash(&list[0]))
         } else {
             Err(describe_pods(&list))
         }
@@ -95,7 +88,7 @@ async fn beside_yurt_managers_updater_rollgate_stops_deleting_and_says_so() {
             let list = pods_of(&pods).await;
             let done = list.len() == NODES
                 && list.iter().all(|p| {
-                    revision_of(p) != v1
+                    revision_hash(p) != v1
                         && pod_is_ready(p)
                         && p.metadata.deletion_timestamp.is_none()
                 });

@@ -359,11 +359,7 @@ async fn a_removed_pod_is_drained_before_it_is_deregistered() {
     bed.wait_external_ip("web").await;
     bed.create_deployment("web", "web", 3, &["web"], 1, 0).await;
     wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
-    let patch = json!({"spec": {"replicas": 1}});
-    bed.deployments()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    bed.scale("web", 1).await;
     wait_for("two pods gone", Duration::from_secs(60), || async {
         let n = bed.app_pods("web").await.len();
         if n == 1 {
@@ -547,12 +543,9 @@ async fn an_invalid_annotation_shows_on_every_gated_pod() {
             .is_none_or(|l| l.is_empty()),
         "nothing was asked of the cloud: {state}"
     );
-    let fix =
-        json!({"metadata": {"annotations": {ZONES: "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"}}});
-    bed.services()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&fix))
-        .await
-        .unwrap();
+    let (_, zone_maps) = NLB_ZONE_MAPS;
+    bed.annotate_service("web", json!({ ZONES: zone_maps }))
+        .await;
     wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
     bed.cleanup().await;
 }
@@ -580,20 +573,8 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     };
     let mut web = check("/healthz");
     web.push(("persistence-timeout", "60"));
-    bed.create_service("web", "web", None, lb_annotations(&web))
+    bed.create_clb_and_nlb_app(lb_annotations(&web), lb_annotations(&check("/healthz")))
         .await;
-    let mut api = check("/healthz");
-    api.push(("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"));
-    bed.create_service(
-        "api",
-        "web",
-        Some("alibabacloud.com/nlb"),
-        lb_annotations(&api),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
-        .await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
 
     let state = bed.emulator("state").await;
     let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
@@ -619,24 +600,15 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     assert_eq!(group["settings"]["Scheduler"], "rr");
 
     // A changed annotation reaches the listener that already exists.
-    let patch =
-        json!({"metadata": {"annotations": lb_annotations(&[("health-check-uri", "/ready")])}});
-    bed.services()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(
+    bed.annotate_service("web", lb_annotations(&[("health-check-uri", "/ready")]))
+        .await;
+    wait_for_value(
         "the new URI on the listener",
         Duration::from_secs(30),
+        json!("/ready"),
         || async {
             let state = bed.emulator("state").await;
-            let uri =
-                &state["clb"]["load_balancers"][0]["listeners"][0]["settings"]["HealthCheckURI"];
-            if uri == "/ready" {
-                Ok(())
-            } else {
-                Err(format!("{uri}"))
-            }
+            state["clb"]["load_balancers"][0]["listeners"][0]["settings"]["HealthCheckURI"].clone()
         },
     )
     .await;
@@ -678,9 +650,7 @@ async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout(
         ("health-check-method", "get"),
         ("health-check-timeout", "8"),
     ]);
-    bed.create_service("web", "web", None, https).await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.create_ready_app("web", None, https, 2).await;
 
     let state = bed.emulator("state").await;
     let listeners = &state["clb"]["load_balancers"][0]["listeners"];
@@ -706,10 +676,7 @@ async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout(
 
     // HTTPS without a certificate: refused before any cloud call, on every gate.
     let https = lb_annotations(&[("protocol-port", "https:80")]);
-    let pods = bed
-        .create_held_app("bad", None, https, 1, "InvalidLoadBalancerAnnotation")
-        .await;
-    let message = &pods[0].1;
+    let message = refused_annotation(&bed, https).await;
     assert!(
         message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-cert-id"),
         "{message}"
@@ -734,9 +701,7 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
         ("connection-drain", "on"),
         ("connection-drain-timeout", "12"),
     ]);
-    bed.create_service("web", "web", None, drain).await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.create_ready_app("web", None, drain, 2).await;
     let state = bed.emulator("state").await;
     let listener = &state["clb"]["load_balancers"][0]["listeners"][0]["settings"];
     assert_eq!(listener["ConnectionDrain"], "on", "{state}");
@@ -746,12 +711,7 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
     // Terminating meanwhile (the simulated kubelet's stop delay, per pod).
     let pod = bed.app_pods("web").await.remove(0);
     let (name, ip) = (pod.name_any(), pod_ip(&pod).unwrap());
-    let slow =
-        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
-    bed.pods()
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&slow))
-        .await
-        .unwrap();
+    slow_to_stop(&bed, &name).await;
     bed.pods()
         .delete(&name, &DeleteParams::default())
         .await
@@ -785,14 +745,9 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
         .iter()
         .find(|e| e["ip"] == ip && e["event"] == "weight-changed")
         .unwrap_or_else(|| panic!("{ip} was never drained: {events:?}"));
-    let at = |e: &Value| {
-        e["at"]
-            .as_str()
-            .unwrap()
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .unwrap()
-    };
-    let held = at(removed).duration_since(at(drained)).as_secs_f64();
+    let held = event_at(removed)
+        .duration_since(event_at(drained))
+        .as_secs_f64();
     assert!(
         (11.0..25.0).contains(&held),
         "{ip} stayed at weight 0 for {held:.1} s; the drain is 12 s: {events:?}"
@@ -814,25 +769,18 @@ async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_end
         ("connection-drain", "on"),
         ("connection-drain-timeout", "20"),
     ]);
-    bed.create_service("web", "web", Some("alibabacloud.com/nlb"), drain)
+    bed.create_ready_app("web", Some("alibabacloud.com/nlb"), drain, 2)
         .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
     let state = bed.emulator("state").await;
     let group = &state["nlb"]["server_groups"][0]["settings"];
     assert_eq!(group["ConnectionDrainEnabled"], true, "{state}");
     assert_eq!(group["ConnectionDrainTimeout"], 20, "{state}");
 
     let pods = bed.app_pods("web").await;
-    let slow =
-        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
     let mut deleted = vec![];
     for (pod, grace) in pods.iter().zip([30u32, 8]) {
         let name = pod.name_any();
-        bed.pods()
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&slow))
-            .await
-            .unwrap();
+        slow_to_stop(&bed, &name).await;
         let params = DeleteParams {
             grace_period_seconds: Some(grace),
             ..Default::default()
@@ -864,13 +812,6 @@ async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_end
     .await;
     let timeline = bed.emulator("timeline").await;
     let events = timeline["events"].as_array().unwrap();
-    let at = |e: &Value| {
-        e["at"]
-            .as_str()
-            .unwrap()
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .unwrap()
-    };
     for (ip, grace) in &deleted {
         let ip = ip.as_str();
         let of_ip: Vec<&Value> = events.iter().filter(|e| e["ip"] == ip).collect();
@@ -880,8 +821,8 @@ async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_end
             .unwrap_or_else(|| panic!("{ip} was never drained: {of_ip:?}"));
         let removed = of_ip.iter().position(|e| e["event"] == "removed").unwrap();
         assert!(drained < removed, "{ip}: drained after removal: {of_ip:?}");
-        let held = at(of_ip[removed])
-            .duration_since(at(of_ip[drained]))
+        let held = event_at(of_ip[removed])
+            .duration_since(event_at(of_ip[drained]))
             .as_secs_f64();
         // The drain (20 s) or the grace, whichever is first; the weight change comes
         // a reconcile after the deletion, so a little less is fine.
@@ -892,6 +833,33 @@ async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_end
         );
     }
     bed.cleanup().await;
+}
+
+/// Makes pod `name`'s containers take 25 s to stop (of a 30 s grace), so it stays
+/// Terminating meanwhile (the simulated kubelet's stop delay, per pod).
+async fn slow_to_stop(bed: &Bed, name: &str) {
+    let slow =
+        json!({"metadata": {"annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": "25s"}}});
+    bed.pods()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&slow))
+        .await
+        .unwrap();
+}
+
+/// A CLB Service `bad` with `annotations` rollgate refuses before any cloud call, and
+/// a Deployment of one pod gated on it: waits for the gate False, saying
+/// InvalidLoadBalancerAnnotation; returns its message.
+async fn refused_annotation(bed: &Bed, annotations: Value) -> String {
+    let reason = "InvalidLoadBalancerAnnotation";
+    let mut pods = bed
+        .create_held_app("bad", None, annotations, 1, reason)
+        .await;
+    pods.remove(0).1
+}
+
+/// When a timeline event happened.
+fn event_at(event: &Value) -> k8s_openapi::jiff::Timestamp {
+    event["at"].as_str().unwrap().parse().unwrap()
 }
 
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
@@ -949,12 +917,11 @@ async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
     let (_, _, message) = gate_status(&pods[0], "web").unwrap();
     assert!(message.contains("BackendUnhealthy"), "{message}");
 
-    let patch =
-        json!({"metadata": {"annotations": {"rollgate.io/readiness-gate-flip-back": "true"}}});
-    bed.services()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    bed.annotate_service(
+        "web",
+        json!({"rollgate.io/readiness-gate-flip-back": "true"}),
+    )
+    .await;
     let pods = wait_gate(&bed, "web", "web", "gate False (opt-in)", |s, r| {
         s == "False" && r == "BackendUnhealthy"
     })
@@ -1145,20 +1112,8 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
 /// tag list is refused on the gates naming the form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_makes_is_tagged() {
-    use alibaba_lb::*;
     let bed = Bed::new("gates-owner", 1, fast_emulator(), &[]).await;
-    let clb = bed.emu.cloud_client(Product::Clb);
-    let theirs = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: ResourceTags {
-                cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
-                others: vec![],
-            },
-            ..users_load_balancer("other-clusters", Some(VPC_ID))
-        })
-        .await
-        .unwrap();
+    let theirs = other_clusters_clb(&bed).await;
     let attached = json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": theirs.id});
     let pods = bed
         .create_held_app("theirs", None, attached, 1, "CloudApiError")
@@ -1167,9 +1122,7 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
     assert!(message.contains("OfCluster(other-cluster)"), "{message}");
 
     let tags = lb_annotations(&[("additional-resource-tags", "team=web,env=e2e")]);
-    bed.create_service("web", "web", None, tags).await;
-    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.create_ready_app("web", None, tags, 1).await;
     let uid = bed.services().get("web").await.unwrap().uid().unwrap();
     let state = bed.emulator("state").await;
     let lbs = state["clb"]["load_balancers"].as_array().unwrap();
@@ -1214,12 +1167,26 @@ async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_make
 
     // A malformed list: refused before any cloud call, on the gate, naming the form.
     let tags = lb_annotations(&[("additional-resource-tags", "acs:team=web")]);
-    let pods = bed
-        .create_held_app("bad", None, tags, 1, "InvalidLoadBalancerAnnotation")
-        .await;
-    let message = &pods[0].1;
+    let message = refused_annotation(&bed, tags).await;
     assert!(message.contains("k1=v1,k2=v2"), "{message}");
     bed.cleanup().await;
+}
+
+/// A CLB that another cluster's rollgate made: tagged
+/// `rollgate.io/cluster-id=other-cluster`.
+async fn other_clusters_clb(bed: &Bed) -> alibaba_lb::LoadBalancer {
+    let tags = alibaba_lb::ResourceTags {
+        cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
+        others: vec![],
+    };
+    bed.emu
+        .cloud_client(alibaba_lb::Product::Clb)
+        .ensure_load_balancer(&alibaba_lb::LoadBalancerSpec {
+            tags,
+            ..users_load_balancer("other-clusters", Some(VPC_ID))
+        })
+        .await
+        .unwrap()
 }
 
 /// The controller SIGKILLed mid-rollout: after a restart it converges, and no backend
@@ -1361,22 +1328,6 @@ async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
 // A Service's whole life: deletion (issue 24, item 2)
 // ---------------------------------------------------------------------------------------
 
-/// A client of the bed's emulator, as a user's console or script would be.
-fn emulator_client(
-    bed: &Bed,
-    product: alibaba_lb::Product,
-) -> std::sync::Arc<dyn alibaba_lb::LoadBalancerBackends> {
-    use alibaba_lb::*;
-    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
-    let credentials: std::sync::Arc<dyn CredentialProvider> =
-        std::sync::Arc::new(StaticCredentials(Credentials {
-            access_key_id: "emulator-access-key-id".into(),
-            access_key_secret: Secret::new("emulator-access-key-secret"),
-            security_token: None,
-        }));
-    new_client(product, &config, credentials).unwrap()
-}
-
 /// The ids of the emulator's load balancers of `product` (`clb` or `nlb`).
 async fn load_balancer_ids(bed: &Bed, product: &str) -> Vec<String> {
     let state = bed.emulator("state").await;
@@ -1395,20 +1346,13 @@ async fn load_balancer_ids(bed: &Bed, product: &str) -> Vec<String> {
 async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-lb-gone", 1, fast_emulator(), &[]).await;
-    let clb = emulator_client(&bed, Product::Clb);
+    let clb = bed.emu.cloud_client(Product::Clb);
     let lb = clb
         .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
-    bed.create_service(
-        "web",
-        "web",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": lb.id}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    bed.create_ready_app("web", None, lb_annotations(&[("id", &lb.id)]), 1)
+        .await;
     clb.delete_load_balancer(&lb.id).await.unwrap();
     assert!(load_balancer_ids(&bed, "clb").await.is_empty());
     bed.delete_service("web").await;
@@ -1420,23 +1364,11 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preserve_on_delete_keeps_the_created_load_balancer_without_our_backends() {
     let bed = Bed::new("gates-preserve", 1, fast_emulator(), &[]).await;
-    bed.create_service(
-        "web",
-        "web",
-        None,
-        json!({"service.beta.kubernetes.io/alibaba-cloud-loadbalancer-preserve-lb-on-delete": "true"}),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let preserve = lb_annotations(&[("preserve-lb-on-delete", "true")]);
+    bed.create_ready_app("web", None, preserve, 2).await;
     let created = bed
-        .services()
-        .get("web")
+        .created_load_balancer_id("web")
         .await
-        .unwrap()
-        .annotations()
-        .get("rollgate.io/created-load-balancer-id")
-        .cloned()
         .expect("the created load balancer is recorded");
     let owner = owner(80, "web", &bed.ns.name);
     let ours = |b: &[EmuBackend]| b.iter().filter(|b| b.description == owner).count();
@@ -1522,25 +1454,14 @@ async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
     let mut bed = Bed::new("gates-lost-id", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
     bed.wait_external_ip("web").await;
-    let created = |svc: &Service| {
-        svc.annotations()
-            .get("rollgate.io/created-load-balancer-id")
-            .cloned()
-    };
-    let first = created(&bed.services().get("web").await.unwrap()).expect("recorded");
+    let first = bed.created_load_balancer_id("web").await.expect("recorded");
     bed.controller.take().unwrap().crash();
-    bed.services()
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"rollgate.io/created-load-balancer-id": null}}})),
-        )
-        .await
-        .unwrap();
+    bed.annotate_service("web", json!({"rollgate.io/created-load-balancer-id": null}))
+        .await;
     bed.start_controller("restarted");
     let again = wait_for("the id recorded again", Duration::from_secs(60), || async {
-        let svc = bed.services().get("web").await.map_err(|e| e.to_string())?;
-        created(&svc).ok_or_else(|| "not recorded yet".to_string())
+        let recorded = bed.created_load_balancer_id("web").await;
+        recorded.ok_or_else(|| "not recorded yet".to_string())
     })
     .await;
     assert_eq!(again, first, "the same load balancer");
@@ -1616,20 +1537,11 @@ async fn tcp_and_udp_on_one_port_of_an_nlb() {
 async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-port-change", 1, fast_emulator(), &[]).await;
-    bed.create_service("web", "web", None, json!({})).await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
-    let lb_id = bed
-        .services()
-        .get("web")
-        .await
-        .unwrap()
-        .annotations()
-        .get("rollgate.io/created-load-balancer-id")
-        .cloned()
-        .unwrap();
+    bed.create_ready_app("web", None, json!({}), 2).await;
+    let lb_id = bed.created_load_balancer_id("web").await.unwrap();
     // The user's own listener and group on rollgate's load balancer.
-    emulator_client(&bed, Product::Clb)
+    bed.emu
+        .cloud_client(Product::Clb)
         .ensure_load_balancer(&LoadBalancerSpec {
             existing_id: Some(lb_id.clone()),
             listeners: vec![users_listener(9000, "users-group")],
@@ -1716,31 +1628,16 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
 async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
-    bed.create_service("web", "web", None, json!({})).await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
-    let created = bed
-        .services()
-        .get("web")
-        .await
-        .unwrap()
-        .annotations()
-        .get("rollgate.io/created-load-balancer-id")
-        .cloned()
-        .unwrap();
-    let named = emulator_client(&bed, Product::Clb)
+    bed.create_ready_app("web", None, json!({}), 2).await;
+    let created = bed.created_load_balancer_id("web").await.unwrap();
+    let named = bed
+        .emu
+        .cloud_client(Product::Clb)
         .ensure_load_balancer(&users_load_balancer("made-by-hand", None))
         .await
         .unwrap();
-    bed.services()
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {
-                "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-id": named.id}}})),
-        )
-        .await
-        .unwrap();
+    bed.annotate_service("web", lb_annotations(&[("id", &named.id)]))
+        .await;
     let owner = owner(80, "web", &bed.ns.name);
     wait_for(
         "the created load balancer gone, both pods healthy in the named one",
@@ -1818,23 +1715,39 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     let ns = bed.ns.name.clone();
     let uid = kube_system_uid(&bed).await;
     bed.create_deployment("web", "web", 2, &["web"], 1, 1).await;
-    let ips: BTreeSet<String> = wait_for("2 pod IPs", Duration::from_secs(60), || async {
-        let ips: BTreeSet<String> = bed
-            .app_pods("web")
-            .await
-            .iter()
-            .filter_map(pod_ip)
-            .collect();
-        if ips.len() == 2 {
-            Ok(ips)
-        } else {
-            Err(format!("{ips:?}"))
-        }
-    })
+    // Pods an earlier version served: containers ready. A pod still starting is not
+    // eligible, so its backend would be taken out (and put back once it is ready):
+    // seeding before that made the test fail on the bed's pace, not on adoption.
+    let ips: BTreeSet<String> = wait_for(
+        "2 pods ready but for their gates",
+        Duration::from_secs(60),
+        || async {
+            let ips: BTreeSet<String> = bed
+                .app_pods("web")
+                .await
+                .iter()
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "ContainersReady" && c.status == "True")
+                        })
+                })
+                .filter_map(pod_ip)
+                .collect();
+            if ips.len() == 2 {
+                Ok(ips)
+            } else {
+                Err(format!("{ips:?}"))
+            }
+        },
+    )
     .await;
     // What the earlier version left: its group on the NLB's listener, its backends.
     let legacy = format!("k8s/80/web/{ns}/kubernetes");
-    let nlb = emulator_client(&bed, Product::Nlb);
+    let nlb = bed.emu.cloud_client(Product::Nlb);
     let lb = nlb
         .ensure_load_balancer(&lb_emulator::testing::spec(
             "made-by-an-earlier-version",
@@ -1885,17 +1798,11 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
         ips.iter().map(|ip| (ip.clone(), marker.clone())).collect();
     want.insert("10.255.0.8".into(), "added-by-hand".into());
     want.insert("10.255.0.7".into(), other_cluster.clone());
-    wait_for(
+    wait_for_value(
         "the pods' backends re-marked, the stale one gone",
         Duration::from_secs(30),
-        || async {
-            let got = in_group(bed.backends().await);
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        },
+        want.clone(),
+        || async { in_group(bed.backends().await) },
     )
     .await;
     // Adopted in place: the pods' backends were never removed (nor added again), and
@@ -1924,17 +1831,11 @@ async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_n
     bed.delete_service("web").await;
     let mut rest = want.clone();
     rest.retain(|ip, _| !ips.contains(ip));
-    wait_for(
+    wait_for_value(
         "only the user's and the other cluster's backends left",
         Duration::from_secs(30),
-        || async {
-            let got = in_group(bed.backends().await);
-            if got == rest {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        },
+        rest,
+        || async { in_group(bed.backends().await) },
     )
     .await;
     bed.cleanup().await;
@@ -1948,7 +1849,8 @@ fn server_group_name_nlb(name: &str) -> String {
 /// own listener on 9000 forwarding to the user's own group.
 async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
     use alibaba_lb::*;
-    emulator_client(bed, Product::Nlb)
+    bed.emu
+        .cloud_client(Product::Nlb)
         .ensure_load_balancer(&LoadBalancerSpec {
             zones: lb_emulator::testing::two_zones(),
             listeners: vec![users_listener(9000, &format!("{name}-group"))],
@@ -1996,7 +1898,7 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
     let b_before = listener_groups(&bed, &b.id).await;
     // The user's own backend in the user's own group on A.
     let users_group_a = a.listeners[0].clone();
-    let nlb = emulator_client(&bed, Product::Nlb);
+    let nlb = bed.emu.cloud_client(Product::Nlb);
     nlb.add_backends(
         &users_group_a,
         &[Backend {
@@ -2013,14 +1915,8 @@ async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_of
     .await
     .unwrap();
 
-    bed.services()
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": { id_annotation: b.id }}})),
-        )
-        .await
-        .unwrap();
+    bed.annotate_service("web", json!({ id_annotation: b.id }))
+        .await;
     wait_for(
         "rollgate's backends on B only",
         Duration::from_secs(60),
@@ -2290,15 +2186,8 @@ async fn two_clusters_with_the_same_service_in_one_account_never_touch_each_othe
 /// A signed raw client of the bed's emulator for `service` (for calls the alibaba-lb
 /// client does not make, as a user's console or script would).
 fn emulator_api(bed: &Bed, service: alibaba_lb::Service) -> alibaba_lb::transport::ApiClient {
-    use alibaba_lb::*;
-    let config = ClientConfig::for_local_endpoint("cn-hangzhou", &bed.emu.endpoint());
-    let credentials: std::sync::Arc<dyn CredentialProvider> =
-        std::sync::Arc::new(StaticCredentials(Credentials {
-            access_key_id: "emulator-access-key-id".into(),
-            access_key_secret: Secret::new("emulator-access-key-secret"),
-            security_token: None,
-        }));
-    transport::ApiClient::new(&config, service, credentials).unwrap()
+    let credentials = lb_emulator::testing::credentials();
+    alibaba_lb::transport::ApiClient::new(&bed.emu.cloud_config(), service, credentials).unwrap()
 }
 
 /// One signed call of the bed's emulator (`RegionId` added), its answer.
@@ -2318,6 +2207,17 @@ async fn emulator_call(
         .await
         .unwrap_or_else(|e| panic!("{action}: {e}"))
         .body
+}
+
+/// `DescribeLoadBalancerAttribute` of CLB `id`, as the console reads it.
+async fn clb_attribute(bed: &Bed, id: &str) -> Value {
+    emulator_call(
+        bed,
+        alibaba_lb::Service::Clb,
+        "DescribeLoadBalancerAttribute",
+        &[("LoadBalancerId", id)],
+    )
+    .await
 }
 
 /// `acl-status: on` with `acl-id` and `acl-type` on a CLB Service: the listener admits
@@ -2349,18 +2249,8 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
         let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
         lb_annotations(&pairs)
     }
-    bed.create_service("web", "web", None, annotations(with_acl("white")))
-        .await;
-    let mut nlb = with_acl("white");
-    nlb.push((
-        "zone-maps",
-        "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j".into(),
-    ));
-    bed.create_service("api", "web", Some("alibabacloud.com/nlb"), annotations(nlb))
-        .await;
-    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
-        .await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let white = annotations(with_acl("white"));
+    bed.create_clb_and_nlb_app(white.clone(), white).await;
 
     let lb = load_balancer_ids(&bed, "clb").await;
     assert_eq!(lb.len(), 1, "{lb:?}");
@@ -2398,22 +2288,13 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     assert_eq!(related[0]["LoadBalancerId"], json!(lb[0]), "{related}");
 
     // A changed type reaches the listener that already exists.
-    let patch = json!({"metadata": {"annotations": lb_annotations(&[("acl-type", "black")])}});
-    bed.services()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(
+    bed.annotate_service("web", lb_annotations(&[("acl-type", "black")]))
+        .await;
+    wait_for_value(
         "the black list on the listener",
         Duration::from_secs(30),
-        || async {
-            let kind = describe().await["AclType"].clone();
-            if kind == "black" {
-                Ok(())
-            } else {
-                Err(format!("{kind}"))
-            }
-        },
+        json!("black"),
+        || async { describe().await["AclType"].clone() },
     )
     .await;
 
@@ -2442,23 +2323,8 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     );
 
     // `on` without the list: said on every gate, nothing made.
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("acl-status", "on"), ("acl-type", "white")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let without_list = lb_annotations(&[("acl-status", "on"), ("acl-type", "white")]);
+    let message = refused_annotation(&bed, without_list).await;
     assert!(
         message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-acl-id"),
         "{message}"
@@ -2474,25 +2340,8 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
 /// (Before, cleanup deleted whatever id the annotation recorded.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
-    use alibaba_lb::*;
     let bed = Bed::new("gates-del-owner", 1, fast_emulator(), &[]).await;
-    let clb = bed.emu.cloud_client(Product::Clb);
-    let theirs = clb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: ResourceTags {
-                cluster: Some(("rollgate.io/cluster-id".into(), "other-cluster".into())),
-                others: vec![],
-            },
-            name: "other-clusters".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some(VPC_ID.into()),
-            zones: vec![],
-            listeners: vec![],
-        })
-        .await
-        .unwrap();
+    let theirs = other_clusters_clb(&bed).await;
     bed.create_service(
         "copied",
         "copied",
@@ -2546,21 +2395,8 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weight_reaches_every_backend_and_follows_changes() {
     let bed = Bed::new("gates-weight", 1, fast_emulator(), &[]).await;
-    bed.create_service("web", "web", None, lb_annotations(&[("weight", "40")]))
-        .await;
-    bed.create_service(
-        "api",
-        "web",
-        Some("alibabacloud.com/nlb"),
-        lb_annotations(&[
-            ("weight", "40"),
-            ("zone-maps", "cn-hangzhou-k:vsw-k,cn-hangzhou-j:vsw-j"),
-        ]),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
-        .await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let weight = lb_annotations(&[("weight", "40")]);
+    bed.create_clb_and_nlb_app(weight.clone(), weight).await;
 
     // Through the CLB API: the vServer group's backends and their weights.
     let clb_weights = || async {
@@ -2595,37 +2431,26 @@ async fn weight_reaches_every_backend_and_follows_changes() {
     assert_eq!(nlb_weights().await, [40, 40]);
 
     // A changed weight reaches the backends that exist.
-    let patch = json!({"metadata": {"annotations": lb_annotations(&[("weight", "70")])}});
     for service in ["web", "api"] {
-        bed.services()
-            .patch(service, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        bed.annotate_service(service, lb_annotations(&[("weight", "70")]))
+            .await;
     }
-    wait_for("weight 70 everywhere", Duration::from_secs(30), || async {
-        let (clb, nlb) = (clb_weights().await, nlb_weights().await);
-        if clb == [70, 70] && nlb == [70, 70] {
-            Ok(())
-        } else {
-            Err(format!("CLB {clb:?}, NLB {nlb:?}"))
-        }
-    })
+    wait_for_value(
+        "weight 70 everywhere (CLB, NLB)",
+        Duration::from_secs(30),
+        (vec![70, 70], vec![70, 70]),
+        || async { (clb_weights().await, nlb_weights().await) },
+    )
     .await;
 
     // Scaled down: the leaving pod's CLB backend goes 70 -> 0, then away.
-    let patch = json!({"spec": {"replicas": 1}});
-    bed.deployments()
-        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for("one backend left", Duration::from_secs(60), || async {
-        let clb = clb_weights().await;
-        if clb == [70] {
-            Ok(())
-        } else {
-            Err(format!("{clb:?}"))
-        }
-    })
+    bed.scale("web", 1).await;
+    wait_for_value(
+        "one backend left",
+        Duration::from_secs(60),
+        vec![70],
+        &clb_weights,
+    )
     .await;
     let timeline = bed.emulator("timeline").await;
     let events: Vec<(String, String, String)> = timeline["events"]
@@ -2671,47 +2496,19 @@ async fn weight_reaches_every_backend_and_follows_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() {
     let bed = Bed::new("gates-vswitch", 1, fast_emulator(), &[]).await;
-    bed.create_service(
-        "web",
-        "web",
-        None,
-        lb_annotations(&[("address-type", "intranet"), ("vswitch-id", "vsw-e2e")]),
-    )
-    .await;
-    bed.create_deployment("web", "web", 2, &["web"], 1, 0).await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(90)).await;
+    let placed = lb_annotations(&[("address-type", "intranet"), ("vswitch-id", "vsw-e2e")]);
+    bed.create_ready_app("web", None, placed, 2).await;
     let lb = load_balancer_ids(&bed, "clb").await;
     assert_eq!(lb.len(), 1, "{lb:?}");
-    let read = emulator_call(
-        &bed,
-        alibaba_lb::Service::Clb,
-        "DescribeLoadBalancerAttribute",
-        &[("LoadBalancerId", &lb[0])],
-    )
-    .await;
+    let read = clb_attribute(&bed, &lb[0]).await;
     assert_eq!(
         (&read["AddressType"], &read["VSwitchId"], &read["VpcId"]),
         (&json!("intranet"), &json!("vsw-e2e"), &json!(VPC_ID)),
         "{read}"
     );
 
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[("address-type", "intranet")]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let intranet = lb_annotations(&[("address-type", "intranet")]);
+    let message = refused_annotation(&bed, intranet).await;
     assert!(
         message.contains("service.beta.kubernetes.io/alibaba-cloud-loadbalancer-vswitch-id"),
         "{message}"
@@ -2750,15 +2547,8 @@ async fn spec_and_charge_type_shape_the_created_clb() {
         ("clcu", "", "PayByCLCU"),
         ("s2", "slb.s2.small", "PayBySpec"),
     ] {
-        let svc = bed.services().get(service).await.unwrap();
-        let id = svc.annotations()["rollgate.io/created-load-balancer-id"].clone();
-        let read = emulator_call(
-            &bed,
-            alibaba_lb::Service::Clb,
-            "DescribeLoadBalancerAttribute",
-            &[("LoadBalancerId", &id)],
-        )
-        .await;
+        let id = bed.created_load_balancer_id(service).await.unwrap();
+        let read = clb_attribute(&bed, &id).await;
         assert_eq!(
             (&read["LoadBalancerSpec"], &read["InstanceChargeType"]),
             (&json!(spec), &json!(charge)),
@@ -2766,26 +2556,11 @@ async fn spec_and_charge_type_shape_the_created_clb() {
         );
     }
 
-    bed.create_service(
-        "bad",
-        "bad",
-        None,
-        lb_annotations(&[
-            ("spec", "slb.s1.small"),
-            ("instance-charge-type", "PayByCLCU"),
-        ]),
-    )
-    .await;
-    bed.create_deployment("bad", "bad", 1, &["bad"], 1, 0).await;
-    let pods = wait_gate(
-        &bed,
-        "bad",
-        "bad",
-        "the gate False, saying InvalidLoadBalancerAnnotation",
-        |s, r| s == "False" && r == "InvalidLoadBalancerAnnotation",
-    )
-    .await;
-    let (_, _, message) = gate_status(&pods[0], "bad").unwrap();
+    let both = lb_annotations(&[
+        ("spec", "slb.s1.small"),
+        ("instance-charge-type", "PayByCLCU"),
+    ]);
+    let message = refused_annotation(&bed, both).await;
     assert!(
         message.contains("alibaba-cloud-loadbalancer-spec") && message.contains("PayByCLCU"),
         "{message}"

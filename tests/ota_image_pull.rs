@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
+use support::conditions::{condition_of, set_condition};
+use support::daemonset::revision_hash;
 use support::*;
 
 const NEED_UPGRADE: &str = "PodNeedUpgrade";
@@ -55,34 +57,10 @@ fn daemonset(name: &str, nodes: &TestNodes) -> DaemonSet {
     .unwrap()
 }
 
-fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
-}
-
 fn node_of(p: &Pod) -> String {
     p.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
-}
-
-fn hash_of(p: &Pod) -> String {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash").cloned())
         .unwrap_or_default()
 }
 
@@ -133,16 +111,78 @@ async fn wait_new_revision(pods: &Api<Pod>, app: &str, not: &[&str]) -> String {
     .await
 }
 
+/// The pods' ServiceAccount (with `pull_secret`, if any) and the DaemonSet `edge-agent`
+/// on `nodes` in `namespace`: waits until each node runs one pod of it, every one marked
+/// up to date (`PodNeedUpgrade` False); returns them.
+async fn start_edge_agent(
+    client: &kube::Client,
+    namespace: &str,
+    nodes: &TestNodes,
+    pull_secret: Option<&str>,
+) -> Vec<Pod> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let mut account = json!({"metadata": {"name": SERVICE_ACCOUNT}});
+    if let Some(secret) = pull_secret {
+        account["imagePullSecrets"] = json!([{ "name": secret }]);
+    }
+    let account: ServiceAccount = serde_json::from_value(account).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    dss.create(&PostParams::default(), &daemonset("edge-agent", nodes))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    wait_for(
+        "one pod per node, marked up to date",
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=edge-agent"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let marked = list
+                .iter()
+                .filter(|p| condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False"))
+                .count();
+            if list.len() == nodes.names.len() && marked == list.len() {
+                Ok(list)
+            } else {
+                Err(describe_pods(&list))
+            }
+        },
+    )
+    .await
+}
+
+/// Moves the DaemonSet `edge-agent` (at revision `v1`) to v2 of both its images; the
+/// new revision's hash once its pods show it.
+async fn to_v2(dss: &Api<DaemonSet>, pods: &Api<Pod>, v1: &str) -> String {
+    set_images(
+        dss,
+        "edge-agent",
+        "registry.local/setup:v2",
+        "registry.local/agent:v2",
+    )
+    .await;
+    wait_new_revision(pods, "edge-agent", &[v1]).await
+}
+
 /// What the node agent's `imagepull` writes.
 async fn request_image_pull(pods: &Api<Pod>, pod: &str, hash: &str) {
-    let patch = json!({"status": {"conditions": [{
-        "type": IMAGE_READY, "status": "False", "reason": "PullImageRequested",
-        "message": format!("controllerrevision: {hash}"),
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }]}});
-    pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("requesting a pre-pull on {pod}: {e}"));
+    let message = format!("controllerrevision: {hash}");
+    set_condition(
+        pods,
+        pod,
+        IMAGE_READY,
+        "False",
+        "PullImageRequested",
+        &message,
+    )
+    .await;
 }
 
 /// A pull Job of `pod` other than `not` (by UID) that is not being deleted.
@@ -209,51 +249,12 @@ async fn pre_pull_job_reports_success_and_failure() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &n);
 
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &n);
-    let account: ServiceAccount = serde_json::from_value(json!({
-        "metadata": {"name": SERVICE_ACCOUNT},
-        "imagePullSecrets": [{"name": ACCOUNT_PULL_SECRET}],
-    }))
-    .unwrap();
-    accounts
-        .create(&PostParams::default(), &account)
-        .await
-        .unwrap();
-    dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
-        .await
-        .unwrap();
-    let v1 = wait_for(
-        "one pod per node, marked up to date",
-        Duration::from_secs(90),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=edge-agent"))
-                .await
-                .map_err(|e| e.to_string())?
-                .items;
-            let marked = list
-                .iter()
-                .filter(|p| condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False"))
-                .count();
-            if list.len() == nodes.names.len() && marked == list.len() {
-                Ok(hash_of(&list[0]))
-            } else {
-                Err(describe_pods(&list))
-            }
-        },
-    )
-    .await;
+    let v1 =
+        revision_hash(&start_edge_agent(&client, &n, &nodes, Some(ACCOUNT_PULL_SECRET)).await[0]);
     note(format!("DaemonSet running at revision {v1} on 2 nodes"));
 
     // A new revision; nothing is pulled until someone asks.
-    set_images(
-        &dss,
-        "edge-agent",
-        "registry.local/setup:v2",
-        "registry.local/agent:v2",
-    )
-    .await;
-    let v2 = wait_new_revision(&pods, "edge-agent", &[&v1]).await;
+    let v2 = to_v2(&dss, &pods, &v1).await;
     let list = pods
         .list(&ListParams::default().labels("app=edge-agent"))
         .await
@@ -629,37 +630,10 @@ async fn pre_pull_on_a_node_tainted_for_the_live_pod_only_with_the_annotations_d
     let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let controller = ControllerProcess::start(&n, "image-pull-taint");
 
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &n);
-    let account: ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": SERVICE_ACCOUNT}})).unwrap();
-    accounts
-        .create(&PostParams::default(), &account)
-        .await
-        .unwrap();
     // The template tolerates NoSchedule `edge` only: nothing about the maintenance taint.
-    dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
-        .await
-        .unwrap();
-    let pod = wait_for(
-        "the pod, marked up to date",
-        Duration::from_secs(90),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=edge-agent"))
-                .await
-                .map_err(|e| e.to_string())?
-                .items;
-            match list.as_slice() {
-                [p] if condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False") => {
-                    Ok(p.clone())
-                }
-                _ => Err(describe_pods(&list)),
-            }
-        },
-    )
-    .await;
+    let pod = start_edge_agent(&client, &n, &nodes, None).await.remove(0);
     let pod_name = pod.metadata.name.clone().unwrap();
-    let v1 = hash_of(&pod);
+    let v1 = revision_hash(&pod);
 
     // The pod is given a toleration in place (a pod's tolerations may be added to).
     let maintenance =
@@ -899,38 +873,8 @@ impl OneNodeAtV2 {
         let dss: Api<DaemonSet> = Api::namespaced(client.clone(), &ns.name);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
         let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
-        let account: ServiceAccount =
-            serde_json::from_value(json!({"metadata": {"name": SERVICE_ACCOUNT}})).unwrap();
-        accounts
-            .create(&PostParams::default(), &account)
-            .await
-            .unwrap();
-        dss.create(&PostParams::default(), &daemonset("edge-agent", &nodes))
-            .await
-            .unwrap();
-        let v1 = wait_for("the pod at v1", Duration::from_secs(90), || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=edge-agent"))
-                .await
-                .map_err(|e| e.to_string())?
-                .items;
-            match list.as_slice() {
-                [p] if condition_of(p, NEED_UPGRADE).is_some_and(|(s, _, _)| s == "False") => {
-                    Ok(hash_of(p))
-                }
-                _ => Err(describe_pods(&list)),
-            }
-        })
-        .await;
-        set_images(
-            &dss,
-            "edge-agent",
-            "registry.local/setup:v2",
-            "registry.local/agent:v2",
-        )
-        .await;
-        let v2 = wait_new_revision(&pods, "edge-agent", &[&v1]).await;
+        let v1 = revision_hash(&start_edge_agent(&client, &ns.name, &nodes, None).await[0]);
+        let v2 = to_v2(&dss, &pods, &v1).await;
         let pod = pods
             .list(&ListParams::default().labels("app=edge-agent"))
             .await
@@ -983,7 +927,7 @@ impl OneNodeAtV2 {
                 .items;
             match list.as_slice() {
                 [p] if p.metadata.name.as_deref() != Some(name.as_str())
-                    && hash_of(p) == self.v2 =>
+                    && revision_hash(p) == self.v2 =>
                 {
                     Ok(())
                 }

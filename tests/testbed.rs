@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use support::daemonset::revision_hash;
 use support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use support::*;
 
@@ -68,14 +69,6 @@ async fn set_gate(client: &Client, ns: &str, pod: &str, status: &str) {
         .unwrap_or_else(|e| panic!("patching gate on {pod}: {e}"));
 }
 
-fn rev(p: &Pod) -> String {
-    p.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash").cloned())
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_comes_back_at_the_new_revision(
 ) {
@@ -117,7 +110,7 @@ async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_com
         "DaemonSet pods Ready on every node: {}",
         describe_pods(&first)
     ));
-    let old_rev = rev(&first[0]);
+    let old_rev = revision_hash(&first[0]);
     assert!(!old_rev.is_empty(), "pods carry controller-revision-hash");
 
     // OnDelete: a template change alone replaces nothing.
@@ -131,7 +124,7 @@ async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_com
         Duration::from_secs(3),
         || async {
             let live = live_pods(&pods, "agent").await?;
-            if live.iter().all(|p| rev(p) == old_rev) {
+            if live.iter().all(|p| revision_hash(p) == old_rev) {
                 Ok(())
             } else {
                 Err(describe_pods(&live))
@@ -168,16 +161,19 @@ async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_com
     note(format!(
         "replacement {} has revision {} (old {old_rev})",
         replacement.metadata.name.as_deref().unwrap(),
-        rev(&replacement)
+        revision_hash(&replacement)
     ));
     assert_ne!(
-        rev(&replacement),
+        revision_hash(&replacement),
         old_rev,
         "the recreated pod carries the new controller-revision-hash"
     );
     let others = live_pods(&pods, "agent").await.unwrap();
     assert_eq!(
-        others.iter().filter(|p| rev(p) == old_rev).count(),
+        others
+            .iter()
+            .filter(|p| revision_hash(p) == old_rev)
+            .count(),
         2,
         "untouched pods keep the old revision"
     );

@@ -374,6 +374,15 @@ mod tests {
         pod
     }
 
+    /// The pod with its `PodImageReady` condition of `status` for revision `hash`, saying
+    /// `reason`.
+    fn image_ready(status: &str, hash: &str, reason: &str) -> Pod {
+        set_condition(
+            pod(),
+            cond(POD_IMAGE_READY_CONDITION, status, hash, Some(reason)),
+        )
+    }
+
     fn without_condition(mut pod: Pod, type_: &str) -> Pod {
         let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
         conditions.retain(|old| old.type_ != type_);
@@ -432,42 +441,10 @@ mod tests {
             c.message = Some("revision?".into());
             set_condition(pod(), c)
         };
-        let pull_requested = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "False",
-                "new",
-                Some(PULL_IMAGE_REQUESTED_REASON),
-            ),
-        );
-        let pull_failed = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "False",
-                "new",
-                Some("PullImageFail"),
-            ),
-        );
-        let pulled_old = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "True",
-                "old",
-                Some("PullImageSuccess"),
-            ),
-        );
-        let pulled_current = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "True",
-                "new",
-                Some("PullImageSuccess"),
-            ),
-        );
+        let pull_requested = image_ready("False", "new", PULL_IMAGE_REQUESTED_REASON);
+        let pull_failed = image_ready("False", "new", "PullImageFail");
+        let pulled_old = image_ready("True", "old", "PullImageSuccess");
+        let pulled_current = image_ready("True", "new", "PullImageSuccess");
         // A terminating pod on another node without PodNeedUpgrade and without owner:
         // the node decides first.
         let everything_wrong = {
@@ -706,15 +683,7 @@ mod tests {
 
     #[test]
     fn refusals_say_what_would_be_accepted() {
-        let pending = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "False",
-                "new",
-                Some(PULL_IMAGE_REQUESTED_REASON),
-            ),
-        );
+        let pending = image_ready("False", "new", PULL_IMAGE_REQUESTED_REASON);
         let refusal = run(Action::Upgrade, Some(&pending)).unwrap_err();
         assert!(
             refusal.message.contains(
@@ -748,15 +717,7 @@ mod tests {
             terminating,
             orphan,
             without_condition(pod(), POD_NEED_UPGRADE_CONDITION),
-            set_condition(
-                pod(),
-                cond(
-                    POD_IMAGE_READY_CONDITION,
-                    "False",
-                    "new",
-                    Some("PullImageFail"),
-                ),
-            ),
+            image_ready("False", "new", "PullImageFail"),
         ];
         for action in [Action::ImagePull, Action::Upgrade] {
             let missing = run(action, None).unwrap_err();
@@ -829,15 +790,7 @@ mod tests {
     /// `PullImageRequested` for the current revision, later than the failure.
     #[test]
     fn imagepull_after_a_failed_pull_requests_a_fresh_pull() {
-        let failed = set_condition(
-            pod(),
-            cond(
-                POD_IMAGE_READY_CONDITION,
-                "False",
-                "new",
-                Some("PullImageFail"),
-            ),
-        );
+        let failed = image_ready("False", "new", "PullImageFail");
         let approval = run(Action::ImagePull, Some(&failed)).expect("a retry is allowed");
         let written = pull_request_condition(&approval, Timestamp::from_second(SINCE).unwrap());
         assert_eq!(written.status, "False");

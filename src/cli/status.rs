@@ -27,6 +27,15 @@ use crate::names::{
 use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
+/// Every object `api` lists, shared as the planner takes them.
+async fn list_shared<K>(api: &Api<K>) -> kube::Result<Vec<Arc<K>>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list.items.into_iter().map(Arc::new).collect())
+}
+
 /// Parses `daemonset/NAME` or `ds/NAME`.
 pub fn parse_target(target: &str) -> anyhow::Result<&str> {
     match target.split_once('/') {
@@ -233,20 +242,8 @@ pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
             .await?
             .with_context(|| format!("daemonset/{name} not found in namespace {namespace}"))?;
         let revisions = rev_api.list(&ListParams::default()).await?.items;
-        let pods: Vec<Arc<Pod>> = pod_api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let nodes: Vec<Arc<Node>> = node_api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let pods: Vec<Arc<Pod>> = list_shared(&pod_api).await?;
+        let nodes: Vec<Arc<Node>> = list_shared(&node_api).await?;
         let gave_up = gave_up_of(&event_api, &name).await?;
         let mut summary = summarize(&ds, &revisions, &pods, &nodes, &gave_up);
         if let Some(line) = other_updater_line(&event_api, &namespace, &name).await? {

@@ -411,19 +411,8 @@ fn is_label_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::node;
+    use crate::testkit::labelled_node as labelled;
     use k8s_openapi::api::core::v1::Node;
-
-    fn labelled(name: &str, labels: &[(&str, &str)]) -> Node {
-        let mut n = node(name, true);
-        n.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        n
-    }
 
     #[test]
     fn partition_accepted_forms() {

@@ -117,6 +117,9 @@ fn need_upgrade_condition(pod: &impl PodFacts) -> Option<ConditionView<'_>> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
     use crate::testkit::{at, revision, DaemonSetBuilder, PodBuilder};
 
@@ -135,6 +138,20 @@ mod tests {
             last_transition_time: Some(Time(at(since))),
             ..Default::default()
         }
+    }
+
+    /// The plan at t=500 for `pods` of `ds`, whose revisions are `revisions`.
+    fn plan_at_500(
+        ds: &DaemonSet,
+        revisions: &[ControllerRevision],
+        pods: &[Pod],
+    ) -> Vec<ConditionUpdate> {
+        plan_need_upgrade_conditions(
+            ds,
+            CurrentRevision::of(ds, revisions).as_ref(),
+            pods,
+            at(500),
+        )
     }
 
     fn statuses(updates: &[ConditionUpdate]) -> Vec<(&str, &str)> {
@@ -156,12 +173,7 @@ mod tests {
                 .pending_for_node("n3")
                 .build(),
         ];
-        let updates = plan_need_upgrade_conditions(
-            &ds,
-            CurrentRevision::of(&ds, &revisions).as_ref(),
-            &pods,
-            at(500),
-        );
+        let updates = plan_at_500(&ds, &revisions, &pods);
         assert_eq!(
             statuses(&updates),
             [("new", "False"), ("old", "True"), ("pending-old", "True")]
@@ -191,13 +203,7 @@ mod tests {
                 .with_condition(need_upgrade("False", "h2", 100))
                 .build(),
         ];
-        assert!(plan_need_upgrade_conditions(
-            &ds,
-            CurrentRevision::of(&ds, &revisions).as_ref(),
-            &pods,
-            at(500)
-        )
-        .is_empty());
+        assert!(plan_at_500(&ds, &revisions, &pods).is_empty());
     }
 
     #[test]
@@ -209,12 +215,7 @@ mod tests {
             .hash("h1")
             .with_condition(need_upgrade("True", "h2", 100))
             .build()];
-        let updates = plan_need_upgrade_conditions(
-            &ds,
-            CurrentRevision::of(&ds, &revisions).as_ref(),
-            &pods,
-            at(500),
-        );
+        let updates = plan_at_500(&ds, &revisions, &pods);
         assert_eq!(updates.len(), 1);
         assert_eq!(updates[0].condition, need_upgrade("True", "h3", 100));
     }
@@ -228,12 +229,7 @@ mod tests {
             .hash("h2")
             .with_condition(need_upgrade("True", "h2", 100))
             .build()];
-        let updates = plan_need_upgrade_conditions(
-            &ds,
-            CurrentRevision::of(&ds, &revisions).as_ref(),
-            &pods,
-            at(500),
-        );
+        let updates = plan_at_500(&ds, &revisions, &pods);
         assert_eq!(updates.len(), 1);
         assert_eq!(updates[0].condition, need_upgrade("False", "h2", 500));
     }

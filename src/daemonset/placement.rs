@@ -186,20 +186,9 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{node, tainted, DaemonSetBuilder};
-    use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, NodeSelector};
+    use crate::testkit::{labelled_node as labelled, node, tainted, DaemonSetBuilder};
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector};
     use std::collections::BTreeMap;
-
-    fn labelled(name: &str, labels: &[(&str, &str)]) -> Node {
-        let mut n = node(name, true);
-        n.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        n
-    }
 
     fn unreachable_taint() -> Taint {
         Taint {

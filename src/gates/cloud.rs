@@ -2,8 +2,17 @@
 //! Service (remembered between reconciles), server groups read into the plan's view,
 //! and the plan's backend changes sent in batches. Every call is counted by action and
 //! result. Also the Service's Warning when its CLB instance takes no pod backends.
+//!
+//! The last reading of each Service's groups is kept ([`Reading`]) so that a reconcile
+//! a pod event brings re-plans on it instead of calling the cloud again. It is the
+//! reading the poller's last look made, so acting on it is what the controller does
+//! between two looks anyway; rollgate's own backend changes void it (`void_reading`),
+//! so no plan is made on a reading that predates them; and a reading is never used
+//! past the moment the Service's next look is due (`Poller::reuse_bound`: the fast
+//! interval while a gate is pending), nor by the reconcile of a granted look.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use alibaba_lb::{
     BackendType, Error as CloudError, ListenerProtocol, LoadBalancer, LoadBalancerBackends,
@@ -11,6 +20,7 @@ use alibaba_lb::{
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
+use tokio::time::Instant;
 
 use super::metrics::GateMetrics;
 use super::model::{CloudFailure, GroupChanges, GroupState};
@@ -20,12 +30,21 @@ use crate::names::{
     CLUSTER_ID_TAG, LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT, OTHER_CLUSTERS_RESOURCE_EVENT,
 };
 
+/// A Service's groups as one look read them.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    pub at: Instant,
+    pub groups: Vec<GroupState>,
+}
+
 /// The clients, and what each Service's load balancer looked like when last ensured.
 pub struct Cloud {
     clb: Arc<dyn LoadBalancerBackends>,
     nlb: Arc<dyn LoadBalancerBackends>,
     /// Service uid -> (the spec it was ensured for, the answer).
     ensured: Mutex<HashMap<String, (LoadBalancerSpec, LoadBalancer)>>,
+    /// Service uid -> its groups as last read.
+    readings: Mutex<HashMap<String, Reading>>,
     metrics: GateMetrics,
     /// Warnings said about each Service's load balancer (one per instance state).
     said: EventDedup,
@@ -43,6 +62,7 @@ impl Cloud {
             clb,
             nlb,
             ensured: Mutex::default(),
+            readings: Mutex::default(),
             metrics,
             said: EventDedup::default(),
             said_other_cluster: EventDedup::default(),
@@ -115,6 +135,44 @@ impl Cloud {
     /// Drops what was remembered of a Service (deleted, or its groups must be re-found).
     pub fn forget(&self, uid: &str) {
         self.ensured.lock().unwrap().remove(uid);
+        self.void_reading(uid);
+    }
+
+    /// The Service's last reading, if it is of exactly these groups (in order), not
+    /// older than `max_age`, and not voided since.
+    pub fn reading(
+        &self,
+        uid: &str,
+        groups: &[ServerGroupRef],
+        max_age: Duration,
+        now: Instant,
+    ) -> Option<Reading> {
+        let readings = self.readings.lock().unwrap();
+        let reading = readings.get(uid)?;
+        let same_groups = reading.groups.len() == groups.len()
+            && reading
+                .groups
+                .iter()
+                .zip(groups)
+                .all(|(read, group)| read.server_group_id == group.server_group_id);
+        (same_groups && now.saturating_duration_since(reading.at) <= max_age)
+            .then(|| reading.clone())
+    }
+
+    /// Keeps a reading of all the Service's groups, made at `at`.
+    pub fn remember_reading(&self, uid: &str, groups: &[GroupState], at: Instant) {
+        self.readings.lock().unwrap().insert(
+            uid.to_string(),
+            Reading {
+                at,
+                groups: groups.to_vec(),
+            },
+        );
+    }
+
+    /// The Service's backends were (or may have been) changed: its reading is stale.
+    pub fn void_reading(&self, uid: &str) {
+        self.readings.lock().unwrap().remove(uid);
     }
 
     /// One Warning on the Service while its CLB instance takes no pod backends
@@ -327,6 +385,84 @@ pub fn failure(error: &CloudError) -> CloudFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cloud() -> Cloud {
+        use alibaba_lb::credentials::{CredentialProvider, Credentials, StaticCredentials};
+        // Never called: the readings are kept and handed back without a call.
+        let config = alibaba_lb::ClientConfig::for_local_endpoint("cn-hangzhou", "127.0.0.1:1");
+        let credentials: Arc<dyn CredentialProvider> = Arc::new(StaticCredentials(Credentials {
+            access_key_id: "id".into(),
+            access_key_secret: "secret".into(),
+            security_token: None,
+        }));
+        let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone()).unwrap();
+        let nlb = alibaba_lb::new_client(Product::Nlb, &config, credentials).unwrap();
+        let metrics = GateMetrics::register(&crate::metrics::Metrics::default());
+        Cloud::new(clb, nlb, metrics)
+    }
+
+    fn group(id: &str) -> (ServerGroupRef, GroupState) {
+        let reference = ServerGroupRef {
+            load_balancer_id: "lb-1".into(),
+            server_group_id: id.into(),
+            listener_port: 80,
+            listener_protocol: ListenerProtocol::Tcp,
+            listener_id: None,
+        };
+        let state = GroupState {
+            service_port: 80,
+            protocol: "TCP".into(),
+            load_balancer_id: "lb-1".into(),
+            server_group_id: id.into(),
+            backends: vec![],
+            health: HashMap::new(),
+            listener: "TCP:80".into(),
+            listener_target: Some(id.into()),
+        };
+        (reference, state)
+    }
+
+    #[test]
+    fn a_reading_is_reused_for_the_same_groups_while_young_and_until_voided() {
+        let cloud = cloud();
+        let (a, a_state) = group("rsp-a");
+        let (b, _) = group("rsp-b");
+        let (only_a, only_b, both) = ([a.clone()], [b.clone()], [a, b]);
+        let at = Instant::now();
+        let young = Duration::from_secs(10);
+        assert!(
+            cloud.reading("uid", &only_a, young, at).is_none(),
+            "none kept yet"
+        );
+        cloud.remember_reading("uid", std::slice::from_ref(&a_state), at);
+        let reused = cloud.reading("uid", &only_a, young, at + young).unwrap();
+        assert_eq!((reused.at, reused.groups), (at, vec![a_state.clone()]));
+        assert!(
+            cloud.reading("other", &only_a, young, at).is_none(),
+            "another Service's"
+        );
+        assert!(
+            cloud.reading("uid", &only_b, young, at).is_none(),
+            "other groups"
+        );
+        assert!(
+            cloud.reading("uid", &both, young, at).is_none(),
+            "a group more"
+        );
+        let too_old = at + young + Duration::from_millis(1);
+        assert!(
+            cloud.reading("uid", &only_a, young, too_old).is_none(),
+            "too old"
+        );
+        cloud.void_reading("uid");
+        assert!(cloud.reading("uid", &only_a, young, at).is_none(), "voided");
+        cloud.remember_reading("uid", &[a_state], at);
+        cloud.forget("uid");
+        assert!(
+            cloud.reading("uid", &only_a, young, at).is_none(),
+            "forgotten"
+        );
+    }
 
     #[test]
     fn every_listener_protocol_maps_to_the_service_port_protocol_it_serves() {

@@ -58,6 +58,9 @@ pub struct GateSettings {
     pub concurrency: u16,
     pub poll_fast: Duration,
     pub poll_slow: Duration,
+    /// `--cloud-rate-limit`: the client's calls per second per product, which the
+    /// scheduler of looks (`poller`) keeps to.
+    pub cloud_rate_limit: f64,
 }
 
 pub struct Context {
@@ -117,6 +120,7 @@ pub fn test_context(
         concurrency: 1,
         poll_fast: Duration::from_secs(1),
         poll_slow: Duration::from_secs(10),
+        cloud_rate_limit: 10.0,
     };
     Context {
         writer: Writer::new(client.clone()),
@@ -124,7 +128,11 @@ pub fn test_context(
         services: store_of(services.iter().cloned()),
         cloud: Cloud::new(clb, nlb, metrics.clone()),
         placer: Placer::new(None, None, metrics.clone()),
-        poller: Poller::new(settings.poll_fast, settings.poll_slow),
+        poller: Poller::new(
+            settings.poll_fast,
+            settings.poll_slow,
+            settings.cloud_rate_limit,
+        ),
         events: Events::new(client, GATES_CONTROLLER_NAME),
         cleanup_said: EventDedup::default(),
         metrics,

@@ -34,7 +34,7 @@ use super::model::{owner_description, CloudState, GatePlan, GatePod, GroupState,
 use super::orphans;
 use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
-use super::poller::Poller;
+use super::poller::{look_cost, CallCounts, Outcome, Poller};
 use super::service::ServiceSnapshot;
 use super::service_writes::{
     add_finalizer, publish_address, publish_server_groups, record_created,
@@ -49,7 +49,7 @@ use crate::names::{GATES_CONTROLLER_NAME, INVALID_ANNOTATION_EVENT};
 use crate::object::CachedPod;
 use crate::runtime::Shutdown;
 use crate::watch::runner::{Run, RunMetrics};
-use crate::watch::{applied, Watches};
+use crate::watch::{applied, applied_unless, Watches};
 
 pub use super::context::{Error, GateSettings};
 
@@ -69,7 +69,11 @@ pub fn start(
 ) -> impl Future<Output = ()> {
     let gate_metrics = GateMetrics::register(metrics);
     let services = watches.services();
-    let poller = Poller::new(settings.poll_fast, settings.poll_slow);
+    let poller = Poller::new(
+        settings.poll_fast,
+        settings.poll_slow,
+        settings.cloud_rate_limit,
+    );
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         writer: Writer::new(client.clone()),
@@ -98,8 +102,10 @@ pub fn start(
         .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
             triggers::for_deleted_pod(&pod, &services_for_deletions)
         })
+        // Only updates that change what the plan reads (`triggers::same_to_the_plan`):
+        // rollgate's own condition messages, status heartbeats and the like cost nothing.
         .watches_shared_stream(
-            applied(watches.pod_changes()),
+            applied_unless(watches.pod_changes(), triggers::same_to_the_plan),
             move |pod: Arc<CachedPod>| {
                 let (refs, names_a_missing_service) =
                     triggers::for_changed_pod(&pod, &services_for_pods);
@@ -109,7 +115,20 @@ pub fn start(
                 refs
             },
         )
-        .reconcile_on(poller.triggers(shutdown.clone()));
+        .reconcile_on({
+            let (ctx, metrics) = (ctx.clone(), gate_metrics.clone());
+            poller.triggers(
+                shutdown.clone(),
+                move |product| {
+                    let client = ctx.cloud.client(product);
+                    CallCounts {
+                        calls: client.calls_made(),
+                        throttled: client.throttled_answers(),
+                    }
+                },
+                move |queue, grants| metrics.scheduler_state(queue, grants),
+            )
+        });
     let run = Run {
         name: "readiness-gates",
         concurrency: settings.concurrency,
@@ -236,11 +255,36 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
             return Ok(Action::await_change());
         }
     };
-    let looked = tokio::time::Instant::now();
-    let observed = observe_cloud(&service, &ctx, product, &spec).await;
-    let observed_at = Timestamp::now();
+    let key = service.key();
+    // A look the scheduler granted reads the cloud; any other reconcile (a pod event,
+    // a drain deadline) re-plans on the last reading until the Service's next look is
+    // due (`Cloud::reading`, `Poller::reuse_bound`).
+    let started = tokio::time::Instant::now();
+    let granted = ctx.poller.granted(&key);
+    let mut looked = started;
+    let reuse = if granted {
+        None
+    } else {
+        ctx.poller.reuse_bound(&key)
+    };
+    let observed = observe_cloud(&service, &ctx, product, &spec, reuse).await;
+    let mut observed_at = Timestamp::now();
+    let mut calls_outside_grant = 0;
     let (mut cloud_state, lb, mut read_error) = match observed {
-        Ok((state, lb)) => (state, Some(lb), None),
+        Ok((state, lb, read)) => {
+            match read {
+                Read::Reused(at) => {
+                    // The plan sees the cloud as it was then (the flip histogram too).
+                    looked = at;
+                    observed_at = observed_at.checked_sub(at.elapsed()).unwrap_or(observed_at);
+                }
+                Read::Fresh if !granted => {
+                    calls_outside_grant += look_cost(lb.listeners.len()) as usize
+                }
+                Read::Fresh | Read::None => {}
+            }
+            (state, Some(lb), None)
+        }
         Err(Error::Cloud(error)) => (
             CloudState::Failed(cloud::failure(&error)),
             None,
@@ -295,8 +339,13 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
     // Apply the backend changes; a failure (a failed NLB job too) holds every gate
     // that is not True yet with the error, and the reconcile is retried.
     let apply_error = match &lb {
-        Some(lb) => apply_changes(&ctx, product, lb, &decided).await,
-        None => None,
+        Some(lb) if !decided.changes.is_empty() => {
+            // Whatever comes of it, the reading no longer shows the backends.
+            ctx.cloud.void_reading(&service.uid);
+            calls_outside_grant += write_calls(&decided);
+            apply_changes(&ctx, product, lb, &decided).await
+        }
+        _ => None,
     };
     if let Some(error) = &apply_error {
         let failed = CloudState::Failed(cloud::failure(error));
@@ -355,11 +404,28 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         );
     }
     let listeners = lb.as_ref().map_or(1, |lb| lb.listeners.len());
-    // Waiting on a user's fix (the instance's spec) is not worth a fast poll.
-    let busy = refused.is_none()
-        && (decided.pending_gates > 0 || !decided.changes.is_empty() || apply_error.is_some());
-    ctx.poller
-        .polled(service.key(), product, listeners, busy, looked);
+    let outcome = Outcome {
+        pending_gates: decided.pending_gates,
+        changed: !decided.changes.is_empty(),
+        draining: decided.next_deadline.is_some(),
+        failed: apply_error.is_some() || read_error.is_some(),
+        // Waiting on a user's fix (the instance's spec) is not worth a fast poll.
+        refused: refused.is_some(),
+    };
+    // The budget counts these (and every other call) from the client's call count.
+    ctx.metrics
+        .calls_for(outcome.next_look().0, calls_outside_grant as u64);
+    let throttled = [apply_error.as_ref(), read_error.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(CloudError::is_throttling);
+    if throttled {
+        // The same look again, first of its class, once the product's pace allows.
+        ctx.poller.throttled_look(&key, product);
+    } else {
+        ctx.poller
+            .polled(key, product, listeners, outcome, looked, started);
+    }
     if let Some(error) = apply_error.or(read_error) {
         return Err(error.into());
     }
@@ -375,14 +441,40 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
     Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(50)
 }
 
+/// How a reconcile came by its groups' state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Read from the cloud now.
+    Fresh,
+    /// The last reading, made at that instant (`Cloud::reading`).
+    Reused(tokio::time::Instant),
+    /// Nothing to read (no address yet, or the instance takes no pod backends).
+    None,
+}
+
+/// Calls the plan's backend changes take: one per kind of change per group.
+fn write_calls(decided: &GatePlan) -> usize {
+    decided
+        .changes
+        .iter()
+        .map(|c| {
+            usize::from(!c.add.is_empty())
+                + usize::from(!c.drain.is_empty() || !c.restore.is_empty())
+                + usize::from(!c.remove.is_empty())
+        })
+        .sum()
+}
+
 /// The load balancer (ensured, and its id recorded when rollgate created it), its
-/// address published, and its groups read.
+/// address published, and its groups read, or the last reading reused when `reuse`
+/// allows one that old and the load balancer was not just (re)ensured.
 async fn observe_cloud(
     service: &ServiceSnapshot,
     ctx: &Context,
     product: Product,
     spec: &LoadBalancerSpec,
-) -> Result<(CloudState, LoadBalancer), Error> {
+    reuse: Option<Duration>,
+) -> Result<(CloudState, LoadBalancer, Read), Error> {
     let uid = &service.uid;
     let fresh = !ctx.cloud.knows(uid, spec);
     let lb = ctx.cloud.ensure(uid, product, spec).await?;
@@ -414,6 +506,7 @@ async fn observe_cloud(
                 load_balancer_id: Some(lb.id.clone()),
             },
             lb,
+            Read::None,
         ));
     };
     publish_address(service, ctx, &address).await;
@@ -425,7 +518,18 @@ async fn observe_cloud(
                 instance: instance.describe(),
             },
             lb,
+            Read::None,
         ));
+    }
+    let now = tokio::time::Instant::now();
+    if let Some(max_age) = reuse.filter(|_| !fresh) {
+        if let Some(reading) = ctx.cloud.reading(uid, &lb.listeners, max_age, now) {
+            return Ok((
+                CloudState::Ready(reading.groups),
+                lb,
+                Read::Reused(reading.at),
+            ));
+        }
     }
     let mut groups: Vec<GroupState> = Vec::with_capacity(lb.listeners.len());
     for listener in &lb.listeners {
@@ -438,7 +542,8 @@ async fn observe_cloud(
             }
         }
     }
-    Ok((CloudState::Ready(groups), lb))
+    ctx.cloud.remember_reading(uid, &groups, now);
+    Ok((CloudState::Ready(groups), lb, Read::Fresh))
 }
 
 /// Sends the plan's backend changes, group by group; the first failure stops them.

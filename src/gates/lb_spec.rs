@@ -158,8 +158,7 @@ pub fn adopt_former_groups(
 #[cfg(test)]
 mod tests {
     use alibaba_lb::{AddressType, ListenerProtocol, ZoneVSwitch};
-    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-    use kube::api::ObjectMeta;
+    use k8s_openapi::api::core::v1::ServicePort;
 
     use super::*;
     use crate::gates::model::owner_description;
@@ -173,36 +172,19 @@ mod tests {
         "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-protocol-port";
 
     fn snapshot(name: &str, uid: &str, annotations: &[(&str, &str)]) -> ServiceSnapshot {
-        let svc = Service {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("shop".into()),
-                uid: Some(uid.into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+        let mut svc = crate::testkit::service("shop", name, "LoadBalancer", annotations);
+        svc.metadata.uid = Some(uid.into());
+        svc.spec.as_mut().unwrap().ports = Some(vec![
+            ServicePort {
+                port: 80,
                 ..Default::default()
             },
-            spec: Some(ServiceSpec {
-                type_: Some("LoadBalancer".into()),
-                ports: Some(vec![
-                    ServicePort {
-                        port: 80,
-                        ..Default::default()
-                    },
-                    ServicePort {
-                        port: 53,
-                        protocol: Some("UDP".into()),
-                        ..Default::default()
-                    },
-                ]),
+            ServicePort {
+                port: 53,
+                protocol: Some("UDP".into()),
                 ..Default::default()
-            }),
-            status: None,
-        };
+            },
+        ]);
         ServiceSnapshot::read(&svc, ClassSelection::Standard)
     }
 

@@ -1,4 +1,7 @@
-//! Metrics of the readiness-gate controller (`rollgate_gate_*`).
+//! Metrics of the readiness-gate controller (`rollgate_gate_*`), the cloud-call
+//! scheduler's queue among them.
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -6,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
 use super::model::{GatePlan, GroupState};
+use super::poller::{Grant, Priority, QueueState};
 use crate::metrics::Metrics;
 use crate::names::GateReason;
 use crate::watch::runner::ErrorCounter;
@@ -39,6 +43,12 @@ pub struct BackendLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PriorityLabels {
+    /// `pending`, `draining` or `settled` (`poller::Priority`).
+    pub priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     pub action: String,
     pub result: String,
@@ -60,6 +70,13 @@ pub struct GateMetrics {
     /// `gates_pending` by the reason on each gate (a dashboard's "pending by reason").
     pub pending_by_reason: Family<ReasonLabels, Gauge>,
     pub reconcile_errors: ErrorCounter,
+    /// Looks due and not granted yet, by priority (the cloud-call scheduler's queue).
+    pub scheduler_waiting: Family<PriorityLabels, Gauge>,
+    /// How long the Service waiting longest for a look has been due.
+    pub scheduler_oldest_wait: Gauge<f64, AtomicU64>,
+    /// Cloud calls by the priority of the Service they were for: granted looks, and
+    /// the writes and reads reconciles made outside a grant.
+    pub scheduler_calls: Family<PriorityLabels, Counter>,
 }
 
 impl GateMetrics {
@@ -71,6 +88,9 @@ impl GateMetrics {
             gates_pending: Family::default(),
             pending_by_reason: Family::default(),
             reconcile_errors: Family::default(),
+            scheduler_waiting: Family::default(),
+            scheduler_oldest_wait: Gauge::default(),
+            scheduler_calls: Family::default(),
         };
         metrics.with_registry(|r| {
             let mut r = r.prefixed("rollgate_gate");
@@ -104,6 +124,21 @@ impl GateMetrics {
                 "Failed reconciles by kind",
                 m.reconcile_errors.clone(),
             );
+            r.register(
+                "scheduler_waiting",
+                "Services due for a cloud look and not granted one yet, by priority",
+                m.scheduler_waiting.clone(),
+            );
+            r.register(
+                "scheduler_oldest_wait_seconds",
+                "How long the Service waiting longest for a cloud look has been due",
+                m.scheduler_oldest_wait.clone(),
+            );
+            r.register(
+                "scheduler_calls",
+                "Cloud calls by the priority of the Service they served",
+                m.scheduler_calls.clone(),
+            );
         });
         m
     }
@@ -115,6 +150,33 @@ impl GateMetrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// The scheduler's queue after a tick, and the looks it granted.
+    pub fn scheduler_state(&self, queue: &QueueState, grants: &[Grant]) {
+        for (priority, waiting) in Priority::ALL.iter().zip(queue.waiting) {
+            self.scheduler_waiting
+                .get_or_create(&PriorityLabels {
+                    priority: priority.label().into(),
+                })
+                .set(waiting as i64);
+        }
+        self.scheduler_oldest_wait
+            .set(queue.oldest_wait.as_secs_f64());
+        for grant in grants {
+            self.calls_for(grant.priority, grant.calls as u64);
+        }
+    }
+
+    /// Counts `calls` made for a Service of this priority.
+    pub fn calls_for(&self, priority: Priority, calls: u64) {
+        if calls > 0 {
+            self.scheduler_calls
+                .get_or_create(&PriorityLabels {
+                    priority: priority.label().into(),
+                })
+                .inc_by(calls);
+        }
     }
 
     pub fn flip(&self, namespace: &str, service: &str, since: &str, seconds: f64) {

@@ -68,7 +68,9 @@ pub struct GateArgs {
     /// `https`, or `http` for a local emulator only.
     #[arg(long, env = "ROLLGATE_CLOUD_SCHEME", default_value = "https")]
     pub cloud_scheme: alibaba_lb::Scheme,
-    /// Cloud calls per second per product (client-side token bucket, bursts of twice that).
+    /// Cloud calls per second per product (client-side token bucket, bursts of twice
+    /// that). The gates' scheduler grants health looks within it, pending gates first
+    /// (NLB: at most 16/s, its health API allowing 10/s).
     #[arg(long, env = "ROLLGATE_CLOUD_RATE_LIMIT", default_value_t = 10.0)]
     pub cloud_rate_limit: f64,
     /// The cluster's VPC (`vpc-…`): required with the gates on. CLB backends are the
@@ -90,8 +92,10 @@ pub struct GateArgs {
     /// (never longer than the pod's own grace period).
     #[arg(long, env = "ROLLGATE_GATE_DRAIN_TIME", default_value = "10s", value_parser = parse_interval)]
     pub gate_drain_time: Duration,
-    /// Health poll interval of a Service while one of its gates is pending.
-    #[arg(long, env = "ROLLGATE_HEALTH_POLL_FAST", default_value = "1s", value_parser = parse_interval)]
+    /// Health poll interval of a Service while one of its gates is pending (or its
+    /// backends were just changed). Looks are granted within `--cloud-rate-limit`, so
+    /// with many Services pending the interval stretches to what the budget allows.
+    #[arg(long, env = "ROLLGATE_HEALTH_POLL_FAST", default_value = "500ms", value_parser = parse_interval)]
     pub health_poll_fast: Duration,
     /// Health poll interval of a Service whose gates are all True.
     #[arg(long, env = "ROLLGATE_HEALTH_POLL_SLOW", default_value = "10s", value_parser = parse_interval)]
@@ -160,6 +164,7 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
             .health_poll_fast
             .max(std::time::Duration::from_millis(100)),
         poll_slow: args.health_poll_slow.max(args.health_poll_fast),
+        cloud_rate_limit: args.cloud_rate_limit,
     };
     Ok(Some(((clb, nlb), settings)))
 }

@@ -147,6 +147,11 @@ pub async fn run(
 
 /// The Services (namespace, name) that gates of the batch's pods name and the store
 /// does not hold.
+/// The Services the batch's pods are gated on that are gone: not in the store, or
+/// being deleted. A deleted Service can stay in the store after rollgate let go of it
+/// (`cleanup::release` hands its pods here once, before the watch delivers the delete,
+/// or while another controller's finalizer holds it), and no later pod event may come
+/// to ask again (pod updates that change nothing the gates read trigger nothing).
 fn missing_services(
     ctx: &Context,
     batch: HashSet<ObjectRef<CachedPod>>,
@@ -159,7 +164,11 @@ fn missing_services(
         let ns = pod.namespace().unwrap_or_default();
         for name in gated_services(&pod) {
             let key = ObjectRef::<Service>::new(name).within(&ns);
-            if ctx.services.get(&key).is_none() {
+            let gone = ctx
+                .services
+                .get(&key)
+                .is_none_or(|svc| svc.metadata.deletion_timestamp.is_some());
+            if gone {
                 missing.insert((ns.clone(), name.to_string()));
             }
         }
@@ -171,7 +180,7 @@ fn missing_services(
 mod tests {
     //! The orphans' condition writes and Events against the fake API server
     //! (`crate::apply::fake_api`).
-    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate};
 
     use super::*;
     use crate::apply::fake_api::{fake_client, status};
@@ -198,19 +207,8 @@ mod tests {
             _ => (200, serde_json::json!({})),
         });
         let ctx = test_context(client, &pods, &[]);
-        let svc = Service {
-            metadata: kube::api::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("edge".into()),
-                uid: Some("uid-svc".into()),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some("ClusterIP".into()),
-                ..Default::default()
-            }),
-            status: None,
-        };
+        let mut svc = crate::testkit::service("edge", "web", "ClusterIP", &[]);
+        svc.metadata.uid = Some("uid-svc".into());
         let snapshot = ServiceSnapshot::read(&svc, ClassSelection::Standard);
         not_a_load_balancer(&snapshot, &ctx).await.unwrap();
 
@@ -239,6 +237,48 @@ mod tests {
             "rollgate-readiness-gates"
         );
         assert_eq!(events[0].body["action"], "ReadinessGate");
+    }
+
+    /// A deleted Service still in the store (rollgate's finalizer gone, another's still
+    /// on it) is gone for the gates: the pods `release` hands over once are told so.
+    #[tokio::test]
+    async fn a_service_being_deleted_counts_as_missing() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let pods = [gated_pod("web-1", "web")];
+        let (client, seen) = fake_client(|method, _| match method {
+            "POST" => (201, serde_json::json!({})),
+            _ => (200, serde_json::json!({})),
+        });
+        let namespace = pods[0].metadata.namespace.clone().unwrap_or_default();
+        let mut deleting = crate::testkit::service(&namespace, "web", "LoadBalancer", &[]);
+        deleting.metadata.uid = Some("uid-svc".into());
+        deleting.metadata.deletion_timestamp = Some(Time(crate::testkit::at(100)));
+        deleting.metadata.finalizers = Some(vec!["example.com/another-controller".into()]);
+        let ctx = Arc::new(test_context(client, &pods, &[deleting]));
+        let pod_ref = ObjectRef::from_obj(&CachedPod::from(pods[0].clone()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (_synced_tx, synced) = watch::channel(true);
+        let (_stop, stop_rx) = watch::channel(false);
+        let worker = tokio::spawn(run(
+            ctx,
+            rx,
+            synced,
+            Leadership::always(),
+            Shutdown::from_receiver(stop_rx),
+        ));
+        tx.send(pod_ref).unwrap();
+        let said = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(patch) = seen.calls_to("PATCH").first() {
+                    return patch.body["status"]["conditions"][0]["reason"].clone();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the pods of a Service being deleted are told it is gone");
+        assert_eq!(said, "ServiceNotFound");
+        worker.abort();
     }
 
     /// The worker starts on the shared watches' sync signal alone. Its Service store

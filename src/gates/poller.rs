@@ -1,15 +1,43 @@
-//! When to look at a load balancer's health again. Polling is per Service (so per
-//! load balancer and its listeners), never per pod: about every second while a gate of
-//! the Service is pending, every `slow` otherwise. Each due Service becomes a reconcile
+//! When to look at a load balancer's health again, and which look goes first: the one
+//! scheduler of the gates' cloud reads. Polling is per Service (its load balancer and
+//! listeners), never per pod. Each look the scheduler grants becomes a reconcile
 //! trigger on a stream the controller consumes; nothing sleeps in a reconcile.
 //!
-//! NLB's `GetListenerHealthStatus` allows 10 calls/s per region, so the fast interval
-//! of NLB Services stretches with their number to stay under 8 calls/s in all.
+//! - **Pace.** A Service with a gate pending (or whose backends rollgate just changed)
+//!   is due `fast` after its last look; any other one `slow` after it. A Service with
+//!   no gated pod is thus read on the slow interval only: not never, because backends
+//!   can be changed behind rollgate's back and the slow look is what repairs them.
+//! - **Priority.** Due Services are granted in the order (a) pending gates, (b) drains
+//!   and other backend changes being confirmed, (c) settled; within a class, the one
+//!   due longest first. Writes are never queued: they are made by the reconcile that
+//!   decided them. Every call a product's client makes counts against its budget: the
+//!   scheduler reads the client's call count each tick (`calls_made`), and what a
+//!   granted look paid for at its grant is not paid twice; the rest (load balancers
+//!   ensured, backend writes and NLB job polls, a read a pod event needed, retries) is
+//!   charged as debt, so reads yield to them and the client's own rate limiter never
+//!   queues more than the budget.
+//! - **Budget.** One per product (the controller serves one region, so per product and
+//!   region): `--cloud-rate-limit` calls/s, at most 16/s for NLB, whose
+//!   `GetListenerHealthStatus` allows 10/s (a look is one listing and one health call
+//!   per listener, so 8 health calls/s). A look costs 2 calls per listener.
+//! - **No starvation.** A quarter of each budget is reserved for settled Services
+//!   whenever one is waiting; pending ones take it only when none is. Settled Services
+//!   are served oldest-due first, so each is looked at within
+//!   `slow + settled looks' calls / (budget / 4)` of its last look (at the defaults,
+//!   `10 s + 2 × listeners × settled Services / 2.5 s`); the gauge
+//!   `rollgate_gate_scheduler_oldest_wait_seconds` shows how close that is.
+//! - **Throttling.** Every throttling answer (the client retries it) halves the
+//!   product's rate, down to an eighth, and empties its buckets; the rate then climbs
+//!   back to full over 10 s. Nothing is reordered: the waiting Services keep their due
+//!   times, and a look whose reconcile failed on throttling keeps its place.
+//!
+//! `Schedule` is the pure decision (which looks go now, given the queue, the budgets
+//! and the time), table- and property-tested; `Poller` is the thin async shell.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use alibaba_lb::Product;
+use alibaba_lb::{Product, RateLimit, Tokens};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
@@ -17,101 +45,556 @@ use tokio::time::Instant;
 
 use crate::runtime::Shutdown;
 
-/// How often the scheduler looks for due Services.
-const TICK: Duration = Duration::from_millis(100);
-/// NLB health calls per second we allow ourselves (the API's limit is 10).
+/// How often the scheduler looks for due Services: a twentieth of a second, small
+/// beside the fast interval, and a scan of even 10,000 entries is cheap at that rate.
+const TICK: Duration = Duration::from_millis(50);
+/// NLB health calls per second we allow ourselves (the API's limit is 10 per region).
 const NLB_HEALTH_CALLS_PER_SECOND: f64 = 8.0;
+/// The share of a budget kept for settled Services while one is waiting.
+const SETTLED_SHARE: f64 = 0.25;
+/// The lowest a throttled product's rate goes, as a share of its budget.
+const SLOWEST: f64 = 0.125;
+/// How fast a throttled product's rate climbs back (share of its budget per second).
+const RECOVERY_PER_SECOND: f64 = 0.1;
+
+/// Which class of work a Service's next look belongs to (the order they are served).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// A gate is pending (or the last cloud call failed): its flip waits on this look.
+    Pending,
+    /// Backends being drained or changed: the look confirms the change.
+    Draining,
+    /// Nothing pending: the look only checks that nothing moved.
+    Settled,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::Pending, Priority::Draining, Priority::Settled];
+
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Priority::Pending => "pending",
+            Priority::Draining => "draining",
+            Priority::Settled => "settled",
+        }
+    }
+}
+
+/// What a reconcile found, as far as the next look is concerned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Gates of live pods not True after the plan.
+    pub pending_gates: usize,
+    /// Backend changes were sent (or tried).
+    pub changed: bool,
+    /// A drain deadline is still ahead.
+    pub draining: bool,
+    /// A cloud call failed.
+    pub failed: bool,
+    /// The load balancer refuses pod backends: waiting on the user, not on the cloud.
+    pub refused: bool,
+}
+
+impl Outcome {
+    /// The class of the next look, and whether it comes at the fast pace.
+    pub fn next_look(self) -> (Priority, bool) {
+        if self.refused {
+            return (Priority::Settled, false);
+        }
+        if self.pending_gates > 0 || self.failed {
+            return (Priority::Pending, true);
+        }
+        if self.changed {
+            return (Priority::Draining, true);
+        }
+        if self.draining {
+            return (Priority::Draining, false);
+        }
+        (Priority::Settled, false)
+    }
+}
+
+/// Cloud calls one look at a Service costs: a listing and a health report per listener.
+pub fn look_cost(listeners: usize) -> f64 {
+    2.0 * listeners.max(1) as f64
+}
 
 #[derive(Clone, Debug)]
 struct Entry {
     product: Product,
-    /// NLB listeners polled per round (one health call each).
     listeners: usize,
-    pending: bool,
-    next: Instant,
+    priority: Priority,
+    /// Fast or slow, as the last reconcile decided.
+    interval: Duration,
+    /// When the next look is due (kept while it waits: the queue's order).
+    due: Instant,
+    /// When the look was granted, until the reconcile reports back.
+    granted: Option<Instant>,
 }
 
-#[derive(Clone)]
-pub struct Poller {
-    fast: Duration,
-    slow: Duration,
-    entries: Arc<Mutex<HashMap<ObjectRef<Service>, Entry>>>,
+impl Entry {
+    /// Waiting for a grant at `now`: due, and not granted (or granted so long ago,
+    /// `slow`, that the reconcile must have been lost).
+    fn waiting(&self, now: Instant, slow: Duration) -> bool {
+        self.due <= now && self.granted.is_none_or(|at| at + slow <= now)
+    }
 }
 
-impl Poller {
-    pub fn new(fast: Duration, slow: Duration) -> Self {
-        Poller {
-            fast,
-            slow,
-            entries: Arc::default(),
+/// One product's budget and its state.
+#[derive(Clone, Debug)]
+struct Budget {
+    /// Calls per second when not throttled.
+    per_second: f64,
+    /// Taken in priority order.
+    main: Tokens,
+    /// Kept for settled Services while one waits.
+    reserve: Tokens,
+    /// The rate's share after the last throttling answer, and when that was.
+    throttled: Option<(f64, Instant)>,
+}
+
+impl Budget {
+    fn new(per_second: f64, now: Instant) -> Self {
+        let full = |share: f64| {
+            let burst = (per_second * share).ceil().max(2.0);
+            Tokens {
+                level: burst,
+                at: now,
+            }
+        };
+        Budget {
+            per_second,
+            main: full(1.0 - SETTLED_SHARE),
+            reserve: full(SETTLED_SHARE),
+            throttled: None,
         }
     }
 
-    /// Records the outcome of a reconcile that looked at the cloud at `observed`: the
-    /// next poll is due one interval after that look, not after the reconcile's writes,
-    /// so 500 condition writes do not stretch the interval between two looks.
+    /// The share of the rate allowed at `now` (1 unless throttled lately).
+    fn pace(&self, now: Instant) -> f64 {
+        match self.throttled {
+            None => 1.0,
+            Some((share, at)) => {
+                (share + now.duration_since(at).as_secs_f64() * RECOVERY_PER_SECOND).min(1.0)
+            }
+        }
+    }
+
+    /// One bucket's limit at `now`: its share of the rate, a second's worth of burst.
+    fn limit(&self, share: f64, now: Instant) -> RateLimit {
+        let per_second = self.per_second * share * self.pace(now);
+        RateLimit {
+            per_second,
+            burst: (self.per_second * share).ceil().max(2.0) as u32,
+        }
+    }
+
+    /// Takes `cost` from a bucket if it holds it (or, for a look dearer than the
+    /// whole burst, if the bucket is full: the rest becomes debt).
+    fn take(&mut self, reserve: bool, cost: f64, now: Instant) -> bool {
+        let share = if reserve {
+            SETTLED_SHARE
+        } else {
+            1.0 - SETTLED_SHARE
+        };
+        let limit = self.limit(share, now);
+        let bucket = if reserve {
+            &mut self.reserve
+        } else {
+            &mut self.main
+        };
+        bucket.refill(limit, now);
+        if bucket.level >= cost.min(limit.burst as f64) {
+            bucket.charge(limit, cost, now);
+            return true;
+        }
+        false
+    }
+
+    /// Calls made outside a grant, paid by both buckets in their shares.
+    fn charge(&mut self, cost: f64, now: Instant) {
+        let (main, reserve) = (
+            self.limit(1.0 - SETTLED_SHARE, now),
+            self.limit(SETTLED_SHARE, now),
+        );
+        self.main.charge(main, cost * (1.0 - SETTLED_SHARE), now);
+        self.reserve.charge(reserve, cost * SETTLED_SHARE, now);
+    }
+
+    fn throttle(&mut self, now: Instant) {
+        let share = (self.pace(now) / 2.0).max(SLOWEST);
+        // Refill at the old pace up to now, then stop: nothing more goes at once.
+        let (main, reserve) = (
+            self.limit(1.0 - SETTLED_SHARE, now),
+            self.limit(SETTLED_SHARE, now),
+        );
+        self.main.refill(main, now);
+        self.reserve.refill(reserve, now);
+        self.main.level = self.main.level.min(0.0);
+        self.reserve.level = self.reserve.level.min(0.0);
+        self.throttled = Some((share, now));
+    }
+}
+
+/// A look granted now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub service: ObjectRef<Service>,
+    pub priority: Priority,
+    /// Calls the look costs (see [`look_cost`]).
+    pub calls: u32,
+}
+
+/// What the queue looks like (for the metrics).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueState {
+    /// Services due and not granted yet, by priority (in [`Priority::ALL`] order).
+    pub waiting: [usize; 3],
+    /// How long the Service waiting longest has been due.
+    pub oldest_wait: Duration,
+}
+
+/// The scheduler's state and its pure decisions: every method takes `now`.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    fast: Duration,
+    slow: Duration,
+    clb: Budget,
+    nlb: Budget,
+    entries: HashMap<ObjectRef<Service>, Entry>,
+    /// Per product: calls granted looks paid for and the client has not been seen to
+    /// make yet (at most what the looks still granted cost).
+    prepaid: [f64; 2],
+}
+
+/// The per-product budgets: CLB takes the client's rate; NLB the same, capped by its
+/// health API's limit.
+pub fn budgets(cloud_rate_limit: f64) -> (f64, f64) {
+    let rate = cloud_rate_limit.max(0.1);
+    (rate, rate.min(2.0 * NLB_HEALTH_CALLS_PER_SECOND))
+}
+
+impl Schedule {
+    pub fn new(fast: Duration, slow: Duration, cloud_rate_limit: f64, now: Instant) -> Self {
+        let (clb, nlb) = budgets(cloud_rate_limit);
+        Schedule {
+            fast,
+            slow: slow.max(fast),
+            clb: Budget::new(clb, now),
+            nlb: Budget::new(nlb, now),
+            entries: HashMap::new(),
+            prepaid: [0.0; 2],
+        }
+    }
+
+    fn budget(&mut self, product: Product) -> &mut Budget {
+        match product {
+            Product::Clb => &mut self.clb,
+            Product::Nlb => &mut self.nlb,
+        }
+    }
+
+    /// Records a reconcile's outcome: the Service's next look is due one interval
+    /// after the reading the plan used (`looked`), not after the reconcile's writes,
+    /// so 500 condition writes do not stretch the interval between two looks. A look
+    /// granted after the reconcile `started` stays granted: its reconcile is still to
+    /// come, and must read the cloud.
+    pub fn polled(
+        &mut self,
+        service: ObjectRef<Service>,
+        product: Product,
+        listeners: usize,
+        outcome: Outcome,
+        looked: Instant,
+        started: Instant,
+    ) {
+        let (priority, fast) = outcome.next_look();
+        let interval = if fast { self.fast } else { self.slow };
+        let granted = self
+            .entries
+            .get(&service)
+            .and_then(|e| e.granted)
+            .filter(|at| *at > started);
+        self.entries.insert(
+            service,
+            Entry {
+                product,
+                listeners,
+                priority,
+                interval,
+                due: looked + interval,
+                granted,
+            },
+        );
+    }
+
+    /// How old a reading a reconcile of the Service may reuse: none while a look is
+    /// granted (that reconcile reads the cloud), else the Service's interval, so a
+    /// reading is never used past the moment its next look is due.
+    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
+        match self.entries.get(service) {
+            Some(entry) if entry.granted.is_some() => None,
+            Some(entry) => Some(entry.interval),
+            None => Some(self.fast),
+        }
+    }
+
+    /// A reconcile that failed on throttling: the product slows down, and the Service
+    /// keeps its place in the queue (its due time), first of its class to go again.
+    pub fn throttled_look(&mut self, service: &ObjectRef<Service>, product: Product, now: Instant) {
+        if let Some(entry) = self.entries.get_mut(service) {
+            entry.granted = None;
+        }
+        self.throttled(product, now);
+    }
+
+    /// The product answered with throttling: slow down.
+    pub fn throttled(&mut self, product: Product, now: Instant) {
+        self.budget(product).throttle(now);
+    }
+
+    /// Calls made outside a granted look (writes, a read a pod event needed).
+    pub fn charge(&mut self, product: Product, calls: f64, now: Instant) {
+        self.budget(product).charge(calls, now);
+    }
+
+    /// The product's client made `made` calls since the last report (every call, each
+    /// retry, whatever made it). Those the grants paid for in advance are not paid
+    /// again; the rest is charged. Then the advance is cut to what the looks still
+    /// granted cost: a look that reported back made its calls before it did, so they
+    /// are in this report or an earlier one.
+    pub fn calls_made(&mut self, product: Product, made: f64, now: Instant) {
+        let p = product_index(product);
+        let covered = made.min(self.prepaid[p]);
+        self.prepaid[p] -= covered;
+        if made > covered {
+            self.charge(product, made - covered, now);
+        }
+        let outstanding: f64 = self
+            .entries
+            .values()
+            .filter(|e| e.product == product && e.granted.is_some())
+            .map(|e| look_cost(e.listeners))
+            .sum();
+        self.prepaid[p] = self.prepaid[p].min(outstanding);
+    }
+
+    pub fn forget(&mut self, service: &ObjectRef<Service>) {
+        self.entries.remove(service);
+    }
+
+    /// Whether the scheduler granted the Service a look that has not been reported
+    /// back: the reconcile must read the cloud, not reuse the last reading.
+    pub fn granted(&self, service: &ObjectRef<Service>) -> bool {
+        self.entries
+            .get(service)
+            .is_some_and(|e| e.granted.is_some())
+    }
+
+    /// The looks that go now, in order; each is marked granted.
+    pub fn grant(&mut self, now: Instant) -> Vec<Grant> {
+        let slow = self.slow;
+        let mut waiting: Vec<(ObjectRef<Service>, Entry)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.waiting(now, slow))
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        waiting.sort_by(|(a, ea), (b, eb)| {
+            (ea.priority, ea.due, &a.namespace, &a.name).cmp(&(
+                eb.priority,
+                eb.due,
+                &b.namespace,
+                &b.name,
+            ))
+        });
+        let settled_waiting = |product: Product| {
+            waiting
+                .iter()
+                .any(|(_, e)| e.product == product && e.priority == Priority::Settled)
+        };
+        let reserve_free = [
+            !settled_waiting(Product::Clb),
+            !settled_waiting(Product::Nlb),
+        ];
+        // Per product: a look of a higher class could not go (lower ones must not pass
+        // it on the main budget), or none can go at all.
+        let mut blocked_high = [false; 2];
+        let mut blocked = [false; 2];
+        let mut grants = vec![];
+        for (service, entry) in waiting {
+            let p = product_index(entry.product);
+            if blocked[p] {
+                continue;
+            }
+            let cost = look_cost(entry.listeners);
+            let budget = self.budget(entry.product);
+            let taken = match entry.priority {
+                Priority::Pending | Priority::Draining => {
+                    !blocked_high[p]
+                        && (budget.take(false, cost, now)
+                            || (reserve_free[p] && budget.take(true, cost, now)))
+                }
+                Priority::Settled => {
+                    budget.take(true, cost, now)
+                        || (!blocked_high[p] && budget.take(false, cost, now))
+                }
+            };
+            if !taken {
+                match entry.priority {
+                    Priority::Settled => blocked[p] = true,
+                    _ => blocked_high[p] = true,
+                }
+                continue;
+            }
+            if let Some(entry) = self.entries.get_mut(&service) {
+                entry.granted = Some(now);
+            }
+            self.prepaid[p] += cost;
+            grants.push(Grant {
+                service,
+                priority: entry.priority,
+                calls: cost as u32,
+            });
+        }
+        grants
+    }
+
+    /// The queue as the metrics show it.
+    pub fn queue(&self, now: Instant) -> QueueState {
+        let mut state = QueueState::default();
+        for entry in self.entries.values().filter(|e| e.waiting(now, self.slow)) {
+            state.waiting[entry.priority as usize] += 1;
+            state.oldest_wait = state.oldest_wait.max(now.duration_since(entry.due));
+        }
+        state
+    }
+}
+
+/// What a product's client has done so far (both only grow).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Calls made, each retry included.
+    pub calls: u64,
+    /// Throttling answers received.
+    pub throttled: u64,
+}
+
+fn product_index(product: Product) -> usize {
+    match product {
+        Product::Clb => 0,
+        Product::Nlb => 1,
+    }
+}
+
+/// The async shell around a [`Schedule`], shared by the controller's reconciles.
+#[derive(Clone)]
+pub struct Poller {
+    schedule: Arc<Mutex<Schedule>>,
+}
+
+impl Poller {
+    pub fn new(fast: Duration, slow: Duration, cloud_rate_limit: f64) -> Self {
+        Poller {
+            schedule: Arc::new(Mutex::new(Schedule::new(
+                fast,
+                slow,
+                cloud_rate_limit,
+                Instant::now(),
+            ))),
+        }
+    }
+
+    /// See [`Schedule::polled`].
     pub fn polled(
         &self,
         service: ObjectRef<Service>,
         product: Product,
         listeners: usize,
-        pending: bool,
-        observed: Instant,
+        outcome: Outcome,
+        looked: Instant,
+        started: Instant,
     ) {
-        let mut entries = self.entries.lock().unwrap();
-        let mut entry = Entry {
-            product,
-            listeners,
-            pending,
-            next: observed,
-        };
-        entries.insert(service.clone(), entry.clone());
-        entry.next += interval(&entries, &entry, self.fast, self.slow);
-        entries.insert(service, entry);
+        self.schedule
+            .lock()
+            .unwrap()
+            .polled(service, product, listeners, outcome, looked, started);
+    }
+
+    /// See [`Schedule::reuse_bound`].
+    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
+        self.schedule.lock().unwrap().reuse_bound(service)
+    }
+
+    /// See [`Schedule::throttled_look`].
+    pub fn throttled_look(&self, service: &ObjectRef<Service>, product: Product) {
+        self.schedule
+            .lock()
+            .unwrap()
+            .throttled_look(service, product, Instant::now());
+    }
+
+    /// See [`Schedule::granted`].
+    pub fn granted(&self, service: &ObjectRef<Service>) -> bool {
+        self.schedule.lock().unwrap().granted(service)
     }
 
     pub fn forget(&self, service: &ObjectRef<Service>) {
-        self.entries.lock().unwrap().remove(service);
+        self.schedule.lock().unwrap().forget(service);
     }
 
-    /// Services due for a poll, as a stream of reconcile triggers, until shutdown.
+    /// Granted looks, as a stream of reconcile triggers, until shutdown. Each tick it
+    /// reads the clients' counts (`counts`, per product: calls made, throttling
+    /// answers) and hands the queue's state and the grants to `ticked` (the metrics).
     pub fn triggers(
         &self,
         shutdown: Shutdown,
+        counts: impl Fn(Product) -> CallCounts + Send + Sync + 'static,
+        ticked: impl Fn(&QueueState, &[Grant]) + Send + Sync + 'static,
     ) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static {
-        let entries = self.entries.clone();
-        let (fast, slow) = (self.fast, self.slow);
+        let schedule = self.schedule.clone();
         let ticks = tokio_stream_interval(TICK);
         let stop = Box::pin(shutdown.requested());
-        futures::stream::unfold((ticks, stop), move |(mut ticks, mut stop)| {
-            let entries = entries.clone();
-            async move {
-                loop {
-                    tokio::select! {
-                        _ = ticks.tick() => {}
-                        _ = &mut stop => return None,
-                    }
-                    let now = Instant::now();
-                    let mut entries = entries.lock().unwrap();
-                    let due: Vec<ObjectRef<Service>> = entries
-                        .iter()
-                        .filter(|(_, e)| e.next <= now)
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for key in &due {
-                        // Not due again until the reconcile reports back (or a slow
-                        // interval passes, should that reconcile never come).
-                        if let Some(e) = entries.get_mut(key) {
-                            e.next = now + slow.max(fast);
+        let seen = [counts(Product::Clb), counts(Product::Nlb)];
+        let counts = Arc::new(counts);
+        let ticked = Arc::new(ticked);
+        futures::stream::unfold(
+            (ticks, stop, seen),
+            move |(mut ticks, mut stop, mut seen)| {
+                let schedule = schedule.clone();
+                let counts = counts.clone();
+                let ticked = ticked.clone();
+                async move {
+                    loop {
+                        tokio::select! {
+                            _ = ticks.tick() => {}
+                            _ = &mut stop => return None,
+                        }
+                        let now = Instant::now();
+                        let mut schedule = schedule.lock().unwrap();
+                        for product in [Product::Clb, Product::Nlb] {
+                            let count = counts(product);
+                            let i = product_index(product);
+                            if count.throttled > seen[i].throttled {
+                                schedule.throttled(product, now);
+                            }
+                            let made = count.calls.saturating_sub(seen[i].calls);
+                            schedule.calls_made(product, made as f64, now);
+                            seen[i] = count;
+                        }
+                        let grants = schedule.grant(now);
+                        let queue = schedule.queue(now);
+                        drop(schedule);
+                        ticked(&queue, &grants);
+                        if !grants.is_empty() {
+                            let due = grants.into_iter().map(|g| g.service);
+                            return Some((futures::stream::iter(due), (ticks, stop, seen)));
                         }
                     }
-                    drop(entries);
-                    if !due.is_empty() {
-                        return Some((futures::stream::iter(due), (ticks, stop)));
-                    }
                 }
-            }
-        })
+            },
+        )
         .flatten()
     }
 }
@@ -122,69 +605,572 @@ fn tokio_stream_interval(period: Duration) -> tokio::time::Interval {
     interval
 }
 
-/// The wait before the next poll of `entry`.
-fn interval(
-    entries: &HashMap<ObjectRef<Service>, Entry>,
-    entry: &Entry,
-    fast: Duration,
-    slow: Duration,
-) -> Duration {
-    if !entry.pending {
-        return slow;
-    }
-    if entry.product != Product::Nlb {
-        return fast;
-    }
-    nlb_fast_interval(
-        entries
-            .values()
-            .filter(|e| e.pending && e.product == Product::Nlb)
-            .map(|e| e.listeners.max(1))
-            .sum(),
-        fast,
-    )
-    .min(slow.max(fast))
-}
-
-/// With `listeners` NLB listeners polled fast, each round takes that many health
-/// calls; spread them so the total stays under the API's limit.
-pub fn nlb_fast_interval(listeners: usize, fast: Duration) -> Duration {
-    let needed = Duration::from_secs_f64(listeners as f64 / NLB_HEALTH_CALLS_PER_SECOND);
-    fast.max(needed)
-}
-
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
-    #[test]
-    fn nlb_polling_stays_under_the_health_api_limit_at_fifty_services() {
-        let fast = Duration::from_secs(1);
-        assert_eq!(nlb_fast_interval(1, fast), fast);
-        assert_eq!(nlb_fast_interval(8, fast), fast);
-        let at_50 = nlb_fast_interval(50, fast);
-        let calls_per_second = 50.0 / at_50.as_secs_f64();
-        assert!(calls_per_second <= 10.0, "{calls_per_second}");
+    const MS: Duration = Duration::from_millis(1);
+
+    fn key(name: &str) -> ObjectRef<Service> {
+        ObjectRef::new(name).within("ns")
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_pending_service_is_polled_fast_and_a_settled_one_slowly() {
-        use futures::StreamExt;
-        let poller = Poller::new(Duration::from_secs(1), Duration::from_secs(10));
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let shutdown = crate::runtime::Shutdown::from_receiver(rx);
-        let pending = ObjectRef::<Service>::new("a").within("ns");
-        let settled = ObjectRef::<Service>::new("b").within("ns");
-        poller.polled(pending.clone(), Product::Clb, 1, true, Instant::now());
-        poller.polled(settled.clone(), Product::Clb, 1, false, Instant::now());
-        let mut triggers = Box::pin(poller.triggers(shutdown));
+    fn outcome(priority: Priority) -> Outcome {
+        match priority {
+            Priority::Pending => Outcome {
+                pending_gates: 1,
+                ..Outcome::default()
+            },
+            Priority::Draining => Outcome {
+                changed: true,
+                ..Outcome::default()
+            },
+            Priority::Settled => Outcome::default(),
+        }
+    }
+
+    #[test]
+    fn the_next_look_follows_what_the_reconcile_found() {
+        #[rustfmt::skip]
+        let cases = [
+            ("settled", Outcome::default(), (Priority::Settled, false)),
+            ("a gate pending", Outcome { pending_gates: 2, ..Outcome::default() }, (Priority::Pending, true)),
+            ("a failed call", Outcome { failed: true, ..Outcome::default() }, (Priority::Pending, true)),
+            ("backends changed", Outcome { changed: true, ..Outcome::default() }, (Priority::Draining, true)),
+            ("a drain ahead", Outcome { draining: true, ..Outcome::default() }, (Priority::Draining, false)),
+            ("refused, gates pending", Outcome { refused: true, pending_gates: 3, ..Outcome::default() }, (Priority::Settled, false)),
+        ];
+        for (case, outcome, want) in cases {
+            assert_eq!(outcome.next_look(), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_pending_service_is_due_fast_and_a_settled_one_slow_after_its_last_look() {
         let start = Instant::now();
-        let first = triggers.next().await.unwrap();
-        assert_eq!(first, pending);
-        assert!(start.elapsed() >= Duration::from_secs(1));
-        poller.polled(pending.clone(), Product::Clb, 1, false, Instant::now());
-        let second = triggers.next().await.unwrap();
-        assert_eq!(second, settled);
-        assert!(start.elapsed() >= Duration::from_secs(10));
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        s.polled(
+            key("pending"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("settled"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
+        assert!(s.grant(start + 499 * MS).is_empty());
+        let at_500 = s.grant(start + 500 * MS);
+        assert_eq!(at_500.len(), 1);
+        assert_eq!(at_500[0].service, key("pending"));
+        assert!(s.granted(&key("pending")));
+        // Granted once only, until the reconcile reports back.
+        assert!(s.grant(start + 600 * MS).is_empty());
+        s.polled(
+            key("pending"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start + 600 * MS,
+            start + 600 * MS,
+        );
+        assert!(!s.granted(&key("pending")));
+        let at_10s = s.grant(start + Duration::from_secs(10));
+        assert_eq!(
+            at_10s
+                .iter()
+                .map(|g| g.service.name.as_str())
+                .collect::<Vec<_>>(),
+            ["settled"]
+        );
+    }
+
+    #[test]
+    fn a_reading_is_reused_until_its_look_is_due_and_never_while_a_look_is_granted() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        assert_eq!(s.reuse_bound(&key("new")), Some(500 * MS));
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("s"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
+        assert_eq!(s.reuse_bound(&key("p")), Some(500 * MS));
+        assert_eq!(s.reuse_bound(&key("s")), Some(Duration::from_secs(10)));
+        assert_eq!(s.grant(start + 500 * MS).len(), 1);
+        assert_eq!(s.reuse_bound(&key("p")), None);
+    }
+
+    #[test]
+    fn a_grant_made_while_a_reconcile_ran_outlives_that_reconcile() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        // A pod event's reconcile starts at 400 ms; the look is granted at 500 ms.
+        let started = start + 400 * MS;
+        assert_eq!(s.grant(start + 500 * MS).len(), 1);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            started,
+        );
+        assert!(
+            s.granted(&key("p")),
+            "the granted reconcile is still to come"
+        );
+        // The granted one reports back: done.
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start + 600 * MS,
+            start + 550 * MS,
+        );
+        assert!(!s.granted(&key("p")));
+    }
+
+    #[test]
+    fn a_lost_reconcile_is_granted_again_after_the_slow_interval() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        assert_eq!(s.grant(start + 500 * MS).len(), 1);
+        assert!(s.grant(start + Duration::from_secs(10)).is_empty());
+        assert_eq!(s.grant(start + 500 * MS + Duration::from_secs(10)).len(), 1);
+    }
+
+    #[test]
+    fn looks_go_pending_first_then_draining_then_settled_oldest_first_within_a_class() {
+        let start = Instant::now();
+        // A budget of 4 calls/s: 3 in the main bucket (burst 3), 1 reserved (burst 2).
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        let later = start + Duration::from_secs(30);
+        // Due times: the settled ones longest, so order is by class first.
+        s.polled(
+            key("settled-old"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
+        s.polled(
+            key("draining"),
+            Product::Clb,
+            1,
+            outcome(Priority::Draining),
+            start + Duration::from_secs(5),
+            start + Duration::from_secs(5),
+        );
+        s.polled(
+            key("pending-new"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start + Duration::from_secs(6),
+            start + Duration::from_secs(6),
+        );
+        s.polled(
+            key("pending-old"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start + Duration::from_secs(4),
+            start + Duration::from_secs(4),
+        );
+        let grants = s.grant(later);
+        let names: Vec<&str> = grants.iter().map(|g| g.service.name.as_str()).collect();
+        // 2 calls a look: the main bucket (3) takes one pending look; the second does
+        // not fit, so neither does the draining one; the reserve (2) serves the
+        // settled one, which waits on its own quarter.
+        assert_eq!(names, ["pending-old", "settled-old"]);
+        let grants = s.grant(later + Duration::from_secs(1));
+        let names: Vec<&str> = grants.iter().map(|g| g.service.name.as_str()).collect();
+        assert_eq!(names, ["pending-new"]);
+        let grants = s.grant(later + Duration::from_secs(2));
+        let names: Vec<&str> = grants.iter().map(|g| g.service.name.as_str()).collect();
+        assert_eq!(names, ["draining"]);
+    }
+
+    #[test]
+    fn with_no_settled_service_waiting_pending_ones_use_the_reserve_too() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        for name in ["a", "b", "c"] {
+            s.polled(
+                key(name),
+                Product::Clb,
+                1,
+                outcome(Priority::Pending),
+                start,
+                start,
+            );
+        }
+        // Main: 3 tokens (one look), reserve: 2 (one more).
+        assert_eq!(s.grant(start + Duration::from_secs(1)).len(), 2);
+    }
+
+    #[test]
+    fn products_have_budgets_of_their_own() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("clb-1"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("clb-2"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("clb-3"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("nlb"),
+            Product::Nlb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        let grants = s.grant(start + Duration::from_secs(1));
+        assert!(grants.iter().any(|g| g.service == key("nlb")), "{grants:?}");
+    }
+
+    #[test]
+    fn a_look_dearer_than_the_burst_still_goes_and_its_debt_keeps_the_rate() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("wide"),
+            Product::Clb,
+            10,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        let mut spent = 0;
+        let mut t = start;
+        while t < start + Duration::from_secs(60) {
+            t += 50 * MS;
+            for g in s.grant(t) {
+                assert_eq!(g.calls, 20);
+                spent += g.calls;
+                s.polled(
+                    g.service,
+                    Product::Clb,
+                    10,
+                    outcome(Priority::Pending),
+                    t,
+                    t,
+                );
+            }
+        }
+        // 4 calls/s for 60 s, plus both buckets' bursts and one look's debt.
+        assert!(spent >= 4 * 20, "{spent}");
+        assert!(spent <= 4 * 60 + 3 + 2 + 20, "{spent}");
+    }
+
+    #[test]
+    fn throttling_slows_the_product_and_keeps_the_order() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 8.0, start);
+        s.polled(
+            key("first"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("second"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start + MS,
+            start + MS,
+        );
+        let now = start + Duration::from_secs(1);
+        assert_eq!(s.grant(now).len(), 2);
+        // The first one's reconcile is throttled: it keeps its due time.
+        s.throttled_look(&key("first"), Product::Clb, now);
+        s.polled(
+            key("second"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            now,
+            now,
+        );
+        // Nothing goes at once, then the first goes before the second.
+        assert!(s.grant(now + 10 * MS).is_empty());
+        let mut order = vec![];
+        let mut t = now;
+        while order.len() < 2 && t < now + Duration::from_secs(20) {
+            t += 50 * MS;
+            for g in s.grant(t) {
+                order.push((g.service.name.clone(), t));
+            }
+        }
+        assert_eq!(order[0].0, "first", "{order:?}");
+        // Half the rate (3 calls/s on main): the first look waits 2 calls' worth,
+        // where the full rate would have taken a third of a second.
+        assert!(order[0].1 >= now + 500 * MS, "{order:?}");
+    }
+
+    #[test]
+    fn charged_calls_delay_the_reads() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.charge(Product::Clb, 6.0, start + MS);
+        // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs 2 of either:
+        // main has it after 1.17 s, the reserve after 1.5 s.
+        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
+        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    }
+
+    #[test]
+    fn calls_the_client_made_outside_a_grant_delay_the_looks() {
+        // A load balancer being made (or a write, a job poll, a retry): no grant paid
+        // for its calls, the client's count says they were made.
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.calls_made(Product::Clb, 6.0, start + MS);
+        // As `charged_calls_delay_the_reads`: main 3 - 4.5, reserve 2 - 1.5.
+        assert!(s.grant(start + Duration::from_secs(1)).is_empty());
+        assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1);
+    }
+
+    #[test]
+    fn a_granted_looks_own_calls_are_not_paid_twice() {
+        // One pending Service at 4 calls/s: a look (2 calls) every 500 ms takes the
+        // whole budget, so paying its calls again would halve the pace.
+        let start = Instant::now();
+        let looks = |report: bool| {
+            let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+            s.polled(
+                key("a"),
+                Product::Clb,
+                1,
+                outcome(Priority::Pending),
+                start,
+                start,
+            );
+            let (mut at, mut made, mut t) = (vec![], 0.0, start);
+            while t < start + Duration::from_secs(20) {
+                t += 50 * MS;
+                // The tick reads the client's count first (the look's calls, made
+                // before its reconcile reported back), then grants.
+                if report {
+                    s.calls_made(Product::Clb, made, t);
+                    made = 0.0;
+                }
+                for g in s.grant(t) {
+                    at.push(t);
+                    made += f64::from(g.calls);
+                    s.polled(g.service, Product::Clb, 1, outcome(Priority::Pending), t, t);
+                }
+            }
+            at
+        };
+        let counted = looks(true);
+        assert_eq!(counted, looks(false));
+        assert!(counted.len() >= 30, "{} looks in 20 s", counted.len());
+    }
+
+    #[test]
+    fn an_advance_is_not_kept_past_the_look_it_paid_for() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 4.0, start);
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        let t1 = start + Duration::from_secs(1);
+        assert_eq!(s.grant(t1).len(), 1);
+        // Its reconcile failed before calling the cloud, and reported back.
+        s.polled(
+            key("a"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            t1,
+            t1,
+        );
+        s.calls_made(Product::Clb, 0.0, t1);
+        // Six calls of something else: none of them is the look's, all are paid
+        // (main 1 - 4.5, reserve 2 - 1.5: the reserve has a look's 2 after 1.5 s; had
+        // the advance absorbed two of them, after 1 s).
+        s.calls_made(Product::Clb, 6.0, t1 + MS);
+        assert!(s.grant(t1 + 1200 * MS).is_empty());
+        assert_eq!(s.grant(t1 + Duration::from_secs(2)).len(), 1);
+    }
+
+    #[test]
+    fn the_queue_shows_waiting_looks_by_class_and_the_oldest_wait() {
+        let start = Instant::now();
+        let mut s = Schedule::new(500 * MS, Duration::from_secs(10), 10.0, start);
+        s.polled(
+            key("p"),
+            Product::Clb,
+            1,
+            outcome(Priority::Pending),
+            start,
+            start,
+        );
+        s.polled(
+            key("s"),
+            Product::Clb,
+            1,
+            outcome(Priority::Settled),
+            start,
+            start,
+        );
+        let state = s.queue(start + Duration::from_secs(12));
+        assert_eq!(state.waiting, [1, 0, 1]);
+        assert_eq!(state.oldest_wait, Duration::from_millis(11_500));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Whatever the mix, over a long run: calls granted stay within the budget
+        /// (its bursts plus its rate), every settled Service is looked at within the
+        /// stated bound (so none starves).
+        #[test]
+        fn the_schedule_keeps_its_budget_and_its_bounds(
+            services in proptest::collection::vec((0u8..3, any::<bool>(), 1usize..4), 1..40),
+            rate in 2.0f64..20.0,
+        ) {
+            let fast = 500 * MS;
+            let slow = Duration::from_secs(10);
+            let start = Instant::now();
+            let mut s = Schedule::new(fast, slow, rate, start);
+            let (clb_rate, nlb_rate) = budgets(rate);
+            let mut last_look: HashMap<String, Instant> = HashMap::new();
+            let mut settled_calls = [0.0f64; 2];
+            for (i, (class, nlb, listeners)) in services.iter().enumerate() {
+                let product = if *nlb { Product::Nlb } else { Product::Clb };
+                let priority = Priority::ALL[*class as usize];
+                s.polled(key(&format!("s{i}")), product, *listeners, outcome(priority), start, start);
+                last_look.insert(format!("s{i}"), start);
+                if priority == Priority::Settled {
+                    settled_calls[product_index(product)] += look_cost(*listeners);
+                }
+            }
+            let mut spent = [0.0f64; 2];
+            let step = 50 * MS;
+            let run = Duration::from_secs(120);
+            let mut t = start;
+            let mut worst_gap: HashMap<String, Duration> = HashMap::new();
+            while t < start + run {
+                t += step;
+                for g in s.grant(t) {
+                    let i: usize = g.service.name[1..].parse().unwrap();
+                    let (class, nlb, listeners) = services[i];
+                    let product = if nlb { Product::Nlb } else { Product::Clb };
+                    spent[product_index(product)] += g.calls as f64;
+                    let priority = Priority::ALL[class as usize];
+                    let gap = t.duration_since(last_look[&g.service.name]);
+                    let worst = worst_gap.entry(g.service.name.clone()).or_default();
+                    *worst = (*worst).max(gap);
+                    last_look.insert(g.service.name.clone(), t);
+                    // Reported back at once, in the same class.
+                    s.polled(g.service.clone(), product, listeners, outcome(priority), t, t);
+                }
+            }
+            let secs = run.as_secs_f64();
+            for (i, per_second) in [clb_rate, nlb_rate].into_iter().enumerate() {
+                // The rate, both buckets' bursts, and one dear look's debt per bucket.
+                let bursts = (per_second * 0.75).ceil().max(2.0) + (per_second * 0.25).ceil().max(2.0);
+                let allowed = per_second * secs + bursts + 12.0;
+                prop_assert!(spent[i] <= allowed, "product {i}: {} > {allowed}", spent[i]);
+            }
+            // The stated bound: slow + the settled looks' calls over the reserved
+            // quarter, plus a debt (a look and a burst) and a second of ticks.
+            for (i, (class, nlb, _)) in services.iter().enumerate() {
+                if Priority::ALL[*class as usize] != Priority::Settled {
+                    continue;
+                }
+                let p = usize::from(*nlb);
+                let per_second = [clb_rate, nlb_rate][p];
+                let bound = slow.as_secs_f64() + (settled_calls[p] + 8.0) / (per_second * SETTLED_SHARE) + 1.0;
+                if bound < secs / 2.0 {
+                    let name = format!("s{i}");
+                    prop_assert!(last_look[&name] > start, "{name} never looked at (bound {bound})");
+                    prop_assert!(worst_gap[&name].as_secs_f64() <= bound, "{name}: {:?} > {bound}", worst_gap[&name]);
+                }
+            }
+        }
     }
 }

@@ -327,47 +327,31 @@ pub fn selects(
 mod tests {
     use super::*;
     use crate::names::{LEGACY_LOAD_BALANCER_ID_ANNOTATION, LOAD_BALANCER_ID_ANNOTATION};
-    use k8s_openapi::api::core::v1::{ServicePort as K8sPort, ServiceSpec};
-    use kube::api::ObjectMeta;
+    use k8s_openapi::api::core::v1::ServicePort as K8sPort;
 
     fn service(type_: &str, class: Option<&str>, annotations: &[(&str, &str)]) -> Service {
-        Service {
-            metadata: ObjectMeta {
-                name: Some("my-svc".into()),
-                namespace: Some("default".into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+        let mut svc = crate::testkit::service("default", "my-svc", type_, annotations);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.load_balancer_class = class.map(Into::into);
+        spec.ports = Some(vec![
+            K8sPort {
+                port: 80,
+                target_port: Some(IntOrString::String("http".into())),
                 ..Default::default()
             },
-            spec: Some(ServiceSpec {
-                type_: Some(type_.into()),
-                load_balancer_class: class.map(Into::into),
-                ports: Some(vec![
-                    K8sPort {
-                        port: 80,
-                        target_port: Some(IntOrString::String("http".into())),
-                        ..Default::default()
-                    },
-                    K8sPort {
-                        port: 53,
-                        protocol: Some("UDP".into()),
-                        target_port: Some(IntOrString::Int(5353)),
-                        ..Default::default()
-                    },
-                    K8sPort {
-                        port: 9,
-                        protocol: Some("SCTP".into()),
-                        ..Default::default()
-                    },
-                ]),
+            K8sPort {
+                port: 53,
+                protocol: Some("UDP".into()),
+                target_port: Some(IntOrString::Int(5353)),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }
+            },
+            K8sPort {
+                port: 9,
+                protocol: Some("SCTP".into()),
+                ..Default::default()
+            },
+        ]);
+        svc
     }
 
     #[test]

@@ -148,8 +148,6 @@ pub async fn publish_address(service: &ServiceSnapshot, ctx: &Context, address: 
 mod tests {
     //! The Service writes against the fake API server (`crate::apply::fake_api`).
     use alibaba_lb::{ListenerProtocol, ServerGroupRef};
-    use k8s_openapi::api::core::v1::ServiceSpec;
-    use kube::api::ObjectMeta;
 
     use super::*;
     use crate::apply::fake_api::fake_client;
@@ -157,27 +155,10 @@ mod tests {
     use crate::gates::service::ClassSelection;
 
     fn snapshot(annotations: &[(&str, &str)]) -> ServiceSnapshot {
-        let svc = Service {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("shop".into()),
-                uid: Some("uid-web".into()),
-                resource_version: Some("7".into()),
-                finalizers: Some(vec![LOAD_BALANCER_FINALIZER.into()]),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some("LoadBalancer".into()),
-                ..Default::default()
-            }),
-            status: None,
-        };
+        let mut svc = crate::testkit::service("shop", "web", "LoadBalancer", annotations);
+        svc.metadata.uid = Some("uid-web".into());
+        svc.metadata.resource_version = Some("7".into());
+        svc.metadata.finalizers = Some(vec![LOAD_BALANCER_FINALIZER.into()]);
         ServiceSnapshot::read(&svc, ClassSelection::Standard)
     }
 

@@ -2,12 +2,78 @@
 //! gates name and those whose selectors match it. Reads the shared Service store; sends
 //! nothing and writes nothing, so each mapping is a plain function of the pod and the
 //! store.
+//!
+//! Also which pod updates concern the gates at all ([`same_to_the_plan`]): an update
+//! that changes nothing the plan reads (a status heartbeat, an annotation, the message
+//! or transition time of rollgate's own gate condition) triggers nothing. The watch's
+//! change carries the pod before and after, so no per-pod memory is kept (nothing to
+//! leak when a pod goes).
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
 
+use super::model::service_of_gate;
 use super::pods::{gated_services, has_gate, selected_by};
-use crate::object::{CachedPod, PodFacts};
+use crate::object::{CachedPod, PodFacts, PortView};
+
+/// Everything of a pod that the gates read: which Services it concerns (labels for the
+/// selectors, readiness gates), what the plan decides from (IP, node, ECI instance,
+/// container ports, ContainersReady, deletion, each gate's status) and what the flip
+/// histogram reads (when ContainersReady turned). Borrowed, so comparing two costs no
+/// allocation beyond the label maps' iteration.
+#[derive(Debug, PartialEq)]
+struct PlanView<'a> {
+    namespace: &'a str,
+    uid: &'a str,
+    labels: Option<&'a BTreeMap<String, String>>,
+    readiness_gates: Vec<&'a str>,
+    ip: Option<&'a str>,
+    node: Option<&'a str>,
+    eci_instance: Option<&'a str>,
+    ports: Vec<PortView<'a>>,
+    containers_ready: Option<(&'a str, Option<&'a Time>)>,
+    deletion: (Option<&'a Time>, Option<i64>),
+    /// Gate condition type and status only: rollgate's own writes that change only a
+    /// gate's reason, message or transition time are no news to the plan (it wrote
+    /// them); a status change (ours when a gate flips, or anyone's) re-plans, at no
+    /// cloud cost when the last reading is fresh (`Cloud::reading`).
+    gates: Vec<(&'a str, &'a str)>,
+}
+
+fn plan_view(pod: &CachedPod) -> PlanView<'_> {
+    let meta = pod.metadata();
+    PlanView {
+        namespace: pod.pod_namespace(),
+        uid: pod.pod_uid(),
+        labels: meta.labels.as_ref(),
+        readiness_gates: pod.readiness_gates().collect(),
+        ip: pod.pod_ip(),
+        node: pod.node_name(),
+        eci_instance: pod.eci_instance_id.as_deref(),
+        ports: pod.container_ports().collect(),
+        containers_ready: pod
+            .condition("ContainersReady")
+            .map(|c| (c.status, c.last_transition_time)),
+        deletion: (
+            meta.deletion_timestamp.as_ref(),
+            meta.deletion_grace_period_seconds,
+        ),
+        gates: pod
+            .conditions()
+            .filter(|c| service_of_gate(c.type_).is_some())
+            .map(|c| (c.type_, c.status))
+            .collect(),
+    }
+}
+
+/// Whether the gates' plan reads the same from both states of a pod (so the update
+/// triggers no reconcile).
+pub fn same_to_the_plan(before: &CachedPod, after: &CachedPod) -> bool {
+    plan_view(before) == plan_view(after)
+}
 
 /// The Services to reconcile for a created or updated pod, and whether one of its
 /// gates names a Service the store does not hold (for the orphan worker).
@@ -145,5 +211,89 @@ mod tests {
             names(&refs),
             [format!("{ns}/gated"), format!("{ns}/selecting")]
         );
+    }
+
+    /// A gated, ready, serving pod as the store holds it.
+    fn serving() -> CachedPod {
+        use crate::object::pod::{CachedCondition, CachedContainer, CachedPort};
+        let mut pod = pod(&["web"]);
+        pod.pod_ip = Some("10.0.0.7".into());
+        pod.containers = [CachedContainer {
+            name: "app".into(),
+            image: Some("web:1".into()),
+            ports: [CachedPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                protocol: Some("TCP".into()),
+            }]
+            .into(),
+        }]
+        .into();
+        let condition = |type_: String, status: &'static str, message: &str| CachedCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some("Healthy".into()),
+            message: Some(message.into()),
+            last_transition_time: Some(Time(crate::testkit::at(100))),
+        };
+        pod.conditions = [
+            condition("ContainersReady".into(), "True", ""),
+            condition("Ready".into(), "True", ""),
+            condition(gate_condition_type("web"), "True", "healthy on 1/1 ports"),
+        ]
+        .into();
+        pod
+    }
+
+    fn gate(pod: &mut CachedPod) -> &mut crate::object::pod::CachedCondition {
+        let type_ = gate_condition_type("web");
+        pod.conditions
+            .iter_mut()
+            .find(|c| c.type_ == type_)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pod_update_triggers_only_when_something_the_plan_reads_changed() {
+        type Edit = fn(&mut CachedPod);
+        #[rustfmt::skip]
+        let cases: [(&str, Edit, bool); 17] = [
+            ("nothing", |_| {}, false),
+            ("a new resourceVersion", |p| p.metadata.resource_version = Some("9".into()), false),
+            ("an unrelated annotation (not even cached)", |p| p.metadata.annotations = Some([("a".to_string(), "b".to_string())].into()), false),
+            ("the gate's message", |p| gate(p).message = Some("healthy on 2/2 ports".into()), false),
+            ("the gate's transition time", |p| gate(p).last_transition_time = Some(Time(crate::testkit::at(200))), false),
+            ("the gate's reason", |p| gate(p).reason = Some("Other".into()), false),
+            ("another condition (Ready)", |p| p.conditions[1].status = "False".into(), false),
+            ("the gate's status", |p| gate(p).status = "False".into(), true),
+            ("the pod IP", |p| p.pod_ip = Some("10.0.0.8".into()), true),
+            ("the node", |p| p.node_name = Some("n2".into()), true),
+            ("the ECI instance", |p| p.eci_instance_id = Some("eci-1".into()), true),
+            ("ContainersReady", |p| p.conditions[0].status = "False".into(), true),
+            ("a container port", |p| p.containers[0].ports[0].container_port = 9090, true),
+            ("a label (selectors)", |p| p.metadata.labels = Some([("app".to_string(), "db".to_string())].into()), true),
+            ("the readiness gates", |p| p.readiness_gates = [].into(), true),
+            ("deletion", |p| p.metadata.deletion_timestamp = Some(Time(crate::testkit::at(300))), true),
+            ("the grace period", |p| p.metadata.deletion_grace_period_seconds = Some(5), true),
+        ];
+        for (case, edit, triggers) in cases {
+            let before = serving();
+            let mut after = serving();
+            edit(&mut after);
+            assert_eq!(!same_to_the_plan(&before, &after), triggers, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_gate_condition_appearing_triggers() {
+        let mut before = serving();
+        let type_ = gate_condition_type("web");
+        before.conditions = before
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != type_)
+            .cloned()
+            .collect();
+        assert!(!same_to_the_plan(&before, &serving()));
     }
 }

@@ -11,4 +11,4 @@ pub mod pod;
 
 pub use meta::{annotation, controller_uid, label};
 pub use node::{CachedNode, NodeFacts};
-pub use pod::{is_controlled_by, pod_condition, CachedPod, ConditionView, PodFacts};
+pub use pod::{is_controlled_by, pod_condition, CachedPod, ConditionView, PodFacts, PortView};

@@ -144,6 +144,15 @@ pub fn rollgate_status(namespace: &str, more: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The pod's `controller-revision-hash` label (empty when it has none).
+pub fn revision_hash(p: &Pod) -> String {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("controller-revision-hash").cloned())
+        .unwrap_or_default()
+}
+
 /// The image of the pod's first container.
 pub fn image_of(p: &Pod) -> &str {
     p.spec

@@ -158,6 +158,33 @@ impl<F> GateWorld<F> {
         .await;
     }
 
+    /// Merges `annotations` into Service `name`'s (a null value removes one), as
+    /// `kubectl annotate` does.
+    pub async fn annotate_service(&self, name: &str, annotations: Value) {
+        let patch = json!({"metadata": {"annotations": annotations}});
+        self.services()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("annotating Service {name}: {e}"));
+    }
+
+    /// The load balancer rollgate created for Service `name`, as it recorded it.
+    pub async fn created_load_balancer_id(&self, name: &str) -> Option<String> {
+        let svc = self.services().get(name).await.unwrap();
+        svc.annotations()
+            .get("rollgate.io/created-load-balancer-id")
+            .cloned()
+    }
+
+    /// `kubectl scale deployment name --replicas`.
+    pub async fn scale(&self, deployment: &str, replicas: i32) {
+        let patch = json!({"spec": {"replicas": replicas}});
+        self.deployments()
+            .patch(deployment, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
     pub fn services(&self) -> Api<Service> {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
@@ -399,6 +426,36 @@ impl Bed {
     }
 
     /// Service `name` (of `class`, with `annotations`) and a Deployment `name` of
+    /// `replicas` gated on it (maxSurge 1, maxUnavailable 0), rolled out: waits until
+    /// it is, checking that no gate flipped early; returns the pods seen pending.
+    pub async fn create_ready_app(
+        &self,
+        name: &str,
+        class: Option<&str>,
+        annotations: Value,
+        replicas: i32,
+    ) -> BTreeSet<String> {
+        self.create_service(name, name, class, annotations).await;
+        self.create_deployment(name, name, replicas, &[name], 1, 0)
+            .await;
+        wait_rollout(self, name, name, name, Duration::from_secs(90)).await
+    }
+
+    /// A CLB Service `web` with `clb` annotations and an NLB Service `api` with `nlb`
+    /// annotations (and the zone maps it needs) over the same app, a Deployment `web`
+    /// of 2 gated on both; waits until it rolled out.
+    pub async fn create_clb_and_nlb_app(&self, clb: Value, mut nlb: Value) {
+        let (zone_key, zone_maps) = NLB_ZONE_MAPS;
+        nlb[zone_key] = json!(zone_maps);
+        self.create_service("web", "web", None, clb).await;
+        self.create_service("api", "web", Some("alibabacloud.com/nlb"), nlb)
+            .await;
+        self.create_deployment("web", "web", 2, &["web", "api"], 1, 0)
+            .await;
+        wait_rollout(self, "web", "web", "web", Duration::from_secs(90)).await;
+    }
+
+    /// Service `name` (of `class`, with `annotations`) and a Deployment `name` of
     /// `replicas` gated on it, whose gates rollgate must hold: waits until each of the
     /// `replicas` pods has its gate False with `reason`; returns the pods with their
     /// gate messages.
@@ -575,18 +632,7 @@ pub struct EmuBackend {
 
 /// The gate of `service` on `pod`: (status, reason, message).
 pub fn gate_status(pod: &Pod, service: &str) -> Option<(String, String, String)> {
-    let c = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == format!("{GATE_PREFIX}{service}"))?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
+    super::conditions::condition_of(pod, &format!("{GATE_PREFIX}{service}"))
 }
 
 pub fn pod_ip(pod: &Pod) -> Option<String> {
@@ -619,6 +665,17 @@ async fn check_no_early_flip<F>(
         let ok = backends
             .iter()
             .any(|b| b.ip == ip && b.port == 8080 && b.registered && b.healthy);
+        // A pod deleted between the two reads may have lost its backend in between
+        // (taken out at once when no drain holds it): that is no early flip.
+        if !ok
+            && !bed
+                .live_pods(app)
+                .await
+                .iter()
+                .any(|p| p.uid() == pod.uid())
+        {
+            continue;
+        }
         assert!(
             ok,
             "gate of {} is True ({reason}) but the emulator has no healthy backend {ip}:8080: {backends:?}",
@@ -737,6 +794,23 @@ pub async fn wait_gate<F>(
             Ok(pods)
         } else {
             Err(describe_gates(&pods, service))
+        }
+    })
+    .await
+}
+
+/// Waits until `read` gives `want`; a timeout shows the last value read.
+pub async fn wait_for_value<T, Fut>(what: &str, timeout: Duration, want: T, read: impl Fn() -> Fut)
+where
+    T: PartialEq + std::fmt::Debug,
+    Fut: std::future::Future<Output = T>,
+{
+    wait_for(what, timeout, || async {
+        let got = read().await;
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
         }
     })
     .await

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod daemonset;
+pub mod fleet;
 pub mod gated;
 pub mod ghost_ready;
 pub mod private_kwok;
@@ -499,11 +500,23 @@ impl ControllerProcess {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_binary(&controller_binary(), namespace, tag, kubeconfig, env)
+    }
+
+    /// Like `start_with`, running `binary` (a bench runs today's build and the new one
+    /// in turn).
+    pub fn start_binary(
+        binary: &std::path::Path,
+        namespace: &str,
+        tag: &str,
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{namespace}-{tag}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let child = std::process::Command::new(controller_binary())
+        let child = std::process::Command::new(binary)
             .args([
                 "controller",
                 "--watch-namespace",
@@ -1788,3 +1801,4 @@ pub async fn bound_token(
         .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
     response.status.and_then(|s| s.token).expect("a token")
 }
+pub mod conditions;

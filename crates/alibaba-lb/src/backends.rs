@@ -69,6 +69,18 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
     /// listener. A gate means something only when this is `group` itself.
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>>;
 
+    /// Throttling answers this client has had so far (retried ones included), for a
+    /// caller that paces its calls; 0 for clients that cannot be throttled.
+    fn throttled_answers(&self) -> u64 {
+        0
+    }
+
+    /// Calls this client has made so far (each retry included), for a caller that
+    /// keeps all of them inside its budget; 0 for clients that make none.
+    fn calls_made(&self) -> u64 {
+        0
+    }
+
     /// Health of each registered backend as the load balancer sees it.
     async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
         Ok(self.read_group(group).await?.health)

@@ -522,6 +522,14 @@ impl ClbClient {
 
 #[async_trait::async_trait]
 impl LoadBalancerBackends for ClbClient {
+    fn throttled_answers(&self) -> u64 {
+        self.api.throttled_answers()
+    }
+
+    fn calls_made(&self) -> u64 {
+        self.api.calls_made()
+    }
+
     fn product(&self) -> Product {
         Product::Clb
     }

@@ -33,7 +33,7 @@ pub use error::{Error, Result};
 pub use model::*;
 pub use network::{VpcCidrBlocks, VpcNetwork};
 pub use nlb::NlbClient;
-pub use retry::{RateLimit, RetryPolicy};
+pub use retry::{RateLimit, RetryPolicy, Tokens};
 pub use secret::Secret;
 pub use settings::{
     AclType, ConnectionDrain, HealthCheck, HealthCheckType, ListenerAcl, ListenerSettings,

@@ -550,6 +550,14 @@ impl NlbClient {
 
 #[async_trait::async_trait]
 impl LoadBalancerBackends for NlbClient {
+    fn throttled_answers(&self) -> u64 {
+        self.api.throttled_answers()
+    }
+
+    fn calls_made(&self) -> u64 {
+        self.api.calls_made()
+    }
+
     fn product(&self) -> Product {
         Product::Nlb
     }

@@ -64,16 +64,70 @@ impl Default for RateLimit {
     }
 }
 
+/// A token bucket's level at an instant: the pure arithmetic of [`TokenBucket`], kept
+/// apart so a scheduler can decide which call goes next without waiting on it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tokens {
+    pub level: f64,
+    pub at: Instant,
+}
+
+impl Tokens {
+    /// A full bucket (the burst) at `now`.
+    pub fn full(limit: RateLimit, now: Instant) -> Self {
+        Tokens {
+            level: limit.burst.max(1) as f64,
+            at: now,
+        }
+    }
+
+    /// Refills at the limit's rate up to its burst, as of `now` (an earlier `now`
+    /// changes nothing).
+    pub fn refill(&mut self, limit: RateLimit, now: Instant) {
+        if now > self.at {
+            let added = now.duration_since(self.at).as_secs_f64() * limit.per_second.max(0.0);
+            self.level = (self.level + added).min(limit.burst.max(1) as f64);
+            self.at = now;
+        }
+    }
+
+    /// Takes `n` tokens if they are there at `now`.
+    pub fn try_take(&mut self, limit: RateLimit, n: f64, now: Instant) -> bool {
+        self.refill(limit, now);
+        if self.level >= n {
+            self.level -= n;
+            return true;
+        }
+        false
+    }
+
+    /// Takes `n` tokens whatever the level (calls already made, or one dearer than
+    /// the burst): the debt delays the next calls until it is paid back.
+    pub fn charge(&mut self, limit: RateLimit, n: f64, now: Instant) {
+        self.refill(limit, now);
+        self.level -= n;
+    }
+
+    /// How long until `n` tokens are there (zero when they are).
+    pub fn wait_for(&self, limit: RateLimit, n: f64) -> Duration {
+        let missing = n - self.level;
+        if missing <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(missing / limit.per_second.max(0.001))
+    }
+}
+
 #[derive(Debug)]
 pub struct TokenBucket {
     limit: RateLimit,
-    state: Mutex<(f64, Instant)>,
+    state: Mutex<Tokens>,
 }
 
 impl TokenBucket {
     pub fn new(limit: RateLimit) -> Self {
         Self {
-            state: Mutex::new((limit.burst as f64, Instant::now())),
+            state: Mutex::new(Tokens::full(limit, Instant::now())),
             limit,
         }
     }
@@ -82,18 +136,11 @@ impl TokenBucket {
     pub async fn acquire(&self) {
         loop {
             let wait = {
-                let mut state = self.state.lock().await;
-                let now = Instant::now();
-                let (tokens, last) = *state;
-                let refilled = (tokens
-                    + now.duration_since(last).as_secs_f64() * self.limit.per_second)
-                    .min(self.limit.burst.max(1) as f64);
-                if refilled >= 1.0 {
-                    *state = (refilled - 1.0, now);
+                let mut tokens = self.state.lock().await;
+                if tokens.try_take(self.limit, 1.0, Instant::now()) {
                     return;
                 }
-                *state = (refilled, now);
-                Duration::from_secs_f64((1.0 - refilled) / self.limit.per_second.max(0.001))
+                tokens.wait_for(self.limit, 1.0)
             };
             tokio::time::sleep(wait).await;
         }
@@ -154,5 +201,27 @@ mod tests {
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_millis(490), "{elapsed:?}");
         assert!(elapsed < Duration::from_millis(700), "{elapsed:?}");
+    }
+
+    #[test]
+    fn tokens_refill_to_the_burst_take_when_there_and_charge_into_debt() {
+        let limit = RateLimit {
+            per_second: 10.0,
+            burst: 4,
+        };
+        let start = Instant::now();
+        let mut tokens = Tokens::full(limit, start);
+        assert!(tokens.try_take(limit, 3.0, start));
+        assert!(!tokens.try_take(limit, 2.0, start), "1 left");
+        let close = |wait: Duration, seconds: f64| (wait.as_secs_f64() - seconds).abs() < 1e-6;
+        assert!(close(tokens.wait_for(limit, 2.0), 0.1));
+        assert!(tokens.try_take(limit, 2.0, start + Duration::from_millis(100)));
+        // A long pause refills to the burst only.
+        tokens.refill(limit, start + Duration::from_secs(60));
+        assert_eq!(tokens.level, 4.0);
+        // Calls made without asking: a debt, paid back before the next call.
+        tokens.charge(limit, 20.0, start + Duration::from_secs(60));
+        assert_eq!(tokens.level, -16.0);
+        assert!(close(tokens.wait_for(limit, 1.0), 1.7));
     }
 }

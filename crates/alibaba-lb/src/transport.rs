@@ -1,6 +1,7 @@
 //! Sends one signed API call, with rate limiting and retries, and turns the answer
 //! into a typed body or an [`Error`] naming the action and RequestId.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -31,6 +32,12 @@ pub struct ApiClient {
     credentials: Arc<dyn CredentialProvider>,
     retry: RetryPolicy,
     limiter: Arc<TokenBucket>,
+    /// Throttling answers received, retried ones included: a caller's scheduler reads
+    /// it to slow down before the retries run out.
+    throttled: AtomicU64,
+    /// Calls sent (or waiting on the rate limiter to be sent), each retry included: a
+    /// caller's scheduler counts them against its budget, whatever made them.
+    calls: AtomicU64,
 }
 
 impl ApiClient {
@@ -50,7 +57,19 @@ impl ApiClient {
             credentials,
             retry: config.retry.clone(),
             limiter: Arc::new(TokenBucket::new(config.rate_limit)),
+            throttled: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
         })
+    }
+
+    /// Throttling answers received so far (each retry's included).
+    pub fn throttled_answers(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
+    }
+
+    /// Calls made so far (each retry included).
+    pub fn calls_made(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Calls `action`, retrying throttling, 5xx and transport failures with backoff.
@@ -63,7 +82,14 @@ impl ApiClient {
     ) -> Result<Answer<T>> {
         let mut attempt = 1;
         loop {
-            match self.call_once(action, query, form).await {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let result = self.call_once(action, query, form).await;
+            if let Err(error) = &result {
+                if error.is_throttling() {
+                    self.throttled.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match result {
                 Ok(answer) => return Ok(answer),
                 Err(error) if error.is_retryable() && attempt < self.retry.max_attempts => {
                     let delay = self.retry.delay(attempt);

@@ -10,12 +10,14 @@
 //! elastic container instances (`ecis`), and the server certificates HTTPS listeners
 //! name (`server-certificates`). An IP no ENI holds is simply not registered.
 //! `calls` reports calls and throttled calls per action; `rate-limits` turns the
-//! per-action API rate limits (`quota`) on or off and sets explicit limits.
+//! per-action API rate limits (`quota`) on or off and sets explicit limits;
+//! `call-log` lists every call with the load balancer it named (`call_log`).
 //!
 //! `testing` is the setup every test against the emulator shares (its key, a client
 //! configuration, the control calls).
 
 mod auth;
+pub mod call_log;
 pub mod config;
 pub mod quota;
 pub mod testing;
@@ -28,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -59,6 +61,7 @@ struct Shared {
     /// Tokens handed out by `PUT /latest/api/token`.
     metadata_tokens: Mutex<Vec<String>>,
     rate_limiter: Mutex<quota::RateLimiter>,
+    call_log: Mutex<call_log::CallLog>,
 }
 
 type AppState = Arc<Shared>;
@@ -127,6 +130,7 @@ pub async fn run(
             config.api_rate_limits,
             config.api_rate_limit_overrides.clone(),
         )),
+        call_log: Mutex::new(call_log::CallLog::default()),
         config,
         metadata_tokens: Mutex::new(vec![]),
     });
@@ -136,6 +140,7 @@ pub async fn run(
         .route("/_emulator/timeline", get(control_timeline))
         .route("/_emulator/faults", post(control_faults))
         .route("/_emulator/calls", get(control_calls))
+        .route("/_emulator/call-log", get(control_call_log))
         .route("/_emulator/rate-limits", post(control_rate_limits))
         .route("/_emulator/jobs", post(control_jobs))
         .route("/_emulator/timing", post(control_timing))
@@ -330,6 +335,18 @@ async fn api(
                 &call_region,
                 &account,
             );
+        let at = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        shared
+            .call_log
+            .lock()
+            .expect("call log lock")
+            .push(call_log::CallRecord::new(
+                at,
+                product,
+                &verified.action,
+                |name| params.get(name).cloned(),
+                !admitted,
+            ));
         if !admitted {
             let error = ApiError::new(
                 400,
@@ -509,6 +526,26 @@ async fn control_timeline(State(shared): State<AppState>) -> Json<Value> {
 async fn control_calls(State(shared): State<AppState>) -> Json<Value> {
     let limiter = shared.rate_limiter.lock().expect("rate limiter lock");
     Json(limiter.snapshot(std::time::Instant::now()))
+}
+
+#[derive(Deserialize)]
+struct CallLogQuery {
+    #[serde(default)]
+    since: usize,
+}
+
+/// `GET /_emulator/call-log?since=N`: the call records from index N on, one page.
+async fn control_call_log(
+    State(shared): State<AppState>,
+    Query(query): Query<CallLogQuery>,
+) -> Json<Value> {
+    Json(
+        shared
+            .call_log
+            .lock()
+            .expect("call log lock")
+            .page(query.since),
+    )
 }
 
 #[derive(Deserialize)]

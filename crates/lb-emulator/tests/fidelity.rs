@@ -71,6 +71,79 @@ impl Bed {
         lb["LoadBalancerId"].as_str().unwrap().to_string()
     }
 
+    /// A raw `CreateVServerGroup` named `name` in `lb`.
+    async fn vserver_group(&self, lb: &str, name: &str) -> Result<Value> {
+        self.call(
+            Service::Clb,
+            "CreateVServerGroup",
+            &[("LoadBalancerId", lb), ("VServerGroupName", name)],
+        )
+        .await
+    }
+
+    /// A raw CLB listener create (`action`, one per protocol) on `port` of `lb`, with
+    /// `Bandwidth` -1 (no cap) and `extra` parameters.
+    async fn clb_listener(
+        &self,
+        action: &str,
+        lb: &str,
+        port: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<Value> {
+        let mut pairs = vec![
+            ("LoadBalancerId", lb),
+            ("ListenerPort", port),
+            ("Bandwidth", "-1"),
+        ];
+        pairs.extend_from_slice(extra);
+        self.call(Service::Clb, action, &pairs).await
+    }
+
+    /// An `slb.s1.small` instance with a TCP and a UDP listener on port 53: the port
+    /// whose calls must name the protocol.
+    async fn clb_with_two_protocols_on_53(&self) -> String {
+        let lb = self.clb_instance(Some("slb.s1.small")).await;
+        for action in [
+            "CreateLoadBalancerTCPListener",
+            "CreateLoadBalancerUDPListener",
+        ] {
+            self.clb_listener(action, &lb, "53", &[]).await.unwrap();
+        }
+        lb
+    }
+
+    /// A raw `DescribeLoadBalancer<protocol>ListenerAttribute` of `port` on `lb`.
+    async fn clb_listener_attribute(&self, protocol: &str, lb: &str, port: &str) -> Result<Value> {
+        let action = format!("DescribeLoadBalancer{protocol}ListenerAttribute");
+        self.call(
+            Service::Clb,
+            &action,
+            &[("LoadBalancerId", lb), ("ListenerPort", port)],
+        )
+        .await
+    }
+
+    /// A raw `DescribeLoadBalancerAttribute` of `lb`.
+    async fn clb_attribute(&self, lb: &str) -> Result<Value> {
+        self.call(
+            Service::Clb,
+            "DescribeLoadBalancerAttribute",
+            &[("LoadBalancerId", lb)],
+        )
+        .await
+    }
+
+    /// A raw `action` (add, remove) on the backend servers of CLB group `group`.
+    async fn clb_servers(&self, action: &str, group: &str, servers: &[Value]) -> Result<Value> {
+        let servers = serde_json::to_string(servers).unwrap();
+        self.call(
+            Service::Clb,
+            action,
+            &[("VServerGroupId", group), ("BackendServers", &servers)],
+        )
+        .await
+    }
+
     /// Calls of `action` the emulator has answered so far.
     async fn calls(&self, action: &str) -> u64 {
         let state = testing::control(&self.emu.base_url(), "state", None).await;
@@ -156,9 +229,7 @@ fn refused<T: std::fmt::Debug>(result: Result<T>, status: u16, code: &str) {
     }
 }
 
-fn servers_json(items: &[Value]) -> String {
-    serde_json::to_string(items).unwrap()
-}
+const ADD_SERVERS: &str = "AddVServerGroupBackendServers";
 
 // ------------------------------------------------------------------ CLB
 
@@ -190,24 +261,13 @@ async fn clb_add_takes_at_most_20_backends_per_call() {
         let eni = bed.eni(&ip, lb_emulator::DEFAULT_VPC_ID, "InUse").await;
         items.push(json!({"ServerId": eni, "Type": "eni", "ServerIp": ip, "Port": "80"}));
     }
-    let add = |items: String| {
-        let group = group.server_group_id.clone();
-        let bed = &bed;
-        async move {
-            bed.call(
-                Service::Clb,
-                "AddVServerGroupBackendServers",
-                &[("VServerGroupId", &group), ("BackendServers", &items)],
-            )
-            .await
-        }
-    };
+    let add = |items| bed.clb_servers(ADD_SERVERS, &group.server_group_id, items);
     refused(
-        add(servers_json(&items)).await,
+        add(&items[..]).await,
         400,
         "InvalidParameter.BackendServers",
     );
-    add(servers_json(&items[..20])).await.unwrap();
+    add(&items[..20]).await.unwrap();
 }
 
 #[tokio::test]
@@ -217,17 +277,10 @@ async fn clb_eni_and_eci_backends_need_server_ip() {
     let eni = bed
         .eni("10.0.3.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
         .await;
-    let without_ip = servers_json(&[json!({"ServerId": eni, "Type": "eni", "Port": 80})]);
+    let without_ip = [json!({"ServerId": eni, "Type": "eni", "Port": 80})];
     refused(
-        bed.call(
-            Service::Clb,
-            "AddVServerGroupBackendServers",
-            &[
-                ("VServerGroupId", &group.server_group_id),
-                ("BackendServers", &without_ip),
-            ],
-        )
-        .await,
+        bed.clb_servers(ADD_SERVERS, &group.server_group_id, &without_ip)
+            .await,
         400,
         "InvalidParameter.ServerIp",
     );
@@ -267,19 +320,10 @@ async fn clb_add_refuses_an_eni_that_does_not_exist() {
 async fn clb_server_id_must_match_its_type() {
     let bed = Bed::new().await;
     let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
-    let wrong = servers_json(&[
-        json!({"ServerId": "i-bp1", "Type": "eni", "ServerIp": "10.0.6.1", "Port": 80}),
-    ]);
+    let wrong = [json!({"ServerId": "i-bp1", "Type": "eni", "ServerIp": "10.0.6.1", "Port": 80})];
     refused(
-        bed.call(
-            Service::Clb,
-            "AddVServerGroupBackendServers",
-            &[
-                ("VServerGroupId", &group.server_group_id),
-                ("BackendServers", &wrong),
-            ],
-        )
-        .await,
+        bed.clb_servers(ADD_SERVERS, &group.server_group_id, &wrong)
+            .await,
         400,
         "InvalidServerId.NotExist",
     );
@@ -386,32 +430,23 @@ async fn clb_weight_is_0_to_100_and_a_backend_is_given_once() {
         .eni("10.0.11.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
         .await;
     let item = |weight: &str| json!({"ServerId": eni, "Type": "eni", "ServerIp": "10.0.11.1", "Port": "80", "Weight": weight});
-    let send = |servers: String| {
-        let group = group.server_group_id.clone();
-        let bed = &bed;
-        async move {
-            bed.call(
-                Service::Clb,
-                "AddVServerGroupBackendServers",
-                &[("VServerGroupId", &group), ("BackendServers", &servers)],
-            )
-            .await
-        }
-    };
+    let (bed, group) = (&bed, &group.server_group_id);
+    let send =
+        |servers: Vec<Value>| async move { bed.clb_servers(ADD_SERVERS, group, &servers).await };
     refused(
-        send(servers_json(&[item("101")])).await,
+        send(vec![item("101")]).await,
         400,
         "InvalidParameter.BackendServers",
     );
     refused(
-        send(servers_json(&[item("100"), item("50")])).await,
+        send(vec![item("100"), item("50")]).await,
         400,
         "InvalidParameter.BackendServers",
     );
-    send(servers_json(&[item("0")])).await.unwrap();
+    send(vec![item("0")]).await.unwrap();
     // Already in the group.
     refused(
-        send(servers_json(&[item("0")])).await,
+        send(vec![item("0")]).await,
         400,
         "BackendServer.AlreadyExist",
     );
@@ -421,33 +456,18 @@ async fn clb_weight_is_0_to_100_and_a_backend_is_given_once() {
 async fn clb_remove_ignores_backends_not_in_the_group() {
     let bed = Bed::new().await;
     let (_, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
-    let absent = servers_json(&[
-        json!({"ServerId": "eni-gone", "Type": "eni", "ServerIp": "10.0.12.1", "Port": 80}),
-    ]);
-    bed.call(
-        Service::Clb,
-        "RemoveVServerGroupBackendServers",
-        &[
-            ("VServerGroupId", &group.server_group_id),
-            ("BackendServers", &absent),
-        ],
-    )
-    .await
-    .unwrap();
+    let (bed, group) = (&bed, &group.server_group_id);
+    let remove = |servers: Value| async move {
+        bed.clb_servers("RemoveVServerGroupBackendServers", group, &[servers])
+            .await
+    };
+    remove(json!({"ServerId": "eni-gone", "Type": "eni", "ServerIp": "10.0.12.1", "Port": 80}))
+        .await
+        .unwrap();
     // ... but the type rules still hold.
-    let ip_type = servers_json(&[
-        json!({"ServerId": "10.0.12.1", "Type": "ip", "ServerIp": "10.0.12.1", "Port": 80}),
-    ]);
     refused(
-        bed.call(
-            Service::Clb,
-            "RemoveVServerGroupBackendServers",
-            &[
-                ("VServerGroupId", &group.server_group_id),
-                ("BackendServers", &ip_type),
-            ],
-        )
-        .await,
+        remove(json!({"ServerId": "10.0.12.1", "Type": "ip", "ServerIp": "10.0.12.1", "Port": 80}))
+            .await,
         400,
         "BackendServer.InvalidType",
     );
@@ -471,22 +491,9 @@ async fn clb_set_weights_refuses_type_ip() {
 #[tokio::test]
 async fn clb_group_and_instance_names_have_the_documented_shape() {
     let bed = Bed::new().await;
-    let lb = bed
-        .call(
-            Service::Clb,
-            "CreateLoadBalancer",
-            &[("LoadBalancerSpec", "slb.s1.small")],
-        )
-        .await
-        .unwrap();
-    let lb = lb["LoadBalancerId"].as_str().unwrap();
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
     refused(
-        bed.call(
-            Service::Clb,
-            "CreateVServerGroup",
-            &[("LoadBalancerId", lb), ("VServerGroupName", "k8s 80 web")],
-        )
-        .await,
+        bed.vserver_group(&lb, "k8s 80 web").await,
         400,
         "InvalidParameter.VServerGroupName",
     );
@@ -515,26 +522,9 @@ async fn clb_group_and_instance_names_have_the_documented_shape() {
 #[tokio::test]
 async fn clb_tcp_listener_needs_bandwidth_and_a_group_of_its_own_instance() {
     let bed = Bed::new().await;
-    let create_lb = || async {
-        let lb = bed
-            .call(
-                Service::Clb,
-                "CreateLoadBalancer",
-                &[("LoadBalancerSpec", "slb.s1.small")],
-            )
-            .await
-            .unwrap();
-        lb["LoadBalancerId"].as_str().unwrap().to_string()
-    };
-    let (lb, other) = (create_lb().await, create_lb().await);
-    let group = bed
-        .call(
-            Service::Clb,
-            "CreateVServerGroup",
-            &[("LoadBalancerId", &other), ("VServerGroupName", "g")],
-        )
-        .await
-        .unwrap();
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let other = bed.clb_instance(Some("slb.s1.small")).await;
+    let group = bed.vserver_group(&other, "g").await.unwrap();
     let group = group["VServerGroupId"].as_str().unwrap();
     let listener = |bandwidth: Option<&'static str>, group: &str| {
         let mut p = vec![
@@ -570,31 +560,8 @@ async fn clb_tcp_listener_needs_bandwidth_and_a_group_of_its_own_instance() {
 #[tokio::test]
 async fn clb_health_of_a_port_with_two_protocols_needs_the_protocol() {
     let bed = Bed::new().await;
-    let lb = bed
-        .call(
-            Service::Clb,
-            "CreateLoadBalancer",
-            &[("LoadBalancerSpec", "slb.s1.small")],
-        )
-        .await
-        .unwrap();
-    let lb = lb["LoadBalancerId"].as_str().unwrap();
-    for action in [
-        "CreateLoadBalancerTCPListener",
-        "CreateLoadBalancerUDPListener",
-    ] {
-        bed.call(
-            Service::Clb,
-            action,
-            &[
-                ("LoadBalancerId", lb),
-                ("ListenerPort", "53"),
-                ("Bandwidth", "-1"),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    let lb = bed.clb_with_two_protocols_on_53().await;
+    let lb = lb.as_str();
     refused(
         bed.call(
             Service::Clb,
@@ -658,17 +625,8 @@ async fn clb_delete_of_an_unknown_load_balancer_is_not_found() {
 #[tokio::test]
 async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
     let bed = Bed::new().await;
-    let describe = |id: String| {
-        let bed = &bed;
-        async move {
-            bed.call(
-                Service::Clb,
-                "DescribeLoadBalancerAttribute",
-                &[("LoadBalancerId", &id)],
-            )
-            .await
-        }
-    };
+    let bed = &bed;
+    let describe = |id: String| async move { bed.clb_attribute(&id).await };
     refused(
         describe("lb-nosuch".into()).await,
         400,
@@ -691,18 +649,11 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
     // The client reads them when it attaches, so rollgate can tell a shared instance.
     for (spec, takes) in [(None, false), (Some("slb.s1.small"), true)] {
         let existing = bed.clb_instance(spec).await;
+        let mut attach = bare_spec("attached");
+        attach.existing_id = Some(existing);
         let lb = bed
             .client(Product::Clb, None)
-            .ensure_load_balancer(&LoadBalancerSpec {
-                clb_instance: Default::default(),
-                tags: Default::default(),
-                name: "attached".into(),
-                existing_id: Some(existing),
-                address_type: AddressType::Internet,
-                vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
-                zones: vec![],
-                listeners: vec![],
-            })
+            .ensure_load_balancer(&attach)
             .await
             .unwrap();
         let instance = lb.clb_instance.expect("CLB answers carry the instance");
@@ -721,51 +672,28 @@ async fn clb_load_balancer_attribute_needs_a_known_id_and_reports_the_spec() {
 async fn clb_listener_attribute_needs_a_port_in_range_and_a_listener_of_its_protocol() {
     let bed = Bed::new().await;
     let lb = bed.clb_instance(Some("slb.s1.small")).await;
-    bed.call(
-        Service::Clb,
-        "CreateLoadBalancerUDPListener",
-        &[
-            ("LoadBalancerId", &lb),
-            ("ListenerPort", "53"),
-            ("Bandwidth", "-1"),
-        ],
-    )
-    .await
-    .unwrap();
-    let attribute = |action: &'static str, port: &'static str| {
-        let (bed, lb) = (&bed, lb.clone());
-        async move {
-            bed.call(
-                Service::Clb,
-                action,
-                &[("LoadBalancerId", &lb), ("ListenerPort", port)],
-            )
-            .await
-        }
-    };
-    for action in [
-        "DescribeLoadBalancerTCPListenerAttribute",
-        "DescribeLoadBalancerUDPListenerAttribute",
-    ] {
+    bed.clb_listener("CreateLoadBalancerUDPListener", &lb, "53", &[])
+        .await
+        .unwrap();
+    let attribute = |protocol, port| bed.clb_listener_attribute(protocol, &lb, port);
+    for protocol in ["TCP", "UDP"] {
         refused(
-            attribute(action, "0").await,
+            attribute(protocol, "0").await,
             400,
             "InvalidParameter.ListenerPort",
         );
         refused(
-            attribute(action, "65536").await,
+            attribute(protocol, "65536").await,
             400,
             "InvalidParameter.ListenerPort",
         );
     }
     refused(
-        attribute("DescribeLoadBalancerTCPListenerAttribute", "53").await,
+        attribute("TCP", "53").await,
         400,
         "InvalidParameter.ListenerNotFound",
     );
-    let udp = attribute("DescribeLoadBalancerUDPListenerAttribute", "53")
-        .await
-        .unwrap();
+    let udp = attribute("UDP", "53").await.unwrap();
     assert_eq!(udp["ListenerPort"], 53);
 }
 
@@ -851,23 +779,7 @@ async fn clb_vserver_group_attribute_needs_a_region_and_a_known_group() {
 #[tokio::test]
 async fn clb_start_listener_of_a_port_with_two_protocols_needs_the_protocol() {
     let bed = Bed::new().await;
-    let lb = bed.clb_instance(Some("slb.s1.small")).await;
-    for action in [
-        "CreateLoadBalancerTCPListener",
-        "CreateLoadBalancerUDPListener",
-    ] {
-        bed.call(
-            Service::Clb,
-            action,
-            &[
-                ("LoadBalancerId", &lb),
-                ("ListenerPort", "53"),
-                ("Bandwidth", "-1"),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    let lb = bed.clb_with_two_protocols_on_53().await;
     let start = |pairs: Vec<(&'static str, &'static str)>| {
         let (bed, lb) = (&bed, lb.clone());
         async move {
@@ -1482,29 +1394,52 @@ async fn nlb_listener_health_needs_a_known_listener() {
     client.read_group(&group).await.unwrap();
 }
 
+/// The rules NLB's list calls share: `action` refuses 21 of each of `id_lists`
+/// (`Prefix.N`, each a distinct `value-N`) and takes 20, and refuses each one of `bad`
+/// (a parameter and a value out of its range) given alone.
+async fn nlb_list_limits(
+    bed: &Bed,
+    action: &str,
+    id_lists: [&str; 2],
+    value: &str,
+    bad: [(&str, &str); 2],
+) {
+    let list = |owned: Vec<(String, String)>| async move {
+        bed.call(Service::Nlb, action, &as_pairs(&owned)).await
+    };
+    for prefix in id_lists {
+        refused(list(numbered(prefix, value, 21)).await, 400, "IllegalParam");
+        list(numbered(prefix, value, 20)).await.unwrap();
+    }
+    for (key, value) in bad {
+        refused(list(one(key, value)).await, 400, "IllegalParam");
+    }
+}
+
+/// One owned parameter.
+fn one(key: &str, value: &str) -> Vec<(String, String)> {
+    vec![(key.to_string(), value.to_string())]
+}
+
 #[tokio::test]
 async fn nlb_list_listeners_takes_at_most_20_ids_and_a_documented_protocol() {
     let bed = Bed::new().await;
-    let list = |owned: Vec<(String, String)>| {
-        let bed = &bed;
-        async move {
-            bed.call(Service::Nlb, "ListListeners", &as_pairs(&owned))
-                .await
-        }
-    };
-    for prefix in ["LoadBalancerIds", "ListenerIds"] {
-        refused(list(numbered(prefix, "id", 21)).await, 400, "IllegalParam");
-        list(numbered(prefix, "id", 20)).await.unwrap();
-    }
-    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-    refused(
-        list(one("ListenerProtocol", "HTTP")).await,
-        400,
-        "IllegalParam",
-    );
-    refused(list(one("MaxResults", "101")).await, 400, "IllegalParam");
+    let bad = [("ListenerProtocol", "HTTP"), ("MaxResults", "101")];
+    nlb_list_limits(
+        &bed,
+        "ListListeners",
+        ["LoadBalancerIds", "ListenerIds"],
+        "id",
+        bad,
+    )
+    .await;
     let (_, group) = bed.group(Product::Nlb, None).await;
-    let found = list(one("LoadBalancerIds.1", &group.load_balancer_id))
+    let found = bed
+        .call(
+            Service::Nlb,
+            "ListListeners",
+            &[("LoadBalancerIds.1", &group.load_balancer_id)],
+        )
         .await
         .unwrap();
     assert_eq!(found["Listeners"].as_array().unwrap().len(), 1);
@@ -1513,6 +1448,9 @@ async fn nlb_list_listeners_takes_at_most_20_ids_and_a_documented_protocol() {
 #[tokio::test]
 async fn nlb_list_server_groups_takes_at_most_20_ids_or_names_and_a_documented_type() {
     let bed = Bed::new().await;
+    let bad = [("ServerGroupType", "Eni"), ("MaxResults", "0")];
+    let id_lists = ["ServerGroupIds", "ServerGroupNames"];
+    nlb_list_limits(&bed, "ListServerGroups", id_lists, "g", bad).await;
     let list = |owned: Vec<(String, String)>| {
         let bed = &bed;
         async move {
@@ -1520,17 +1458,6 @@ async fn nlb_list_server_groups_takes_at_most_20_ids_or_names_and_a_documented_t
                 .await
         }
     };
-    for prefix in ["ServerGroupIds", "ServerGroupNames"] {
-        refused(list(numbered(prefix, "g", 21)).await, 400, "IllegalParam");
-        list(numbered(prefix, "g", 20)).await.unwrap();
-    }
-    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-    refused(
-        list(one("ServerGroupType", "Eni")).await,
-        400,
-        "IllegalParam",
-    );
-    refused(list(one("MaxResults", "0")).await, 400, "IllegalParam");
     bed.group(Product::Nlb, None).await;
     let ip_groups = list(one("ServerGroupType", "Ip")).await.unwrap();
     assert_eq!(ip_groups["ServerGroups"].as_array().unwrap().len(), 1);
@@ -1620,106 +1547,76 @@ async fn ensure_with(
     existing: Option<String>,
     settings: ListenerSettings,
 ) -> LoadBalancer {
-    client
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "fidelity-settings".into(),
-            existing_id: existing,
-            address_type: AddressType::Internet,
-            vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
-            zones: vec![
-                ZoneVSwitch {
-                    zone_id: "cn-hangzhou-h".into(),
-                    vswitch_id: "vsw-h".into(),
-                },
-                ZoneVSwitch {
-                    zone_id: "cn-hangzhou-i".into(),
-                    vswitch_id: "vsw-i".into(),
-                },
-            ],
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "k8s-80-settings".into(),
-                former_group_name: None,
-                settings,
-            }],
-        })
-        .await
-        .unwrap()
+    // Two zones (cn-hangzhou-h and -i), which NLB needs.
+    let mut spec = testing::spec(
+        "fidelity-settings",
+        lb_emulator::DEFAULT_VPC_ID,
+        "k8s-80-settings",
+    );
+    spec.existing_id = existing;
+    spec.listeners[0].settings = settings;
+    client.ensure_load_balancer(&spec).await.unwrap()
+}
+
+/// A new Internet load balancer `name` in the default VPC, without zones or listeners.
+fn bare_spec(name: &str) -> LoadBalancerSpec {
+    let mut spec = testing::spec(name, lb_emulator::DEFAULT_VPC_ID, "");
+    spec.zones.clear();
+    spec.listeners.clear();
+    spec
 }
 
 #[tokio::test]
 async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() {
     let bed = Bed::new().await;
-    let lb = bed
-        .call(
-            Service::Clb,
-            "CreateLoadBalancer",
-            &[("LoadBalancerSpec", "slb.s1.small")],
-        )
-        .await
-        .unwrap();
-    let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let (bed, lb) = (&bed, &lb);
     let tcp = |extra: &[(&'static str, &'static str)]| {
-        let mut p = vec![
-            ("LoadBalancerId", lb.as_str()),
-            ("ListenerPort", "81"),
-            ("Bandwidth", "-1"),
-        ];
-        p.extend_from_slice(extra);
-        let bed = &bed;
+        let extra = extra.to_vec();
         async move {
-            bed.call(Service::Clb, "CreateLoadBalancerTCPListener", &p)
+            bed.clb_listener("CreateLoadBalancerTCPListener", lb, "81", &extra)
                 .await
         }
     };
-    refused(
-        tcp(&[("HealthCheckInterval", "51")]).await,
-        400,
-        "InvalidParameter.HealthCheckInterval",
-    );
-    refused(
-        tcp(&[("HealthyThreshold", "1")]).await,
-        400,
-        "InvalidParameter.HealthyThreshold",
-    );
-    refused(
-        tcp(&[("HealthCheckConnectTimeout", "301")]).await,
-        400,
-        "InvalidParameter.HealthCheckConnectTimeout",
-    );
-    refused(
-        tcp(&[("HealthCheckURI", "healthz")]).await,
-        400,
-        "InvalidParameter.HealthCheckURI",
-    );
-    refused(
-        tcp(&[("HealthCheckHttpCode", "http_200")]).await,
-        400,
-        "InvalidParameter.HealthCheckHttpCode",
-    );
-    refused(
-        tcp(&[("ConnectionDrainTimeout", "901")]).await,
-        400,
-        "InvalidParameter.ConnectionDrainTimeout",
-    );
-    refused(
-        tcp(&[("ConnectionDrain", "on")]).await,
-        400,
-        "MissingParameter",
-    );
+    // (the parameter, a value out of range, the code expected)
+    for (name, value, code) in [
+        (
+            "HealthCheckInterval",
+            "51",
+            "InvalidParameter.HealthCheckInterval",
+        ),
+        ("HealthyThreshold", "1", "InvalidParameter.HealthyThreshold"),
+        (
+            "HealthCheckConnectTimeout",
+            "301",
+            "InvalidParameter.HealthCheckConnectTimeout",
+        ),
+        (
+            "HealthCheckURI",
+            "healthz",
+            "InvalidParameter.HealthCheckURI",
+        ),
+        (
+            "HealthCheckHttpCode",
+            "http_200",
+            "InvalidParameter.HealthCheckHttpCode",
+        ),
+        (
+            "ConnectionDrainTimeout",
+            "901",
+            "InvalidParameter.ConnectionDrainTimeout",
+        ),
+        // The switch on without its timeout.
+        ("ConnectionDrain", "on", "MissingParameter"),
+    ] {
+        refused(tcp(&[(name, value)]).await, 400, code);
+    }
     let udp = bed
-        .call(
-            Service::Clb,
+        .clb_listener(
             "CreateLoadBalancerUDPListener",
-            &[
-                ("LoadBalancerId", &lb),
-                ("ListenerPort", "53"),
-                ("Bandwidth", "-1"),
-                ("HealthCheckURI", "/"),
-            ],
+            lb,
+            "53",
+            &[("HealthCheckURI", "/")],
         )
         .await;
     refused(udp, 400, "InvalidParameter.HealthCheckURI");
@@ -1735,18 +1632,8 @@ async fn clb_listener_health_check_and_drain_are_checked_stored_and_set_again() 
     // Through the client: created with the settings, read back, changed, read back.
     let client = bed.client(Product::Clb, Some("slb.s1.small"));
     let made = ensure_with(&client, None, checked("/healthz", 60)).await;
-    let describe = || {
-        let (bed, id) = (&bed, made.id.clone());
-        async move {
-            bed.call(
-                Service::Clb,
-                "DescribeLoadBalancerTCPListenerAttribute",
-                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
-            )
-            .await
-            .unwrap()
-        }
-    };
+    let (bed, id) = (&bed, &made.id);
+    let describe = || async move { bed.clb_listener_attribute("TCP", id, "80").await.unwrap() };
     let read = describe().await;
     assert_eq!(read["HealthCheckType"], "http");
     assert_eq!(read["HealthCheckURI"], "/healthz");
@@ -1833,11 +1720,7 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
     .await
     .unwrap();
     let read = bed
-        .call(
-            Service::Clb,
-            "DescribeLoadBalancerHTTPSListenerAttribute",
-            &[("LoadBalancerId", &lb), ("ListenerPort", "443")],
-        )
+        .clb_listener_attribute("HTTPS", &lb, "443")
         .await
         .unwrap();
     assert_eq!(read["ServerCertificateId"], "cert-held");
@@ -1853,38 +1736,24 @@ async fn clb_http_and_https_listeners_need_their_switch_and_a_held_certificate()
         settings.server_certificate_id = Some("cert-held".into());
         settings
     };
-    let spec = |existing: Option<String>, settings| LoadBalancerSpec {
-        clb_instance: Default::default(),
-        tags: Default::default(),
-        name: "fidelity-https".into(),
-        existing_id: existing,
-        address_type: AddressType::Internet,
-        vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
-        zones: vec![],
-        listeners: vec![ListenerSpec {
-            port: 80,
-            protocol: ListenerProtocol::Https,
-            server_group_name: "k8s-80-https".into(),
-            former_group_name: None,
-            settings,
-        }],
+    let spec = |existing: Option<String>, settings| {
+        let mut spec = testing::spec(
+            "fidelity-https",
+            lb_emulator::DEFAULT_VPC_ID,
+            "k8s-80-https",
+        );
+        spec.zones.clear();
+        spec.existing_id = existing;
+        spec.listeners[0].protocol = ListenerProtocol::Https;
+        spec.listeners[0].settings = settings;
+        spec
     };
     let made = client
         .ensure_load_balancer(&spec(None, https("/healthz", 7)))
         .await
         .unwrap();
-    let describe = || {
-        let (bed, id) = (&bed, made.id.clone());
-        async move {
-            bed.call(
-                Service::Clb,
-                "DescribeLoadBalancerHTTPSListenerAttribute",
-                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
-            )
-            .await
-            .unwrap()
-        }
-    };
+    let (bed, id) = (&bed, &made.id);
+    let describe = || async move { bed.clb_listener_attribute("HTTPS", id, "80").await.unwrap() };
     let read = describe().await;
     assert_eq!(read["ServerCertificateId"], "cert-held", "{read}");
     assert_eq!(read["HealthCheckURI"], "/healthz");
@@ -2084,17 +1953,7 @@ async fn create_load_balancer_is_idempotent_by_client_token() {
                 .call(
                     Service::Nlb,
                     "CreateLoadBalancer",
-                    &[
-                        ("LoadBalancerName", "web"),
-                        ("LoadBalancerType", "Network"),
-                        ("AddressType", "Internet"),
-                        ("VpcId", "vpc-1"),
-                        ("ZoneMappings.1.ZoneId", "z1"),
-                        ("ZoneMappings.1.VSwitchId", "vsw-1"),
-                        ("ZoneMappings.2.ZoneId", "z2"),
-                        ("ZoneMappings.2.VSwitchId", "vsw-2"),
-                        ("ClientToken", token),
-                    ],
+                    &nlb_create_pairs(&[], &[("LoadBalancerName", "web"), ("ClientToken", token)]),
                 )
                 .await
                 .unwrap();
@@ -2125,29 +1984,14 @@ async fn create_load_balancer_is_idempotent_by_client_token() {
 #[tokio::test]
 async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
     let bed = Bed::new().await;
-    let lb = bed
-        .call(Service::Clb, "CreateLoadBalancer", &[])
-        .await
-        .unwrap();
-    let lb = lb["LoadBalancerId"].as_str().unwrap().to_string();
-    let group = bed
-        .call(
-            Service::Clb,
-            "CreateVServerGroup",
-            &[("LoadBalancerId", &lb), ("VServerGroupName", "g")],
-        )
-        .await
-        .unwrap();
+    let lb = bed.clb_instance(None).await;
+    let group = bed.vserver_group(&lb, "g").await.unwrap();
     let group = group["VServerGroupId"].as_str().unwrap().to_string();
-    bed.call(
-        Service::Clb,
+    bed.clb_listener(
         "CreateLoadBalancerTCPListener",
-        &[
-            ("LoadBalancerId", &lb),
-            ("ListenerPort", "80"),
-            ("Bandwidth", "-1"),
-            ("VServerGroupId", &group),
-        ],
+        &lb,
+        "80",
+        &[("VServerGroupId", &group)],
     )
     .await
     .unwrap();
@@ -2182,31 +2026,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
 
     let nlb = bed.client(Product::Nlb, None);
     let made = nlb
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "nlb-row-46".into(),
-            existing_id: None,
-            address_type: AddressType::Internet,
-            vpc_id: Some("vpc-1".into()),
-            zones: vec![
-                ZoneVSwitch {
-                    zone_id: "z1".into(),
-                    vswitch_id: "vsw-1".into(),
-                },
-                ZoneVSwitch {
-                    zone_id: "z2".into(),
-                    vswitch_id: "vsw-2".into(),
-                },
-            ],
-            listeners: vec![ListenerSpec {
-                port: 80,
-                protocol: ListenerProtocol::Tcp,
-                server_group_name: "grp".into(),
-                former_group_name: None,
-                settings: Default::default(),
-            }],
-        })
+        .ensure_load_balancer(&testing::spec("nlb-row-46", "vpc-1", "grp"))
         .await
         .unwrap();
     let group = &made.listeners[0];
@@ -2241,23 +2061,7 @@ async fn a_server_group_in_use_by_a_listener_is_not_deleted() {
 #[tokio::test]
 async fn clb_delete_listener_needs_a_listener_and_its_protocol_when_two_share_the_port() {
     let bed = Bed::new().await;
-    let lb = bed.clb_instance(Some("slb.s1.small")).await;
-    for action in [
-        "CreateLoadBalancerTCPListener",
-        "CreateLoadBalancerUDPListener",
-    ] {
-        bed.call(
-            Service::Clb,
-            action,
-            &[
-                ("LoadBalancerId", &lb),
-                ("ListenerPort", "53"),
-                ("Bandwidth", "-1"),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    let lb = bed.clb_with_two_protocols_on_53().await;
     let delete = |pairs: Vec<(&'static str, String)>| {
         let bed = &bed;
         async move {
@@ -2402,14 +2206,7 @@ async fn tags_on_create_follow_the_sdk_limits_and_are_read_back() {
         .await
         .unwrap();
     let id = clb["LoadBalancerId"].as_str().unwrap();
-    let attribute = bed
-        .call(
-            Service::Clb,
-            "DescribeLoadBalancerAttribute",
-            &[("LoadBalancerId", id)],
-        )
-        .await
-        .unwrap();
+    let attribute = bed.clb_attribute(id).await.unwrap();
     let held = attribute["Tags"]["Tag"].as_array().unwrap();
     assert_eq!(held.len(), 20, "{attribute}");
     assert_eq!(
@@ -2717,13 +2514,7 @@ async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_reset
         }
     }
     // An action without a limit of its own is not held back by the others'.
-    bed.call(
-        Service::Clb,
-        "DescribeLoadBalancerAttribute",
-        &[("LoadBalancerId", &lb)],
-    )
-    .await
-    .unwrap();
+    bed.clb_attribute(&lb).await.unwrap();
     let calls = testing::control(&bed.emu.base_url(), "calls", None).await;
     let row = |action: &str| {
         calls["actions"]
@@ -2753,23 +2544,11 @@ async fn the_published_create_vserver_group_quota_is_90_per_60_seconds() {
     let bed = rate_limited(&[]).await;
     let lb = bed.clb_instance(Some("slb.s1.small")).await;
     for i in 0..90 {
-        let name = format!("g{i}");
-        bed.call(
-            Service::Clb,
-            "CreateVServerGroup",
-            &[("LoadBalancerId", &lb), ("VServerGroupName", &name)],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("call {} of 90: {e}", i + 1));
+        bed.vserver_group(&lb, &format!("g{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("call {} of 90: {e}", i + 1));
     }
-    throttled(
-        bed.call(
-            Service::Clb,
-            "CreateVServerGroup",
-            &[("LoadBalancerId", &lb), ("VServerGroupName", "g90")],
-        )
-        .await,
-    );
+    throttled(bed.vserver_group(&lb, "g90").await);
 }
 
 #[tokio::test]
@@ -2924,16 +2703,10 @@ async fn clb_listener_access_control_names_a_held_list_with_its_type() {
 
     let lb = bed.clb_instance(Some("slb.s1.small")).await;
     let tcp = |port: &'static str, extra: Vec<(&'static str, String)>| {
-        let mut p: Vec<(&str, String)> = vec![
-            ("LoadBalancerId", lb.clone()),
-            ("ListenerPort", port.into()),
-            ("Bandwidth", "-1".into()),
-        ];
-        p.extend(extra);
-        let bed = &bed;
+        let (bed, lb) = (&bed, &lb);
         async move {
-            let pairs: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            bed.call(Service::Clb, "CreateLoadBalancerTCPListener", &pairs)
+            let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bed.clb_listener("CreateLoadBalancerTCPListener", lb, port, &pairs)
                 .await
         }
     };
@@ -2983,18 +2756,8 @@ async fn clb_listener_access_control_names_a_held_list_with_its_type() {
         ..Default::default()
     };
     let made = ensure_with(&client, None, with(AclType::White)).await;
-    let describe = || {
-        let (bed, id) = (&bed, made.id.clone());
-        async move {
-            bed.call(
-                Service::Clb,
-                "DescribeLoadBalancerTCPListenerAttribute",
-                &[("LoadBalancerId", &id), ("ListenerPort", "80")],
-            )
-            .await
-            .unwrap()
-        }
-    };
+    let (bed, id) = (&bed, &made.id);
+    let describe = || async move { bed.clb_listener_attribute("TCP", id, "80").await.unwrap() };
     let read = describe().await;
     assert_eq!(
         (&read["AclStatus"], &read["AclId"], &read["AclType"]),
@@ -3065,15 +2828,8 @@ async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
     };
     refused(create(&[]).await, 400, "MissingParameter");
     let made = create(&[("VSwitchId", "vsw-a")]).await.unwrap();
-    let id = made["LoadBalancerId"].as_str().unwrap().to_string();
-    let read = bed
-        .call(
-            Service::Clb,
-            "DescribeLoadBalancerAttribute",
-            &[("LoadBalancerId", &id)],
-        )
-        .await
-        .unwrap();
+    let id = made["LoadBalancerId"].as_str().unwrap();
+    let read = bed.clb_attribute(id).await.unwrap();
     assert_eq!(
         (&read["AddressType"], &read["VSwitchId"]),
         (&json!("intranet"), &json!("vsw-a")),
@@ -3081,30 +2837,14 @@ async fn clb_intranet_in_a_vpc_needs_its_vswitch() {
     );
 
     let client = bed.client(Product::Clb, Some("slb.s1.small"));
-    let lb = client
-        .ensure_load_balancer(&LoadBalancerSpec {
-            clb_instance: Default::default(),
-            tags: Default::default(),
-            name: "fidelity-intranet".into(),
-            existing_id: None,
-            address_type: AddressType::Intranet,
-            vpc_id: Some(lb_emulator::DEFAULT_VPC_ID.into()),
-            zones: vec![ZoneVSwitch {
-                zone_id: String::new(),
-                vswitch_id: "vsw-b".into(),
-            }],
-            listeners: vec![],
-        })
-        .await
-        .unwrap();
-    let read = bed
-        .call(
-            Service::Clb,
-            "DescribeLoadBalancerAttribute",
-            &[("LoadBalancerId", &lb.id)],
-        )
-        .await
-        .unwrap();
+    let mut intranet = bare_spec("fidelity-intranet");
+    intranet.address_type = AddressType::Intranet;
+    intranet.zones = vec![ZoneVSwitch {
+        zone_id: String::new(),
+        vswitch_id: "vsw-b".into(),
+    }];
+    let lb = client.ensure_load_balancer(&intranet).await.unwrap();
+    let read = bed.clb_attribute(&lb.id).await.unwrap();
     assert_eq!(read["VSwitchId"], "vsw-b", "{read}");
 }
 

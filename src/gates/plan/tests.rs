@@ -42,6 +42,17 @@ pub(super) fn pod(name: &str, ip: &str) -> GatePod {
     }
 }
 
+/// [`pod`] whose gate is already True (`LoadBalancerHealthy`).
+fn pod_with_a_true_gate(name: &str, ip: &str) -> GatePod {
+    let mut p = pod(name, ip);
+    p.gate = Some(GateCondition {
+        status: true,
+        reason: "LoadBalancerHealthy".into(),
+        message: String::new(),
+    });
+    p
+}
+
 pub(super) fn owned(ip: &str, weight: u32) -> Backend {
     Backend {
         key: backend_key(BackendType::Ip, ip, 8080),
@@ -213,12 +224,7 @@ fn after_ready_a_lost_backend_keeps_the_gate_by_default_and_flips_it_with_the_op
             },
         )],
     )]);
-    let mut p = pod("a", "10.0.0.1");
-    p.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
+    let p = pod_with_a_true_gate("a", "10.0.0.1");
     let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
     let w = only_write(&plan);
     assert!(w.status);
@@ -238,12 +244,7 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
         code: "Throttling.User".into(),
         request_id: "RID-7".into(),
     });
-    let mut ready = pod("ready", "10.0.0.1");
-    ready.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
+    let ready = pod_with_a_true_gate("ready", "10.0.0.1");
     let waiting = pod("waiting", "10.0.0.2");
     let plan = run(&svc(true), &[ready.clone(), waiting.clone()], &failure);
     assert!(plan.changes.is_empty());
@@ -268,12 +269,7 @@ fn a_clb_instance_that_takes_no_pod_backends_holds_every_gate_with_its_own_reaso
         load_balancer_id: "lb-shared".into(),
         instance: "no LoadBalancerSpec, InstanceChargeType PayBySpec".into(),
     };
-    let mut ready = pod("ready", "10.0.0.1");
-    ready.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
+    let ready = pod_with_a_true_gate("ready", "10.0.0.1");
     let waiting = [pod("a", "10.0.0.2"), pod("b", "10.0.0.3")];
     let mut pods = vec![ready];
     pods.extend(waiting.iter().cloned());
@@ -506,12 +502,7 @@ fn gates_of_a_missing_service_say_so_once() {
 #[test]
 fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
     let gone = "Service ns/web does not exist";
-    let mut ready = pod("ready", "10.0.0.1");
-    ready.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
+    let ready = pod_with_a_true_gate("ready", "10.0.0.1");
     let waiting = pod("waiting", "10.0.0.2");
     for reason in [
         GateReason::ServiceNotFound,
@@ -537,12 +528,7 @@ fn a_true_gate_outlives_its_load_balancer_and_a_pending_one_says_why() {
 #[test]
 fn an_invalid_annotation_shows_on_every_gated_pod_and_keeps_true_gates() {
     let problem = "annotation service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps: an NLB needs at least two zones";
-    let mut ready = pod("ready", "10.0.0.1");
-    ready.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
+    let ready = pod_with_a_true_gate("ready", "10.0.0.1");
     let waiting = pod("waiting", "10.0.0.2");
     let mut no_ip = pod("no-ip", "");
     no_ip.ip = None;
@@ -586,13 +572,8 @@ fn a_true_gate_follows_flip_back_when_the_containers_blip() {
         vec![owned("10.0.0.1", 100)],
         &[("10.0.0.1", HealthState::Healthy)],
     )]);
-    let mut p = pod("a", "10.0.0.1");
+    let mut p = pod_with_a_true_gate("a", "10.0.0.1");
     p.containers_ready = false;
-    p.gate = Some(GateCondition {
-        status: true,
-        reason: "LoadBalancerHealthy".into(),
-        message: String::new(),
-    });
     let plan = run(&svc(false), std::slice::from_ref(&p), &cloud);
     let w = only_write(&plan);
     assert!(w.status, "kept True by default");

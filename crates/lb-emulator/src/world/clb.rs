@@ -10,7 +10,8 @@
 use serde_json::{json, Value};
 
 use super::params::{
-    clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, parse_port, tags, TAGS_PER_CREATE,
+    clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, on_off, one_of, parse_port, tags,
+    TAGS_PER_CREATE,
 };
 use super::{acl, listener_settings};
 use super::{
@@ -164,17 +165,7 @@ impl World {
                         format!("{name:?}: 1 to 80 characters, starting with a letter, of letters, digits, '.', '_' and '-'"),
                     ));
                 }
-                let address_type = p
-                    .get("AddressType")
-                    .filter(|v| !v.is_empty())
-                    .cloned()
-                    .unwrap_or_else(|| "internet".into());
-                if !matches!(address_type.as_str(), "internet" | "intranet") {
-                    return Err(ApiError::invalid(
-                        "AddressType",
-                        format!("{address_type:?} is not one of internet, intranet"),
-                    ));
-                }
+                let address_type = one_of(p, "AddressType", "internet", &["internet", "intranet"])?;
                 let spec = p.get("LoadBalancerSpec").cloned().unwrap_or_default();
                 if !spec.is_empty() && !CLB_SPECS.contains(&spec.as_str()) {
                     return Err(ApiError::invalid(
@@ -182,17 +173,12 @@ impl World {
                         format!("{spec:?} is not one of {CLB_SPECS:?}"),
                     ));
                 }
-                let charge_type = p
-                    .get("InstanceChargeType")
-                    .filter(|v| !v.is_empty())
-                    .cloned()
-                    .unwrap_or_else(|| "PayBySpec".into());
-                if !matches!(charge_type.as_str(), "PayBySpec" | "PayByCLCU") {
-                    return Err(ApiError::invalid(
-                        "InstanceChargeType",
-                        format!("{charge_type:?} is not one of PayBySpec, PayByCLCU"),
-                    ));
-                }
+                let charge_type = one_of(
+                    p,
+                    "InstanceChargeType",
+                    "PayBySpec",
+                    &["PayBySpec", "PayByCLCU"],
+                )?;
                 // An intranet instance in a VPC takes its address from a vswitch
                 // ("VSwitchId: required to create a CLB in a VPC").
                 let vpc_id = p.get("VpcId").cloned().unwrap_or_default();
@@ -393,7 +379,8 @@ impl World {
         }
         let (health_check, settings) = if layer7 {
             // `HealthCheck` and `StickySession` are required on HTTP/HTTPS listeners.
-            let switch = layer7_switch(p)?.ok_or_else(|| ApiError::missing("HealthCheck"))?;
+            let switch =
+                on_off(p, "HealthCheck")?.ok_or_else(|| ApiError::missing("HealthCheck"))?;
             get(p, "StickySession")?;
             let mut settings = listener_settings::clb_http(p)?;
             if let Some(cert) = self.server_certificate(p, protocol)? {
@@ -403,7 +390,7 @@ impl World {
             }
             (switch, settings)
         } else {
-            let switch = health_check_switch(p)?.unwrap_or(true);
+            let switch = on_off(p, "HealthCheckSwitch")?.unwrap_or(true);
             let settings = listener_settings::clb(p, protocol == "tcp")?;
             (
                 switch,
@@ -449,10 +436,10 @@ impl World {
             if let Some(cert) = self.server_certificate(p, protocol)? {
                 update.insert("ServerCertificateId".into(), json!(cert));
             }
-            (layer7_switch(p)?, update)
+            (on_off(p, "HealthCheck")?, update)
         } else {
             (
-                health_check_switch(p)?,
+                on_off(p, "HealthCheckSwitch")?,
                 listener_settings::clb(p, protocol == "tcp")?,
             )
         };
@@ -977,32 +964,6 @@ fn clb_backend_json(b: &BackendRec) -> Value {
         "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port, "Weight": b.weight,
         "Type": b.kind, "Description": b.description,
     })
-}
-
-/// `HealthCheck` (`on`/`off`), the switch of HTTP/HTTPS listeners, if given.
-fn layer7_switch(p: &Params) -> Result<Option<bool>, ApiError> {
-    match p.get("HealthCheck").map(String::as_str) {
-        None | Some("") => Ok(None),
-        Some("on") => Ok(Some(true)),
-        Some("off") => Ok(Some(false)),
-        Some(other) => Err(ApiError::invalid(
-            "HealthCheck",
-            format!("{other:?} is not one of on, off"),
-        )),
-    }
-}
-
-/// `HealthCheckSwitch` (`on`/`off`), if given.
-fn health_check_switch(p: &Params) -> Result<Option<bool>, ApiError> {
-    match p.get("HealthCheckSwitch").map(String::as_str) {
-        None | Some("") => Ok(None),
-        Some("on") => Ok(Some(true)),
-        Some("off") => Ok(Some(false)),
-        Some(other) => Err(ApiError::invalid(
-            "HealthCheckSwitch",
-            format!("{other:?} is not one of on, off"),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,38 @@ pub(super) fn get<'a>(p: &'a Params, name: &str) -> Result<&'a str, ApiError> {
         .ok_or_else(|| ApiError::missing(name))
 }
 
+/// CLB's reading of an enumerated value: `name` (`default` when absent or empty),
+/// refused as `InvalidParameter.<name>` unless it is one of `allowed`.
+pub(super) fn one_of(
+    p: &Params,
+    name: &str,
+    default: &str,
+    allowed: &[&str],
+) -> Result<String, ApiError> {
+    let value = p
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| default.into());
+    if allowed.contains(&value.as_str()) {
+        Ok(value)
+    } else {
+        let allowed = allowed.join(", ");
+        Err(ApiError::invalid(
+            name,
+            format!("{value:?} is not one of {allowed}"),
+        ))
+    }
+}
+
+/// CLB's `on`/`off` switch `name`, if given.
+pub(super) fn on_off(p: &Params, name: &str) -> Result<Option<bool>, ApiError> {
+    match p.get(name).map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(value) => one_of(p, name, "", &["on", "off"]).map(|_| Some(value == "on")),
+    }
+}
+
 pub(super) fn parse_port(p: &Params, name: &str) -> Result<u16, ApiError> {
     get(p, name)?
         .parse()
