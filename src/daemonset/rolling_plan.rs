@@ -73,15 +73,18 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::controls::{HeldBack, NodeSelector, Partition};
-use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::CurrentRevision;
-use crate::object::{is_controlled_by, CachedNode, CachedPod, NodeFacts, PodFacts};
+use crate::object::{CachedNode, CachedPod, NodeFacts, PodFacts};
 
+mod looks;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod state_machine;
+
+use looks::{uid_hash, NodeLook, PodLook, ReadyLook};
+pub use looks::{PlanMemo, Refresh};
 
 /// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
 /// cached forms in the controller; tests also plan on full API objects.
@@ -311,42 +314,106 @@ pub enum Blocker {
 /// each pod is read once (its node, whether live, whether up to date), pods and nodes
 /// meet through one sort and a binary search per node, compared by number where node
 /// names allow (`NodeKey`), and the per-pod strings of `upcoming` are made only when
-/// asked for (`RollingInput::list_upcoming`).
+/// asked for (`RollingInput::list_upcoming`). What it reads of each pod and node is
+/// read once (`PodLook`, `NodeLook`); `plan_rolling_update_memo` reads it from looks
+/// kept between plans instead.
 pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let is_live = |pod: &P| {
-        !pod.is_terminating()
-            && !pod
+    let pods = input
+        .pods
+        .iter()
+        .map(|pod| (&**pod, PodLook::of(&**pod, ds_uid, input.current)));
+    let nodes = input
+        .nodes
+        .iter()
+        .map(|node| (&**node, NodeLook::of(&**node, input.daemonset)));
+    plan(input, pods, nodes)
+}
+
+/// The same plan as `plan_rolling_update`, over the pods and nodes `memo` observed
+/// (`PlanMemo::begin` or `PlanMemo::refresh`, for this DaemonSet and revision, just
+/// before), read through the looks it keeps between plans: a plan that finds nearly
+/// every object unchanged reads none of them (issue 25: a node flap re-plans the
+/// rolling DaemonSet twice, over every pod and node it has). `input.pods` and
+/// `input.nodes` are not read. A memo observed for another DaemonSet or revision is
+/// planned from its objects, read afresh.
+pub fn plan_rolling_update_memo<P: PodFacts, N: NodeFacts>(
+    input: &RollingInput<P, N>,
+    memo: &PlanMemo<P, N>,
+) -> RollingPlan {
+    if !memo.serves(input.daemonset, input.current) {
+        let pods: Vec<Arc<P>> = memo.pods().cloned().collect();
+        let nodes: Vec<Arc<N>> = memo.nodes().cloned().collect();
+        return plan_rolling_update(&RollingInput {
+            pods: &pods,
+            nodes: &nodes,
+            ..*input
+        });
+    }
+    plan(input, memo.pod_looks(), memo.node_looks())
+}
+
+/// The plan from every pod and node with its look (pods the DaemonSet does not
+/// control are left out here).
+fn plan<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
+    input: &RollingInput<'_, P, N>,
+    pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
+    nodes: impl Iterator<Item = (&'a N, NodeLook<'a>)>,
+) -> RollingPlan {
+    // Deletions in flight, by UID hash: a pod's own UID is read only on a match.
+    let mut expected: Vec<u64> = input
+        .expected_deletions
+        .iter()
+        .map(|uid| uid_hash(uid))
+        .collect();
+    expected.sort_unstable();
+    let in_flight = |pod: &P, look: &PodLook| {
+        look.uid_hash
+            .is_some_and(|hash| expected.binary_search(&hash).is_ok())
+            && pod
                 .metadata()
                 .uid
                 .as_ref()
                 .is_some_and(|uid| input.expected_deletions.contains(uid))
     };
-    let mut by_node = PodsByNode::of(input.pods, ds_uid, |pod| Look {
-        live: is_live(pod),
-        updated: input.current.is_some_and(|c| c.is_pod_updated(pod)),
+    let is_live = |pod: &P, look: &PodLook| !look.terminating && !in_flight(pod, look);
+    let mut by_node = PodsByNode::of(pods, |pod, look| Look {
+        live: is_live(pod, look),
+        updated: look.updated,
+        ready: look.ready,
     });
     // Nodes without a pod of this DaemonSet, in name order; as in a map by name, the
     // last of a repeated name wins (the store has none).
-    let mut lonely: Vec<(NodeKey<'_>, &N)> = Vec::new();
-    for node in input.nodes {
-        let Some(name) = node.metadata().name.as_deref() else {
+    let mut lonely: Vec<(NodeKey<'_>, NodeLook<'_>)> = Vec::new();
+    for (node, look) in nodes {
+        let Some(key) = look.key else {
             continue;
         };
-        let key = NodeKey::of(name);
         match by_node.find(&key) {
-            Some(group) => by_node.groups[group].node = Some(&**node),
-            None => lonely.push((key, &**node)),
+            Some(group) => by_node.groups[group].node = Some((node, look)),
+            None => lonely.push((key, look)),
         }
     }
     lonely.sort_by(|a, b| a.0.cmp(&b.0));
     lonely.reverse();
     lonely.dedup_by(|a, b| a.0 == b.0);
     lonely.reverse();
+    // The nodes rollgate vacated (`ours`, below), found from the records, a few
+    // hundred at most, rather than by a lookup per node of the fleet.
+    let mut ours_group = vec![false; by_node.groups.len()];
+    let mut ours_lonely = vec![false; lonely.len()];
+    for name in input.vacated_by_us.keys() {
+        let key = NodeKey::of(name);
+        if let Some(group) = by_node.find(&key) {
+            ours_group[group] = true;
+        } else if let Ok(at) = lonely.binary_search_by(|(k, _)| k.cmp(&key)) {
+            ours_lonely[at] = true;
+        }
+    }
 
     let mut progress = Progress::default();
     for group in &mut by_node.groups {
-        group.ready = group.node.map(is_node_ready);
+        group.ready = group.node.map(|(_, look)| look.ready);
         let node = group.key.name;
         match group.ready {
             None => progress.missing_nodes_skipped.push(node.to_string()),
@@ -370,16 +437,15 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         .collect();
     // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
     // should run there (its pod is gone and the replacement not created or not seen).
-    for &(key, node) in &lonely {
+    for (&(key, look), &ours) in lonely.iter().zip(&ours_lonely) {
         let name = key.name;
-        let ours = input.vacated_by_us.contains_key(name);
-        if !is_node_ready(node) {
+        if !look.ready {
             if ours {
                 settled.push(name.to_string());
             }
             continue;
         }
-        let placed = should_run_on(input.daemonset, node);
+        let placed = look.placed;
         if placed || ours {
             progress.vacated_nodes.push(name.to_string());
         }
@@ -432,15 +498,14 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let mut unavailable_nodes = Vec::new();
     let mut stale_status_nodes = Vec::new();
     let mut unplaced_nodes = Vec::new();
-    for group in &by_node.groups {
-        let (Some(true), Some(node_facts)) = (group.ready, group.node) else {
+    for (group, &ours) in by_node.groups.iter().zip(&ours_group) {
+        let (Some(true), Some((_, node_look))) = (group.ready, group.node) else {
             continue;
         };
         let node = group.key.name;
-        // Ours until a pod serves there again: counted unavailable whatever it shows.
-        let ours = input.vacated_by_us.contains_key(node);
+        // `ours`: until a pod serves there again, counted unavailable whatever it shows.
         let live = LivePods::of(by_node.pods(group));
-        if matches!(live, LivePods::OnlyOld(_)) && !should_run_on(input.daemonset, node_facts) {
+        if matches!(live, LivePods::OnlyOld(_)) && !node_look.placed {
             // Deleting it would remove the DaemonSet from the node: leave it, and say so.
             unplaced_nodes.push(node.to_string());
             if ours {
@@ -449,33 +514,35 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             continue;
         }
         match live {
-            LivePods::OnlyNew(new_pod) => match availability(new_pod, min_ready, input.now) {
-                Availability::Available => {
-                    progress.updated += 1;
-                    progress.ready_updated += 1;
-                    if ours {
-                        settled.push(node.to_string());
+            LivePods::OnlyNew(new_pod) => {
+                match availability(new_pod.look.ready, min_ready, input.now) {
+                    Availability::Available => {
+                        progress.updated += 1;
+                        progress.ready_updated += 1;
+                        if ours {
+                            settled.push(node.to_string());
+                        }
                     }
+                    Availability::AvailableIn(wait) => {
+                        recheck_after(wait);
+                        unavailable_nodes.push(node.to_string());
+                    }
+                    Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
                 }
-                Availability::AvailableIn(wait) => {
-                    recheck_after(wait);
-                    unavailable_nodes.push(node.to_string());
-                }
-                Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
-            },
-            LivePods::OnlyOld(old_pod) => match availability(old_pod, min_ready, input.now) {
+            }
+            LivePods::OnlyOld(old) => match availability(old.look.ready, min_ready, input.now) {
                 Availability::Available => {
                     // A replacement of an older template serves: the node is no longer
                     // ours, and its pod is a candidate like any other.
                     if ours {
                         settled.push(node.to_string());
                     }
-                    candidates.push((node, old_pod));
+                    candidates.push((node, old.pod));
                 }
                 _ => {
                     let stale = stale_status(
-                        old_pod,
-                        node_facts,
+                        old.look.ready,
+                        node_look.ready_since,
                         input.limits.stale_status_wait,
                         input.now,
                     );
@@ -487,9 +554,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
                         }
                     } else if ours {
                         unavailable_nodes.push(node.to_string());
-                        replaced_not_available.push((node, old_pod));
+                        replaced_not_available.push((node, old.pod));
                     } else {
-                        old_not_available.push((node, old_pod));
+                        old_not_available.push((node, old.pod));
                     }
                 }
             },
@@ -644,11 +711,26 @@ impl<'a> NodeKey<'a> {
     }
 }
 
+impl NodeKey<'_> {
+    /// The rest of the comparison once the prefixes are equal. Names of at most 16
+    /// bytes are then equal up to the shorter one's length, and the longer one's extra
+    /// bytes are zero: the shorter sorts first, and equal lengths mean equal names. So
+    /// such names are told apart by their lengths, which the key holds, without reading
+    /// the names (a node name and its pods' node names live in other allocations).
+    fn cmp_rest(&self, other: &Self) -> std::cmp::Ordering {
+        if self.name.len() <= 16 && other.name.len() <= 16 {
+            self.name.len().cmp(&other.name.len())
+        } else {
+            self.name.cmp(other.name)
+        }
+    }
+}
+
 impl Ord for NodeKey<'_> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.prefix
             .cmp(&other.prefix)
-            .then_with(|| self.name.cmp(other.name))
+            .then_with(|| self.cmp_rest(other))
     }
 }
 impl PartialOrd for NodeKey<'_> {
@@ -658,7 +740,7 @@ impl PartialOrd for NodeKey<'_> {
 }
 impl PartialEq for NodeKey<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.prefix == other.prefix && self.name == other.name
+        self.cmp(other).is_eq()
     }
 }
 impl Eq for NodeKey<'_> {}
@@ -670,6 +752,7 @@ struct Look {
     live: bool,
     /// Of the current revision (false while it is unknown).
     updated: bool,
+    ready: Option<ReadyLook>,
 }
 
 /// One pod of the DaemonSet with its node.
@@ -679,11 +762,12 @@ struct Placed<'a, P> {
     look: Look,
 }
 
-/// The pods of one node, with the Node object (`None`: missing) and its Ready status.
+/// The pods of one node, with the Node object and its look (`None`: missing) and its
+/// Ready status.
 struct Group<'a, N> {
     key: NodeKey<'a>,
     pods: std::ops::Range<usize>,
-    node: Option<&'a N>,
+    node: Option<(&'a N, NodeLook<'a>)>,
     ready: Option<bool>,
 }
 
@@ -697,16 +781,18 @@ struct PodsByNode<'a, P, N> {
 }
 
 impl<'a, P: PodFacts, N> PodsByNode<'a, P, N> {
-    fn of(pods: &'a [Arc<P>], ds_uid: &str, look: impl Fn(&P) -> Look) -> Self {
+    /// From every pod with its look; `look` adds what depends on the plan.
+    fn of(
+        pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
+        look: impl Fn(&P, &PodLook<'a>) -> Look,
+    ) -> Self {
         let mut placed: Vec<Placed<'a, P>> = pods
-            .iter()
-            .map(|pod| &**pod)
-            .filter(|pod| is_controlled_by(*pod, ds_uid))
-            .filter_map(|pod| {
+            .filter(|(_, pod_look)| pod_look.controlled)
+            .filter_map(|(pod, pod_look)| {
                 Some(Placed {
-                    node: NodeKey::of(pod.node_or_affinity_node()?),
+                    node: pod_look.node?,
                     pod,
-                    look: look(pod),
+                    look: look(pod, &pod_look),
                 })
             })
             .collect();
@@ -759,21 +845,21 @@ impl<'a, P: PodFacts, N> PodsByNode<'a, P, N> {
                         .binary_search_by(|n| n.as_str().cmp(group.key.name))
                         .is_err()
             })
-            .filter_map(|group| Some((group.key.name, group.node?)))
+            .filter_map(|group| Some((group.key.name, group.node?.0)))
             .collect()
     }
 }
 
 /// A Ready node's live pods, as far as the classification tells them apart.
-enum LivePods<'a, P> {
-    OnlyNew(&'a P),
-    OnlyOld(&'a P),
+enum LivePods<'p, 'a, P> {
+    OnlyNew(&'p Placed<'a, P>),
+    OnlyOld(&'p Placed<'a, P>),
     /// None, old and new together, or duplicates.
     Other,
 }
 
-impl<'a, P> LivePods<'a, P> {
-    fn of(pods: &[Placed<'a, P>]) -> Self {
+impl<'p, 'a, P> LivePods<'p, 'a, P> {
+    fn of(pods: &'p [Placed<'a, P>]) -> Self {
         let (mut new, mut old) = ((0, None), (0, None));
         for placed in pods.iter().filter(|p| p.look.live) {
             let side = if placed.look.updated {
@@ -782,7 +868,7 @@ impl<'a, P> LivePods<'a, P> {
                 &mut old
             };
             side.0 += 1;
-            side.1 = Some(placed.pod);
+            side.1 = Some(placed);
         }
         match (new, old) {
             ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
@@ -802,7 +888,7 @@ pub fn is_node_ready(node: &impl NodeFacts) -> bool {
 /// reads the same rule (`triggers::daemonsets_for_node`).
 pub fn is_available(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> bool {
     matches!(
-        availability(pod, min_ready_seconds, now),
+        availability(ReadyLook::of(pod), min_ready_seconds, now),
         Availability::Available
     )
 }
@@ -814,18 +900,18 @@ enum Availability {
     NotAvailable,
 }
 
-fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = pod.condition("Ready").filter(|c| c.status == "True") else {
+/// From the pod's Ready condition (`ReadyLook::of`).
+fn availability(ready: Option<ReadyLook>, min_ready_seconds: i32, now: Timestamp) -> Availability {
+    let Some(ready) = ready.filter(|r| r.is_true) else {
         return Availability::NotAvailable;
     };
     if min_ready_seconds <= 0 {
         return Availability::Available;
     }
-    let Some(since) = ready.last_transition_time else {
+    let Some(since) = ready.since else {
         return Availability::NotAvailable;
     };
-    let remaining =
-        SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since.0);
+    let remaining = SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since);
     match Duration::try_from(remaining) {
         Ok(wait) if !wait.is_zero() => Availability::AvailableIn(wait),
         // Zero or negative: the minimum has been reached.
@@ -839,23 +925,21 @@ fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> 
 /// report its pods, and a pod that served locally the whole time reads "not Ready"
 /// until then. A status written before the node last turned Ready is stale until the
 /// kubelet rewrites it or `wait` has passed since the node's return; `None` means it
-/// counts as it reads (no times to compare also counts as read).
+/// counts as it reads (no times to compare also counts as read). Read from the pod's
+/// Ready condition and when its node's Ready condition last turned.
 fn stale_status(
-    pod: &impl PodFacts,
-    node: &impl NodeFacts,
+    pod_ready: Option<ReadyLook>,
+    node_ready_since: Option<Timestamp>,
     wait: Duration,
     now: Timestamp,
 ) -> Option<Duration> {
-    let marked = pod
-        .condition("Ready")
-        .filter(|ready| ready.status != "True")?
-        .last_transition_time?;
-    let back_since = node.ready_condition()?.1?;
-    if marked.0 >= back_since.0 {
+    let marked = pod_ready.filter(|ready| !ready.is_true)?.since?;
+    let back_since = node_ready_since?;
+    if marked >= back_since {
         return None;
     }
     let wait = SignedDuration::try_from(wait).ok()?;
-    let remaining = wait - now.duration_since(back_since.0);
+    let remaining = wait - now.duration_since(back_since);
     Duration::try_from(remaining)
         .ok()
         .filter(|left| !left.is_zero())

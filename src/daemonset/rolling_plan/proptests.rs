@@ -19,7 +19,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::names::CONTROLLER_REVISION_HASH_LABEL;
-use crate::object::PodFacts;
+use crate::object::{is_controlled_by, PodFacts};
 use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 use k8s_openapi::api::core::v1::{PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -1039,5 +1039,60 @@ proptest! {
         });
         prop_assert!(lean.upcoming.is_empty());
         prop_assert_eq!(lean, RollingPlan { upcoming: Vec::new(), ..full });
+    }
+}
+
+/// `second`'s objects, but where `keep` says so, `first`'s own `Arc` of the object of
+/// the same name (an object the store did not change between two plans).
+fn sharing<T: kube::Resource>(first: &[Arc<T>], second: &[Arc<T>], keep: &[bool]) -> Vec<Arc<T>> {
+    second
+        .iter()
+        .enumerate()
+        .map(|(i, object)| {
+            let name = object.meta().name.as_deref();
+            first
+                .iter()
+                .find(|o| o.meta().name.as_deref() == name)
+                .filter(|_| keep[i % keep.len()])
+                .map_or_else(|| object.clone(), Arc::clone)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A memo kept across plans decides as looks read afresh do: between plans some
+    /// objects keep their `Arc` (unchanged), others are new versions, some go; and the
+    /// DaemonSet or its revision may change under the memo (then it starts over).
+    #[test]
+    fn a_memo_plans_as_fresh_looks_do(
+        first in model(),
+        second in model(),
+        keep in prop::collection::vec(any::<bool>(), 1..16),
+        same_daemonset in prop::bool::weighted(0.8),
+    ) {
+        let a = to_input(&first);
+        let mut memo = PlanMemo::default();
+        memo.refresh(&a.ds, a.current.as_ref(), &a.pods, &a.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&a.input(), &memo), plan_rolling_update(&a.input()));
+
+        let mut b = to_input(&second);
+        if same_daemonset {
+            b.ds = a.ds.clone();
+            b.current = a.current.clone();
+        }
+        b.pods = sharing(&a.pods, &b.pods, &keep);
+        b.nodes = sharing(&a.nodes, &b.nodes, &keep);
+        memo.refresh(&b.ds, b.current.as_ref(), &b.pods, &b.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&b.input(), &memo), plan_rolling_update(&b.input()));
+
+        // Back to the first state: looks the second refresh dropped are made again.
+        memo.refresh(&a.ds, a.current.as_ref(), &a.pods, &a.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&a.input(), &memo), plan_rolling_update(&a.input()));
+        // The memo's objects are planned, whatever the input lists; a memo observed for
+        // another DaemonSet or revision is read afresh.
+        let objects_of_a = RollingInput { pods: &a.pods, nodes: &a.nodes, ..b.input() };
+        prop_assert_eq!(plan_rolling_update_memo(&b.input(), &memo), plan_rolling_update(&objects_of_a));
     }
 }
