@@ -83,7 +83,7 @@ mod proptests;
 #[cfg(test)]
 mod state_machine;
 
-use looks::{uid_hash, NodeLook, PodLook, ReadyLook};
+use looks::{uid_hash, NodeKey, NodeLook, PodLook, ReadyLook};
 pub use looks::{PlanMemo, Refresh};
 
 /// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
@@ -687,63 +687,6 @@ fn plan<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
         upcoming,
     }
 }
-
-/// A node name with its first 16 bytes read as one big-endian number (zero-padded), so
-/// that most comparisons of two names are one integer comparison instead of a string
-/// comparison behind two pointers (node names share long prefixes, and a plan sorts
-/// and searches 10,000 of them). Orders exactly as the names do: a smaller number means
-/// a smaller name, and equal numbers fall back to the names.
-#[derive(Debug, Clone, Copy)]
-struct NodeKey<'a> {
-    prefix: u128,
-    name: &'a str,
-}
-
-impl<'a> NodeKey<'a> {
-    fn of(name: &'a str) -> Self {
-        let mut bytes = [0u8; 16];
-        let len = name.len().min(16);
-        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
-        NodeKey {
-            prefix: u128::from_be_bytes(bytes),
-            name,
-        }
-    }
-}
-
-impl NodeKey<'_> {
-    /// The rest of the comparison once the prefixes are equal. Names of at most 16
-    /// bytes are then equal up to the shorter one's length, and the longer one's extra
-    /// bytes are zero: the shorter sorts first, and equal lengths mean equal names. So
-    /// such names are told apart by their lengths, which the key holds, without reading
-    /// the names (a node name and its pods' node names live in other allocations).
-    fn cmp_rest(&self, other: &Self) -> std::cmp::Ordering {
-        if self.name.len() <= 16 && other.name.len() <= 16 {
-            self.name.len().cmp(&other.name.len())
-        } else {
-            self.name.cmp(other.name)
-        }
-    }
-}
-
-impl Ord for NodeKey<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.prefix
-            .cmp(&other.prefix)
-            .then_with(|| self.cmp_rest(other))
-    }
-}
-impl PartialOrd for NodeKey<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl PartialEq for NodeKey<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for NodeKey<'_> {}
 
 /// What a plan reads of a pod besides its node, read once per plan.
 #[derive(Debug, Clone, Copy)]

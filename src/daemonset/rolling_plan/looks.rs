@@ -23,11 +23,67 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 
-use super::NodeKey;
 use crate::daemonset::placement::should_run_on;
 use crate::daemonset::revision::CurrentRevision;
 use crate::names::POD_NEED_UPGRADE_CONDITION;
 use crate::object::{is_controlled_by, NodeFacts, PodFacts};
+
+/// A node name with its first 16 bytes read as one big-endian number (zero-padded), so
+/// that most comparisons of two names are one integer comparison instead of a string
+/// comparison behind two pointers (node names share long prefixes, and a plan sorts
+/// and searches 10,000 of them). Orders exactly as the names do: a smaller number means
+/// a smaller name, and equal numbers fall back to the names.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NodeKey<'a> {
+    pub(super) prefix: u128,
+    pub(super) name: &'a str,
+}
+
+impl<'a> NodeKey<'a> {
+    pub(super) fn of(name: &'a str) -> Self {
+        let mut bytes = [0u8; 16];
+        let len = name.len().min(16);
+        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        NodeKey {
+            prefix: u128::from_be_bytes(bytes),
+            name,
+        }
+    }
+}
+
+impl NodeKey<'_> {
+    /// The rest of the comparison once the prefixes are equal. Names of at most 16
+    /// bytes are then equal up to the shorter one's length, and the longer one's extra
+    /// bytes are zero: the shorter sorts first, and equal lengths mean equal names. So
+    /// such names are told apart by their lengths, which the key holds, without reading
+    /// the names (a node name and its pods' node names live in other allocations).
+    fn cmp_rest(&self, other: &Self) -> std::cmp::Ordering {
+        if self.name.len() <= 16 && other.name.len() <= 16 {
+            self.name.len().cmp(&other.name.len())
+        } else {
+            self.name.cmp(other.name)
+        }
+    }
+}
+
+impl Ord for NodeKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.prefix
+            .cmp(&other.prefix)
+            .then_with(|| self.cmp_rest(other))
+    }
+}
+impl PartialOrd for NodeKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for NodeKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for NodeKey<'_> {}
 
 /// A pod's `Ready` condition: whether it is True, and when it last turned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
