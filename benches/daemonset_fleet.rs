@@ -21,6 +21,11 @@
 //! `Index`), its current revision, the nodes, the expectations, `plan_rolling_update`
 //! and the stale-condition check: the CPU work of a reconcile before its first API call.
 //! No queue coalescing is credited: every trigger is one re-plan, in both worlds.
+//! The new world plans as the controller does: the DaemonSet's pods and the nodes are
+//! observed into a memo of what its plans read, kept by object version while it rolls
+//! out (`controller::observe`, `rolling_plan::PlanMemo`); today's world reads every pod
+//! and node on every plan. The memo's heap is reported on its own row (it is not in
+//! the stores' bytes per pod, and exists only while a DaemonSet rolls).
 //!
 //! The new world's node mapping takes the fast path a DaemonSet whose only pod on the
 //! node serves the current revision (`triggers::serves_current`), and its pods are
@@ -58,11 +63,14 @@ use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use rollgate::daemonset::controller::{current_revision, owned_pods, PodLookup};
+use rollgate::daemonset::controller::{current_revision, observe, owned_pods, PodLookup};
 use rollgate::daemonset::expectations::Expectations;
 use rollgate::daemonset::ota_plan::plan_stale_condition_removals;
 use rollgate::daemonset::policy::{policy_for, Policy, PolicyDecision};
-use rollgate::daemonset::rolling_plan::{plan_rolling_update, RollingInput, RollingLimits};
+use rollgate::daemonset::pull_ahead::pull_ahead_of;
+use rollgate::daemonset::rolling_plan::{
+    plan_rolling_update, plan_rolling_update_memo, Blocker, PlanMemo, RollingInput, RollingLimits,
+};
 use rollgate::daemonset::triggers::{daemonsets_for_node, pod_unchanged, NodeTriggerView};
 use rollgate::names::{
     CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
@@ -381,6 +389,9 @@ struct World {
     daemonsets: Kind<DaemonSet>,
     revisions: Kind<ControllerRevision>,
     expectations: Expectations,
+    /// The new world's looks kept between plans, by DaemonSet name, as the controller
+    /// keeps them (only while the DaemonSet rolls out).
+    memos: std::collections::HashMap<String, PlanMemo<CachedPod, CachedNode>>,
     /// Plans made, and the CPU each took (ns).
     plan_cpu_ns: Vec<u64>,
 }
@@ -413,6 +424,7 @@ impl World {
             daemonsets,
             revisions,
             expectations: Expectations::default(),
+            memos: Default::default(),
             plan_cpu_ns: Vec::new(),
         }
     }
@@ -468,28 +480,72 @@ impl World {
         else {
             return 0;
         };
-        let pods = owned_pods(&self.stores, &ds, self.lookup);
         let current = current_revision(&self.stores, &ds);
-        let nodes = self.stores.nodes.state();
         let uid = ds.metadata.uid.clone().unwrap_or_default();
-        let pending = self
-            .expectations
-            .pending(&uid, &pods, std::time::Instant::now());
-        let plan = plan_rolling_update(&RollingInput {
-            daemonset: &ds,
-            current: current.as_ref(),
-            pods: &pods,
-            nodes: &nodes,
-            max_unavailable,
-            now: now(),
-            expected_deletions: &pending.deletions,
-            vacated_by_us: &pending.vacated,
-            limits: RollingLimits::default(),
-            partition,
-            node_selector: node_selector.as_ref(),
-        });
-        let stale = plan_stale_condition_removals(&ds, &pods);
-        std::hint::black_box(&stale);
+        let list_upcoming = matches!(pull_ahead_of(&ds), Ok(true));
+        let plan = match self.lookup {
+            // Today's controller read every pod and node on every plan.
+            PodLookup::FullScan => {
+                let pods = owned_pods(&self.stores, &ds, self.lookup);
+                let nodes = self.stores.nodes.state();
+                let pending = self
+                    .expectations
+                    .pending(&uid, &pods, std::time::Instant::now());
+                let plan = plan_rolling_update(&RollingInput {
+                    daemonset: &ds,
+                    current: current.as_ref(),
+                    pods: &pods,
+                    nodes: &nodes,
+                    max_unavailable,
+                    now: now(),
+                    expected_deletions: &pending.deletions,
+                    vacated_by_us: &pending.vacated,
+                    limits: RollingLimits::default(),
+                    partition,
+                    node_selector: node_selector.as_ref(),
+                    list_upcoming,
+                });
+                let stale = plan_stale_condition_removals(&ds, &pods);
+                std::hint::black_box(&stale);
+                plan
+            }
+            // As the controller: the DaemonSet's pods and the nodes observed into its
+            // memo (kept while it rolls out), planned from there, and the
+            // stale-condition check given the pods the looks flag.
+            PodLookup::Index => {
+                let mut memo = self.memos.remove(name).unwrap_or_default();
+                observe(&self.stores, &ds, current.as_ref(), &mut memo);
+                let pending =
+                    self.expectations
+                        .pending(&uid, memo.pods(), std::time::Instant::now());
+                let plan = plan_rolling_update_memo(
+                    &RollingInput {
+                        daemonset: &ds,
+                        current: current.as_ref(),
+                        pods: &[],
+                        nodes: &[],
+                        max_unavailable,
+                        now: now(),
+                        expected_deletions: &pending.deletions,
+                        vacated_by_us: &pending.vacated,
+                        limits: RollingLimits::default(),
+                        partition,
+                        node_selector: node_selector.as_ref(),
+                        list_upcoming,
+                    },
+                    &memo,
+                );
+                let stale = plan_stale_condition_removals(&ds, &memo.with_need_upgrade());
+                std::hint::black_box(&stale);
+                if !matches!(
+                    plan.progress.blocked,
+                    Some(Blocker::Complete | Blocker::HeldBack)
+                ) {
+                    self.memos.insert(name.to_string(), memo);
+                }
+                plan
+            }
+        };
         self.plan_cpu_ns.push(thread_cpu_ns() - start);
         plan.deletions.len()
     }
@@ -641,6 +697,9 @@ struct Figures {
     plan_p99_ms: f64,
     plan_p50_ms: f64,
     deletions: usize,
+    /// The new world's plan memo of the rolling DaemonSet (its pods and every node),
+    /// per pod of that DaemonSet: kept only while it rolls out.
+    memo_bytes_per_rolling_pod: f64,
 }
 
 fn run_world(p: &Params, lookup: PodLookup, stream: &[Step]) -> Figures {
@@ -729,6 +788,19 @@ fn run_world(p: &Params, lookup: PodLookup, stream: &[Step]) -> Figures {
         }
     }
     let total = thread_cpu_ns() - started;
+    let memo_bytes_per_rolling_pod = match lookup {
+        PodLookup::FullScan => 0.0,
+        PodLookup::Index => {
+            let current = current_revision(&world.stores, &daemonsets[0]);
+            let (memo, bytes) = heap::kept_by(|| {
+                let mut memo = PlanMemo::default();
+                observe(&world.stores, &daemonsets[0], current.as_ref(), &mut memo);
+                memo
+            });
+            drop(memo);
+            bytes as f64 / p.nodes.max(1) as f64
+        }
+    };
     let mut plans = std::mem::take(&mut world.plan_cpu_ns);
     Figures {
         bytes_per_pod: bytes as f64 / pods as f64,
@@ -739,6 +811,7 @@ fn run_world(p: &Params, lookup: PodLookup, stream: &[Step]) -> Figures {
         plan_p99_ms: percentile(&mut plans, 99.0) / 1e6,
         plan_p50_ms: percentile(&mut plans, 50.0) / 1e6,
         deletions,
+        memo_bytes_per_rolling_pod,
     }
 }
 
@@ -818,6 +891,10 @@ fn main() {
         "",
     );
     out += &format!(
+        "| plan memo of the rolling DaemonSet, bytes per pod of it (only while it rolls) | - | {:.0} | |\n",
+        new.memo_bytes_per_rolling_pod
+    );
+    out += &format!(
         "\ndeletions planned: today {}, new {}; peak RSS of the bench (both worlds) {peak:.0} MiB; target: a flap <= 5 ms\n",
         old.deletions, new.deletions
     );
@@ -849,6 +926,10 @@ fn main() {
         (k("plan_p99_ms_today"), json!(old.plan_p99_ms)),
         (k("bytes_per_pod"), json!(new.bytes_per_pod.round())),
         (k("bytes_per_pod_today"), json!(old.bytes_per_pod.round())),
+        (
+            k("memo_bytes_per_rolling_pod"),
+            json!(new.memo_bytes_per_rolling_pod.round()),
+        ),
         (k("bench_peak_rss_mb"), json!(peak.round())),
     ];
     if only_new {

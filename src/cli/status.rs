@@ -125,6 +125,8 @@ pub fn summarize(
                 limits: Default::default(),
                 partition,
                 node_selector: node_selector.as_ref(),
+                // The pull-ahead view below reads it.
+                list_upcoming: matches!(pull_ahead_of(ds), Ok(true)),
             });
             let plan = if paused { plan.paused() } else { plan };
             let p = &plan.progress;

@@ -1,5 +1,6 @@
 //! Wiring of the DaemonSet upgrade controller: observe (the shared stores) ->
 //! plan (pure, `rolling_plan` / `ota_plan`) -> apply (deletions, condition writes, Events).
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +30,9 @@ use super::pull_ahead::{
 use super::revision::{
     check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
 };
-use super::rolling_plan::{plan_rolling_update, Blocker, RollingInput, RollingLimits, RollingPlan};
+use super::rolling_plan::{
+    plan_rolling_update_memo, Blocker, PlanMemo, RollingInput, RollingLimits, RollingPlan,
+};
 use super::triggers::{
     daemonset_unchanged, daemonsets_for_node, pod_replans_owner, pod_unchanged, NodeTriggerView,
 };
@@ -46,7 +49,7 @@ use crate::names::{
     UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, UPGRADING_PODS_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
     WAITING_FOR_STALE_STATUS_EVENT,
 };
-use crate::object::{is_controlled_by, CachedPod, PodFacts};
+use crate::object::{is_controlled_by, CachedNode, CachedPod, NodeFacts, PodFacts};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{Run, RunMetrics};
 #[cfg(test)]
@@ -87,7 +90,15 @@ pub struct Context {
     pull_tries: Mutex<HashMap<String, PullTries>>,
     /// Pull requests written but not yet in the cache, by DaemonSet UID.
     pull_unseen: Mutex<HashMap<String, UnseenRequests>>,
+    /// What the plans of a rolling DaemonSet read of its pods and nodes, kept between
+    /// its plans by object version (`rolling_plan::PlanMemo`), by DaemonSet UID. Only
+    /// while it rolls out: dropped once its plan is complete or held back, or it is no
+    /// longer AdvancedRollingUpdate, so a settled fleet keeps none.
+    plan_memos: Mutex<HashMap<String, Memo>>,
 }
+
+/// A rolling DaemonSet's plan memo in the controller.
+pub type Memo = PlanMemo<CachedPod, CachedNode>;
 
 impl Context {
     /// Drops everything kept about a DaemonSet that is gone.
@@ -100,6 +111,7 @@ impl Context {
         self.other_updaters.forget(namespace, name);
         self.pull_tries.lock().unwrap().remove(uid);
         self.pull_unseen.lock().unwrap().remove(uid);
+        self.plan_memos.lock().unwrap().remove(uid);
     }
 }
 
@@ -152,6 +164,7 @@ pub fn start(
         pull_ahead,
         pull_tries: Mutex::default(),
         pull_unseen: Mutex::default(),
+        plan_memos: Mutex::default(),
     });
     // Another updater's deletion re-plans its DaemonSet at once (rollgate steps back).
     let sightings = watches
@@ -266,6 +279,7 @@ fn forget_deleted(
                     ctx.waits.lock().unwrap().retain(|uid| live.contains(uid));
                     ctx.pull_tries.lock().unwrap().retain(|uid, _| live.contains(uid));
                     ctx.pull_unseen.lock().unwrap().retain(|uid, _| live.contains(uid));
+                    ctx.plan_memos.lock().unwrap().retain(|uid, _| live.contains(uid));
                 }
                 _ = &mut stop => return,
             }
@@ -275,7 +289,18 @@ fn forget_deleted(
 
 #[tracing::instrument(skip_all, fields(daemonset = %ds.name_any(), namespace = %ds.namespace().unwrap_or_default()))]
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    match policy_for(&ds) {
+    let policy = policy_for(&ds);
+    if !matches!(
+        policy,
+        PolicyDecision::Managed(Policy::AdvancedRollingUpdate { .. })
+    ) {
+        // Only rolling plans read the memo; it would keep old pod versions alive.
+        ctx.plan_memos
+            .lock()
+            .unwrap()
+            .remove(&ds.uid().unwrap_or_default());
+    }
+    match policy {
         PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await,
         PolicyDecision::NotOurs { reason } => {
             warn_once(&ds, &ctx, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, &reason).await;
@@ -323,8 +348,25 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
                     return Ok(Action::await_change());
                 }
             };
-            // One look at the store serves both steps.
-            let (pods, current) = owned(&ds, &ctx);
+            // One look at the stores serves both steps. The memo is taken out of the map
+            // meanwhile, so plans of other DaemonSets do not wait (a DaemonSet is never
+            // reconciled twice at once); `rolling_update` puts it back.
+            let current = current_revision(&ctx.stores, &ds);
+            let mut memo = ctx
+                .plan_memos
+                .lock()
+                .unwrap()
+                .remove(&ds.uid().unwrap_or_default())
+                .unwrap_or_default();
+            observe(&ctx.stores, &ds, current.as_ref(), &mut memo);
+            // Only pull-ahead reads the pods themselves; the stale-condition check
+            // needs those with the condition alone (what the looks read).
+            let pods: Vec<Arc<CachedPod>> = if pull_ahead {
+                memo.pods().cloned().collect()
+            } else {
+                Vec::new()
+            };
+            let flagged = memo.with_need_upgrade();
             let controls = Controls {
                 paused,
                 pull_ahead,
@@ -336,11 +378,12 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
                 &ctx,
                 max_unavailable,
                 controls,
+                memo,
                 &pods,
                 current.as_ref(),
             )
             .await?;
-            remove_stale_conditions(&ds, &ctx, &pods).await?;
+            remove_stale_conditions(&ds, &ctx, &flagged).await?;
             Ok(action)
         }
         PolicyDecision::Managed(Policy::Ota) => {
@@ -514,6 +557,43 @@ pub fn owned_pods(stores: &Stores, ds: &DaemonSet, lookup: PodLookup) -> Vec<Arc
     }
 }
 
+/// Observes the DaemonSet's pods (the owner index) and every node into its plan memo,
+/// cloning only the object versions the memo does not hold yet: cloning all of them
+/// writes to 20,000 objects' counts per plan at fleet size (issue 25).
+pub fn observe(
+    stores: &Stores,
+    ds: &DaemonSet,
+    current: Option<&CurrentRevision>,
+    memo: &mut Memo,
+) {
+    let uid = ds.uid().unwrap_or_default();
+    let mut refresh = memo.begin(ds, current);
+    stores
+        .pods_by_owner
+        .for_each_of(&uid, |pod| refresh.pod(pod));
+    // The node store lends its objects to a predicate only (`Store::find`, which finds
+    // nothing here): versions the memo holds are recognized there by address, and the
+    // others fetched by name after.
+    let (kept, new) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+    let _ = stores.nodes.find(|node| {
+        if refresh.holds_node(node) {
+            kept.borrow_mut().push(node as *const CachedNode);
+        } else {
+            new.borrow_mut().push(NodeFacts::name(node).to_string());
+        }
+        false
+    });
+    for node in kept.into_inner() {
+        refresh.node_kept(node);
+    }
+    for name in new.into_inner() {
+        if let Some(node) = stores.nodes.get(&ObjectRef::new(&name)) {
+            refresh.node(&node);
+        }
+    }
+    refresh.finish();
+}
+
 /// The DaemonSet's current revision, from the revisions store.
 pub fn current_revision(stores: &Stores, ds: &DaemonSet) -> Option<CurrentRevision> {
     let ns = ds.namespace();
@@ -534,26 +614,29 @@ struct Controls<'a> {
     node_selector: Option<&'a NodeSelector>,
 }
 
+/// Plans over what `memo` observed and acts on the plan. `pods` are the DaemonSet's
+/// pods when pull-ahead is on (it reads them), else empty.
 async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
     max_unavailable: MaxUnavailable,
     controls: Controls<'_>,
+    memo: Memo,
     pods: &[Arc<CachedPod>],
     current: Option<&CurrentRevision>,
 ) -> Result<Action, Error> {
     let uid = ds.uid().unwrap_or_default();
-    let nodes = ctx.stores.nodes.state();
     let pending = ctx
         .expectations
         .lock()
         .unwrap()
-        .pending(&uid, pods, Instant::now());
-    let plan = plan_rolling_update(&RollingInput {
+        .pending(&uid, memo.pods(), Instant::now());
+    let input = RollingInput {
         daemonset: ds,
         current,
-        pods,
-        nodes: &nodes,
+        // The memo's pods and nodes are planned (`plan_rolling_update_memo`).
+        pods: &[],
+        nodes: &[],
         max_unavailable,
         now: Timestamp::now(),
         expected_deletions: &pending.deletions,
@@ -561,7 +644,17 @@ async fn rolling_update(
         limits: ctx.limits,
         partition: controls.partition,
         node_selector: controls.node_selector,
-    });
+        // Only pull-ahead reads what the plan leaves for later.
+        list_upcoming: controls.pull_ahead,
+    };
+    let plan = plan_rolling_update_memo(&input, &memo);
+    // Kept while the rollout goes on; a settled DaemonSet keeps none.
+    if !matches!(
+        plan.progress.blocked,
+        Some(Blocker::Complete | Blocker::HeldBack)
+    ) {
+        ctx.plan_memos.lock().unwrap().insert(uid.clone(), memo);
+    }
     // Nothing to judge pods by yet: the native controller has not written a revision.
     if plan.progress.blocked == Some(Blocker::CurrentRevisionUnknown) {
         record_progress(ds, ctx, &plan);
@@ -966,7 +1059,85 @@ mod tests {
             pull_ahead: PullAheadLimits::default(),
             pull_tries: Mutex::default(),
             pull_unseen: Mutex::default(),
+            plan_memos: Mutex::default(),
         }
+    }
+
+    /// `observe` holds what the stores hold (the DaemonSet's pods by the owner index,
+    /// every node), node versions replaced or deleted in between included, and the plan
+    /// from it is the plan from a fresh read of the stores.
+    #[tokio::test]
+    async fn observe_holds_what_the_stores_hold_and_plans_as_a_fresh_read() {
+        use kube::runtime::{reflector, watcher};
+        let ds = DaemonSetBuilder::new("agent")
+            .strategy("AdvancedRollingUpdate")
+            .on_delete()
+            .build();
+        let other = DaemonSetBuilder::new("other").build();
+        let old = |name: &str, node: &str| {
+            PodBuilder::new(name, &ds)
+                .hash("old")
+                .on_node(node)
+                .ready_since(crate::testkit::at(1))
+                .build()
+        };
+        let pods = [
+            old("a", "n1"),
+            old("b", "n2"),
+            PodBuilder::new("c", &other)
+                .hash("old")
+                .on_node("n1")
+                .build(),
+        ];
+        let revisions = [revision(&ds, "old", 1), revision(&ds, "new", 2)];
+        let mut ctx = context(fake_client(|_, _| (404, json!({}))).0, &pods, &revisions);
+        let (nodes, mut writer) = reflector::store::<CachedNode>();
+        let node = |name: &str, ready: bool| CachedNode::from(crate::testkit::node(name, ready));
+        for name in ["n1", "n2", "n3"] {
+            writer.apply_watcher_event(&watcher::Event::Apply(node(name, true)));
+        }
+        ctx.stores.nodes = nodes.clone();
+        let current = current_revision(&ctx.stores, &ds);
+        let mut memo = Memo::default();
+        let check = |memo: &Memo| {
+            let mut held: Vec<&str> = memo.pods().map(|p| p.pod_name()).collect();
+            held.sort();
+            assert_eq!(held, ["a", "b"]);
+            let store = nodes.state();
+            assert_eq!(memo.nodes().count(), store.len());
+            assert!(store
+                .iter()
+                .all(|n| memo.nodes().any(|kept| Arc::ptr_eq(kept, n))));
+            let pending = Default::default();
+            let vacated = Default::default();
+            let fresh_pods = owned_pods(&ctx.stores, &ds, PodLookup::Index);
+            let input = RollingInput {
+                daemonset: &ds,
+                current: current.as_ref(),
+                pods: &fresh_pods,
+                nodes: &store,
+                max_unavailable: MaxUnavailable::Count(1),
+                now: Timestamp::now(),
+                expected_deletions: &pending,
+                vacated_by_us: &vacated,
+                limits: RollingLimits::default(),
+                partition: None,
+                node_selector: None,
+                list_upcoming: true,
+            };
+            assert_eq!(
+                plan_rolling_update_memo(&input, memo),
+                crate::daemonset::rolling_plan::plan_rolling_update(&input)
+            );
+        };
+        observe(&ctx.stores, &ds, current.as_ref(), &mut memo);
+        check(&memo);
+        // n2 flaps (a new version), n3 goes, n4 comes.
+        writer.apply_watcher_event(&watcher::Event::Apply(node("n2", false)));
+        writer.apply_watcher_event(&watcher::Event::Delete(node("n3", true)));
+        writer.apply_watcher_event(&watcher::Event::Apply(node("n4", true)));
+        observe(&ctx.stores, &ds, current.as_ref(), &mut memo);
+        check(&memo);
     }
 
     fn ota() -> DaemonSet {
@@ -1116,12 +1287,15 @@ mod tests {
 
     async fn roll(ctx: &Context, ds: &DaemonSet, pods: &[Arc<CachedPod>]) -> Action {
         let (_, current) = owned(ds, ctx);
+        let mut memo = Memo::default();
+        memo.refresh(ds, current.as_ref(), pods, &ctx.stores.nodes.state());
         rolling_update(
             ds,
             ctx,
             MaxUnavailable::Count(2),
             Controls::default(),
-            pods,
+            memo,
+            &[],
             current.as_ref(),
         )
         .await

@@ -10,7 +10,7 @@
 //! Both are in memory. After a restart the planner rebuilds the second from placement
 //! (a Ready node that should run the pod but shows none), and the first is not needed:
 //! the API server shows a deleted pod as terminating before the delete call returns.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,15 +42,29 @@ pub struct Expectations(HashMap<String, DaemonSetRecord>);
 impl Expectations {
     /// Drops the deletions the cache has caught up with (the pod shows terminating or
     /// is gone) or that timed out, and returns what is still pending for `ds_uid`.
-    pub fn pending<P: PodFacts>(&mut self, ds_uid: &str, pods: &[Arc<P>], now: Instant) -> Pending {
+    pub fn pending<'p, P: PodFacts + 'p>(
+        &mut self,
+        ds_uid: &str,
+        pods: impl IntoIterator<Item = &'p Arc<P>>,
+        now: Instant,
+    ) -> Pending {
         let Some(record) = self.0.get_mut(ds_uid) else {
             return Pending::default();
         };
+        // One pass over the pods, one lookup each: a rollout has up to a plan's cap of
+        // deletions in flight and a DaemonSet 10,000 pods (issue 25), too many to
+        // compare every pod with every deletion on each plan.
+        let mut seen_live: HashSet<&str> = HashSet::new();
+        if !record.deletions.is_empty() {
+            for pod in pods.into_iter().filter(|p| !p.is_terminating()) {
+                let uid = pod.pod_uid();
+                if record.deletions.contains_key(uid) {
+                    seen_live.insert(uid);
+                }
+            }
+        }
         record.deletions.retain(|uid, since| {
-            let seen_live = pods
-                .iter()
-                .any(|p| p.pod_uid() == uid && !p.is_terminating());
-            seen_live && now.duration_since(*since) < DELETION_TIMEOUT
+            seen_live.contains(uid.as_str()) && now.duration_since(*since) < DELETION_TIMEOUT
         });
         Pending {
             deletions: record.deletions.keys().cloned().collect(),

@@ -98,8 +98,10 @@ pub fn plan_stale_condition_removals(
     let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
     let mut stale: Vec<StaleCondition> = pods
         .iter()
-        .filter(|pod| is_controlled_by(*pod, ds_uid))
+        // The condition first: nearly no pod has it, and it is the cheaper look (a
+        // rolling DaemonSet checks all its pods on every plan).
         .filter(|pod| need_upgrade_condition(*pod).is_some())
+        .filter(|pod| is_controlled_by(*pod, ds_uid))
         .map(|pod| StaleCondition {
             namespace: pod.pod_namespace().to_string(),
             name: pod.pod_name().to_string(),

@@ -538,6 +538,7 @@ mod tests {
             limits: RollingLimits::default(),
             partition: None,
             node_selector: None,
+            list_upcoming: true,
         });
         // The failures as the controller would have counted them, one answer at a time.
         let mut tries = PullTries::default();

@@ -63,7 +63,7 @@
 //!   the condition's `lastTransitionTime` (missing time with a non-zero minimum: not
 //!   available, as in Kubernetes).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,15 +73,18 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::controls::{HeldBack, NodeSelector, Partition};
-use super::placement::should_run_on;
 use super::policy::MaxUnavailable;
 use super::revision::CurrentRevision;
-use crate::object::{is_controlled_by, CachedNode, CachedPod, NodeFacts, PodFacts};
+use crate::object::{CachedNode, CachedPod, NodeFacts, PodFacts};
 
+mod looks;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod state_machine;
+
+use looks::{uid_hash, NodeKey, NodeLook, PodLook, ReadyLook};
+pub use looks::{PlanMemo, Refresh};
 
 /// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
 /// cached forms in the controller; tests also plan on full API objects.
@@ -107,6 +110,11 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     pub partition: Option<Partition>,
     /// `rollgate.io/node-selector`: only the nodes that match are upgraded.
     pub node_selector: Option<&'a NodeSelector>,
+    /// Whether to list `RollingPlan::upcoming`. Only pull-ahead reads it, and it costs
+    /// one `PlannedDeletion` (four strings) per old pod the plan leaves for later, which
+    /// was a third of a plan's CPU at 10,000 nodes (issue 25). Off, `upcoming` is empty
+    /// and nothing else in the plan changes.
+    pub list_upcoming: bool,
 }
 
 /// Limits on a plan besides the budget, set by the controller's flags.
@@ -158,6 +166,7 @@ pub struct RollingPlan {
     pub progress: Progress,
     /// Out-of-date pods on Ready nodes that this plan leaves for later (the budget or
     /// the cap), in the order later plans take them: what pull-ahead pulls for next.
+    /// Empty unless `RollingInput::list_upcoming`.
     pub upcoming: Vec<PlannedDeletion>,
 }
 
@@ -299,20 +308,114 @@ pub enum Blocker {
 }
 
 /// Plans the next AdvancedRollingUpdate step. Pure: same input, same plan.
+///
+/// Cost: a plan runs on every relevant pod write and node Ready transition, over every
+/// pod and node of the DaemonSet (10,000 of each on a large edge fleet, issue 25). So
+/// each pod is read once (its node, whether live, whether up to date), pods and nodes
+/// meet through one sort and a binary search per node, compared by number where node
+/// names allow (`NodeKey`), and the per-pod strings of `upcoming` are made only when
+/// asked for (`RollingInput::list_upcoming`). What it reads of each pod and node is
+/// read once (`PodLook`, `NodeLook`); `plan_rolling_update_memo` reads it from looks
+/// kept between plans instead.
 pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>) -> RollingPlan {
     let ds_uid = input.daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let pods_by_node = PodsByNode::of(input.pods, ds_uid);
-    // Hashed: every plan looks up every node, and node names share long prefixes.
-    let nodes: HashMap<&str, &N> = input
+    let pods = input
+        .pods
+        .iter()
+        .map(|pod| (&**pod, PodLook::of(&**pod, ds_uid, input.current)));
+    let nodes = input
         .nodes
         .iter()
-        .filter_map(|node| Some((node.metadata().name.as_deref()?, &**node)))
+        .map(|node| (&**node, NodeLook::of(&**node, input.daemonset)));
+    plan(input, pods, nodes)
+}
+
+/// The same plan as `plan_rolling_update`, over the pods and nodes `memo` observed
+/// (`PlanMemo::begin` or `PlanMemo::refresh`, for this DaemonSet and revision, just
+/// before), read through the looks it keeps between plans: a plan that finds nearly
+/// every object unchanged reads none of them (issue 25: a node flap re-plans the
+/// rolling DaemonSet twice, over every pod and node it has). `input.pods` and
+/// `input.nodes` are not read. A memo observed for another DaemonSet or revision is
+/// planned from its objects, read afresh.
+pub fn plan_rolling_update_memo<P: PodFacts, N: NodeFacts>(
+    input: &RollingInput<P, N>,
+    memo: &PlanMemo<P, N>,
+) -> RollingPlan {
+    if !memo.serves(input.daemonset, input.current) {
+        let pods: Vec<Arc<P>> = memo.pods().cloned().collect();
+        let nodes: Vec<Arc<N>> = memo.nodes().cloned().collect();
+        return plan_rolling_update(&RollingInput {
+            pods: &pods,
+            nodes: &nodes,
+            ..*input
+        });
+    }
+    plan(input, memo.pod_looks(), memo.node_looks())
+}
+
+/// The plan from every pod and node with its look (pods the DaemonSet does not
+/// control are left out here).
+fn plan<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
+    input: &RollingInput<'_, P, N>,
+    pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
+    nodes: impl Iterator<Item = (&'a N, NodeLook<'a>)>,
+) -> RollingPlan {
+    // Deletions in flight, by UID hash: a pod's own UID is read only on a match.
+    let mut expected: Vec<u64> = input
+        .expected_deletions
+        .iter()
+        .map(|uid| uid_hash(uid))
         .collect();
+    expected.sort_unstable();
+    let in_flight = |pod: &P, look: &PodLook| {
+        look.uid_hash
+            .is_some_and(|hash| expected.binary_search(&hash).is_ok())
+            && pod
+                .metadata()
+                .uid
+                .as_ref()
+                .is_some_and(|uid| input.expected_deletions.contains(uid))
+    };
+    let is_live = |pod: &P, look: &PodLook| !look.terminating && !in_flight(pod, look);
+    let mut by_node = PodsByNode::of(pods, |pod, look| Look {
+        live: is_live(pod, look),
+        updated: look.updated,
+        ready: look.ready,
+    });
+    // Nodes without a pod of this DaemonSet, in name order; as in a map by name, the
+    // last of a repeated name wins (the store has none).
+    let mut lonely: Vec<(NodeKey<'_>, NodeLook<'_>)> = Vec::new();
+    for (node, look) in nodes {
+        let Some(key) = look.key else {
+            continue;
+        };
+        match by_node.find(&key) {
+            Some(group) => by_node.groups[group].node = Some((node, look)),
+            None => lonely.push((key, look)),
+        }
+    }
+    lonely.sort_by(|a, b| a.0.cmp(&b.0));
+    lonely.reverse();
+    lonely.dedup_by(|a, b| a.0 == b.0);
+    lonely.reverse();
+    // The nodes rollgate vacated (`ours`, below), found from the records, a few
+    // hundred at most, rather than by a lookup per node of the fleet.
+    let mut ours_group = vec![false; by_node.groups.len()];
+    let mut ours_lonely = vec![false; lonely.len()];
+    for name in input.vacated_by_us.keys() {
+        let key = NodeKey::of(name);
+        if let Some(group) = by_node.find(&key) {
+            ours_group[group] = true;
+        } else if let Ok(at) = lonely.binary_search_by(|(k, _)| k.cmp(&key)) {
+            ours_lonely[at] = true;
+        }
+    }
 
     let mut progress = Progress::default();
-    let mut ready_nodes = Vec::new();
-    for (node, pods) in pods_by_node.iter() {
-        match nodes.get(node).map(is_node_ready) {
+    for group in &mut by_node.groups {
+        group.ready = group.node.map(|(_, look)| look.ready);
+        let node = group.key.name;
+        match group.ready {
             None => progress.missing_nodes_skipped.push(node.to_string()),
             Some(false) => {
                 progress.total_nodes += 1;
@@ -321,7 +424,6 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             Some(true) => {
                 progress.total_nodes += 1;
                 progress.ready_nodes += 1;
-                ready_nodes.push((node, pods, nodes[node]));
             }
         }
     }
@@ -335,18 +437,15 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         .collect();
     // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
     // should run there (its pod is gone and the replacement not created or not seen).
-    for (&name, node) in &nodes {
-        if pods_by_node.contains(name) {
-            continue;
-        }
-        let ours = input.vacated_by_us.contains_key(name);
-        let placed = should_run_on(input.daemonset, node);
-        if !is_node_ready(node) {
+    for (&(key, look), &ours) in lonely.iter().zip(&ours_lonely) {
+        let name = key.name;
+        if !look.ready {
             if ours {
                 settled.push(name.to_string());
             }
             continue;
         }
+        let placed = look.placed;
         if placed || ours {
             progress.vacated_nodes.push(name.to_string());
         }
@@ -355,20 +454,26 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             settled.push(name.to_string());
         }
     }
-    // The node map is unordered; the progress is reported in node name order.
-    progress.vacated_nodes.sort_unstable();
     progress.total_nodes += progress.vacated_nodes.len();
     progress.ready_nodes += progress.vacated_nodes.len();
     progress.budget = input.max_unavailable.budget(progress.total_nodes);
+    let node_known = |name: &str| {
+        let key = NodeKey::of(name);
+        by_node
+            .find(&key)
+            .is_some_and(|group| by_node.groups[group].node.is_some())
+            || lonely.binary_search_by(|(k, _)| k.cmp(&key)).is_ok()
+    };
     settled.extend(
         input
             .vacated_by_us
             .keys()
-            .filter(|node| !nodes.contains_key(node.as_str()))
+            .filter(|node| !node_known(node))
             .cloned(),
     );
 
-    let Some(current) = input.current else {
+    // Without a current revision no pod can be judged (every `Look::updated` is false).
+    if input.current.is_none() {
         progress.blocked = Some(Blocker::CurrentRevisionUnknown);
         settled.sort();
         return RollingPlan {
@@ -377,18 +482,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             progress,
             upcoming: Vec::new(),
         };
-    };
+    }
 
     let min_ready = input.daemonset.spec.min_ready_seconds.unwrap_or(0);
-    let is_live = |pod: &P| {
-        !pod.is_terminating()
-            && !pod
-                .metadata()
-                .uid
-                .as_ref()
-                .is_some_and(|uid| input.expected_deletions.contains(uid))
-    };
-
     let mut recheck_after = |wait: Duration| {
         let earliest = progress.recheck_after.map_or(wait, |w| w.min(wait));
         progress.recheck_after = Some(earliest);
@@ -396,53 +492,57 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     // Out-of-date pods that are not available, on nodes already counted unavailable
     // because rollgate replaced a pod there (replacing again adds no node), and on
     // nodes not counted yet (replacing spends budget).
-    let mut replaced_not_available = Vec::new();
-    let mut old_not_available = Vec::new();
-    let mut candidates = Vec::new();
+    let mut replaced_not_available: Vec<(&str, &P)> = Vec::new();
+    let mut old_not_available: Vec<(&str, &P)> = Vec::new();
+    let mut candidates: Vec<(&str, &P)> = Vec::new();
     let mut unavailable_nodes = Vec::new();
     let mut stale_status_nodes = Vec::new();
-    for (node, pods, node_facts) in ready_nodes {
-        // Ours until a pod serves there again: counted unavailable whatever it shows.
-        let ours = input.vacated_by_us.contains_key(node);
-        let live = LivePods::of(pods, is_live, current);
-        if matches!(live, LivePods::OnlyOld(_)) && !should_run_on(input.daemonset, node_facts) {
+    let mut unplaced_nodes = Vec::new();
+    for (group, &ours) in by_node.groups.iter().zip(&ours_group) {
+        let (Some(true), Some((_, node_look))) = (group.ready, group.node) else {
+            continue;
+        };
+        let node = group.key.name;
+        // `ours`: until a pod serves there again, counted unavailable whatever it shows.
+        let live = LivePods::of(by_node.pods(group));
+        if matches!(live, LivePods::OnlyOld(_)) && !node_look.placed {
             // Deleting it would remove the DaemonSet from the node: leave it, and say so.
-            progress.unplaced_nodes.push(node.to_string());
-            progress.total_nodes -= 1;
-            progress.ready_nodes -= 1;
+            unplaced_nodes.push(node.to_string());
             if ours {
                 settled.push(node.to_string());
             }
             continue;
         }
         match live {
-            LivePods::OnlyNew(new_pod) => match availability(new_pod, min_ready, input.now) {
-                Availability::Available => {
-                    progress.updated += 1;
-                    progress.ready_updated += 1;
-                    if ours {
-                        settled.push(node.to_string());
+            LivePods::OnlyNew(new_pod) => {
+                match availability(new_pod.look.ready, min_ready, input.now) {
+                    Availability::Available => {
+                        progress.updated += 1;
+                        progress.ready_updated += 1;
+                        if ours {
+                            settled.push(node.to_string());
+                        }
                     }
+                    Availability::AvailableIn(wait) => {
+                        recheck_after(wait);
+                        unavailable_nodes.push(node.to_string());
+                    }
+                    Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
                 }
-                Availability::AvailableIn(wait) => {
-                    recheck_after(wait);
-                    unavailable_nodes.push(node.to_string());
-                }
-                Availability::NotAvailable => unavailable_nodes.push(node.to_string()),
-            },
-            LivePods::OnlyOld(old_pod) => match availability(old_pod, min_ready, input.now) {
+            }
+            LivePods::OnlyOld(old) => match availability(old.look.ready, min_ready, input.now) {
                 Availability::Available => {
                     // A replacement of an older template serves: the node is no longer
                     // ours, and its pod is a candidate like any other.
                     if ours {
                         settled.push(node.to_string());
                     }
-                    candidates.push((node, old_pod));
+                    candidates.push((node, old.pod));
                 }
                 _ => {
                     let stale = stale_status(
-                        old_pod,
-                        node_facts,
+                        old.look.ready,
+                        node_look.ready_since,
                         input.limits.stale_status_wait,
                         input.now,
                     );
@@ -454,9 +554,9 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
                         }
                     } else if ours {
                         unavailable_nodes.push(node.to_string());
-                        replaced_not_available.push((node, old_pod));
+                        replaced_not_available.push((node, old.pod));
                     } else {
-                        old_not_available.push((node, old_pod));
+                        old_not_available.push((node, old.pod));
                     }
                 }
             },
@@ -465,21 +565,21 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
             LivePods::Other => unavailable_nodes.push(node.to_string()),
         }
     }
-    let skipped_with_old_pods: Vec<String> = pods_by_node
+    progress.total_nodes -= unplaced_nodes.len();
+    progress.ready_nodes -= unplaced_nodes.len();
+    progress.unplaced_nodes = unplaced_nodes;
+    let mut skipped_with_old_pods: Vec<String> = by_node
+        .groups
         .iter()
-        .filter(|(node, _)| nodes.get(node).is_none_or(|n| !is_node_ready(n)))
-        .filter(|(_, pods)| {
-            pods.iter()
-                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
-        })
-        .map(|(node, _)| node.to_string())
+        .filter(|group| group.ready != Some(true) && by_node.has_old_pod(group))
+        .map(|group| group.key.name.to_string())
         .collect();
     // NotReady nodes are done when no live out-of-date pod is left on them.
     progress.updated += progress.not_ready_nodes_skipped.len()
-        - progress
-            .not_ready_nodes_skipped
+        - by_node
+            .groups
             .iter()
-            .filter(|node| skipped_with_old_pods.contains(node))
+            .filter(|group| group.ready == Some(false) && by_node.has_old_pod(group))
             .count();
 
     // Partition and node selector: the old pods of the nodes they hold back are taken
@@ -487,15 +587,13 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let held = if input.partition.is_none() && input.node_selector.is_none() {
         HeldBack::default()
     } else {
-        let old = old_nodes(&pods_by_node, &nodes, &progress, is_live, current);
         HeldBack::choose(
             input.partition,
             input.node_selector,
-            &old,
+            &by_node.old_nodes(&progress.unplaced_nodes),
             progress.total_nodes,
         )
     };
-    let mut skipped_with_old_pods = skipped_with_old_pods;
     if !held.is_empty() {
         skipped_with_old_pods.retain(|node| !held.holds(node));
         replaced_not_available.retain(|(node, _)| !held.holds(node));
@@ -518,34 +616,40 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     let spendable = old_not_available.len() + candidates.len();
     let chosen = allowed.min(spendable);
     let old_chosen = chosen.min(old_not_available.len());
-    let mut deletions: Vec<PlannedDeletion> = replaced_not_available
+    let mut steps: Vec<(&str, &P, DeletionReason)> = replaced_not_available
         .iter()
         .chain(&old_not_available[..old_chosen])
-        .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+        .map(|&(node, pod)| (node, pod, DeletionReason::OldPodNotAvailable))
         .collect();
-    deletions.sort_by(|a, b| a.node.cmp(&b.node));
-    deletions.extend(
+    steps.sort_by(|a, b| a.0.cmp(b.0));
+    steps.extend(
         candidates[..chosen - old_chosen]
             .iter()
-            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
+            .map(|&(node, pod)| (node, pod, DeletionReason::RollingUpdate)),
     );
     // On top of the budget: the rest waits for the next plan (our deletions' own pod
     // events bring it at once), in the same order.
-    let capped = deletions
-        .len()
-        .min(input.limits.max_deletions_per_plan.max(1));
-    progress.deferred_by_cap = deletions.len() - capped;
-    let mut upcoming = deletions.split_off(capped);
-    upcoming.extend(
-        old_not_available[old_chosen..]
+    let capped = steps.len().min(input.limits.max_deletions_per_plan.max(1));
+    progress.deferred_by_cap = steps.len() - capped;
+    let planned =
+        |&(node, pod, reason): &(&str, &P, DeletionReason)| planned_deletion(pod, node, reason);
+    let deletions: Vec<PlannedDeletion> = steps[..capped].iter().map(planned).collect();
+    let upcoming = if input.list_upcoming {
+        steps[capped..]
             .iter()
-            .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::OldPodNotAvailable))
+            .map(planned)
+            .chain(old_not_available[old_chosen..].iter().map(|&(node, pod)| {
+                planned_deletion(pod, node, DeletionReason::OldPodNotAvailable)
+            }))
             .chain(
                 candidates[chosen - old_chosen..]
                     .iter()
-                    .map(|(node, pod)| planned_deletion(*pod, node, DeletionReason::RollingUpdate)),
-            ),
-    );
+                    .map(|&(node, pod)| planned_deletion(pod, node, DeletionReason::RollingUpdate)),
+            )
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     progress.blocked = if chosen < spendable {
         Some(Blocker::BudgetExhausted {
@@ -584,62 +688,130 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
     }
 }
 
-/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
-/// by pod name, so plans do not depend on the input order (pods with no known node are
-/// left out: there is nothing to count them against). One sorted list, not a map of
-/// lists: a plan runs on every relevant pod write, over every pod.
-struct PodsByNode<'a, P> {
-    sorted: Vec<(&'a str, &'a P)>,
+/// What a plan reads of a pod besides its node, read once per plan.
+#[derive(Debug, Clone, Copy)]
+struct Look {
+    /// Not terminating, and no deletion of it in flight.
+    live: bool,
+    /// Of the current revision (false while it is unknown).
+    updated: bool,
+    ready: Option<ReadyLook>,
 }
 
-impl<'a, P: PodFacts> PodsByNode<'a, P> {
-    fn of(pods: &'a [Arc<P>], ds_uid: &str) -> Self {
-        let mut sorted: Vec<(&str, &P)> = pods
-            .iter()
-            .filter(|pod| is_controlled_by(*pod, ds_uid))
-            .filter_map(|pod| Some((pod.node_or_affinity_node()?, &**pod)))
+/// One pod of the DaemonSet with its node.
+struct Placed<'a, P> {
+    node: NodeKey<'a>,
+    pod: &'a P,
+    look: Look,
+}
+
+/// The pods of one node, with the Node object and its look (`None`: missing) and its
+/// Ready status.
+struct Group<'a, N> {
+    key: NodeKey<'a>,
+    pods: std::ops::Range<usize>,
+    node: Option<(&'a N, NodeLook<'a>)>,
+    ready: Option<bool>,
+}
+
+/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
+/// by pod name, so plans do not depend on the input order (pods with no known node are
+/// left out: there is nothing to count them against). One sorted list and its runs,
+/// not a map of lists: a plan runs on every relevant pod write, over every pod.
+struct PodsByNode<'a, P, N> {
+    placed: Vec<Placed<'a, P>>,
+    groups: Vec<Group<'a, N>>,
+}
+
+impl<'a, P: PodFacts, N> PodsByNode<'a, P, N> {
+    /// From every pod with its look; `look` adds what depends on the plan.
+    fn of(
+        pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
+        look: impl Fn(&P, &PodLook<'a>) -> Look,
+    ) -> Self {
+        let mut placed: Vec<Placed<'a, P>> = pods
+            .filter(|(_, pod_look)| pod_look.controlled)
+            .filter_map(|(pod, pod_look)| {
+                Some(Placed {
+                    node: pod_look.node?,
+                    pod,
+                    look: look(pod, &pod_look),
+                })
+            })
             .collect();
-        sorted.sort_unstable_by(|(node_a, a), (node_b, b)| {
-            node_a
-                .cmp(node_b)
-                .then_with(|| a.pod_name().cmp(b.pod_name()))
+        placed.sort_unstable_by(|a, b| {
+            a.node
+                .cmp(&b.node)
+                .then_with(|| a.pod.pod_name().cmp(b.pod.pod_name()))
         });
-        PodsByNode { sorted }
+        let mut groups = Vec::new();
+        let mut start = 0;
+        for end in 1..=placed.len() {
+            if end == placed.len() || placed[end].node != placed[start].node {
+                groups.push(Group {
+                    key: placed[start].node,
+                    pods: start..end,
+                    node: None,
+                    ready: None,
+                });
+                start = end;
+            }
+        }
+        PodsByNode { placed, groups }
     }
 
-    /// Each node with its pods, in node name order.
-    fn iter(&self) -> impl Iterator<Item = (&'a str, &[(&'a str, &'a P)])> {
-        self.sorted
-            .chunk_by(|(a, _), (b, _)| a == b)
-            .map(|pods| (pods[0].0, pods))
+    /// The index of the node's group, if it has pods.
+    fn find(&self, key: &NodeKey) -> Option<usize> {
+        self.groups.binary_search_by(|g| g.key.cmp(key)).ok()
     }
 
-    fn contains(&self, node: &str) -> bool {
-        self.sorted
-            .binary_search_by(|(name, _)| (*name).cmp(node))
-            .is_ok()
+    fn pods(&self, group: &Group<N>) -> &[Placed<'a, P>] {
+        &self.placed[group.pods.clone()]
+    }
+
+    /// A live out-of-date pod is on the node.
+    fn has_old_pod(&self, group: &Group<N>) -> bool {
+        self.pods(group)
+            .iter()
+            .any(|p| p.look.live && !p.look.updated)
+    }
+
+    /// The nodes of the base still on an old revision, in name order: a live
+    /// out-of-date pod on a Ready or NotReady node, not left out for placement
+    /// (`unplaced`, in name order; see `controls`).
+    fn old_nodes(&self, unplaced: &[String]) -> Vec<(&'a str, &'a N)> {
+        self.groups
+            .iter()
+            .filter(|group| {
+                self.has_old_pod(group)
+                    && unplaced
+                        .binary_search_by(|n| n.as_str().cmp(group.key.name))
+                        .is_err()
+            })
+            .filter_map(|group| Some((group.key.name, group.node?.0)))
+            .collect()
     }
 }
 
 /// A Ready node's live pods, as far as the classification tells them apart.
-enum LivePods<'a, P> {
-    OnlyNew(&'a P),
-    OnlyOld(&'a P),
+enum LivePods<'p, 'a, P> {
+    OnlyNew(&'p Placed<'a, P>),
+    OnlyOld(&'p Placed<'a, P>),
     /// None, old and new together, or duplicates.
     Other,
 }
 
-impl<'a, P: PodFacts> LivePods<'a, P> {
-    fn of(pods: &[(&str, &'a P)], is_live: impl Fn(&P) -> bool, current: &CurrentRevision) -> Self {
+impl<'p, 'a, P> LivePods<'p, 'a, P> {
+    fn of(pods: &'p [Placed<'a, P>]) -> Self {
         let (mut new, mut old) = ((0, None), (0, None));
-        for &(_, pod) in pods.iter().filter(|(_, pod)| is_live(pod)) {
-            let side = if current.is_pod_updated(pod) {
+        for placed in pods.iter().filter(|p| p.look.live) {
+            let side = if placed.look.updated {
                 &mut new
             } else {
                 &mut old
             };
             side.0 += 1;
-            side.1 = Some(pod);
+            side.1 = Some(placed);
         }
         match (new, old) {
             ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
@@ -647,29 +819,6 @@ impl<'a, P: PodFacts> LivePods<'a, P> {
             _ => LivePods::Other,
         }
     }
-}
-
-/// The nodes of the base still on an old revision, in name order: a live out-of-date
-/// pod on a Ready or NotReady node, not left out for placement (see `controls`).
-fn old_nodes<'a, P: PodFacts, N: NodeFacts>(
-    pods_by_node: &PodsByNode<'a, P>,
-    nodes: &HashMap<&str, &'a N>,
-    progress: &Progress,
-    is_live: impl Fn(&P) -> bool,
-    current: &CurrentRevision,
-) -> Vec<(&'a str, &'a N)> {
-    pods_by_node
-        .iter()
-        .filter(|(node, pods)| {
-            pods.iter()
-                .any(|&(_, pod)| is_live(pod) && !current.is_pod_updated(pod))
-                && progress
-                    .unplaced_nodes
-                    .binary_search_by(|n| n.as_str().cmp(node))
-                    .is_err()
-        })
-        .filter_map(|(name, _)| Some((name, *nodes.get(name)?)))
-        .collect()
 }
 
 /// Ready means the Node's `Ready` condition has status `True`.
@@ -682,7 +831,7 @@ pub fn is_node_ready(node: &impl NodeFacts) -> bool {
 /// reads the same rule (`triggers::daemonsets_for_node`).
 pub fn is_available(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> bool {
     matches!(
-        availability(pod, min_ready_seconds, now),
+        availability(ReadyLook::of(pod), min_ready_seconds, now),
         Availability::Available
     )
 }
@@ -694,18 +843,18 @@ enum Availability {
     NotAvailable,
 }
 
-fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = pod.condition("Ready").filter(|c| c.status == "True") else {
+/// From the pod's Ready condition (`ReadyLook::of`).
+fn availability(ready: Option<ReadyLook>, min_ready_seconds: i32, now: Timestamp) -> Availability {
+    let Some(ready) = ready.filter(|r| r.is_true) else {
         return Availability::NotAvailable;
     };
     if min_ready_seconds <= 0 {
         return Availability::Available;
     }
-    let Some(since) = ready.last_transition_time else {
+    let Some(since) = ready.since else {
         return Availability::NotAvailable;
     };
-    let remaining =
-        SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since.0);
+    let remaining = SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since);
     match Duration::try_from(remaining) {
         Ok(wait) if !wait.is_zero() => Availability::AvailableIn(wait),
         // Zero or negative: the minimum has been reached.
@@ -719,23 +868,21 @@ fn availability(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp) -> 
 /// report its pods, and a pod that served locally the whole time reads "not Ready"
 /// until then. A status written before the node last turned Ready is stale until the
 /// kubelet rewrites it or `wait` has passed since the node's return; `None` means it
-/// counts as it reads (no times to compare also counts as read).
+/// counts as it reads (no times to compare also counts as read). Read from the pod's
+/// Ready condition and when its node's Ready condition last turned.
 fn stale_status(
-    pod: &impl PodFacts,
-    node: &impl NodeFacts,
+    pod_ready: Option<ReadyLook>,
+    node_ready_since: Option<Timestamp>,
     wait: Duration,
     now: Timestamp,
 ) -> Option<Duration> {
-    let marked = pod
-        .condition("Ready")
-        .filter(|ready| ready.status != "True")?
-        .last_transition_time?;
-    let back_since = node.ready_condition()?.1?;
-    if marked.0 >= back_since.0 {
+    let marked = pod_ready.filter(|ready| !ready.is_true)?.since?;
+    let back_since = node_ready_since?;
+    if marked >= back_since {
         return None;
     }
     let wait = SignedDuration::try_from(wait).ok()?;
-    let remaining = wait - now.duration_since(back_since.0);
+    let remaining = wait - now.duration_since(back_since);
     Duration::try_from(remaining)
         .ok()
         .filter(|left| !left.is_zero())
@@ -782,6 +929,7 @@ impl OwnedInput {
             limits: self.limits,
             partition: self.partition,
             node_selector: self.node_selector.as_ref(),
+            list_upcoming: true,
         }
     }
 }

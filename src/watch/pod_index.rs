@@ -180,6 +180,20 @@ impl PodsByOwner {
         pods
     }
 
+    /// Calls `visit` with each pod whose controller owner has this UID, in no particular
+    /// order, under the index's read lock (keep it short). Nothing is cloned: a plan
+    /// that keeps what it read of each pod version (`rolling_plan::PlanMemo`) touches
+    /// only the pods that changed, where `pods_of` writes to every pod's count.
+    pub fn for_each_of(&self, owner_uid: &str, mut visit: impl FnMut(&Arc<CachedPod>)) {
+        let owners = self.0.read().unwrap();
+        if let Some(by_node) = owners.0.get(owner_uid) {
+            by_node
+                .values()
+                .flat_map(|slot| slot.pods())
+                .for_each(&mut visit);
+        }
+    }
+
     /// Whether the owner with this UID has a pod on `node` (bound there, or pending for
     /// it), terminating ones included.
     pub fn has_pod_on(&self, owner_uid: &str, node: &str) -> bool {

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::names::CONTROLLER_REVISION_HASH_LABEL;
-use crate::object::PodFacts;
+use crate::object::{is_controlled_by, PodFacts};
 use crate::testkit::{at, node, revision, tainted, DaemonSetBuilder, PodBuilder};
 use k8s_openapi::api::core::v1::{PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -988,5 +988,111 @@ proptest! {
                 decisions(plan_rolling_update(&after.input()))
             );
         }
+    }
+}
+
+/// Node names that share prefixes longer and shorter than `NodeKey`'s 16 bytes, and
+/// hold NUL and multi-byte characters (padding and byte order are what could go wrong).
+fn tricky_name() -> impl Strategy<Value = String> {
+    let part = prop::sample::select(vec!["", "a", "b", "\0", "é", "-0", "1", "~"]);
+    (
+        prop::sample::select(vec!["", "edge-0", "cn-hangzhou.192.168.", "x\0\0"]),
+        prop::collection::vec(part, 0..6),
+    )
+        .prop_map(|(prefix, parts)| format!("{prefix}{}", parts.concat()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// `NodeKey` compares as the names do: every order in a plan (deletions, upcoming,
+    /// the node lists, the partition's first nodes) rests on it.
+    #[test]
+    fn node_keys_order_as_names_do(names in prop::collection::vec(tricky_name(), 0..12)) {
+        for a in &names {
+            for b in &names {
+                prop_assert_eq!(NodeKey::of(a).cmp(&NodeKey::of(b)), a.cmp(b), "{:?} {:?}", a, b);
+                prop_assert_eq!(NodeKey::of(a) == NodeKey::of(b), a == b);
+            }
+        }
+    }
+
+    /// A plan made without `upcoming` (no pull-ahead) decides exactly what one with it
+    /// decides, the cap and partition included; only the list is left out.
+    #[test]
+    fn a_plan_without_upcoming_decides_the_same(
+        model in model(),
+        partition in prop_oneof![
+            Just(None),
+            (1u32..=10).prop_map(|c| Some(Partition::Count(c))),
+            (1u8..=100).prop_map(|p| Some(Partition::Percent(p))),
+        ],
+        selector in prop::option::of(0..SELECTORS.len()),
+    ) {
+        let mut owned = to_input(&model);
+        owned.partition = partition;
+        owned.node_selector = selector.map(|i| NodeSelector::parse(SELECTORS[i].0).unwrap());
+        let full = plan_rolling_update(&owned.input());
+        let lean = plan_rolling_update(&RollingInput {
+            list_upcoming: false,
+            ..owned.input()
+        });
+        prop_assert!(lean.upcoming.is_empty());
+        prop_assert_eq!(lean, RollingPlan { upcoming: Vec::new(), ..full });
+    }
+}
+
+/// `second`'s objects, but where `keep` says so, `first`'s own `Arc` of the object of
+/// the same name (an object the store did not change between two plans).
+fn sharing<T: kube::Resource>(first: &[Arc<T>], second: &[Arc<T>], keep: &[bool]) -> Vec<Arc<T>> {
+    second
+        .iter()
+        .enumerate()
+        .map(|(i, object)| {
+            let name = object.meta().name.as_deref();
+            first
+                .iter()
+                .find(|o| o.meta().name.as_deref() == name)
+                .filter(|_| keep[i % keep.len()])
+                .map_or_else(|| object.clone(), Arc::clone)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A memo kept across plans decides as looks read afresh do: between plans some
+    /// objects keep their `Arc` (unchanged), others are new versions, some go; and the
+    /// DaemonSet or its revision may change under the memo (then it starts over).
+    #[test]
+    fn a_memo_plans_as_fresh_looks_do(
+        first in model(),
+        second in model(),
+        keep in prop::collection::vec(any::<bool>(), 1..16),
+        same_daemonset in prop::bool::weighted(0.8),
+    ) {
+        let a = to_input(&first);
+        let mut memo = PlanMemo::default();
+        memo.refresh(&a.ds, a.current.as_ref(), &a.pods, &a.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&a.input(), &memo), plan_rolling_update(&a.input()));
+
+        let mut b = to_input(&second);
+        if same_daemonset {
+            b.ds = a.ds.clone();
+            b.current = a.current.clone();
+        }
+        b.pods = sharing(&a.pods, &b.pods, &keep);
+        b.nodes = sharing(&a.nodes, &b.nodes, &keep);
+        memo.refresh(&b.ds, b.current.as_ref(), &b.pods, &b.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&b.input(), &memo), plan_rolling_update(&b.input()));
+
+        // Back to the first state: looks the second refresh dropped are made again.
+        memo.refresh(&a.ds, a.current.as_ref(), &a.pods, &a.nodes);
+        prop_assert_eq!(plan_rolling_update_memo(&a.input(), &memo), plan_rolling_update(&a.input()));
+        // The memo's objects are planned, whatever the input lists; a memo observed for
+        // another DaemonSet or revision is read afresh.
+        let objects_of_a = RollingInput { pods: &a.pods, nodes: &a.nodes, ..b.input() };
+        prop_assert_eq!(plan_rolling_update_memo(&b.input(), &memo), plan_rolling_update(&objects_of_a));
     }
 }
