@@ -1,6 +1,5 @@
 //! Wiring of the DaemonSet upgrade controller: observe (the shared stores) ->
 //! plan (pure, `rolling_plan` / `ota_plan`) -> apply (deletions, condition writes, Events).
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,7 +53,7 @@ use crate::runtime::Shutdown;
 use crate::watch::runner::{Run, RunMetrics};
 #[cfg(test)]
 use crate::watch::PodsByOwner;
-use crate::watch::{applied, applied_unless, touched_unless, Change, Stores, Watches};
+use crate::watch::{applied, applied_unless, for_each_in, touched_unless, Change, Stores, Watches};
 /// Every DaemonSet is planned again this long after its last plan at the latest: a
 /// trigger lost anyway (a watch gap, a node change the mapping missed) delays a
 /// rollout by this much, never stalls it (`a_missed_node_trigger_is_caught_by_the_resync`).
@@ -571,22 +570,15 @@ pub fn observe(
     stores
         .pods_by_owner
         .for_each_of(&uid, |pod| refresh.pod(pod));
-    // The node store lends its objects to a predicate only (`Store::find`, which finds
-    // nothing here): versions the memo holds are recognized there by address, and the
-    // others fetched by name after.
-    let (kept, new) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
-    let _ = stores.nodes.find(|node| {
-        if refresh.holds_node(node) {
-            kept.borrow_mut().push(node as *const CachedNode);
-        } else {
-            new.borrow_mut().push(NodeFacts::name(node).to_string());
+    // Node versions the memo holds are recognized in the store by address; the others
+    // are fetched by name after (the store's lock is held while visiting).
+    let mut new = Vec::new();
+    for_each_in(&stores.nodes, |node| {
+        if !refresh.saw_node(node) {
+            new.push(NodeFacts::name(node).to_string());
         }
-        false
     });
-    for node in kept.into_inner() {
-        refresh.node_kept(node);
-    }
-    for name in new.into_inner() {
+    for name in new {
         if let Some(node) = stores.nodes.get(&ObjectRef::new(&name)) {
             refresh.node(&node);
         }

@@ -83,7 +83,7 @@ mod proptests;
 #[cfg(test)]
 mod state_machine;
 
-use looks::{uid_hash, NodeKey, NodeLook, PodLook, ReadyLook};
+use looks::{Arranged, Liveness, NodeKey, NodeLook, Placed, PodLook, ReadyLook};
 pub use looks::{PlanMemo, Refresh};
 
 /// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
@@ -327,16 +327,17 @@ pub fn plan_rolling_update<P: PodFacts, N: NodeFacts>(input: &RollingInput<P, N>
         .nodes
         .iter()
         .map(|node| (&**node, NodeLook::of(&**node, input.daemonset)));
-    plan(input, pods, nodes)
+    let liveness = Liveness::of(input.expected_deletions);
+    plan(input, Arranged::of(pods, nodes, &liveness))
 }
 
 /// The same plan as `plan_rolling_update`, over the pods and nodes `memo` observed
 /// (`PlanMemo::begin` or `PlanMemo::refresh`, for this DaemonSet and revision, just
-/// before), read through the looks it keeps between plans: a plan that finds nearly
-/// every object unchanged reads none of them (issue 25: a node flap re-plans the
-/// rolling DaemonSet twice, over every pod and node it has). `input.pods` and
-/// `input.nodes` are not read. A memo observed for another DaemonSet or revision is
-/// planned from its objects, read afresh.
+/// before), read through the looks it keeps between plans, already in the plan's node
+/// order: a plan that finds nearly every object unchanged reads none of them and sorts
+/// nothing (issue 25: a node flap re-plans the rolling DaemonSet twice, over every pod
+/// and node it has). `input.pods` and `input.nodes` are not read. A memo observed for
+/// another DaemonSet or revision is planned from its objects, read afresh.
 pub fn plan_rolling_update_memo<P: PodFacts, N: NodeFacts>(
     input: &RollingInput<P, N>,
     memo: &PlanMemo<P, N>,
@@ -350,54 +351,19 @@ pub fn plan_rolling_update_memo<P: PodFacts, N: NodeFacts>(
             ..*input
         });
     }
-    plan(input, memo.pod_looks(), memo.node_looks())
+    let liveness = Liveness::of(input.expected_deletions);
+    plan(input, memo.arranged(&liveness))
 }
 
-/// The plan from every pod and node with its look (pods the DaemonSet does not
-/// control are left out here).
-fn plan<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
+/// The plan from the DaemonSet's pods grouped by node and the nodes without any.
+fn plan<P: PodFacts, N: NodeFacts>(
     input: &RollingInput<'_, P, N>,
-    pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
-    nodes: impl Iterator<Item = (&'a N, NodeLook<'a>)>,
+    arranged: Arranged<'_, P, N>,
 ) -> RollingPlan {
-    // Deletions in flight, by UID hash: a pod's own UID is read only on a match.
-    let mut expected: Vec<u64> = input
-        .expected_deletions
-        .iter()
-        .map(|uid| uid_hash(uid))
-        .collect();
-    expected.sort_unstable();
-    let in_flight = |pod: &P, look: &PodLook| {
-        look.uid_hash
-            .is_some_and(|hash| expected.binary_search(&hash).is_ok())
-            && pod
-                .metadata()
-                .uid
-                .as_ref()
-                .is_some_and(|uid| input.expected_deletions.contains(uid))
-    };
-    let is_live = |pod: &P, look: &PodLook| !look.terminating && !in_flight(pod, look);
-    let mut by_node = PodsByNode::of(pods, |pod, look| Look {
-        live: is_live(pod, look),
-        updated: look.updated,
-        ready: look.ready,
-    });
-    // Nodes without a pod of this DaemonSet, in name order; as in a map by name, the
-    // last of a repeated name wins (the store has none).
-    let mut lonely: Vec<(NodeKey<'_>, NodeLook<'_>)> = Vec::new();
-    for (node, look) in nodes {
-        let Some(key) = look.key else {
-            continue;
-        };
-        match by_node.find(&key) {
-            Some(group) => by_node.groups[group].node = Some((node, look)),
-            None => lonely.push((key, look)),
-        }
-    }
-    lonely.sort_by(|a, b| a.0.cmp(&b.0));
-    lonely.reverse();
-    lonely.dedup_by(|a, b| a.0 == b.0);
-    lonely.reverse();
+    let Arranged {
+        mut by_node,
+        lonely,
+    } = arranged;
     // The nodes rollgate vacated (`ours`, below), found from the records, a few
     // hundred at most, rather than by a lookup per node of the fleet.
     let mut ours_group = vec![false; by_node.groups.len()];
@@ -685,111 +651,6 @@ fn plan<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
         settled,
         progress,
         upcoming,
-    }
-}
-
-/// What a plan reads of a pod besides its node, read once per plan.
-#[derive(Debug, Clone, Copy)]
-struct Look {
-    /// Not terminating, and no deletion of it in flight.
-    live: bool,
-    /// Of the current revision (false while it is unknown).
-    updated: bool,
-    ready: Option<ReadyLook>,
-}
-
-/// One pod of the DaemonSet with its node.
-struct Placed<'a, P> {
-    node: NodeKey<'a>,
-    pod: &'a P,
-    look: Look,
-}
-
-/// The pods of one node, with the Node object and its look (`None`: missing) and its
-/// Ready status.
-struct Group<'a, N> {
-    key: NodeKey<'a>,
-    pods: std::ops::Range<usize>,
-    node: Option<(&'a N, NodeLook<'a>)>,
-    ready: Option<bool>,
-}
-
-/// Pods the DaemonSet controls, grouped by node in ascending name order, each node's
-/// by pod name, so plans do not depend on the input order (pods with no known node are
-/// left out: there is nothing to count them against). One sorted list and its runs,
-/// not a map of lists: a plan runs on every relevant pod write, over every pod.
-struct PodsByNode<'a, P, N> {
-    placed: Vec<Placed<'a, P>>,
-    groups: Vec<Group<'a, N>>,
-}
-
-impl<'a, P: PodFacts, N> PodsByNode<'a, P, N> {
-    /// From every pod with its look; `look` adds what depends on the plan.
-    fn of(
-        pods: impl Iterator<Item = (&'a P, PodLook<'a>)>,
-        look: impl Fn(&P, &PodLook<'a>) -> Look,
-    ) -> Self {
-        let mut placed: Vec<Placed<'a, P>> = pods
-            .filter(|(_, pod_look)| pod_look.controlled)
-            .filter_map(|(pod, pod_look)| {
-                Some(Placed {
-                    node: pod_look.node?,
-                    pod,
-                    look: look(pod, &pod_look),
-                })
-            })
-            .collect();
-        placed.sort_unstable_by(|a, b| {
-            a.node
-                .cmp(&b.node)
-                .then_with(|| a.pod.pod_name().cmp(b.pod.pod_name()))
-        });
-        let mut groups = Vec::new();
-        let mut start = 0;
-        for end in 1..=placed.len() {
-            if end == placed.len() || placed[end].node != placed[start].node {
-                groups.push(Group {
-                    key: placed[start].node,
-                    pods: start..end,
-                    node: None,
-                    ready: None,
-                });
-                start = end;
-            }
-        }
-        PodsByNode { placed, groups }
-    }
-
-    /// The index of the node's group, if it has pods.
-    fn find(&self, key: &NodeKey) -> Option<usize> {
-        self.groups.binary_search_by(|g| g.key.cmp(key)).ok()
-    }
-
-    fn pods(&self, group: &Group<N>) -> &[Placed<'a, P>] {
-        &self.placed[group.pods.clone()]
-    }
-
-    /// A live out-of-date pod is on the node.
-    fn has_old_pod(&self, group: &Group<N>) -> bool {
-        self.pods(group)
-            .iter()
-            .any(|p| p.look.live && !p.look.updated)
-    }
-
-    /// The nodes of the base still on an old revision, in name order: a live
-    /// out-of-date pod on a Ready or NotReady node, not left out for placement
-    /// (`unplaced`, in name order; see `controls`).
-    fn old_nodes(&self, unplaced: &[String]) -> Vec<(&'a str, &'a N)> {
-        self.groups
-            .iter()
-            .filter(|group| {
-                self.has_old_pod(group)
-                    && unplaced
-                        .binary_search_by(|n| n.as_str().cmp(group.key.name))
-                        .is_err()
-            })
-            .filter_map(|group| Some((group.key.name, group.node?.0)))
-            .collect()
     }
 }
 
