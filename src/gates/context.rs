@@ -121,6 +121,7 @@ pub fn test_context(
             settings.poll_fast,
             settings.poll_slow,
             settings.cloud_rate_limit,
+            settings.concurrency.into(),
         ),
         events: Events::new(client, GATES_CONTROLLER_NAME),
         cleanup_said: EventDedup::default(),

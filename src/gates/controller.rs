@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alibaba_lb::{Error as CloudError, LoadBalancer, LoadBalancerSpec, Product};
-use futures::Future;
+use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -73,6 +73,7 @@ pub fn start(
         settings.poll_fast,
         settings.poll_slow,
         settings.cloud_rate_limit,
+        settings.concurrency.into(),
     );
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
@@ -96,16 +97,27 @@ pub fn start(
 
     // Pod events map to the Services they concern (`triggers`). Gates naming a
     // Service that is not there go to the orphan worker, which says so on the pod.
+    // Every reconcile an event asks for is told to the poller, which holds settled
+    // looks back until it has started (`poller`, "Reconciles first").
     let services_for_pods = services.clone();
     let services_for_deletions = services.clone();
+    let services_for_poller = services.clone();
     let writer = ctx.writer.clone();
-    let controller = Controller::for_shared_stream(applied(watches.service_changes()), services)
+    let (queued_by_service, queued_by_deletion, queued_by_change) =
+        (poller.clone(), poller.clone(), poller.clone());
+    let service_changes = applied(watches.service_changes()).inspect(move |service| {
+        queued_by_service.reconcile_queued(ObjectRef::from_obj(&**service));
+    });
+    let controller = Controller::for_shared_stream(service_changes, services)
         .watches_shared_stream(watches.pod_deletions(), move |pod: Arc<CachedPod>| {
             // A pod gone: none of our writes to it is left to wait for.
             if let Some(uid) = pod.metadata.uid.as_deref() {
                 writer.forget_object(uid);
             }
-            triggers::for_deleted_pod(&pod, &services_for_deletions)
+            let refs = triggers::for_deleted_pod(&pod, &services_for_deletions);
+            refs.iter()
+                .for_each(|r| queued_by_deletion.reconcile_queued(r.clone()));
+            refs
         })
         // Only updates that change what the plan reads (`triggers::same_to_the_plan`):
         // rollgate's own condition messages, status heartbeats and the like cost nothing.
@@ -117,6 +129,8 @@ pub fn start(
                 if names_a_missing_service {
                     let _ = orphan_tx.send(ObjectRef::from_obj(&*pod));
                 }
+                refs.iter()
+                    .for_each(|r| queued_by_change.reconcile_queued(r.clone()));
                 refs
             },
         )
@@ -131,6 +145,7 @@ pub fn start(
                         throttled: client.throttled_answers(),
                     }
                 },
+                move |service| services_for_poller.get(service).is_some(),
                 move |queue, grants| metrics.scheduler_state(queue, grants),
             )
         });
@@ -179,6 +194,7 @@ fn step(service: &ServiceSnapshot) -> Step {
 
 #[tracing::instrument(skip_all, fields(service = %svc.name_any(), namespace = %svc.namespace().unwrap_or_default()))]
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.poller.reconcile_started(&ObjectRef::from_obj(&*svc));
     // The one look at the API object; everything below reads the snapshot (the
     // object is dropped, so nothing can go back to it).
     let service = ServiceSnapshot::read(&svc, ctx.settings.classes);

@@ -74,6 +74,8 @@ pub struct GateMetrics {
     pub scheduler_waiting: Family<PriorityLabels, Gauge>,
     /// How long the Service waiting longest for a look has been due.
     pub scheduler_oldest_wait: Gauge<f64, AtomicU64>,
+    /// Reconciles events asked for that have not started (settled looks wait on them).
+    pub scheduler_queued_reconciles: Gauge,
     /// Cloud calls by the priority of the Service they were for: granted looks, and
     /// the writes and reads reconciles made outside a grant.
     pub scheduler_calls: Family<PriorityLabels, Counter>,
@@ -90,6 +92,7 @@ impl GateMetrics {
             reconcile_errors: Family::default(),
             scheduler_waiting: Family::default(),
             scheduler_oldest_wait: Gauge::default(),
+            scheduler_queued_reconciles: Gauge::default(),
             scheduler_calls: Family::default(),
         };
         metrics.with_registry(|r| {
@@ -135,6 +138,11 @@ impl GateMetrics {
                 m.scheduler_oldest_wait.clone(),
             );
             r.register(
+                "scheduler_queued_reconciles",
+                "Reconciles events asked for that have not started; while any is queued, settled looks keep to their reserved quarter of the budget",
+                m.scheduler_queued_reconciles.clone(),
+            );
+            r.register(
                 "scheduler_calls",
                 "Cloud calls by the priority of the Service they served",
                 m.scheduler_calls.clone(),
@@ -163,6 +171,8 @@ impl GateMetrics {
         }
         self.scheduler_oldest_wait
             .set(queue.oldest_wait.as_secs_f64());
+        self.scheduler_queued_reconciles
+            .set(queue.queued_reconciles as i64);
         for grant in grants {
             self.calls_for(grant.priority, grant.calls as u64);
         }
