@@ -21,27 +21,38 @@
 //!    health reads of its load balancer), for Services with a pending gate (from the pod's
 //!    containers ready to its gate True) and for settled ones (a lower bound: the
 //!    window's edges count as reads);
-//! 5. throughout: calls per second by action against their limits (and the busiest
+//! 5. over the whole run, per product: the longest wait for a look of a settled Service
+//!    (from its gates all True to its rollout or the end of the run), beside the bound
+//!    docs/readiness-gates.md states for the controller's defaults; the settle alone
+//!    is longer than that bound at 1,000 Services, so a wait past it can show;
+//! 6. throughout: calls per second by action against their limits (and the busiest
 //!    second), throttled calls, every gate condition change (a `Throttling` in a gate's
 //!    reason or message means a throttling error reached a pod), the controller's CPU per
 //!    phase and its peak RSS (VmHWM).
+//!
+//! Today's code may never settle a fleet: it gets `TODAY_SETTLE_TIMEOUT_S`, and the
+//! load balancers it made by then (sampled every 30 s) stand beside what the new code
+//! made by the same time. Each fleet size in `SERVICES` runs in turn (default 100 and
+//! 1,000), so one rollout's flip latency is plotted against the number of Services.
 //!
 //! Binaries: `ROLLGATE_BENCH_NEW_BIN` (default this build's `rollgate`) and
 //! `ROLLGATE_BENCH_BASELINE_BIN` (today's code; hack/bench.sh builds it from
 //! `ROLLGATE_BENCH_BASELINE_REV`, default the merge base with main; unset: the new
 //! binary runs alone). `..._NEW_REV` and `..._BASELINE_REV` only label the report.
 //!
-//! Environment (`ROLLGATE_BENCH_GATES_FLEET_*`): `SERVICES` (1000), `NLB_PERCENT` (30),
+//! Environment (`ROLLGATE_BENCH_GATES_FLEET_*`): `SERVICES` (`100,1000`), `NLB_PERCENT` (30),
 //! `PODS` per Service (10), `NODES` (100), `BATCH` parallel creations (25), `A` (2),
 //! `B` (100), `IDLE_S` (30), `MAX_SURGE` ("25%"), `REGISTRATION_MS` (500), `HEALTH_MS`
-//! (2000), `SETTLE_TIMEOUT_S` (3600), `RATE_LIMITS` (extra emulator limits,
+//! (2000), `SETTLE_TIMEOUT_S` (3600), `TODAY_SETTLE_TIMEOUT_S` (600), `RATE_LIMITS` (extra emulator limits,
 //! comma-separated `product:Action=N/SECONDS`). `..._QUICK=1`: the reduced run of
 //! `make test` (20 Services x 2 pods, 6 nodes, A 1, B 6, idle 5 s, the new binary only)
 //! that fails when a throttling error reaches a gate, a gate is not True at the end, a
 //! rollout does not finish, or something stalls: a flip, or a pending Service's wait for
 //! a look, longer than `QUICK_STALL` (30 s, fifteen times the p99 goal). Its latencies
 //! are otherwise printed, never compared with the goals (timing under CI load is not a
-//! test). Results: `target/bench/results.json`, keys `gates.fleet.*`.
+//! test). Results: `target/bench/results.json`, keys `gates.fleet.*` (the largest size)
+//! and `gates.fleet.by_services.<n>.*` (every size); B is capped at the Services A
+//! leaves.
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -80,9 +91,14 @@ const HEALTH_READS: [&str; 2] = ["DescribeHealthStatus", "GetListenerHealthStatu
 /// a stall, not a slow bed: the goals are 1 s and 2 s, and 30 s is 15 times the latter.
 const QUICK_STALL: f64 = 30.0;
 
+#[derive(Clone)]
 struct Params {
     quick: bool,
+    /// This run's fleet: one of `sizes`.
     services: usize,
+    /// The fleet sizes run in turn, smallest first (the plot of flip latency against
+    /// the number of Services); the figures without a size in their key are the last's.
+    sizes: Vec<usize>,
     nlb_percent: usize,
     pods: usize,
     nodes: usize,
@@ -94,6 +110,9 @@ struct Params {
     registration: Duration,
     health: Duration,
     settle_timeout: Duration,
+    /// Today's code's settle timeout: it may never settle a fleet, and what it made by
+    /// then is compared with what the new code made by the same time.
+    today_settle_timeout: Duration,
     rate_limits: Vec<String>,
     /// (label, binary) in the order they run: today's code first.
     binaries: Vec<(String, PathBuf)>,
@@ -144,7 +163,8 @@ impl Params {
             // Services (14 CLB, 6 NLB) of 2 pods, so a rollout is two surges; it still
             // runs with the emulator's rate limits on and fails on a stall
             // (`QUICK_STALL`) or a throttling error at a gate.
-            services: knob("SERVICES", 1000, 20)?.max(1),
+            services: 0,
+            sizes: sizes(quick)?,
             nlb_percent: knob("NLB_PERCENT", 30, 30)?.min(100),
             pods: knob("PODS", 10, 2)?.max(1),
             nodes: knob("NODES", 100, 6)?.max(1),
@@ -157,6 +177,9 @@ impl Params {
             registration: Duration::from_millis(knob("REGISTRATION_MS", 500, 500)? as u64),
             health: Duration::from_millis(knob("HEALTH_MS", 2000, 2000)? as u64),
             settle_timeout: Duration::from_secs(knob("SETTLE_TIMEOUT_S", 3600, 300)? as u64),
+            today_settle_timeout: Duration::from_secs(
+                knob("TODAY_SETTLE_TIMEOUT_S", 600, 300)? as u64
+            ),
             rate_limits: std::env::var("ROLLGATE_BENCH_GATES_FLEET_RATE_LIMITS")
                 .unwrap_or_default()
                 .split(',')
@@ -166,19 +189,58 @@ impl Params {
                 .collect(),
             binaries,
         };
-        if p.a + p.b > p.services {
+        if p.a >= p.sizes[0] {
             return Err(format!(
-                "A ({}) + B ({}) rollouts need as many Services, not {}",
-                p.a, p.b, p.services
+                "A ({}) rollouts need more Services than {}",
+                p.a, p.sizes[0]
             ));
         }
         Ok(p)
+    }
+
+    /// The parameters of one fleet size: B is capped at the Services A leaves.
+    fn at_size(&self, services: usize) -> Self {
+        Self {
+            services,
+            b: self.b.min(services - self.a),
+            ..self.clone()
+        }
     }
 
     fn is_nlb(&self, i: usize) -> bool {
         // Spread evenly: Service i is NLB when the running share falls behind.
         (i + 1) * self.nlb_percent / 100 > i * self.nlb_percent / 100
     }
+}
+
+/// `SERVICES`: one fleet size or several, comma-separated (default 100 and 1,000; the
+/// quick run 20).
+fn sizes(quick: bool) -> Result<Vec<usize>, String> {
+    let name = "ROLLGATE_BENCH_GATES_FLEET_SERVICES";
+    let text = std::env::var(name).unwrap_or_else(|_| if quick { "20" } else { "100,1000" }.into());
+    let mut sizes = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                format!("{name}={text}: expected positive numbers, comma-separated, e.g. 100,1000")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.is_empty() {
+        return Err(format!(
+            "{name} is empty: give a number of Services, e.g. 1000"
+        ));
+    }
+    Ok(sizes)
+}
+
+/// Today's code runs under a label of its own (see `Params::from_env`).
+fn is_today(label: &str) -> bool {
+    label.starts_with("today")
 }
 
 fn main() -> ExitCode {
@@ -450,7 +512,18 @@ struct Figures {
     gates_not_true_at_end: usize,
     /// Rollouts that did not finish in time (the figures cover what flipped).
     incomplete: Vec<String>,
+    /// While settling, every `PROGRESS_EVERY`: (seconds since the controller started,
+    /// load balancers made (a Service with an address), gates True).
+    progress: Vec<(f64, usize, usize)>,
+    /// The longest wait for a look of a settled Service over the whole run, CLB and
+    /// NLB: from its gates all True (after the first settle) to its rollout or the end.
+    settled_wait_run: [f64; 2],
+    /// The longest of those settled windows: a wait longer than it cannot be seen.
+    settled_window_max: f64,
 }
+
+/// How often the settle loop records its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 async fn batched<F, Fut>(what: &str, count: usize, batch: usize, make: F) -> Result<(), String>
 where
@@ -561,7 +634,7 @@ async fn run_fleet(
     label: &str,
     binary: &Path,
     last: bool,
-) -> Result<Figures, String> {
+) -> (Figures, Result<(), String>) {
     let mut f = Figures {
         label: label.to_string(),
         ..Default::default()
@@ -575,7 +648,10 @@ async fn run_fleet(
         ..EmulatorConfig::default()
     };
     for limit in &p.rate_limits {
-        let (key, value) = lb_emulator::quota::parse_override(limit)?;
+        let (key, value) = match lb_emulator::quota::parse_override(limit) {
+            Ok(parsed) => parsed,
+            Err(e) => return (f, Err(e)),
+        };
         config.api_rate_limit_overrides.insert(key, value);
     }
     let emu = EmulatorProcess::start(&config);
@@ -634,7 +710,7 @@ async fn run_fleet(
     }
     note(format!("{label}: namespace {ns_name} deleted"));
     emu.stop();
-    result.map(|()| f)
+    (f, result)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -744,6 +820,12 @@ async fn fleet_phases(
     let pid = controller.pid();
     let cpu = || process_cpu_seconds(pid).unwrap_or(f64::NAN);
     let started = Instant::now();
+    let settle_timeout = if is_today(&f.label) {
+        p.today_settle_timeout
+    } else {
+        p.settle_timeout
+    };
+    let mut next_progress = Instant::now();
     loop {
         let (true_gates, pods_known) = {
             let s = seen.lock().unwrap();
@@ -754,7 +836,8 @@ async fn fleet_phases(
                 .count();
             (t, s.pods.len())
         };
-        if true_gates >= total_pods && pods_known >= total_pods {
+        let sample = Instant::now() >= next_progress;
+        if sample || (true_gates >= total_pods && pods_known >= total_pods) {
             let list = services
                 .list(&ListParams::default())
                 .await
@@ -770,7 +853,12 @@ async fn fleet_phases(
                         .is_some_and(|i| !i.is_empty())
                 })
                 .count();
-            if with_address >= p.services {
+            if sample || with_address >= p.services {
+                f.progress
+                    .push((started.elapsed().as_secs_f64(), with_address, true_gates));
+                next_progress += PROGRESS_EVERY;
+            }
+            if with_address >= p.services && true_gates >= total_pods && pods_known >= total_pods {
                 break;
             }
         }
@@ -781,11 +869,13 @@ async fn fleet_phases(
                 controller.log.display()
             ));
         }
-        if started.elapsed() > p.settle_timeout {
+        if started.elapsed() > settle_timeout {
+            let made = f.progress.last().map_or(0, |x| x.1);
             return Err(format!(
-                "{}: {true_gates} of {total_pods} gates True {} s after the controller started (log {})",
+                "{}: did not settle: {made} of {} load balancers made and {true_gates} of {total_pods} gates True {} s after the controller started (log {})",
                 f.label,
-                p.settle_timeout.as_secs(),
+                p.services,
+                settle_timeout.as_secs(),
                 controller.log.display()
             ));
         }
@@ -978,6 +1068,40 @@ async fn fleet_phases(
                 .any(|&t| t >= idle_start && t <= idle_end)
         })
         .count();
+    // Over the whole run: a Service is settled from its first gates all True until its
+    // rollout (A or B) or the end. The settle alone is longer than the stated bound at
+    // 1,000 Services, so these windows can show a wait past it; their edges count as
+    // looks (a gate turns True right after a look saw it healthy).
+    let initial_pods_true = |app: &str| {
+        let mut latest: Option<f64> = None;
+        for pod in seen
+            .pods
+            .values()
+            .filter(|x| x.app == app && x.first_seen < a_start)
+        {
+            latest = Some(latest.unwrap_or(0.0).max(pod.gate_true?));
+        }
+        latest
+    };
+    for i in 0..p.services {
+        let name = service_name(i);
+        let Some(from) = initial_pods_true(&name) else {
+            continue;
+        };
+        let until = if a_apps.contains(&name) {
+            a_start
+        } else if b_apps.contains(&name) {
+            b_start
+        } else {
+            b_end
+        };
+        if until > from {
+            let product = usize::from(p.is_nlb(i));
+            f.settled_wait_run[product] =
+                f.settled_wait_run[product].max(longest_gap(looks_of(&name), from, until));
+            f.settled_window_max = f.settled_window_max.max(until - from);
+        }
+    }
 
     // Calls by action against the limits.
     let limit_of: HashMap<String, String> = limits["actions"]
@@ -1158,6 +1282,25 @@ fn report(p: &Params, runs: &[Figures]) -> String {
         " s",
         "(reported)".into(),
     );
+    let nlb_count = (0..p.services).filter(|&i| p.is_nlb(i)).count();
+    for (product, index, settled) in [("CLB", 0, p.services - nlb_count), ("NLB", 1, nlb_count)] {
+        let bound = settled_look_bound_s(settled);
+        row(
+            &format!("whole run: longest wait for a look, a settled {product} Service"),
+            &|r| r.settled_wait_run[index],
+            " s",
+            format!(
+                "<= {bound:.0} s (the stated bound at {settled}): {}",
+                goal(last.settled_wait_run[index], bound)
+            ),
+        );
+    }
+    row(
+        "whole run: the longest settled window watched",
+        &|r| r.settled_window_max,
+        " s",
+        "(a longer wait could not show)".into(),
+    );
     row(
         "idle: Services with no look in the window",
         &|r| r.settled_without_look_idle as f64,
@@ -1230,18 +1373,26 @@ fn report(p: &Params, runs: &[Figures]) -> String {
     out
 }
 
-fn results(p: &Params, runs: &[Figures]) {
+/// The figures of one fleet size, keyed below `gates.fleet.` (the caller adds the
+/// prefix: with and without the size).
+fn results(p: &Params, runs: &[Figures]) -> Vec<(String, Value)> {
     let mut entries: Vec<(String, Value)> = vec![
-        ("gates.fleet.services".into(), json!(p.services)),
-        ("gates.fleet.pods_per_service".into(), json!(p.pods)),
-        ("gates.fleet.b_rollouts".into(), json!(p.b)),
+        ("services".into(), json!(p.services)),
+        ("pods_per_service".into(), json!(p.pods)),
+        ("b_rollouts".into(), json!(p.b)),
     ];
-    for (r, key) in runs.iter().zip(if runs.len() == 2 {
-        ["today", "new"].iter()
-    } else {
-        ["new"].iter()
-    }) {
-        let mut put = |name: &str, v: Value| entries.push((format!("gates.fleet.{key}.{name}"), v));
+    let nlb = (0..p.services).filter(|&i| p.is_nlb(i)).count();
+    entries.push((
+        "settled_wait_bound_clb_s".into(),
+        json!(settled_look_bound_s(p.services - nlb)),
+    ));
+    entries.push((
+        "settled_wait_bound_nlb_s".into(),
+        json!(settled_look_bound_s(nlb)),
+    ));
+    for r in runs {
+        let key = if is_today(&r.label) { "today" } else { "new" };
+        let mut put = |name: &str, v: Value| entries.push((format!("{key}.{name}"), v));
         put("label", json!(r.label));
         put("a_flip_p50_s", json!(r.a_p50));
         put("a_flip_p99_s", json!(r.a_p99));
@@ -1251,6 +1402,17 @@ fn results(p: &Params, runs: &[Figures]) {
         put("b_pending_wait_max_s", json!(r.pending_wait_max));
         put("b_settled_wait_max_s", json!(r.settled_wait_max_b));
         put("idle_settled_wait_max_s", json!(r.settled_wait_max_idle));
+        put("run_settled_wait_max_clb_s", json!(r.settled_wait_run[0]));
+        put("run_settled_wait_max_nlb_s", json!(r.settled_wait_run[1]));
+        put("run_settled_window_max_s", json!(r.settled_window_max));
+        put(
+            "settle_progress",
+            json!(r
+                .progress
+                .iter()
+                .map(|x| json!([x.0, x.1, x.2]))
+                .collect::<Vec<_>>()),
+        );
         put("throttled_calls_scenarios", json!(r.throttled_scenarios));
         put(
             "gate_throttling_errors_scenarios",
@@ -1273,13 +1435,7 @@ fn results(p: &Params, runs: &[Figures]) {
                 .collect::<serde_json::Map<_, _>>()),
         );
     }
-    let refs: Vec<(&str, Value)> = entries
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    if let Err(e) = merge_bench_results(&refs) {
-        note(format!("results.json: {e}"));
-    }
+    entries
 }
 
 /// What the quick run counts as a stall: the longest flip of A or B, or the longest
@@ -1308,38 +1464,93 @@ async fn run(p: Params) -> Result<String, String> {
         p.nodes,
         nodes_started.elapsed().as_secs_f64()
     ));
+    let mut text = String::new();
     let mut runs = vec![];
     let mut failure = None;
-    // Today's code may not settle a fleet at all (at 100 Services it stopped making
-    // load balancers: docs/performance.md). That is a result, not the end of the run:
-    // it is reported and the new code still runs.
-    let mut baseline_failure = None;
-    for (i, (label, binary)) in p.binaries.iter().enumerate() {
-        note(format!("gates_fleet: {label}: {}", binary.display()));
-        let last = i + 1 == p.binaries.len();
-        match run_fleet(&p, &client, &nodes, label, binary, last).await {
-            Ok(f) => runs.push(f),
-            Err(e) if !last => {
-                note(format!("gates_fleet: {label} failed, the next runs: {e}"));
-                baseline_failure = Some(format!("{label}: {e}"));
+    'sizes: for (k, &size) in p.sizes.iter().enumerate() {
+        let ps = p.at_size(size);
+        runs = vec![];
+        // Today's code may not settle a fleet at all (at 100 Services it stopped making
+        // load balancers: docs/performance.md). That is a result, not the end of the
+        // run: what it made by its timeout is reported and the new code still runs.
+        let mut today_unsettled = None;
+        for (i, (label, binary)) in p.binaries.iter().enumerate() {
+            note(format!(
+                "gates_fleet: {size} Services, {label}: {}",
+                binary.display()
+            ));
+            let last = k + 1 == p.sizes.len() && i + 1 == p.binaries.len();
+            let (f, result) = run_fleet(&ps, &client, &nodes, label, binary, last).await;
+            match result {
+                Ok(()) => runs.push(f),
+                Err(e) if is_today(label) => {
+                    note(format!("gates_fleet: {label} failed, the next runs: {e}"));
+                    today_unsettled = Some((f, e));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break 'sizes;
+                }
             }
-            Err(e) => {
-                failure = Some(e);
-                break;
+        }
+        let mut section = report(&ps, &runs);
+        let mut entries = results(&ps, &runs);
+        if let Some((today, e)) = &today_unsettled {
+            section = format!("{section}\nFAILED, so not in the table: {e}\n");
+            entries.push(("today.failed".into(), json!(e)));
+            entries.push((
+                "today.settle_progress".into(),
+                json!(today
+                    .progress
+                    .iter()
+                    .map(|x| json!([x.0, x.1, x.2]))
+                    .collect::<Vec<_>>()),
+            ));
+        }
+        // What today's code made by its timeout beside what the new code made by then.
+        let today = runs
+            .iter()
+            .find(|r| is_today(&r.label))
+            .or(today_unsettled.as_ref().map(|(f, _)| f));
+        if let (Some(today), Some(new)) = (today, runs.iter().find(|r| !is_today(&r.label))) {
+            if let Some(&(at, lbs, gates)) = today.progress.last() {
+                let (new_at, new_lbs, new_gates) = progress_at(&new.progress, at);
+                section.push_str(&format!(
+                    "\nsettle progress, {at:.0} s after the controller started: {} made {lbs} load balancers, {gates} gates True; {} by {new_at:.0} s: {new_lbs} and {new_gates}\n",
+                    today.label, new.label
+                ));
+                entries.push(("compare_at_s".into(), json!(at)));
+                entries.push(("today.lbs_made_at_compare".into(), json!(lbs)));
+                entries.push(("today.gates_true_at_compare".into(), json!(gates)));
+                entries.push(("new.lbs_made_at_compare".into(), json!(new_lbs)));
+                entries.push(("new.gates_true_at_compare".into(), json!(new_gates)));
             }
+        }
+        text.push_str(&section);
+        text.push('\n');
+        // Every size under its own keys (the plot), the last also without (the table).
+        let mut merged: Vec<(String, Value)> = entries
+            .iter()
+            .map(|(k, v)| (format!("gates.fleet.by_services.{size}.{k}"), v.clone()))
+            .collect();
+        if k + 1 == p.sizes.len() {
+            merged.extend(
+                entries
+                    .iter()
+                    .map(|(k, v)| (format!("gates.fleet.{k}"), v.clone())),
+            );
+        }
+        let refs: Vec<(&str, Value)> = merged
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        if let Err(e) = merge_bench_results(&refs) {
+            note(format!("results.json: {e}"));
         }
     }
     nodes.cleanup().await;
     if let Some(e) = failure {
-        return Err(e);
-    }
-    let mut text = report(&p, &runs);
-    results(&p, &runs);
-    if let Some(e) = baseline_failure {
-        text = format!("{text}\nFAILED, so not in the table: {e}\n");
-        if let Err(e) = merge_bench_results(&[("gates.fleet.today.failed", json!(e))]) {
-            note(format!("results.json: {e}"));
-        }
+        return Err(format!("{text}{e}"));
     }
     if p.quick {
         let last = runs.last().unwrap();

@@ -62,6 +62,12 @@ fn run() -> Result<String, String> {
                     .map_err(|e| format!("drawing {}: {e}", path.display()))?;
                 files.push(path);
             }
+            if let Some(points) = fleet_flip_points(&results) {
+                let path = dir.join("gates-fleet-flip-latency.png");
+                plot_fleet_flips(&path, &points)
+                    .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+                files.push(path);
+            }
             Ok(files)
         }),
         Err(why) => Err(why),
@@ -332,6 +338,126 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
                 "daemonset.fleet.bytes_per_pod_today",
                 "heap bytes per pod, today (store)",
                 "",
+                None,
+            ),
+        ],
+    );
+    simple_section(
+        &mut t,
+        r,
+        "gates.fleet",
+        "Readiness gates at fleet size (benches/gates_fleet.rs; today's code in the same run)",
+        &[
+            (
+                "gates.fleet.services",
+                "LoadBalancer Services (70 % CLB)",
+                "",
+                None,
+            ),
+            (
+                "gates.fleet.pods_per_service",
+                "gated pods per Service",
+                "",
+                None,
+            ),
+            (
+                "gates.fleet.new.settle_s",
+                "settle: controller start -> all gates True",
+                " s",
+                None,
+            ),
+            ("gates.fleet.today.settle_s", "settle, today", " s", None),
+            ("gates.fleet.today.failed", "today's code", "", None),
+            (
+                "gates.fleet.compare_at_s",
+                "progress compared at",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.new.lbs_made_at_compare",
+                "load balancers made by then",
+                "",
+                None,
+            ),
+            (
+                "gates.fleet.today.lbs_made_at_compare",
+                "load balancers made by then, today",
+                "",
+                None,
+            ),
+            (
+                "gates.fleet.new.a_flip_p50_s",
+                "one rollout, the rest idle: flip p50",
+                " s",
+                Some((1.0, true)),
+            ),
+            (
+                "gates.fleet.new.a_flip_p99_s",
+                "one rollout: flip p99",
+                " s",
+                Some((2.0, true)),
+            ),
+            (
+                "gates.fleet.today.a_flip_p99_s",
+                "one rollout: flip p99, today",
+                " s",
+                None,
+            ),
+            ("gates.fleet.b_rollouts", "rollouts at once (B)", "", None),
+            ("gates.fleet.new.b_flip_p99_s", "B: flip p99", " s", None),
+            (
+                "gates.fleet.new.b_pending_wait_max_s",
+                "B: longest wait for a look, pending",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.new.run_settled_wait_max_clb_s",
+                "whole run: longest wait for a look, settled CLB",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.settled_wait_bound_clb_s",
+                "its stated bound",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.new.run_settled_wait_max_nlb_s",
+                "whole run: longest wait for a look, settled NLB",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.settled_wait_bound_nlb_s",
+                "its stated bound",
+                " s",
+                None,
+            ),
+            (
+                "gates.fleet.new.gate_throttling_errors_scenarios",
+                "gate conditions with a throttling error",
+                "",
+                Some((0.0, true)),
+            ),
+            (
+                "gates.fleet.new.throttled_calls_scenarios",
+                "throttled calls (A + B)",
+                "",
+                None,
+            ),
+            (
+                "gates.fleet.new.controller_cpu_idle_per_s",
+                "controller CPU idle",
+                " s/s",
+                None,
+            ),
+            (
+                "gates.fleet.new.controller_peak_rss_mb",
+                "controller peak RSS",
+                " MiB",
                 None,
             ),
         ],
@@ -911,6 +1037,68 @@ fn plot_gate_latencies(path: &Path, latencies: &[f64]) -> DrawResult {
             });
     }
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present()?;
+    Ok(())
+}
+
+/// (Services, one rollout's flip p50, p99) of every fleet size the gates fleet bench
+/// ran, the new code's, smallest first; none when fewer than two sizes ran.
+fn fleet_flip_points(r: &Results) -> Option<Vec<(f64, f64, f64)>> {
+    let mut points: Vec<(f64, f64, f64)> = r
+        .keys()
+        .filter_map(|k| {
+            let size = k
+                .strip_prefix("gates.fleet.by_services.")?
+                .strip_suffix(".new.a_flip_p50_s")?;
+            let at = |name: &str| num(r, &format!("gates.fleet.by_services.{size}.new.{name}"));
+            Some((size.parse().ok()?, at("a_flip_p50_s")?, at("a_flip_p99_s")?))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (points.len() >= 2).then_some(points)
+}
+
+/// One rollout's flip latency against the number of Services, with the goals.
+fn plot_fleet_flips(path: &Path, points: &[(f64, f64, f64)]) -> DrawResult {
+    let most = points.iter().map(|p| p.0).fold(0.0, f64::max) * 1.05;
+    let top = points.iter().map(|p| p.2).fold(2.0, f64::max) * 1.2;
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = chart(
+        &root,
+        "Readiness gates: one rollout among idle Services, healthy in the LB -> gate True".into(),
+        (most, "LoadBalancer Services in the fleet"),
+        (top, "seconds"),
+    )?;
+    for (label, color, value) in [("p50", PALETTE[0], 1usize), ("p99", PALETTE[1], 2usize)] {
+        let line: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p.0, if value == 1 { p.1 } else { p.2 }))
+            .collect();
+        chart.draw_series(
+            line.iter()
+                .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
+        )?;
+        chart
+            .draw_series(LineSeries::new(line, color.stroke_width(2)))?
+            .label(format!("flip {label}"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    for (target, label, color) in [
+        (1.0, "goal p50 <= 1 s", PALETTE[2]),
+        (2.0, "goal p99 <= 2 s", PALETTE[3]),
+    ] {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.0, target), (most, target)],
+                color.stroke_width(1),
+            ))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }

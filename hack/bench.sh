@@ -27,7 +27,8 @@
 #   POD_START_DELAY_MS, POD_STOP_DELAY_MS, NODE_GRACE_SECONDS   the simulated nodes (3000, 500, 20)
 #   POD_REREPORT_DELAY_MS  how long a returning node's kubelet takes to report its pods again (3000)
 #   ROLLGATE_BENCH_OUT the results folder (target/bench)
-#   ROLLGATE_BENCH_BASELINE_REV  gates_fleet's "today" (default: the merge base of HEAD and main),
+#   ROLLGATE_BENCH_BASELINE_REV  gates_fleet's "today" (default: the merge base of HEAD and main;
+#                      none when that is HEAD itself, or with `none`: the new code alone),
 #                      or ROLLGATE_BENCH_BASELINE_BIN, a binary built already
 #   ROLLGATE_BENCH_NEW_REV       gates_fleet's "new", built the same way (default: this clone's
 #                      build), or ROLLGATE_BENCH_NEW_BIN
@@ -66,11 +67,17 @@ if [[ " $BENCHES " == *" gates_fleet "* ]]; then
   # Today's code beside the new in the same run (the gain is a ratio): a release build
   # of a fixed commit, cached by commit (hack/build-rev.sh).
   if [ -z "${ROLLGATE_BENCH_BASELINE_BIN:-}" ]; then
-    baseline_rev=${ROLLGATE_BENCH_BASELINE_REV:-$(git merge-base HEAD main)}
-    log "gates_fleet: today's code, $baseline_rev"
-    ROLLGATE_BENCH_BASELINE_BIN=$(bash "$here/build-rev.sh" "$baseline_rev")
-    ROLLGATE_BENCH_BASELINE_REV=$(git rev-parse --short "$baseline_rev")
-    export ROLLGATE_BENCH_BASELINE_BIN ROLLGATE_BENCH_BASELINE_REV
+    baseline_rev=${ROLLGATE_BENCH_BASELINE_REV:-$(git merge-base HEAD main 2>/dev/null || echo none)}
+    if [ "$baseline_rev" = none ] || [ "$(git rev-parse "$baseline_rev")" = "$(git rev-parse HEAD)" ]; then
+      # HEAD against itself measures nothing: name today's code to compare with.
+      log "gates_fleet: the new code alone (no baseline; set ROLLGATE_BENCH_BASELINE_REV to compare)"
+      unset ROLLGATE_BENCH_BASELINE_REV
+    else
+      log "gates_fleet: today's code, $baseline_rev"
+      ROLLGATE_BENCH_BASELINE_BIN=$(bash "$here/build-rev.sh" "$baseline_rev")
+      ROLLGATE_BENCH_BASELINE_REV=$(git rev-parse --short "$baseline_rev")
+      export ROLLGATE_BENCH_BASELINE_BIN ROLLGATE_BENCH_BASELINE_REV
+    fi
   fi
   if [ -z "${ROLLGATE_BENCH_NEW_BIN:-}" ] && [ -n "${ROLLGATE_BENCH_NEW_REV:-}" ]; then
     log "gates_fleet: the new code, $ROLLGATE_BENCH_NEW_REV"

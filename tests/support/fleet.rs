@@ -122,9 +122,44 @@ pub fn calls_by_action(calls: &[Call], start: f64, end: f64) -> BTreeMap<String,
     out
 }
 
+/// The stated bound on a settled Service's wait for a look (docs/readiness-gates.md,
+/// *No starvation*) at the controller's defaults: the slow interval (10 s), plus one
+/// look (3 calls, one listener) for every settled Service of the product, paid from
+/// the quarter of the budget (10 calls/s) kept for settled Services.
+pub fn settled_look_bound_s(settled_services: usize) -> f64 {
+    const SLOW_S: f64 = 10.0;
+    const CALLS_PER_LOOK: f64 = 3.0;
+    const RESERVED_CALLS_PER_S: f64 = 10.0 / 4.0;
+    SLOW_S + CALLS_PER_LOOK * settled_services as f64 / RESERVED_CALLS_PER_S
+}
+
+/// The progress sample (seconds, load balancers, gates True) nearest to `at`, or zeros.
+pub fn progress_at(progress: &[(f64, usize, usize)], at: f64) -> (f64, usize, usize) {
+    progress
+        .iter()
+        .copied()
+        .min_by(|a, b| (a.0 - at).abs().total_cmp(&(b.0 - at).abs()))
+        .unwrap_or((0.0, 0, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_settled_bound_is_the_documented_one() {
+        // docs/readiness-gates.md: about 130 s at 100 Services, 1,210 s at 1,000.
+        assert_eq!(settled_look_bound_s(100), 130.0);
+        assert_eq!(settled_look_bound_s(1000), 1210.0);
+    }
+
+    #[test]
+    fn progress_is_compared_at_the_nearest_sample() {
+        let progress = [(0.0, 0, 0), (30.5, 4, 40), (61.0, 9, 95)];
+        assert_eq!(progress_at(&progress, 60.0), (61.0, 9, 95));
+        assert_eq!(progress_at(&progress, 20.0), (30.5, 4, 40));
+        assert_eq!(progress_at(&[], 20.0), (0.0, 0, 0));
+    }
 
     #[test]
     fn pending_waits_count_from_the_interval_start_and_to_its_end() {
