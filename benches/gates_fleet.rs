@@ -238,6 +238,15 @@ fn sizes(quick: bool) -> Result<Vec<usize>, String> {
     Ok(sizes)
 }
 
+/// The fleet size of the figures under `gates.fleet.*` in the results file (0: none).
+fn largest_recorded_fleet() -> usize {
+    std::fs::read_to_string(bench_results_path())
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|all| all["gates.fleet.services"].as_u64())
+        .unwrap_or(0) as usize
+}
+
 /// Today's code runs under a label of its own (see `Params::from_env`).
 fn is_today(label: &str) -> bool {
     label.starts_with("today")
@@ -1528,12 +1537,14 @@ async fn run(p: Params) -> Result<String, String> {
         }
         text.push_str(&section);
         text.push('\n');
-        // Every size under its own keys (the plot), the last also without (the table).
+        // Every size under its own keys (the plot); the largest fleet measured in the
+        // results file also without (the table), so a later run of a smaller size adds
+        // a point to the plot without replacing the table's figures.
         let mut merged: Vec<(String, Value)> = entries
             .iter()
             .map(|(k, v)| (format!("gates.fleet.by_services.{size}.{k}"), v.clone()))
             .collect();
-        if k + 1 == p.sizes.len() {
+        if size >= largest_recorded_fleet() {
             merged.extend(
                 entries
                     .iter()

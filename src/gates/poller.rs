@@ -14,8 +14,9 @@
 //!   scheduler reads the client's call count each tick (`calls_made`), and what a
 //!   granted look paid for at its grant is not paid twice; the rest (load balancers
 //!   ensured, backend writes and NLB job polls, a read a pod event needed, retries) is
-//!   charged as debt, so reads yield to them and the client's own rate limiter never
-//!   queues more than the budget.
+//!   charged as debt to the main share, so pending and draining looks yield to them
+//!   and the client's own rate limiter never queues more than the budget; the
+//!   settled reserve is never charged for them.
 //! - **Reconciles first.** A reconcile an event asked for (a Service to serve for the
 //!   first time, a pod that changed) makes the writes the gates wait on, and it needs
 //!   a reconcile slot as much as the cloud budget. While one is queued and has not
@@ -30,8 +31,10 @@
 //!   per listener, so 8 health calls/s). A look costs 3 calls per listener: the
 //!   group's backends, their health, and which group the listener forwards to.
 //! - **No starvation.** A quarter of each budget is reserved for settled Services
-//!   whenever one is waiting; pending ones take it only when none is. Settled Services
-//!   are served oldest-due first, so each is looked at within
+//!   whenever one is waiting; pending ones take it only when none is. Writes never
+//!   draw on it, and a settled look it pays for is not held back by the slot cap of
+//!   *Reconciles first* (its rate bounds those looks to about one at a time). Settled
+//!   Services are served oldest-due first, so each is looked at within
 //!   `slow + settled looks' calls / (budget / 4)` of its last look (at the defaults,
 //!   `10 s + 3 × listeners × settled Services / 2.5 s`); the gauge
 //!   `rollgate_gate_scheduler_oldest_wait_seconds` shows how close that is.
@@ -229,14 +232,14 @@ impl Budget {
         false
     }
 
-    /// Calls made outside a grant, paid by both buckets in their shares.
+    /// Calls made outside a grant (writes, load balancers being made), paid by the
+    /// main bucket alone: the reserve is the settled looks', and writes paid from it
+    /// too would stretch their wait past the stated bound (at 100 Services, 135 s
+    /// against 94 s while the load balancers were being made). The client's own rate
+    /// limiter still holds all the product's calls to `--cloud-rate-limit`.
     fn charge(&mut self, cost: f64, now: Instant) {
-        let (main, reserve) = (
-            self.limit(1.0 - SETTLED_SHARE, now),
-            self.limit(SETTLED_SHARE, now),
-        );
-        self.main.charge(main, cost * (1.0 - SETTLED_SHARE), now);
-        self.reserve.charge(reserve, cost * SETTLED_SHARE, now);
+        let main = self.limit(1.0 - SETTLED_SHARE, now);
+        self.main.charge(main, cost, now);
     }
 
     fn throttle(&mut self, now: Instant) {
@@ -486,20 +489,28 @@ impl Schedule {
         let mut grants = vec![];
         for (service, entry) in waiting {
             let p = product_index(entry.product);
-            if blocked[p] || free_slots == 0 {
+            if blocked[p] {
                 continue;
             }
+            let slot = free_slots > 0;
             let cost = look_cost(entry.listeners);
             let budget = self.budget(entry.product);
+            // A settled look paid from the reserve goes even when the looks in flight
+            // hold their half of the slots: the reserve's rate bounds how many there
+            // are (about one at a time at the defaults), and without it pending looks
+            // holding the slots would stretch a settled Service's wait past its bound.
             let taken = match entry.priority {
                 Priority::Pending | Priority::Draining => {
-                    !blocked_high[p]
+                    slot && !blocked_high[p]
                         && (budget.take(false, cost, now)
                             || (reserve_free[p] && budget.take(true, cost, now)))
                 }
                 Priority::Settled => {
                     budget.take(true, cost, now)
-                        || (!reconciles_queued && !blocked_high[p] && budget.take(false, cost, now))
+                        || (slot
+                            && !reconciles_queued
+                            && !blocked_high[p]
+                            && budget.take(false, cost, now))
                 }
             };
             if !taken {
@@ -513,7 +524,7 @@ impl Schedule {
                 entry.granted = Some(now);
             }
             self.prepaid[p] += cost;
-            free_slots -= 1;
+            free_slots = free_slots.saturating_sub(1);
             grants.push(Grant {
                 service,
                 priority: entry.priority,
@@ -1059,9 +1070,10 @@ mod tests {
 
     /// Calls paid for a look (charged), and calls the client made outside a grant (a
     /// load balancer being made, a write, a job poll, a retry: no grant paid for them,
-    /// the client's count says they were made), delay the looks alike.
+    /// the client's count says they were made), delay pending looks alike, and leave
+    /// the reserve to the settled ones.
     #[test]
-    fn charged_calls_and_calls_made_outside_a_grant_delay_the_looks() {
+    fn calls_outside_a_grant_delay_pending_looks_and_leave_the_reserve_to_settled_ones() {
         // How the 6 calls are spent.
         type Spend = fn(&mut Schedule, Instant);
         let cases: [(&str, Spend); 2] = [
@@ -1070,14 +1082,30 @@ mod tests {
                 s.calls_made(Product::Clb, 6.0, at)
             }),
         ];
+        let names = |grants: Vec<Grant>| -> Vec<String> {
+            grants.into_iter().map(|g| g.service.name).collect()
+        };
         for (what, spend) in cases {
             let start = Instant::now();
-            let mut s = one_pending(4.0, start);
-            spend(&mut s, start + MS);
-            // 6 calls in shares: main 3 - 4.5, reserve 2 - 1.5; a look needs main's
-            // whole burst (3) or the reserve's (2): both are there after 1.5 s.
-            assert!(s.grant(start + Duration::from_secs(1)).is_empty(), "{what}");
-            assert_eq!(s.grant(start + Duration::from_secs(2)).len(), 1, "{what}");
+            // 4 calls/s: main 3 calls/s (burst 3), reserve 1 call/s (burst 2).
+            let mut s = schedule(4.0, start);
+            look(&mut s, "s0", Priority::Settled, start);
+            look(&mut s, "p", Priority::Pending, start + 9500 * MS);
+            let at = start + Duration::from_secs(10);
+            // Main 3 - 6 = -3; the reserve keeps its 2.
+            spend(&mut s, at - MS);
+            assert_eq!(
+                names(s.grant(at)),
+                ["s0"],
+                "{what}: the reserve's settled look"
+            );
+            // Main -3 + 4.5; the reserve (free now, -1 + 1.5) cannot pay either.
+            assert!(s.grant(at + 1500 * MS).is_empty(), "{what}");
+            assert_eq!(
+                names(s.grant(at + 2050 * MS)),
+                ["p"],
+                "{what}: main's, after 2 s"
+            );
         }
     }
 
@@ -1120,12 +1148,40 @@ mod tests {
         // Its reconcile failed before calling the cloud, and reported back.
         look(&mut s, "p", Priority::Pending, t1);
         s.calls_made(Product::Clb, 0.0, t1);
-        // Six calls of something else: none of them is the look's, all are paid
-        // (main 0 - 4.5, reserve 2 - 1.5: the reserve has its burst of 2 after 1.5 s;
-        // had the advance absorbed the look's three, after 0.75 s).
+        // Six calls of something else: none of them is the look's, all are paid by the
+        // main bucket (had the advance absorbed the look's three, it would hold -3).
         s.calls_made(Product::Clb, 6.0, t1 + MS);
-        assert!(s.grant(t1 + 1200 * MS).is_empty());
-        assert_eq!(s.grant(t1 + Duration::from_secs(2)).len(), 1);
+        let main = s.budget(Product::Clb).main.level;
+        assert!((-6.0..-5.9).contains(&main), "main bucket at {main}");
+    }
+
+    #[test]
+    fn a_settled_look_paid_from_the_reserve_is_not_held_back_by_the_slots() {
+        let start = Instant::now();
+        // A main budget large enough for every pending look: only the slots hold them.
+        let mut s = schedule(1000.0, start);
+        settled(&mut s, 1, start);
+        for i in 0..20 {
+            look(
+                &mut s,
+                &format!("p{i}"),
+                Priority::Pending,
+                start + Duration::from_secs(9),
+            );
+        }
+        s.reconcile_queued(key("new"));
+        let at = start + Duration::from_secs(10);
+        let grants = s.grant(at);
+        let settled_granted = grants
+            .iter()
+            .filter(|g| g.priority == Priority::Settled)
+            .count();
+        assert_eq!(
+            grants.len(),
+            5,
+            "half of 8 slots for pending looks, and the settled one"
+        );
+        assert_eq!(settled_granted, 1);
     }
 
     #[test]
@@ -1142,16 +1198,22 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// Whatever the mix, over a long run: calls granted stay within the budget
         /// (its bursts plus its rate), every settled Service is looked at within the
-        /// stated bound (so none starves).
+        /// stated bound (so none starves), even while writes take up to the whole
+        /// budget and a reconcile waits for its slot all along.
         #[test]
         fn the_schedule_keeps_its_budget_and_its_bounds(
             services in proptest::collection::vec((0u8..3, any::<bool>(), 1usize..4), 1..40),
             rate in 2.0f64..20.0,
+            writes in 0.0f64..1.0,
+            reconcile_waiting in any::<bool>(),
         ) {
             let fast = 500 * MS;
             let slow = Duration::from_secs(10);
             let start = Instant::now();
             let mut s = Schedule::new(fast, slow, rate, 8, start);
+            if reconcile_waiting {
+                s.reconcile_queued(key("waiting"));
+            }
             let (clb_rate, nlb_rate) = budgets(rate);
             let mut last_look: HashMap<String, Instant> = HashMap::new();
             let mut settled_calls = [0.0f64; 2];
@@ -1165,17 +1227,28 @@ mod tests {
                 }
             }
             let mut spent = [0.0f64; 2];
+            let mut made = [0.0f64; 2];
             let step = 50 * MS;
             let run = Duration::from_secs(120);
             let mut t = start;
             let mut worst_gap: HashMap<String, Duration> = HashMap::new();
             while t < start + run {
                 t += step;
+                // The client's count: the granted looks' calls, and writes and load
+                // balancers being made (calls outside any grant).
+                for (i, (product, per_second)) in
+                    [(Product::Clb, clb_rate), (Product::Nlb, nlb_rate)].into_iter().enumerate()
+                {
+                    let outside = per_second * writes * step.as_secs_f64();
+                    s.calls_made(product, made[i] + outside, t);
+                    made[i] = 0.0;
+                }
                 for g in s.grant(t) {
                     let i: usize = g.service.name[1..].parse().unwrap();
                     let (class, nlb, listeners) = services[i];
                     let product = if nlb { Product::Nlb } else { Product::Clb };
                     spent[product_index(product)] += g.calls as f64;
+                    made[product_index(product)] += g.calls as f64;
                     let priority = Priority::ALL[class as usize];
                     let gap = t.duration_since(last_look[&g.service.name]);
                     let worst = worst_gap.entry(g.service.name.clone()).or_default();
