@@ -202,7 +202,35 @@ pub fn not_acted_on(
             };
             Some((key.clone(), note))
         })
+        .chain(spec_not_applied(annotations, product))
         .collect()
+}
+
+/// `spec` on a CLB without `instance-charge-type: PayBySpec`: rollgate creates a
+/// pay-by-CLCU instance (pay-by-spec is no longer sold; CCM also reads an empty
+/// charge type as pay-by-CLCU), and a pay-by-CLCU instance has no spec. Most
+/// manifests written for CCM carry `spec` (its default was `slb.s1.small`), so the
+/// spec is not refused, and the Service is told once that it is not applied.
+fn spec_not_applied(
+    annotations: &BTreeMap<String, String>,
+    product: Option<Product>,
+) -> Option<(String, String)> {
+    if product != Some(Product::Clb) {
+        return None;
+    }
+    let charge_type = get(annotations, "instance-charge-type");
+    if charge_type.is_some_and(|c| c.eq_ignore_ascii_case("PayBySpec")) {
+        return None;
+    }
+    let key = LOAD_BALANCER_ANNOTATION_PREFIXES
+        .iter()
+        .map(|prefix| format!("{prefix}spec"))
+        .find(|key| annotations.get(key).is_some_and(|v| !v.trim().is_empty()))?;
+    let note = format!(
+        "annotation {key} is not applied: rollgate creates a pay-by-CLCU instance, which has no spec (pay-by-spec is no longer sold); to ask for pay-by-spec, set {} to PayBySpec",
+        full_name("instance-charge-type")
+    );
+    Some((key, note))
 }
 
 /// `additional-resource-tags` (`k1=v1,k2=v2`, Alibaba's documented form): tags put on
@@ -291,9 +319,9 @@ const CLB_SPECS: [&str; 6] = [
     "slb.s3.large",
 ];
 
-/// `spec` and `instance-charge-type`: what a CLB rollgate creates is asked to be. A
-/// pay-by-CLCU instance takes no spec (it scales by use), so the two together are
-/// refused; either alone is fine (empty fields keep the defaults).
+/// `spec` and `instance-charge-type`: what a CLB rollgate creates is asked to be. The
+/// spec is applied only with `PayBySpec`; otherwise the instance is pay-by-CLCU, which
+/// has no spec, and [`not_acted_on`] tells the Service so once.
 pub fn clb_instance(annotations: &BTreeMap<String, String>) -> Result<ClbInstance, String> {
     let mut problems = vec![];
     let spec = get(annotations, "spec").and_then(|raw| {
@@ -314,14 +342,6 @@ pub fn clb_instance(annotations: &BTreeMap<String, String>) -> Result<ClbInstanc
             }
         }
     });
-    if spec.is_some() && charge_type.as_deref() == Some("PayByCLCU") {
-        problems.push(format!(
-            "annotation {}: a PayByCLCU instance takes no spec (it scales by use); accepted: {} with PayBySpec, or no {}",
-            full_name("spec"),
-            full_name("spec"),
-            full_name("spec")
-        ));
-    }
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
@@ -855,7 +875,6 @@ mod tests {
         let refused: &[(&[(&str, &str)], &str)] = &[
             (&[("spec", "slb.s9.huge")], "spec: \"slb.s9.huge\" is not valid; accepted: slb.s1.small, slb.s2.small"),
             (&[("instance-charge-type", "monthly")], "accepted: PayBySpec, PayByCLCU"),
-            (&[("spec", "slb.s1.small"), ("instance-charge-type", "PayByCLCU")], "a PayByCLCU instance takes no spec"),
         ];
         for (pairs, want) in refused {
             let said = read(pairs).unwrap_err();
@@ -866,6 +885,42 @@ mod tests {
             Some(Product::Nlb),
         );
         assert!(nlb[0].1.contains("billed by use"), "{nlb:?}");
+    }
+
+    /// A CCM-era manifest's `spec` (alone, or with PayByCLCU) is taken, not refused,
+    /// and the Service is told it is not applied; with PayBySpec it is applied.
+    #[test]
+    fn a_spec_without_pay_by_spec_is_accepted_and_said_not_applied() {
+        let clcu = ClbInstance {
+            spec: "slb.s1.small".into(),
+            charge_type: "PayByCLCU".into(),
+        };
+        let both = annotations(&[
+            ("spec", "slb.s1.small"),
+            ("instance-charge-type", "PayByCLCU"),
+        ]);
+        assert_eq!(clb_instance(&both), Ok(clcu));
+        for pairs in [
+            &[("spec", "slb.s1.small")][..],
+            &[
+                ("spec", "slb.s1.small"),
+                ("instance-charge-type", "PayByCLCU"),
+            ][..],
+        ] {
+            let said = not_acted_on(&annotations(pairs), Some(Product::Clb));
+            assert_eq!(said.len(), 1, "{pairs:?}: {said:?}");
+            assert!(
+                said[0].0.ends_with("/alibaba-cloud-loadbalancer-spec"),
+                "{said:?}"
+            );
+            assert!(said[0].1.contains("is not applied"), "{said:?}");
+            assert!(said[0].1.contains("PayBySpec"), "{said:?}");
+        }
+        let by_spec = annotations(&[
+            ("spec", "slb.s1.small"),
+            ("instance-charge-type", "PayBySpec"),
+        ]);
+        assert!(not_acted_on(&by_spec, Some(Product::Clb)).is_empty());
     }
 
     #[test]

@@ -1582,6 +1582,9 @@ impl EmulatorProcess {
         for ((product, action), limit) in &config.api_rate_limit_overrides {
             command.arg(format!("--api-rate-limit={product}:{action}={limit}"));
         }
+        for (name, value) in config.account_quotas.iter() {
+            command.arg(format!("--quota={name}={value}"));
+        }
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())

@@ -64,14 +64,59 @@ struct VServerGroupAttribute {
     backend_servers: BackendServerList,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug, PartialEq)]
 #[serde(rename_all = "PascalCase", default)]
 struct HealthEntry {
+    /// The ECS instance or the ENI: several pods share one ENI in Terway's
+    /// shared-ENI mode, so this alone never names a pod.
     server_id: String,
+    /// "The IP address of the ECS instance".
     server_ip: String,
+    /// "The IP address of the ENI" (`eni` backends).
+    eni_host: String,
     #[serde(deserialize_with = "lenient::u16")]
     port: u16,
     server_health_status: String,
+}
+
+impl HealthEntry {
+    /// Whether this entry names `ip`, in either of the fields the reference gives an
+    /// IP in (which one the cloud fills for a secondary IP of an ENI is not
+    /// documented, so both are read).
+    fn names_ip(&self, ip: &str) -> bool {
+        !ip.is_empty() && (self.server_ip == ip || self.eni_host == ip)
+    }
+}
+
+/// The health entry of `member`, a backend of a group whose backends are `members`.
+///
+/// An entry naming the member's port, server (ENI or instance) and IP is the
+/// member's. Without one, an entry of the same server and port is taken only when no
+/// other member shares that server and port: with two pods on one ENI (Terway's
+/// shared-ENI mode) a match by ENI alone would give a pod its neighbour's health, and
+/// its gate would flip on a backend that is down.
+fn health_of<'a>(
+    entries: &'a [HealthEntry],
+    member: &BackendKey,
+    members: &[Backend],
+) -> Option<&'a HealthEntry> {
+    let same_server = |e: &&HealthEntry| e.port == member.port && e.server_id == member.server_id;
+    if let Some(entry) = entries
+        .iter()
+        .filter(same_server)
+        .find(|e| e.names_ip(&member.ip))
+    {
+        return Some(entry);
+    }
+    let shared = members
+        .iter()
+        .filter(|m| m.key.server_id == member.server_id && m.key.port == member.port)
+        .count()
+        > 1;
+    if shared {
+        return None;
+    }
+    entries.iter().find(same_server)
 }
 
 #[derive(Deserialize, Default)]
@@ -219,6 +264,24 @@ impl<'a> BackendServerParam<'a> {
 /// The `BackendServers` parameter value for one batch.
 fn backend_servers_json(items: &[BackendServerParam<'_>]) -> String {
     serde_json::to_string(items).expect("plain strings always serialize")
+}
+
+/// The `InstanceChargeType` and `LoadBalancerSpec` of an instance rollgate creates.
+/// Pay-by-spec is no longer sold (2025-06-01 international, 2026-01-01 China), and it
+/// is the API's default when no charge type is sent: so one is always sent, and it is
+/// `PayBySpec` only when the Service asks for it. Only then does a spec apply (the
+/// Service's, else the configured one); a pay-by-CLCU instance has none.
+fn instance_to_create<'a>(
+    wanted: &'a ClbInstance,
+    configured_spec: Option<&'a str>,
+) -> (&'a str, Option<&'a str>) {
+    if wanted.charge_type != "PayBySpec" {
+        return (DEFAULT_CLB_CHARGE_TYPE, None);
+    }
+    let spec = Some(wanted.spec.as_str())
+        .filter(|s| !s.is_empty())
+        .or(configured_spec);
+    ("PayBySpec", spec)
 }
 
 /// `Describe…ListenerAttribute` of a listener of `protocol`.
@@ -547,25 +610,10 @@ impl LoadBalancerBackends for ClbClient {
                     ),
                 ]);
                 let wanted = &spec.clb_instance;
-                let by_clcu = wanted.charge_type == "PayByCLCU";
-                // A pay-by-CLCU instance has no spec; otherwise the Service's, else
-                // the configured one.
-                let clb_spec = Some(&wanted.spec)
-                    .filter(|s| !s.is_empty())
-                    .or(self.spec.as_ref())
-                    .filter(|_| !by_clcu);
-                // Without a charge type or a spec, pay-by-CLCU: the API's own default
-                // is pay-by-spec, which is no longer sold.
-                let charge_type = match (wanted.charge_type.as_str(), clb_spec) {
-                    ("", None) => Some(DEFAULT_CLB_CHARGE_TYPE),
-                    ("", Some(_)) => None,
-                    (wanted, _) => Some(wanted),
-                };
-                if let Some(charge_type) = charge_type {
-                    query.push(("InstanceChargeType".into(), charge_type.to_string()));
-                }
+                let (charge_type, clb_spec) = instance_to_create(wanted, self.spec.as_deref());
+                query.push(("InstanceChargeType".into(), charge_type.to_string()));
                 if let Some(clb_spec) = clb_spec {
-                    query.push(("LoadBalancerSpec".into(), clb_spec.clone()));
+                    query.push(("LoadBalancerSpec".into(), clb_spec.to_string()));
                 }
                 // CLB takes tags on the instance only at creation (`Tag.N`); its
                 // listeners and vServer groups live inside it.
@@ -873,14 +921,11 @@ impl LoadBalancerBackends for ClbClient {
             .iter()
             .any(|h| h.server_health_status == "unavailable");
         let checks_off = any_unavailable && !self.listener_checks_health(group).await?;
+        let entries = &health.backend_servers.backend_server;
         let health = members
             .iter()
             .map(|member| {
-                let reported = health.backend_servers.backend_server.iter().find(|h| {
-                    h.port == member.key.port
-                        && (h.server_id == member.key.server_id
-                            || (!h.server_ip.is_empty() && h.server_ip == member.key.ip))
-                });
+                let reported = health_of(entries, &member.key, &members);
                 let state = match reported.map(|h| h.server_health_status.as_str()) {
                     // Not in the report yet: registered but not checked so far.
                     None => HealthState::Pending,
@@ -959,6 +1004,119 @@ mod tests {
         let untagged: LoadBalancerAttribute =
             serde_json::from_str(r#"{"LoadBalancerId":"lb-1"}"#).unwrap();
         assert!(untagged.tags().is_empty());
+    }
+
+    fn health(server_id: &str, server_ip: &str, eni_host: &str, status: &str) -> HealthEntry {
+        HealthEntry {
+            server_id: server_id.into(),
+            server_ip: server_ip.into(),
+            eni_host: eni_host.into(),
+            port: 8080,
+            server_health_status: status.into(),
+        }
+    }
+
+    fn on_eni(eni: &str, ip: &str) -> Backend {
+        let mut b = backend(1);
+        b.key.server_id = eni.into();
+        b.key.ip = ip.into();
+        b
+    }
+
+    /// Terway's shared-ENI mode: two pods' IPs on one ENI, the same target port. Each
+    /// pod gets its own entry's health, whichever IP field the cloud fills, and never
+    /// its neighbour's.
+    #[test]
+    fn pods_sharing_an_eni_each_get_their_own_health() {
+        let members = [on_eni("eni-1", "10.0.0.1"), on_eni("eni-1", "10.0.0.2")];
+        for (first, second) in [
+            (
+                health("eni-1", "10.0.0.1", "10.0.0.1", "abnormal"),
+                health("eni-1", "10.0.0.2", "10.0.0.2", "normal"),
+            ),
+            (
+                health("eni-1", "", "10.0.0.1", "abnormal"),
+                health("eni-1", "", "10.0.0.2", "normal"),
+            ),
+            (
+                health("eni-1", "10.0.0.1", "", "abnormal"),
+                health("eni-1", "10.0.0.2", "", "normal"),
+            ),
+        ] {
+            let entries = [first, second];
+            let status = |m: &Backend| {
+                health_of(&entries, &m.key, &members).map(|e| e.server_health_status.as_str())
+            };
+            assert_eq!(status(&members[0]), Some("abnormal"));
+            assert_eq!(status(&members[1]), Some("normal"));
+        }
+        // An entry that names neither pod's IP is neither pod's.
+        let entries = [health("eni-1", "192.168.0.9", "", "normal")];
+        assert_eq!(health_of(&entries, &members[1].key, &members), None);
+        // Not reported yet: the neighbour's entry is not taken instead.
+        let entries = [health("eni-1", "10.0.0.1", "10.0.0.1", "normal")];
+        assert_eq!(health_of(&entries, &members[1].key, &members), None);
+    }
+
+    /// A backend alone on its server and port keeps the match by server and port,
+    /// whatever IP the entry carries (an ECS instance's own address, say).
+    #[test]
+    fn a_backend_alone_on_its_server_is_matched_by_server_and_port() {
+        let members = [on_eni("eni-1", "10.0.0.1"), on_eni("eni-2", "10.0.0.2")];
+        let entries = [
+            health("eni-2", "192.168.0.2", "", "abnormal"),
+            health("eni-1", "192.168.0.1", "", "normal"),
+        ];
+        let status = |m: &Backend| {
+            health_of(&entries, &m.key, &members).map(|e| e.server_health_status.as_str())
+        };
+        assert_eq!(status(&members[0]), Some("normal"));
+        assert_eq!(status(&members[1]), Some("abnormal"));
+    }
+
+    #[test]
+    fn health_report_parses_every_documented_field() {
+        let body = r#"{"RequestId":"R","BackendServers":{"BackendServer":[
+            {"ServerId":"eni-1","ServerIp":"10.0.0.2","EniHost":"10.0.0.2","Type":"eni","Port":8080,
+             "ListenerPort":80,"Protocol":"tcp","ServerHealthStatus":"normal"}]}}"#;
+        let parsed: HealthStatus = serde_json::from_str(body).unwrap();
+        let entry = &parsed.backend_servers.backend_server[0];
+        assert_eq!(
+            (
+                entry.server_id.as_str(),
+                entry.eni_host.as_str(),
+                entry.port
+            ),
+            ("eni-1", "10.0.0.2", 8080)
+        );
+    }
+
+    /// No create sends pay-by-spec unless the Service asked for it; a spec goes only
+    /// with pay-by-spec.
+    #[test]
+    fn instances_are_pay_by_clcu_unless_pay_by_spec_is_asked_for() {
+        let instance = |spec: &str, charge_type: &str| ClbInstance {
+            spec: spec.into(),
+            charge_type: charge_type.into(),
+        };
+        #[rustfmt::skip]
+        let cases: &[(&str, &str, Option<&str>, (&str, Option<&str>))] = &[
+            ("", "", None, ("PayByCLCU", None)),
+            ("slb.s1.small", "", None, ("PayByCLCU", None)),
+            ("", "", Some("slb.s2.small"), ("PayByCLCU", None)),
+            ("slb.s1.small", "PayByCLCU", Some("slb.s2.small"), ("PayByCLCU", None)),
+            ("slb.s1.small", "PayBySpec", Some("slb.s2.small"), ("PayBySpec", Some("slb.s1.small"))),
+            ("", "PayBySpec", Some("slb.s2.small"), ("PayBySpec", Some("slb.s2.small"))),
+            ("", "PayBySpec", None, ("PayBySpec", None)),
+        ];
+        for (spec, charge_type, configured, want) in cases {
+            let wanted = instance(spec, charge_type);
+            assert_eq!(
+                instance_to_create(&wanted, *configured),
+                *want,
+                "{spec:?} {charge_type:?} {configured:?}"
+            );
+        }
     }
 
     #[test]

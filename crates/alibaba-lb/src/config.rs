@@ -136,9 +136,9 @@ pub struct ClientConfig {
     pub ecs_endpoint: Option<String>,
     /// `host[:port]` replacing the regional VPC endpoint.
     pub vpc_endpoint: Option<String>,
-    /// `LoadBalancerSpec` of CLB instances we create when the Service names none.
-    /// `None` (the default) creates pay-by-CLCU instances ([`DEFAULT_CLB_CHARGE_TYPE`]),
-    /// which have no spec and take ENI backends.
+    /// `LoadBalancerSpec` of pay-by-spec CLB instances we create when the Service
+    /// asks for `PayBySpec` and names no spec. Every other instance is pay-by-CLCU
+    /// ([`DEFAULT_CLB_CHARGE_TYPE`]), which has no spec and takes ENI backends.
     pub clb_spec: Option<String>,
     pub signature: SignatureVersion,
     pub retry: RetryPolicy,

@@ -172,10 +172,10 @@ pub struct LoadBalancerSpec {
     /// must pass `tag_key_ok` / `tag_value_ok`, at most `TAGS_PER_RESOURCE`.
     pub tags: ResourceTags,
     /// CLB only, read only when the instance is created: the `LoadBalancerSpec` and
-    /// `InstanceChargeType` asked for. An empty spec keeps the client's configured
-    /// one (`ClientConfig::clb_spec`) unless the charge type is `PayByCLCU`, which
-    /// takes no spec; an empty charge type is `PayByCLCU` when no spec is given either
-    /// (`DEFAULT_CLB_CHARGE_TYPE`), else the API's default.
+    /// `InstanceChargeType` asked for. Any charge type but `PayBySpec` creates a
+    /// pay-by-CLCU instance (`DEFAULT_CLB_CHARGE_TYPE`), which has no spec; with
+    /// `PayBySpec` an empty spec keeps the client's configured one
+    /// (`ClientConfig::clb_spec`).
     pub clb_instance: ClbInstance,
 }
 

@@ -870,3 +870,85 @@ async fn clb_listener_forwarding_is_read_from_the_listener_attribute() {
 async fn nlb_listener_forwarding_is_read_from_list_listeners() {
     listener_forwarding(Product::Nlb).await;
 }
+
+/// Terway's shared-ENI mode: two pods' IPs as secondary IPs of one ENI, the same
+/// target port, one of them down. Each backend is read with its own health: the
+/// healthy pod never makes its neighbour look healthy (a gate would then flip on a
+/// backend that drops traffic), and the other way round.
+#[tokio::test]
+async fn clb_pods_sharing_an_eni_each_get_their_own_health() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let client = client(&emu, Product::Clb, SignatureVersion::V3);
+    let lb = client
+        .ensure_load_balancer(&spec("shared-eni"))
+        .await
+        .unwrap();
+    let group = &lb.listeners[0];
+    let ips = ["10.0.9.1".to_string(), "10.0.9.2".to_string()];
+    control(&emu, "enis", Some(json!({"private_ips": ips}))).await;
+    let network = VpcNetwork::new(
+        &client_config(&emu, SignatureVersion::V3),
+        static_credentials(KEY_SECRET),
+    )
+    .unwrap();
+    let enis = network
+        .eni_ids(lb_emulator::DEFAULT_VPC_ID, &ips)
+        .await
+        .unwrap();
+    assert_eq!(enis[&ips[0]], enis[&ips[1]], "one ENI holds both IPs");
+    let backends: Vec<Backend> = ips
+        .iter()
+        .map(|ip| Backend {
+            key: BackendKey {
+                server_id: enis[ip].clone(),
+                ip: ip.clone(),
+                port: 8080,
+            },
+            kind: BackendType::Eni,
+            weight: 100,
+            description: String::new(),
+        })
+        .collect();
+    client.add_backends(group, &backends).await.unwrap();
+    for (down, up) in [(0, 1), (1, 0)] {
+        let forced = control(
+            &emu,
+            "health",
+            Some(json!({"ip": ips[down], "port": 8080, "healthy": false})),
+        )
+        .await;
+        assert_eq!(forced["matched"], 1, "{forced}");
+        control(
+            &emu,
+            "health",
+            Some(json!({"ip": ips[up], "port": 8080, "healthy": null})),
+        )
+        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let reading = client.read_group(group).await.unwrap();
+            let state = |i: usize| {
+                reading
+                    .health
+                    .iter()
+                    .find(|h| h.key == backends[i].key)
+                    .map(|h| h.state.clone())
+            };
+            let unhealthy = Some(HealthState::Unhealthy {
+                reason: "abnormal".into(),
+            });
+            if down == 0 {
+                // Forced down before its first check: never the neighbour's `normal`.
+                assert_ne!(state(down), Some(HealthState::Healthy), "{reading:?}");
+            }
+            if state(down) == unhealthy && state(up) == Some(HealthState::Healthy) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never apart: {reading:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

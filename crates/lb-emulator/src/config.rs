@@ -39,6 +39,9 @@ pub struct EmulatorConfig {
     /// Explicit limits, by (product, action), e.g. (`slb`, `DescribeHealthStatus`):
     /// for actions with no published quota, or to tighten one in a test.
     pub api_rate_limit_overrides: BTreeMap<(String, String), crate::quota::Limit>,
+    /// The account's instance and attachment quotas (the published defaults unless a
+    /// test or bench sets a larger account's).
+    pub account_quotas: crate::AccountQuotas,
 }
 
 impl Default for EmulatorConfig {
@@ -64,6 +67,7 @@ impl Default for EmulatorConfig {
             tick: Duration::from_millis(25),
             api_rate_limits: false,
             api_rate_limit_overrides: BTreeMap::new(),
+            account_quotas: Default::default(),
         }
     }
 }

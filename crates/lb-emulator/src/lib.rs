@@ -43,6 +43,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use config::{EmulatorConfig, HealthMode};
+pub use world::account_quotas::{self, AccountQuotas};
 pub use world::ecs::{EciRegistration, EniRegistration};
 use world::{ApiError, Params, World};
 pub use world::{JobOutcome, Vpc, DEFAULT_VPC_CIDR, DEFAULT_VPC_ID};
@@ -148,6 +149,7 @@ pub async fn run(
         .route("/_emulator/vpcs", post(control_vpcs))
         .route("/_emulator/enis", post(control_enis))
         .route("/_emulator/ecis", post(control_ecis))
+        .route("/_emulator/quotas", post(control_quotas))
         .route(
             "/_emulator/server-certificates",
             post(control_server_certificates),
@@ -733,6 +735,21 @@ async fn control_enis(
         Ok(eni) => Json(json!(eni)).into_response(),
         Err(message) => (StatusCode::BAD_REQUEST, message).into_response(),
     }
+}
+
+/// `POST /_emulator/quotas` `{"slb_quota_instances_num": 1000, ...}`: sets the
+/// account's quotas (the rest keep their values); answers every quota in force.
+async fn control_quotas(
+    State(shared): State<AppState>,
+    Json(values): Json<std::collections::BTreeMap<String, u32>>,
+) -> Response {
+    let mut world = shared.world.lock().expect("world lock");
+    for (name, value) in values {
+        if let Err(message) = world.quotas.set(&name, value) {
+            return (StatusCode::BAD_REQUEST, message).into_response();
+        }
+    }
+    Json(json!(world.quotas)).into_response()
 }
 
 /// `POST /_emulator/server-certificates` `{"id": "..."}`: a server certificate the

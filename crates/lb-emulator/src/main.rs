@@ -69,6 +69,10 @@ struct Args {
     /// (repeatable); applies when --api-rate-limits is on.
     #[arg(long = "api-rate-limit", value_name = "PRODUCT:ACTION=N/SECONDS")]
     api_rate_limit: Vec<String>,
+    /// An account quota NAME=N, e.g. slb_quota_instances_num=1000 (repeatable); the
+    /// others keep their published defaults (README: account quotas).
+    #[arg(long = "quota", value_name = "NAME=N")]
+    quota: Vec<String>,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -101,6 +105,10 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("{name} must be within 0..=1");
         }
     }
+    let mut account_quotas = lb_emulator::AccountQuotas::default();
+    for quota in &args.quota {
+        account_quotas.set_from(quota).map_err(anyhow::Error::msg)?;
+    }
     let config = EmulatorConfig {
         listen: args.listen,
         region: args.region,
@@ -124,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|s| lb_emulator::quota::parse_override(s))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?,
+        account_quotas,
     };
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;

@@ -178,8 +178,8 @@ impl Bed {
         new_client(product, &config, credentials()).unwrap()
     }
 
-    /// A load balancer (CLB: of `clb_spec`; none: pay-by-spec without a spec, a
-    /// shared-resource instance, asked for explicitly) with one TCP listener on port 80.
+    /// A pay-by-spec load balancer (CLB: of `clb_spec`; none: without a spec, a
+    /// shared-resource instance) with one TCP listener on port 80.
     async fn group(
         &self,
         product: Product,
@@ -191,9 +191,8 @@ impl Bed {
             lb_emulator::DEFAULT_VPC_ID,
             "k8s-80-fidelity",
         );
-        if clb_spec.is_none() {
-            spec.clb_instance.charge_type = "PayBySpec".into();
-        }
+        // Pay-by-spec, asked for explicitly: the only way the client sends a spec.
+        spec.clb_instance.charge_type = "PayBySpec".into();
         let lb = client.ensure_load_balancer(&spec).await.unwrap();
         (client, lb.listeners[0].clone())
     }
@@ -2889,7 +2888,19 @@ async fn clb_charge_type_is_by_spec_or_clcu_and_clcu_gets_no_spec() {
         })
     );
     assert!(clcu.clb_instance.unwrap().takes_pod_backends());
-    let s2 = made("by-spec", "slb.s2.small", "").await;
+    // A spec alone (CCM's default `slb.s1.small` is in most CCM-era manifests), even
+    // with a configured one: pay-by-CLCU, no spec. Before issue 43 this created a
+    // pay-by-spec instance, which is no longer sold.
+    let spec_alone = made("spec-alone", "slb.s2.small", "").await;
+    assert_eq!(
+        spec_alone.clb_instance,
+        Some(ClbInstance {
+            spec: String::new(),
+            charge_type: "PayByCLCU".into()
+        })
+    );
+    // Pay-by-spec only when asked for, with the Service's spec.
+    let s2 = made("by-spec", "slb.s2.small", "PayBySpec").await;
     assert_eq!(
         s2.clb_instance,
         Some(ClbInstance {

@@ -7,8 +7,11 @@
 //! only if they exist and run; at most 20 backends per call; descriptions and names
 //! of the documented shape.
 
+use std::collections::BTreeSet;
+
 use serde_json::{json, Value};
 
+use super::account_quotas::{CLB_INSTANCES, CLB_INSTANCES_PER_SERVER};
 use super::params::{
     clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, on_off, one_of, parse_port, tags,
     TAGS_PER_CREATE,
@@ -158,6 +161,8 @@ impl World {
         let lb = match existing {
             Some(lb) => lb,
             None => {
+                self.quotas
+                    .check(CLB_INSTANCES, self.clbs.len(), 1, "the region")?;
                 let name = p.get("LoadBalancerName").filter(|n| !n.is_empty());
                 if let Some(name) = name.filter(|n| !clb_instance_name_ok(n)) {
                     return Err(ApiError::invalid(
@@ -798,6 +803,7 @@ impl World {
     fn clb_add(&mut self, p: &Params) -> ApiResult {
         let group_id = self.vgroup(p)?.id.clone();
         let backends = self.parse_backend_servers(p, &group_id, BackendUse::Add)?;
+        self.check_servers_per_clb(&group_id, &backends)?;
         let group = self.vgroups.get_mut(&group_id).expect("checked");
         if let Some(dup) = backends
             .iter()
@@ -817,6 +823,30 @@ impl World {
             self.event("clb", &group_id, b, "added", String::new());
         }
         self.clb_group_answer(&group_id)
+    }
+
+    /// A backend server (an ECS instance or ENI, by `ServerId`) may be in at most
+    /// `CLB_INSTANCES_PER_SERVER` CLB instances: one new to this group's instance
+    /// counts the instances that already hold it.
+    fn check_servers_per_clb(&self, group_id: &str, adding: &[BackendRec]) -> Result<(), ApiError> {
+        let lb_id = &self.vgroups[group_id].load_balancer_id;
+        let holders = |server_id: &str| -> BTreeSet<&str> {
+            self.vgroups
+                .values()
+                .filter(|g| g.backends.iter().any(|b| b.server_id == server_id))
+                .map(|g| g.load_balancer_id.as_str())
+                .collect()
+        };
+        let servers: BTreeSet<&str> = adding.iter().map(|b| b.server_id.as_str()).collect();
+        for server_id in servers {
+            let holders = holders(server_id);
+            if !holders.contains(lb_id.as_str()) {
+                let what = format!("server {server_id}");
+                self.quotas
+                    .check(CLB_INSTANCES_PER_SERVER, holders.len(), 1, &what)?;
+            }
+        }
+        Ok(())
     }
 
     fn clb_group_answer(&self, group_id: &str) -> ApiResult {
@@ -938,11 +968,18 @@ impl World {
             };
             for b in group.backends.iter().filter(|b| b.registered) {
                 let status = clb_health_status(listener, b.health);
-                out.push(json!({
+                let mut entry = json!({
                     "ServerId": b.server_id, "ServerIp": b.ip, "Port": b.port,
                     "ListenerPort": listener.port, "Protocol": listener.protocol,
-                    "ServerHealthStatus": status,
-                }));
+                    "ServerHealthStatus": status, "Type": b.kind,
+                });
+                // "EniHost: the IP address of the ENI": for an `eni` backend, the IP of
+                // the ENI it was registered with, so that pods sharing one ENI (several
+                // secondary IPs) each have an entry of their own.
+                if b.kind == "eni" {
+                    entry["EniHost"] = json!(b.ip);
+                }
+                out.push(entry);
             }
         }
         Ok(json!({"BackendServers": {"BackendServer": out}}))

@@ -11,6 +11,7 @@
 //! the state here. The checks follow the API reference and the official SDK models
 //! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
+pub mod account_quotas;
 mod acl;
 mod clb;
 pub mod ecs;
@@ -382,6 +383,8 @@ pub struct World {
     pub server_certificates: BTreeSet<String>,
     /// CLB access control lists (`CreateAccessControlList`), by id.
     pub acls: BTreeMap<String, AccessControlList>,
+    /// Instance and attachment quotas of the account (`account_quotas`).
+    pub quotas: account_quotas::AccountQuotas,
 }
 
 fn now_rfc3339() -> String {
@@ -436,6 +439,7 @@ impl World {
             next_id: 1,
             server_certificates: BTreeSet::new(),
             acls: BTreeMap::new(),
+            quotas: config.account_quotas.clone(),
         }
     }
 

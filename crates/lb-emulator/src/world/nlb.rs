@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use super::account_quotas::{NLB_GROUP_SERVERS, NLB_INSTANCES};
 use tokio::time::Instant;
 
 use super::listener_settings;
@@ -136,6 +138,14 @@ impl World {
             "ListServerGroupServers" => self.nlb_list_servers(p),
             "AddServersToServerGroup" => {
                 let (group_id, servers) = self.nlb_servers_param(p, true)?;
+                let group = &self.server_groups[&group_id];
+                let new = servers
+                    .iter()
+                    .filter(|s| !group.backends.iter().any(|b| b.key() == s.key()))
+                    .count();
+                let what = format!("server group {group_id}");
+                self.quotas
+                    .check(NLB_GROUP_SERVERS, group.backends.len(), new, &what)?;
                 let job = self.start_job(
                     "AddServersToServerGroup",
                     JobEffect::AddServers(group_id.clone(), servers),
@@ -244,6 +254,8 @@ impl World {
             ));
         }
         let vpc_id = nlb_get(p, "VpcId")?.to_string();
+        self.quotas
+            .check(NLB_INSTANCES, self.nlbs.len(), 1, "the region")?;
         let zones: Vec<(String, String)> = flat_list(p, "ZoneMappings")
             .into_iter()
             .map(|z| {
