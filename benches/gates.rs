@@ -113,6 +113,10 @@ async fn run(p: Params) -> Result<String, String> {
         registration_delay: p.registration,
         health_delay: p.health,
         tick: Duration::from_millis(20),
+        // A large account's quotas: 500 pods on one Service pass the published 400
+        // servers per NLB server group (raise `nlb_quota_servergroup_noeci_servers_num`
+        // in Quota Center for such a Service).
+        account_quotas: lb_emulator::AccountQuotas::all(100_000),
         ..EmulatorConfig::default()
     });
     let endpoint = emu.endpoint();

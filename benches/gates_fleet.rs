@@ -654,6 +654,10 @@ async fn run_fleet(
         health_delay: p.health,
         tick: Duration::from_millis(20),
         api_rate_limits: true,
+        // A large account's quotas (the published defaults allow 30 CLBs and 60 NLBs
+        // per region, far below the fleet's 1,000 Services): no instance or
+        // attachment quota binds here, only the API rate limits do.
+        account_quotas: lb_emulator::AccountQuotas::all(100_000),
         ..EmulatorConfig::default()
     };
     for limit in &p.rate_limits {

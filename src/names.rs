@@ -221,6 +221,12 @@ pub const LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT: &str = "LoadBalancerTakesNo
 /// another cluster (`rollgate.io/cluster-id`), so rollgate leaves it alone; the message
 /// names the resource and the other cluster. Once per cause.
 pub const OTHER_CLUSTERS_RESOURCE_EVENT: &str = "LoadBalancerOfAnotherCluster";
+/// Warning on a Service whose CLB listener was found stopped (its start after creation
+/// failed, or someone stopped it) and that rollgate started. Once per listener.
+pub const LISTENER_STOPPED_EVENT: &str = "ListenerStopped";
+/// Warning on a Service whose load balancer or backends an account quota refuses
+/// (the quota and how to raise it in the note). Once per quota message.
+pub const CLOUD_QUOTA_EXCEEDED_EVENT: &str = "CloudQuotaExceeded";
 
 /// Warning on a Service being let go of: its cloud cleanup cannot proceed (the cloud
 /// unreachable, credentials refused, ...), so the finalizer stays. Once per cause.
@@ -272,6 +278,10 @@ gate_reasons! {
     LoadBalancerNotReady,
     /// A cloud call failed (action, error code and request id in the message).
     CloudApiError,
+    /// A cloud call was refused because an account quota is used up (load balancer
+    /// instances, servers per load balancer or group): the message names the quota and
+    /// how to raise it. Retried on the slow poll; nothing is deleted or re-created.
+    CloudQuotaExceeded,
     /// The pod IP is outside the VPC's CIDR blocks (an overlay IP): no ENI can hold it,
     /// so it is never registered.
     PodIpOutsideVpc,

@@ -27,7 +27,8 @@ use super::model::{CloudFailure, GroupChanges, GroupState};
 use super::reasons;
 use crate::apply::{event, EventDedup, Events, Topic};
 use crate::names::{
-    CLUSTER_ID_TAG, LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT, OTHER_CLUSTERS_RESOURCE_EVENT,
+    CLOUD_QUOTA_EXCEEDED_EVENT, CLUSTER_ID_TAG, LISTENER_STOPPED_EVENT,
+    LOAD_BALANCER_TAKES_NO_POD_BACKENDS_EVENT, OTHER_CLUSTERS_RESOURCE_EVENT,
 };
 
 /// A Service's groups as one look read them.
@@ -50,6 +51,10 @@ pub struct Cloud {
     said: EventDedup,
     /// Warnings that a resource is another cluster's (one per resource and cluster).
     said_other_cluster: EventDedup,
+    /// Warnings that an account quota refuses the Service's load balancer or backends.
+    said_quota: EventDedup,
+    /// Warnings that a listener was found stopped and started.
+    said_listener_stopped: EventDedup,
 }
 
 impl Cloud {
@@ -66,6 +71,8 @@ impl Cloud {
             metrics,
             said: EventDedup::default(),
             said_other_cluster: EventDedup::default(),
+            said_quota: EventDedup::default(),
+            said_listener_stopped: EventDedup::default(),
         }
     }
 
@@ -211,28 +218,54 @@ impl Cloud {
         reference: &ObjectReference,
         error: Option<&CloudError>,
     ) {
-        let Some(CloudError::OtherCluster { what, cluster, .. }) = error else {
-            self.said_other_cluster.forget(uid, Topic::Warning);
-            return;
+        let note = match error {
+            Some(CloudError::OtherCluster { what, cluster, .. }) => Some(format!(
+                "{what} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate leaves it alone (no listener, group or backend of this cluster's is put in it); give this Service a load balancer of its own"
+            )),
+            _ => None,
         };
-        let note = format!(
-            "{what} is tagged {CLUSTER_ID_TAG}={cluster}: it belongs to another cluster, so rollgate leaves it alone (no listener, group or backend of this cluster's is put in it); give this Service a load balancer of its own"
-        );
-        let warning = event(
-            EventType::Warning,
+        let said = &self.said_other_cluster;
+        warn_while(
+            events,
+            said,
             OTHER_CLUSTERS_RESOURCE_EVENT,
             action,
+            uid,
+            reference,
             note,
-        );
-        events
-            .publish_once(
-                &self.said_other_cluster,
-                uid,
-                Topic::Warning,
-                reference,
-                warning,
-            )
-            .await;
+        )
+        .await;
+    }
+
+    /// One Warning on the Service while an account quota refuses what it needs
+    /// (`error`: the last cloud error, if any; anything else clears the slate).
+    pub async fn warn_quota(
+        &self,
+        events: &Events,
+        action: &str,
+        uid: &str,
+        reference: &ObjectReference,
+        error: Option<&CloudError>,
+    ) {
+        let note = error.and_then(|error| {
+            let quota = failure(error).quota?;
+            // No RequestId: the note is what makes the Warning once per quota.
+            Some(format!(
+                "{} was refused: an account quota is used up: {quota} Raise it in Quota Center or free what uses it; rollgate retries on the slow poll and deletes nothing meanwhile",
+                error.action().unwrap_or("a cloud call")
+            ))
+        });
+        let said = &self.said_quota;
+        warn_while(
+            events,
+            said,
+            CLOUD_QUOTA_EXCEEDED_EVENT,
+            action,
+            uid,
+            reference,
+            note,
+        )
+        .await;
     }
 
     pub async fn delete(&self, product: Product, load_balancer_id: &str) -> Result<(), CloudError> {
@@ -315,6 +348,45 @@ impl Cloud {
         })
     }
 
+    /// Starts the listener in front of `group` if the last look found it stopped (a
+    /// CLB listener whose start after creation failed stays stopped, and its backends
+    /// read `unavailable` forever); one Warning on the Service the first time. The look
+    /// already read the listener's status, so a running one costs no call. `true`:
+    /// it was started, and the reading no longer holds.
+    pub async fn start_if_stopped(
+        &self,
+        product: Product,
+        group: &ServerGroupRef,
+        (events, action): (&Events, &str),
+        uid: &str,
+        reference: &ObjectReference,
+    ) -> Result<bool, CloudError> {
+        let client = self.client(product);
+        if !client.listener_stopped(group).await? {
+            return Ok(false);
+        }
+        let result = client.start_listener(group).await;
+        self.count("StartListener", &result);
+        result?;
+        let note = format!(
+            "listener {}:{} of {} was stopped, so its backends could not be checked: rollgate started it",
+            group.listener_protocol.as_api_str(),
+            group.listener_port,
+            group.load_balancer_id
+        );
+        let warning = event(EventType::Warning, LISTENER_STOPPED_EVENT, action, note);
+        events
+            .publish_once(
+                &self.said_listener_stopped,
+                uid,
+                Topic::Warning,
+                reference,
+                warning,
+            )
+            .await;
+        Ok(true)
+    }
+
     /// Sends one group's changes: adds, drains and restores first, removals last.
     pub async fn apply(
         &self,
@@ -346,6 +418,27 @@ impl Cloud {
         }
         Ok(())
     }
+}
+
+/// One Warning `reason` on the Service while `note` says what is wrong; `None` (all is
+/// well again) clears the slate, so the next trouble is said again.
+async fn warn_while(
+    events: &Events,
+    said: &EventDedup,
+    reason: &str,
+    action: &str,
+    uid: &str,
+    reference: &ObjectReference,
+    note: Option<String>,
+) {
+    let Some(note) = note else {
+        said.forget(uid, Topic::Warning);
+        return;
+    };
+    let warning = event(EventType::Warning, reason, action, note);
+    events
+        .publish_once(said, uid, Topic::Warning, reference, warning)
+        .await;
 }
 
 /// A cloud for tests: CLB and NLB clients on a loopback endpoint that nothing answers
@@ -389,6 +482,10 @@ pub fn failure(error: &CloudError) -> CloudFailure {
         CloudError::Config(_) => "InvalidConfiguration".into(),
     };
     CloudFailure {
+        quota: match error {
+            CloudError::Api { message, .. } if error.is_quota_exceeded() => Some(message.clone()),
+            _ => None,
+        },
         action: error.action().unwrap_or("-").to_string(),
         code,
         request_id: error

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use alibaba_lb::{Error as CloudError, LoadBalancer, LoadBalancerSpec, Product};
+use alibaba_lb::{Error as CloudError, LoadBalancer, LoadBalancerSpec, Product, ServerGroupRef};
 use futures::{Future, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
@@ -424,14 +424,28 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
             &decided,
         );
     }
+    let failed = apply_error.as_ref().or(read_error.as_ref());
+    ctx.cloud
+        .warn_quota(
+            &ctx.events,
+            EVENT_ACTION,
+            &service.uid,
+            &service.reference,
+            failed,
+        )
+        .await;
+    // A used-up quota waits on the user (Quota Center), like a refused instance: the
+    // slow poll looks again, and no error backoff retries it faster.
+    let quota_exceeded = failed.is_some_and(CloudError::is_quota_exceeded);
     let listeners = lb.as_ref().map_or(1, |lb| lb.listeners.len());
     let outcome = Outcome {
         pending_gates: decided.pending_gates,
         changed: !decided.changes.is_empty(),
         draining: decided.next_deadline.is_some(),
         failed: apply_error.is_some() || read_error.is_some(),
-        // Waiting on a user's fix (the instance's spec) is not worth a fast poll.
-        refused: refused.is_some(),
+        // Waiting on a user's fix (the instance's spec, a quota) is not worth a fast
+        // poll.
+        refused: refused.is_some() || quota_exceeded,
     };
     // The budget counts these (and every other call) from the client's call count.
     ctx.metrics
@@ -447,7 +461,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error
         ctx.poller
             .polled(key, product, listeners, outcome, looked, started);
     }
-    if let Some(error) = apply_error.or(read_error) {
+    if let Some(error) = apply_error.or(read_error).filter(|_| !quota_exceeded) {
         return Err(error.into());
     }
     Ok(match decided.next_deadline {
@@ -554,7 +568,7 @@ async fn observe_cloud(
     }
     let mut groups: Vec<GroupState> = Vec::with_capacity(lb.listeners.len());
     for listener in &lb.listeners {
-        match ctx.cloud.read_group(product, listener).await {
+        match observe_group(service, ctx, product, listener).await {
             Ok(group) => groups.push(group),
             Err(error) => {
                 // The group may have been deleted behind our back: find it again next time.
@@ -565,6 +579,28 @@ async fn observe_cloud(
     }
     ctx.cloud.remember_reading(uid, &groups, now);
     Ok((CloudState::Ready(groups), lb, Read::Fresh))
+}
+
+/// One look at a group. The look read its listener's status too: a stopped listener
+/// (its health report says `unavailable` for every backend) is started here, and the
+/// next look reads the group again.
+async fn observe_group(
+    service: &ServiceSnapshot,
+    ctx: &Context,
+    product: Product,
+    listener: &ServerGroupRef,
+) -> Result<GroupState, CloudError> {
+    let group = ctx.cloud.read_group(product, listener).await?;
+    ctx.cloud
+        .start_if_stopped(
+            product,
+            listener,
+            (&ctx.events, EVENT_ACTION),
+            &service.uid,
+            &service.reference,
+        )
+        .await?;
+    Ok(group)
 }
 
 /// Sends the plan's backend changes, group by group; the first failure stops them.

@@ -271,6 +271,9 @@ pub struct CloudFailure {
     pub action: String,
     pub code: String,
     pub request_id: String,
+    /// An account quota is used up (the cloud's message, which names it): no retry
+    /// helps until the user raises it or frees resources.
+    pub quota: Option<String>,
 }
 
 /// What the cloud side looks like for this Service.

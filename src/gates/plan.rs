@@ -36,8 +36,14 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
             return out;
         }
         CloudState::Failed(failure) => {
-            let message = reasons::cloud_api_error(failure);
-            out.conditions = hold_gates(input, GateReason::CloudApiError, &message);
+            let (reason, message) = match &failure.quota {
+                Some(quota) => (
+                    GateReason::CloudQuotaExceeded,
+                    reasons::cloud_quota_exceeded(failure, quota),
+                ),
+                None => (GateReason::CloudApiError, reasons::cloud_api_error(failure)),
+            };
+            out.conditions = hold_gates(input, reason, &message);
             (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
             return out;
         }

@@ -54,6 +54,14 @@ pub fn cloud_api_error(failure: &CloudFailure) -> String {
     )
 }
 
+/// The gate's message when an account quota is used up (`quota`: the cloud's words).
+pub fn cloud_quota_exceeded(failure: &CloudFailure, quota: &str) -> String {
+    format!(
+        "cloud API call {} hit an account quota ({}, RequestId {}): {quota} Raise the quota in Quota Center (CLB: slb_quota_instances_num; NLB: nlb_quota_loadbalancers_num, nlb_quota_servergroup_noeci_servers_num) or free what uses it; retried on the slow poll",
+        failure.action, failure.code, failure.request_id
+    )
+}
+
 pub fn lost_after_ready(now: GateReason, details: &str) -> String {
     format!(
         "{}: the gate stays True (annotation {} flips it back): {details}",

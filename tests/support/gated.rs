@@ -52,6 +52,56 @@ pub fn owner(port: u16, service: &str, namespace: &str) -> String {
     rollgate::gates::model::owner_description(port, service, namespace, CLUSTER_ID)
 }
 
+/// Terway's shared-ENI mode, as a stand-in: one `InUse` ENI per node holding the IPs
+/// of that node's pods as secondary IPs, each IP added (the ENI registered again with
+/// its whole list) once the pod has it, before rollgate can register the pod. Polls
+/// until aborted.
+pub fn give_pod_ips_shared_enis(
+    client: Client,
+    namespace: &str,
+    emulator: &EmulatorProcess,
+    vpc_id: &str,
+) -> tokio::task::JoinHandle<()> {
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let url = format!("{}/_emulator/enis", emulator.base_url());
+    let vpc_id = vpc_id.to_string();
+    tokio::spawn(async move {
+        let http = http();
+        // node -> the IPs its ENI holds
+        let mut held: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        loop {
+            if let Ok(list) = pods.list(&ListParams::default()).await {
+                for pod in list.items {
+                    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                    let (Some(node), Some(ip)) = (node, pod_ip(&pod)) else {
+                        continue;
+                    };
+                    let ips = held.entry(node.clone()).or_default();
+                    if !ips.insert(ip.clone()) {
+                        continue;
+                    }
+                    let body = json!({
+                        "network_interface_id": format!("eni-shared-{node}"),
+                        "private_ips": ips,
+                        "vpc_id": vpc_id,
+                    });
+                    let sent = http
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                        .await;
+                    if !sent.is_ok_and(|r| r.status().is_success()) {
+                        // Given again on the next pass.
+                        ips.remove(&ip);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 /// The helper signatures of `tests/gates.rs` (see [`Bed`]).
 pub enum GatesTests {}
 /// The short helper signatures of the other tests (see [`GatedBed`]).
@@ -388,6 +438,21 @@ impl Bed {
         env: &[(&str, &str)],
     ) -> Self {
         Self::start(prefix, nodes, &emulator, env, "controller").await
+    }
+
+    /// Like [`Bed::new`], with Terway's shared-ENI mode: the pods of a node are
+    /// secondary IPs of one ENI of that node (not an ENI each).
+    pub async fn new_on_shared_enis(
+        prefix: &str,
+        nodes: usize,
+        emulator: EmulatorConfig,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut bed = Self::start(prefix, nodes, &emulator, env, "controller").await;
+        // No pod exists yet: the per-pod stand-in has given no ENI.
+        bed.enis.abort();
+        bed.enis = give_pod_ips_shared_enis(bed.client.clone(), &bed.ns.name, &bed.emu, VPC_ID);
+        bed
     }
 
     /// A LoadBalancer Service `name` selecting `app: app`, of `class`, with

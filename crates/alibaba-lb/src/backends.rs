@@ -69,6 +69,20 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
     /// listener. A gate means something only when this is `group` itself.
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>>;
 
+    /// Whether the listener in front of `group` is stopped, as last read with
+    /// [`Self::listener_server_group`] (no call of its own while that is fresh). CLB
+    /// creates a listener stopped and starts it with a second call; if that call
+    /// failed, the listener stays stopped and every backend reads `unavailable`
+    /// forever. NLB listeners run from creation: always `false`.
+    async fn listener_stopped(&self, _group: &ServerGroupRef) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Starts the stopped listener in front of `group` (CLB only; NLB: nothing to do).
+    async fn start_listener(&self, _group: &ServerGroupRef) -> Result<()> {
+        Ok(())
+    }
+
     /// Throttling answers this client has had so far (retried ones included), for a
     /// caller that paces its calls; 0 for clients that cannot be throttled.
     fn throttled_answers(&self) -> u64 {

@@ -28,7 +28,7 @@ pub struct ClbClient {
     /// while a backend is `unavailable`, which lasts until the first check completes.
     listener_checks: Mutex<HashMap<ListenerKey, (bool, Instant)>>,
     /// The vServer group each listener forwards to, as last read, and when.
-    listener_groups: Mutex<HashMap<ListenerKey, (String, Instant)>>,
+    listener_groups: Mutex<HashMap<ListenerKey, (ListenerTarget, Instant)>>,
 }
 
 /// A CLB listener: load balancer id, port and protocol.
@@ -215,11 +215,21 @@ struct CreatedVServerGroup {
 #[derive(Deserialize)]
 struct Empty {}
 
+/// What the listener attribute says of a listener: where it forwards, and whether it
+/// runs (a stopped listener reports every backend `unavailable`).
+#[derive(Clone, Debug)]
+struct ListenerTarget {
+    server_group_id: String,
+    status: String,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]
 struct ListenerAttribute {
     /// `on` or `off`.
     health_check: String,
+    /// `running`, `stopped`, `starting` or `configuring`.
+    status: String,
     /// The vServer group the listener forwards to (empty: the default server group).
     #[serde(rename = "VServerGroupId")]
     v_server_group_id: String,
@@ -390,6 +400,33 @@ impl ClbClient {
             .unwrap()
             .insert(key, (checks, Instant::now()));
         Ok(checks)
+    }
+
+    /// The group the listener in front of `group` forwards to, and its status, as
+    /// last read (trusted for [`LISTENER_SETTING_TTL`]); `None`: no such listener.
+    async fn listener_target(&self, group: &ServerGroupRef) -> Result<Option<ListenerTarget>> {
+        let key = (
+            group.load_balancer_id.clone(),
+            group.listener_port,
+            group.listener_protocol,
+        );
+        if let Some((target, at)) = self.listener_groups.lock().unwrap().get(&key) {
+            if at.elapsed() < LISTENER_SETTING_TTL {
+                return Ok(Some(target.clone()));
+            }
+        }
+        let Some(attribute) = self.listener_attribute(group).await? else {
+            return Ok(None);
+        };
+        let target = ListenerTarget {
+            server_group_id: attribute.v_server_group_id,
+            status: attribute.status,
+        };
+        self.listener_groups
+            .lock()
+            .unwrap()
+            .insert(key, (target.clone(), Instant::now()));
+        Ok(Some(target))
     }
 
     /// `Describe…ListenerAttribute` of the listener in front of `group`; a listener
@@ -842,25 +879,37 @@ impl LoadBalancerBackends for ClbClient {
     }
 
     async fn listener_server_group(&self, group: &ServerGroupRef) -> Result<Option<String>> {
-        let key = (
+        Ok(self
+            .listener_target(group)
+            .await?
+            .map(|t| t.server_group_id))
+    }
+
+    async fn listener_stopped(&self, group: &ServerGroupRef) -> Result<bool> {
+        Ok(self
+            .listener_target(group)
+            .await?
+            .is_some_and(|t| t.status == "stopped"))
+    }
+
+    async fn start_listener(&self, group: &ServerGroupRef) -> Result<()> {
+        let protocol = group.listener_protocol.as_api_str().to_ascii_lowercase();
+        self.call::<Empty>(
+            "StartLoadBalancerListener",
+            params([
+                ("LoadBalancerId", group.load_balancer_id.clone()),
+                ("ListenerPort", group.listener_port.to_string()),
+                ("ListenerProtocol", protocol),
+            ]),
+        )
+        .await?;
+        // Read the status again next time, not the stopped one remembered.
+        self.listener_groups.lock().unwrap().remove(&(
             group.load_balancer_id.clone(),
             group.listener_port,
             group.listener_protocol,
-        );
-        if let Some((id, at)) = self.listener_groups.lock().unwrap().get(&key) {
-            if at.elapsed() < LISTENER_SETTING_TTL {
-                return Ok(Some(id.clone()));
-            }
-        }
-        let Some(attribute) = self.listener_attribute(group).await? else {
-            return Ok(None);
-        };
-        let id = attribute.v_server_group_id;
-        self.listener_groups
-            .lock()
-            .unwrap()
-            .insert(key, (id.clone(), Instant::now()));
-        Ok(Some(id))
+        ));
+        Ok(())
     }
 
     async fn add_backends(&self, group: &ServerGroupRef, backends: &[Backend]) -> Result<()> {

@@ -148,6 +148,13 @@ impl Error {
         }
     }
 
+    /// An account quota (instances, servers per load balancer or group) is used up.
+    /// The codes are not published (the references link to the error center only),
+    /// so any code that names a quota counts; the message says which quota.
+    pub fn is_quota_exceeded(&self) -> bool {
+        matches!(self, Error::Api { code, .. } if code.to_ascii_lowercase().contains("quota"))
+    }
+
     pub fn is_throttling(&self) -> bool {
         matches!(self, Error::Api { code, .. } if code.starts_with("Throttling"))
     }

@@ -379,7 +379,14 @@ async fn api(
             tracing::debug!(action = %verified.action, code = %error.code, "injected throttling");
             return error_response(&error, &host);
         }
-        if rng.random::<f64>() < world.faults.server_error_rate {
+        let named_failure = world
+            .faults
+            .fail_next
+            .get_mut(&verified.action)
+            .filter(|left| **left > 0)
+            .map(|left| *left -= 1)
+            .is_some();
+        if named_failure || rng.random::<f64>() < world.faults.server_error_rate {
             world.stats.injected_server_errors += 1;
             let error = ApiError::new(
                 500,
@@ -589,6 +596,8 @@ struct FaultsUpdate {
     throttle_rate: Option<f64>,
     throttle_code: Option<String>,
     server_error_rate: Option<f64>,
+    /// `{"StartLoadBalancerListener": 10}`: the next 10 calls of it fail (HTTP 500).
+    fail_next: Option<std::collections::BTreeMap<String, u32>>,
 }
 
 fn rate(value: f64, name: &str) -> Result<f64, String> {
@@ -629,6 +638,9 @@ async fn control_faults(
             return (StatusCode::BAD_REQUEST, "throttle_code must be Throttling, Throttling.User, Throttling.Api or ServiceUnavailable").into_response();
         }
         faults.throttle_code = code;
+    }
+    if let Some(fail_next) = update.fail_next {
+        faults.fail_next.extend(fail_next);
     }
     tracing::info!(?faults, "fault injection updated");
     world.faults = faults.clone();

@@ -2922,3 +2922,99 @@ async fn clb_charge_type_is_by_spec_or_clcu_and_clcu_gets_no_spec() {
         })
     );
 }
+
+/// Account quotas (rows 59-62): an instance past the region's quota, a server past the
+/// CLB instances it may join, and servers past an NLB group's quota are refused with
+/// the quota's name; what is already there is kept. The defaults are the published
+/// ones; `POST /_emulator/quotas` sets a test's own, as Quota Center raises them.
+#[tokio::test]
+async fn account_quotas_refuse_what_passes_them_and_name_the_quota() {
+    let bed = Bed::new().await;
+    let quotas = bed.control("quotas", json!({})).await;
+    assert_eq!(quotas["slb_quota_instances_num"], 30, "{quotas}");
+    assert_eq!(quotas["nlb_quota_loadbalancers_num"], 60, "{quotas}");
+    assert_eq!(
+        quotas["nlb_quota_servergroup_noeci_servers_num"], 400,
+        "{quotas}"
+    );
+    let quotas = bed
+        .control(
+            "quotas",
+            json!({"slb_quota_instances_num": 2, "nlb_quota_loadbalancers_num": 2,
+                   "slb_quota_backendserver_attached_num": 1,
+                   "nlb_quota_servergroup_noeci_servers_num": 2}),
+        )
+        .await;
+    assert_eq!(quotas["slb_quota_instances_num"], 2, "{quotas}");
+    fn quota_named<T: std::fmt::Debug>(result: Result<T>, name: &str) {
+        match result {
+            Err(Error::Api {
+                status: 400,
+                code,
+                message,
+                ..
+            }) if code == "QuotaExceeded" => {
+                assert!(message.contains(name), "{message}");
+            }
+            other => panic!("not refused by {name}: {other:?}"),
+        }
+    }
+
+    // CLB instances: the two groups' instances use the quota of 2.
+    let (clb, first) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let (_, second) = bed.group(Product::Clb, Some("slb.s2.small")).await;
+    quota_named(
+        bed.call(
+            Service::Clb,
+            "CreateLoadBalancer",
+            &[("LoadBalancerSpec", "slb.s1.small")],
+        )
+        .await,
+        "slb_quota_instances_num",
+    );
+    // One server (an ENI) may join one CLB instance here: the second is refused.
+    let eni = bed
+        .eni("10.1.0.1", lb_emulator::DEFAULT_VPC_ID, "InUse")
+        .await;
+    let server = backend(BackendType::Eni, &eni, "10.1.0.1", "");
+    clb.add_backends(&first, std::slice::from_ref(&server))
+        .await
+        .unwrap();
+    quota_named(
+        clb.add_backends(&second, std::slice::from_ref(&server))
+            .await,
+        "slb_quota_backendserver_attached_num",
+    );
+
+    // NLB instances and servers per group.
+    let (nlb, group) = bed.group(Product::Nlb, None).await;
+    bed.call(
+        Service::Nlb,
+        "CreateLoadBalancer",
+        &nlb_create_pairs(&[], &[]),
+    )
+    .await
+    .unwrap();
+    quota_named(
+        bed.call(
+            Service::Nlb,
+            "CreateLoadBalancer",
+            &nlb_create_pairs(&[], &[]),
+        )
+        .await,
+        "nlb_quota_loadbalancers_num",
+    );
+    let ip = |i: u8| {
+        backend(
+            BackendType::Ip,
+            &format!("10.2.0.{i}"),
+            &format!("10.2.0.{i}"),
+            "",
+        )
+    };
+    nlb.add_backends(&group, &[ip(1), ip(2)]).await.unwrap();
+    quota_named(
+        nlb.add_backends(&group, &[ip(3)]).await,
+        "nlb_quota_servergroup_noeci_servers_num",
+    );
+}

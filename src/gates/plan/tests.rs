@@ -237,12 +237,40 @@ fn after_ready_a_lost_backend_keeps_the_gate_by_default_and_flips_it_with_the_op
     assert_eq!(w.reason, GateReason::BackendUnhealthy);
 }
 
+/// A used-up account quota is its own reason, naming the quota as the cloud did and
+/// how to raise it; a True gate stays True and nothing is sent.
+#[test]
+fn a_used_up_quota_holds_waiting_gates_with_its_own_reason() {
+    let failure = CloudState::Failed(CloudFailure {
+        action: "CreateLoadBalancer".into(),
+        code: "QuotaExceeded".into(),
+        request_id: "RID-8".into(),
+        quota: Some("The quota slb_quota_instances_num (30) is used up.".into()),
+    });
+    let ready = pod_with_a_true_gate("ready", "10.0.0.1");
+    let waiting = pod("waiting", "10.0.0.2");
+    let plan = run(&svc(true), &[ready, waiting], &failure);
+    assert!(plan.changes.is_empty());
+    let w = only_write(&plan);
+    assert_eq!(w.pod, "waiting");
+    assert_eq!(w.reason, GateReason::CloudQuotaExceeded);
+    for part in [
+        "CreateLoadBalancer",
+        "slb_quota_instances_num (30)",
+        "Quota Center",
+        "RID-8",
+    ] {
+        assert!(w.message.contains(part), "{}", w.message);
+    }
+}
+
 #[test]
 fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
     let failure = CloudState::Failed(CloudFailure {
         action: "DescribeHealthStatus".into(),
         code: "Throttling.User".into(),
         request_id: "RID-7".into(),
+        quota: None,
     });
     let ready = pod_with_a_true_gate("ready", "10.0.0.1");
     let waiting = pod("waiting", "10.0.0.2");

@@ -324,6 +324,10 @@ pub struct Faults {
     /// `Throttling.User` (HTTP 400) or `ServiceUnavailable` (HTTP 503).
     pub throttle_code: String,
     pub server_error_rate: f64,
+    /// The next N calls of an action (by name) answered HTTP 500 `InternalError`, so
+    /// that a client's retries run out on exactly the call a test names.
+    #[serde(default)]
+    pub fail_next: BTreeMap<String, u32>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -412,6 +416,7 @@ impl World {
                 throttle_rate: config.throttle_rate,
                 throttle_code: config.throttle_code.clone(),
                 server_error_rate: config.server_error_rate,
+                fail_next: BTreeMap::new(),
             },
             static_keys: config.access_keys.iter().cloned().collect(),
             temporary_keys: HashMap::new(),
