@@ -76,15 +76,6 @@ async fn guard(bed: &mut Bed, daemonsets: usize) -> Result<f64, String> {
 }
 
 #[test]
-fn cpu_seconds_are_read_after_the_command_name() {
-    // The command name may hold spaces and a parenthesis; utime 250 + stime 50 ticks = 3 s.
-    let stat = "4242 (rollgate (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0 100";
-    assert_eq!(support::parse_cpu_seconds(stat), Some(3.0));
-    assert_eq!(support::parse_cpu_seconds("4242 (rollgate) S 1"), None);
-    assert_eq!(support::parse_cpu_seconds("no parenthesis"), None);
-}
-
-#[test]
 fn bytes_per_pod_is_the_slope_between_two_sizes() {
     assert_eq!(bytes_per_pod(1000, 0, 2000, 1024), 1000.0);
     assert_eq!(bytes_per_pod(2000, 1000, 1000, 2000), -1024.0);

@@ -8,6 +8,7 @@ pub mod daemonset;
 pub mod fleet;
 pub mod gated;
 pub mod ghost_ready;
+pub mod measure;
 pub mod private_kwok;
 pub mod second_cluster;
 pub mod unavailable;
@@ -703,18 +704,25 @@ pub fn controller_binary() -> PathBuf {
 
 /// Runs kubectl against the test cluster; a failure panics with its stderr.
 pub fn kubectl(args: &[&str]) -> String {
+    try_kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs kubectl against the test cluster: its output, or what went wrong (for benches,
+/// which report an error rather than panic).
+pub fn try_kubectl(args: &[&str]) -> Result<String, String> {
     let out = std::process::Command::new("kubectl")
         .env("KUBECONFIG", cluster_kubeconfig())
         .args(args)
         .output()
-        .expect("running kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+        .map_err(|e| format!("running kubectl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
 }
 
 /// A kubeconfig with the token of the `rollgate-controller` ServiceAccount and exactly the
@@ -1782,25 +1790,6 @@ pub fn give_pod_ips_enis(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
-}
-
-/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
-const TICKS_PER_SECOND: f64 = 100.0;
-
-/// utime + stime from a `/proc/<pid>/stat` line, in seconds. The command name (field 2)
-/// may hold spaces and parentheses: fields are counted after its closing parenthesis.
-/// utime and stime are fields 14 and 15.
-pub fn parse_cpu_seconds(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / TICKS_PER_SECOND)
-}
-
-/// CPU seconds (user + system) a process has used so far, if it is still there.
-pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 // ---------------------------------------------------------------------------------------
