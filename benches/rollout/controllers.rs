@@ -2,7 +2,7 @@
 //! its binary is there, OpenYurt's yurt-manager with only its DaemonSet pod updater. Each
 //! runs with least-privilege credentials of its own and watches the whole cluster, so
 //! their memory is compared on the same objects.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -619,7 +619,8 @@ fn ideal(params: &Params, nodes: usize, budget: usize) -> Duration {
 }
 
 fn ms_percentile(sorted: &[Duration], p: f64) -> Value {
-    support::measure::percentile(sorted, p).map_or(Value::Null, |d| round(d.as_secs_f64() * 1000.0, 1))
+    support::measure::percentile(sorted, p)
+        .map_or(Value::Null, |d| round(d.as_secs_f64() * 1000.0, 1))
 }
 
 fn ratio(a: Option<Duration>, b: Option<Duration>) -> Value {

@@ -146,7 +146,10 @@ impl Setup<'_> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        note(format!("{key}: {} pods of {OLD_IMAGE} available", self.nodes));
+        note(format!(
+            "{key}: {} pods of {OLD_IMAGE} available",
+            self.nodes
+        ));
         Ok(Prepared {
             key: key.to_string(),
             ns,

@@ -235,10 +235,7 @@ impl BudgetWatcher {
                         {
                             st.events.push((now, Kind::OldDeleting, view.node.clone()));
                         }
-                        if view.new
-                            && view.serving
-                            && !before.as_ref().is_some_and(|b| b.serving)
-                        {
+                        if view.new && view.serving && !before.as_ref().is_some_and(|b| b.serving) {
                             st.events.push((now, Kind::NewReady, view.node.clone()));
                         }
                         st.pods.insert(uid, view);

@@ -112,7 +112,8 @@ mod tests {
     #[test]
     fn cpu_ticks_and_state_are_read_after_the_command_name() {
         // The command name may hold spaces and a parenthesis: utime 250 + stime 50 ticks.
-        let stat = "4242 (rollgate (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0 100";
+        let stat =
+            "4242 (rollgate (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0 100";
         assert_eq!(super::stat_cpu_ticks(stat), Some(300));
         assert_eq!(super::stat_state(stat), Some('S'));
         assert_eq!(super::stat_cpu_ticks("4242 (rollgate) S 1"), None);
@@ -123,8 +124,10 @@ mod tests {
     #[test]
     fn cpu_time_is_in_the_kernels_clock_ticks() {
         // The same answer as the system's own tool (100 on every common Linux).
-        let getconf = std::process::Command::new("getconf").arg("CLK_TCK").output();
-        if let Ok(out) = getconf.filter(|out| out.status.success()) {
+        let getconf = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output();
+        if let Some(out) = getconf.ok().filter(|out| out.status.success()) {
             let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
             assert_eq!(super::clock_ticks_per_second().to_string(), said);
         }
