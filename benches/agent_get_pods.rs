@@ -114,14 +114,11 @@ impl Agent {
 
     /// (VmRSS, VmHWM) in KiB.
     fn memory_kib(&self) -> Result<(u64, u64), String> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .map_err(|e| format!("reading the agent's /proc status: {e}"))?;
-        let field = |name: &str| -> Result<u64, String> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .ok_or_else(|| format!("no {name} in /proc status"))
+        let pid = self.child.id();
+        let status = support::measure::read_status(pid)?;
+        let field = |name: &str| {
+            support::measure::status_kib(&status, name)
+                .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
         };
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }

@@ -42,6 +42,8 @@
 //! `..._SEED` (1).
 #[path = "../tests/support/heap.rs"]
 mod heap;
+#[path = "../tests/support/measure.rs"]
+mod measure;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -667,23 +669,7 @@ fn thread_cpu_ns() -> u64 {
 }
 
 fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-fn percentile(values: &mut [u64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_unstable();
-    let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
-    values[rank.clamp(1, values.len()) - 1] as f64
+    measure::peak_rss_kib(std::process::id()).map_or(0.0, |kib| kib as f64 / 1024.0)
 }
 
 #[derive(Default)]
@@ -801,14 +787,17 @@ fn run_world(p: &Params, lookup: PodLookup, stream: &[Step]) -> Figures {
         }
     };
     let mut plans = std::mem::take(&mut world.plan_cpu_ns);
+    plans.sort_unstable();
+    // No plan: no figure (NaN, `null` in results.json).
+    let plan_ms = |p| measure::percentile(&plans, p).map_or(f64::NAN, |ns| ns as f64 / 1e6);
     Figures {
         bytes_per_pod: bytes as f64 / pods as f64,
         cpu_per_event_ms: total as f64 / stream.len().max(1) as f64 / 1e6,
         cpu_per_flap_ms: flap_cpu as f64 / p.flaps.max(1) as f64 / 1e6,
         cpu_rollout_per_pod_ms: rollout_cpu as f64 / p.rollout_pods.max(1) as f64 / 1e6,
         replans_per_flap: flap_replans as f64 / p.flaps.max(1) as f64,
-        plan_p99_ms: percentile(&mut plans, 99.0) / 1e6,
-        plan_p50_ms: percentile(&mut plans, 50.0) / 1e6,
+        plan_p99_ms: plan_ms(99.0),
+        plan_p50_ms: plan_ms(50.0),
         deletions,
         memo_bytes_per_rolling_pod,
     }

@@ -34,6 +34,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
+use support::measure::{cpu_seconds, peak_rss_kib, percentile};
 use support::*;
 
 const GATE: &str = "service.readiness.alibabacloud.com/bench-svc";
@@ -62,25 +63,6 @@ impl Params {
 
 fn main() -> ExitCode {
     bench_main("gates", Params::from_env(), run)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// The API server of the local control plane, from its pid file (`hack/cluster-up.sh`).
@@ -230,7 +212,7 @@ async fn run(p: Params) -> Result<String, String> {
 
     let before = emulator("state").await?;
     let api_server = api_server_pid();
-    let api_server_cpu_before = api_server.and_then(process_cpu_seconds);
+    let api_server_cpu_before = api_server.and_then(|pid| cpu_seconds(pid).ok());
     let started = Instant::now();
     let controller = ControllerProcess::start_with_env(
         &ns.name,
@@ -279,16 +261,16 @@ async fn run(p: Params) -> Result<String, String> {
         while let Ok((name, ip, at)) = rx.try_recv() {
             flipped.entry(name).or_insert((ip, at));
         }
-        peak_kib = peak_kib.max(vm_hwm_kib(controller.pid()).unwrap_or(0));
+        peak_kib = peak_kib.max(peak_rss_kib(controller.pid()).unwrap_or(0));
     }
     let elapsed = started.elapsed();
-    let controller_cpu = process_cpu_seconds(controller.pid());
+    let controller_cpu = cpu_seconds(controller.pid()).ok();
     let api_server_cpu = api_server
-        .and_then(process_cpu_seconds)
+        .and_then(|pid| cpu_seconds(pid).ok())
         .zip(api_server_cpu_before)
         .map(|(after, before)| after - before);
     watch.abort();
-    peak_kib = peak_kib.max(vm_hwm_kib(controller.pid()).unwrap_or(0));
+    peak_kib = peak_kib.max(peak_rss_kib(controller.pid()).unwrap_or(0));
 
     let timeline = emulator("timeline").await?;
     let mut healthy_at: BTreeMap<String, f64> = BTreeMap::new();
@@ -307,7 +289,9 @@ async fn run(p: Params) -> Result<String, String> {
         .filter_map(|(ip, at)| healthy_at.get(ip).map(|h| (at - h).max(0.0)))
         .collect();
     latencies.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let (p50, p99) = (percentile(&latencies, 50.0), percentile(&latencies, 99.0));
+    // No flip seen: no figure (NaN, `null` in results.json).
+    let flip_percentile = |p| percentile(&latencies, p).unwrap_or(f64::NAN);
+    let (p50, p99) = (flip_percentile(50.0), flip_percentile(99.0));
     // How fast the cluster took the gate writes: the first to the last gate seen True.
     // Every write is a pod status patch that the API server, kwok (Ready follows the
     // gates) and the endpoint controllers all act on; on 2 cores this rate, not the

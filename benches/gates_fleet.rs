@@ -71,6 +71,7 @@ use kube::{Api, Client, ResourceExt};
 use lb_emulator::EmulatorConfig;
 use serde_json::{json, Value};
 use support::fleet::*;
+use support::measure::{cpu_seconds, memory_kib, peak_rss_kib, percentile, stat_state};
 use support::*;
 
 const GATE_PREFIX: &str = "service.readiness.alibabacloud.com/";
@@ -274,22 +275,8 @@ fn seconds_since_epoch(rfc3339: &str) -> Option<f64> {
 fn exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| {
-            let rest = stat[stat.rfind(')')? + 1..].trim_start().to_string();
-            rest.chars().next()
-        })
+        .and_then(|stat| stat_state(&stat))
         .is_none_or(|state| state == 'Z' || state == 'X')
-}
-
-fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 // ------------------------------------------------------------------ what the watch saw
@@ -831,7 +818,7 @@ async fn fleet_phases(
     let controller =
         ControllerProcess::start_binary(binary, &ns.name, "fleet", &controller_kubeconfig(), &refs);
     let pid = controller.pid();
-    let cpu = || process_cpu_seconds(pid).unwrap_or(f64::NAN);
+    let cpu = || cpu_seconds(pid).unwrap_or(f64::NAN);
     let started = Instant::now();
     let settle_timeout = if is_today(&f.label) {
         p.today_settle_timeout
@@ -905,7 +892,7 @@ async fn fleet_phases(
     let idle_end = now_epoch();
     f.idle_s = idle_end - idle_start;
     f.cpu_idle = cpu() - cpu0;
-    f.rss_idle_mib = proc_status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0;
+    f.rss_idle_mib = memory_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0;
 
     // A: one Deployment at a time while the others are idle, CLB and NLB in turn.
     let clb: Vec<usize> = (0..p.services).filter(|&i| !p.is_nlb(i)).collect();
@@ -970,7 +957,7 @@ async fn fleet_phases(
             controller.log.display()
         ));
     }
-    f.peak_rss_mib = proc_status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    f.peak_rss_mib = peak_rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
 
     // What the cloud and the watch saw.
     let healthy = healthy_events(emu).await?;
@@ -988,14 +975,16 @@ async fn fleet_phases(
 
     let a_apps: HashSet<String> = a_names.iter().cloned().collect();
     let (a_lat, a_unmatched) = flip_latencies(&seen.pods, &a_apps, a_start, &healthy);
-    f.a_p50 = percentile(&a_lat, 50.0);
-    f.a_p99 = percentile(&a_lat, 99.0);
+    // No flip seen: no figure (NaN, `null` in results.json).
+    let flip_percentile = |latencies: &[f64], p| percentile(latencies, p).unwrap_or(f64::NAN);
+    f.a_p50 = flip_percentile(&a_lat, 50.0);
+    f.a_p99 = flip_percentile(&a_lat, 99.0);
     f.a_max = a_lat.last().copied().unwrap_or(f64::NAN);
     f.a_samples = a_lat.len();
     let b_apps: HashSet<String> = b_names.iter().cloned().collect();
     let (b_lat, b_unmatched) = flip_latencies(&seen.pods, &b_apps, b_start, &healthy);
-    f.b_p50 = percentile(&b_lat, 50.0);
-    f.b_p99 = percentile(&b_lat, 99.0);
+    f.b_p50 = flip_percentile(&b_lat, 50.0);
+    f.b_p99 = flip_percentile(&b_lat, 99.0);
     f.b_max = b_lat.last().copied().unwrap_or(f64::NAN);
     f.b_samples = b_lat.len();
     f.unmatched = a_unmatched + b_unmatched;

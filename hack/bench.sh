@@ -112,7 +112,7 @@ for bench in $BENCHES; do
     # gates) is the e2e test's scenario; run here, it records gates.min_healthy_*.
     log "gates: the capacity proof (tests/gates.rs), recorded"
     if ! ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates \
-      gates_keep_capacity -- --nocapture 2>&1 | grep 'capacity proof' | tee -a "$results"; then
+      gates_keep_capacity -- --include-ignored --nocapture 2>&1 | grep 'capacity proof' | tee -a "$results"; then
       log "gates capacity proof FAILED"
       echo "gates capacity proof: FAILED" >>"$results"
       status=1

@@ -13,6 +13,10 @@
 #      balancer keeps (Ready nodes - max-unavailable) healthy backends throughout.
 # The cluster stays up afterwards; `make cluster-down` stops it and everything the demo
 # started (their pid files live next to the cluster's).
+# Every table the narration promises is checked (`promised`, hack/lb-server-group.py,
+# hack/lb-capacity.py's floors): the demo stops when one is empty or says otherwise.
+# Ports: APISERVER_PORT and ETCD_PORT (hack/cluster-up.sh), AGENT_PORT, DEMO_METRICS_PORT;
+# CLUSTER_DIR for a cluster of its own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -23,12 +27,26 @@ export POD_START_DELAY_MS=${POD_START_DELAY_MS:-2000}
 CLUSTER_DIR=${CLUSTER_DIR:-$repo/target/cluster}
 export CLUSTER_DIR
 AGENT_PORT=${AGENT_PORT:-10267}
+# The controller's metrics and probes (its /readyz says when the demo can go on).
+METRICS_PORT=${DEMO_METRICS_PORT:-18080}
 NS=rollgate-demo
 BIN=${ROLLGATE_BIN:-$repo/target/release/rollgate}
 EMU_BIN=${LB_EMULATOR_BIN:-$repo/target/release/lb-emulator}
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
+# Passes a table through (stdin to stdout) and stops the demo when it has no row under
+# its header: the narration promised one. The `$ command` line `run` prints is not a row.
+promised() { # what the table shows
+  local table rows
+  table=$(cat)
+  printf '%s\n' "$table"
+  rows=$(printf '%s\n' "$table" | grep -v '^\$ ' | sed 1d | grep -c . || true)
+  if [ "$rows" -eq 0 ]; then
+    echo "demo: $1 is empty, but the narration promised it" >&2
+    exit 1
+  fi
+}
 
 say "Starting the local control plane with $NODES simulated edge nodes"
 bash hack/cluster-up.sh
@@ -84,7 +102,7 @@ start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" \
   ROLLGATE_CLOUD_SCHEME=http ALIBABA_CLOUD_ACCESS_KEY_ID=emulator-access-key-id \
   ALIBABA_CLOUD_ACCESS_KEY_SECRET=emulator-access-key-secret ALIBABA_CLOUD_ECS_METADATA_DISABLED=true \
   ROLLGATE_CLUSTER_ID=demo ROLLGATE_GATE_DRAIN_TIME=3s \
-  "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:18080
+  "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:$METRICS_PORT
 # Terway's part on a real cluster: every pod IP is on an ENI of the VPC. Here a loop
 # gives each new pod IP an ENI in the emulator's inventory (its VPC vpc-emulator).
 start_bg terway-enis bash -c 'given=" "; while sleep 0.3; do
@@ -94,8 +112,8 @@ start_bg terway-enis bash -c 'given=" "; while sleep 0.3; do
       -d "{\"private_ips\":[\"$ip\"]}" >/dev/null && given="$given$ip "
   done
 done' "$NS" "$EMU"
-for _ in $(seq 1 50); do curl -sf 127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
-echo "controller ready: $(curl -s 127.0.0.1:18080/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
+for _ in $(seq 1 50); do curl -sf 127.0.0.1:$METRICS_PORT/readyz >/dev/null && break; sleep 0.2; done
+echo "controller ready: $(curl -s 127.0.0.1:$METRICS_PORT/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
 
 # ---------------------------------------------------------------- AdvancedRollingUpdate
 say "1. AdvancedRollingUpdate: an edge DaemonSet with max-unavailable 30%"
@@ -127,7 +145,9 @@ run kubectl get nodes -l rollgate.test/bed-node=true
 
 say "New image: edge-agent:v2. A native rolling update would stall here; rollgate upgrades the Ready nodes"
 run kubectl -n "$NS" set image ds/edge-agent agent=registry.local/edge-agent:v2
-timeout 120 "$BIN" status daemonset/edge-agent -n "$NS" --watch &
+# Ended by the demo once the Ready nodes are done: its INFO line about the shutdown
+# would land in the middle of the narration.
+ROLLGATE_LOG=warn timeout 120 "$BIN" status daemonset/edge-agent -n "$NS" --watch &
 watch_pid=$!
 # The planner's own line names the NotReady nodes once the Ready ones are done.
 timeout 180 bash -c "until '$BIN' status daemonset/edge-agent -n '$NS' 2>/dev/null | grep -q 'NotReady nodes waiting'; do sleep 1; done" ||
@@ -137,12 +157,14 @@ echo
 run "$BIN" status daemonset/edge-agent -n "$NS"
 say "Events on the DaemonSet say what happened and what waits"
 kubectl -n "$NS" get events --field-selector involvedObject.name=edge-agent \
-  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | grep -v SuccessfulCreate | cut -c1-220
+  -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | { grep -v SuccessfulCreate || true; } |
+  cut -c1-220 | promised "the DaemonSet's Events"
 
 say "The network comes back: no user action, the 3 nodes are upgraded as soon as they are Ready"
 restore_nodes "${cut[@]}"
 timeout 180 "$BIN" status daemonset/edge-agent -n "$NS" --watch
-run kubectl -n "$NS" get pods -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready
+run kubectl -n "$NS" get pods -l app=edge-agent -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready |
+  promised "edge-agent's pods"
 
 # ---------------------------------------------------------------- OTA
 say "2. OTA: nothing upgrades by itself; the node operator decides"
@@ -168,8 +190,9 @@ say "The node agent of $node listens on 127.0.0.1:$AGENT_PORT (as on every edge 
 start_bg agent "$BIN" agent --node-name "$node" --listen "127.0.0.1:$AGENT_PORT" --state-dir "$CLUSTER_DIR/demo-agent-state"
 for _ in $(seq 1 50); do curl -sf "127.0.0.1:$AGENT_PORT/pods" >/dev/null && break; sleep 0.2; done
 
-show_pods() {
-  curl -s "127.0.0.1:$AGENT_PORT/pods" | PREFIX=nginx python3 hack/show-agent-pods.py
+show_pods() { # the agent's answer, one nginx pod a line (no header: every line is a row)
+  curl -s "127.0.0.1:$AGENT_PORT/pods" | PREFIX=nginx python3 hack/show-agent-pods.py |
+    { echo "pods on $node (GET /pods):"; cat; } | promised "the node agent's nginx pods"
 }
 run curl -s -o /dev/null -w 'GET /pods -> HTTP %{http_code}\n' "127.0.0.1:$AGENT_PORT/pods"
 show_pods
@@ -235,18 +258,14 @@ say "Step 1: EXTERNAL-IP appears"
 run kubectl -n "$NS" get service my-svc
 sleep 3
 say "Step 2: the pods run, but READINESS GATES stay 0/1 until the load balancer has them healthy"
-run kubectl -n "$NS" get pod -o wide -l app=my-svc
+run kubectl -n "$NS" get pod -o wide -l app=my-svc | promised "my-svc's pods"
 pod=$(kubectl -n "$NS" get pod -l app=my-svc -o jsonpath='{.items[0].metadata.name}')
 gate_of "$pod"
 kubectl -n "$NS" rollout status deploy/my-svc --timeout=180s >/dev/null
-run kubectl -n "$NS" get pod -o wide -l app=my-svc
+run kubectl -n "$NS" get pod -o wide -l app=my-svc | promised "my-svc's pods"
 gate_of "$pod"
 echo "The CLB's server group (the emulator's view): each pod is the ENI holding its IP"
-curl -s "$EMU/_emulator/state" | python3 -c 'import json,sys
-for g in json.load(sys.stdin)["clb"]["vserver_groups"]:
-    for b in g["backends"]:
-        if "/my-svc/" in b["description"]:
-            print(g["id"], b["type"], b["server_id"], b["ip"], b["port"], b["health"])'
+python3 hack/lb-server-group.py "$EMU" "$NS" my-svc my-svc
 
 say "Step 3: kubectl rollout restart, with gates (my-svc) and without (no-gates), side by side"
 lb_app no-gates no | kubectl -n "$NS" apply -f - >/dev/null
@@ -258,8 +277,8 @@ run kubectl -n "$NS" rollout status deploy/my-svc --timeout=300s
 run kubectl -n "$NS" rollout status deploy/no-gates --timeout=300s
 sleep 5
 say "What the load balancer saw (the emulator's timeline): healthy backends in rotation, lowest point of each rollout"
-python3 hack/lb-capacity.py "$EMU" "$since" "$NS" my-svc:6 no-gates:6
-echo "With gates the Service kept replicas - maxUnavailable = 5 healthy backends; without, pods were Ready before the load balancer could use them."
+python3 hack/lb-capacity.py "$EMU" "$since" "$NS" my-svc:6:5 no-gates:6
+echo "With gates the Service kept replicas - maxUnavailable = 5 healthy backends (checked above); without, a pod counts as Ready as soon as it runs, whether or not the load balancer can use it yet."
 
 # ---------------------------------------------------------------- both halves together
 say "4. Both halves: an ingress DaemonSet on every node, behind a load balancer and gated on it"
@@ -312,8 +331,8 @@ timeout 240 bash -c "until '$BIN' status daemonset/edge-ingress -n '$NS' 2>/dev/
   { echo "the Ready nodes were not upgraded within 240 s; see $CLUSTER_DIR/logs/demo-controller.log" >&2; exit 1; }
 run "$BIN" status daemonset/edge-ingress -n "$NS"
 say "What the load balancer saw: healthy backends in rotation on the $ready reachable nodes"
-python3 hack/lb-capacity.py "$EMU" "$since" "$NS" "edge-ingress:$ready"
-echo "$ready Ready nodes, max-unavailable 2: the floor is $((ready - 2)); a new pod counted as available only once its backend was healthy."
+python3 hack/lb-capacity.py "$EMU" "$since" "$NS" "edge-ingress:$ready:$((ready - 2))"
+echo "$ready Ready nodes, max-unavailable 2: the floor is $((ready - 2)) (checked above); a new pod counted as available only once its backend was healthy."
 
 say "The network comes back: the 3 nodes are upgraded, each old backend drained before its pod goes"
 restore_nodes "${cut[@]}"
@@ -322,6 +341,7 @@ for ip in $cut_ips; do
     -d "{\"ip\":\"$ip\",\"port\":80,\"healthy\":null}" >/dev/null
 done
 timeout 240 "$BIN" status daemonset/edge-ingress -n "$NS" --watch
-run kubectl -n "$NS" get pods -l app=edge-ingress -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready
+run kubectl -n "$NS" get pods -l app=edge-ingress -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,READY:.status.containerStatuses[0].ready |
+  promised "edge-ingress's pods"
 
 say "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG ; 'make cluster-down' stops everything."

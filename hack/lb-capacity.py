@@ -2,9 +2,10 @@
 """Lowest number of healthy backends in rotation during a rollout, per Service, from the
 lb-emulator's timeline (what the load balancer saw, not what the controller thinks).
 
-usage: lb-capacity.py EMULATOR_ADDR SINCE_EVENT_INDEX NAMESPACE SVC:SERVING...
+usage: lb-capacity.py EMULATOR_ADDR SINCE_EVENT_INDEX NAMESPACE SVC:SERVING[:FLOOR]...
 
-SERVING is how many healthy backends the Service had when the rollout began. Each
+SERVING is how many healthy backends the Service had when the rollout began. With a
+FLOOR, the script fails when the lowest point went below it (the demo's claim). Each
 Service's group is the one its load balancer's port-80 listener forwards to: the load
 balancer is found by the Service's EXTERNAL-IP (kubectl, with the caller's KUBECONFIG).
 """
@@ -38,8 +39,9 @@ def main():
     state = get(addr, "state")
     events = get(addr, "timeline")["events"]
     print(f"{'Service':<12} {'serving':>8} {'lowest healthy backends during the rollout':>44}")
+    below_floor = []
     for arg in sys.argv[4:]:
-        svc, replicas = arg.split(":")
+        svc, replicas, *floor = arg.split(":")
         replicas = int(replicas)
         group = group_of(state, ns, svc)
         # Backends present before the rollout were healthy and in rotation.
@@ -70,6 +72,10 @@ def main():
             now = unknown + sum(1 for x in backends.values() if x["healthy"] and x["in_rotation"])
             lowest = min(lowest, now)
         print(f"{svc:<12} {replicas:>8} {lowest:>44}")
+        if floor and lowest < int(floor[0]):
+            below_floor.append(f"{svc}: lowest {lowest}, below its floor {floor[0]}")
+    if below_floor:
+        sys.exit("healthy backends went below the floor: " + "; ".join(below_floor))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,9 @@ log "starting the test control plane"
 NODES=0 bash hack/cluster-up.sh
 
 # The e2e files that need helm or promtool run last, after those builds are waited for;
-# every other file runs as soon as the control plane is up.
+# every other file runs as soon as the control plane is up. Their tests that need the
+# cluster are `#[ignore = "needs a cluster: make test"]` (plain `cargo test` runs on any
+# machine): `--include-ignored` runs those and the rest, every test in the file.
 late_e2e=(helm monitoring)
 early_e2e=()
 for file in tests/*.rs; do
@@ -74,7 +76,7 @@ done
 log "e2e tests (all but ${late_e2e[*]})"
 # The readiness-gate tests run the lb-emulator binary beside rollgate's.
 cargo build -p lb-emulator --locked --bin lb-emulator
-RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${early_e2e[@]}" -- --nocapture
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${early_e2e[@]}" -- --include-ignored --nocapture
 
 log "waiting for helm and promtool (built in the background)"
 if ! wait "$promtool_pid"; then
@@ -93,7 +95,7 @@ helm lint --strict charts/rollgate
 log "e2e tests (${late_e2e[*]})"
 late_args=()
 for name in "${late_e2e[@]}"; do late_args+=(--test "$name"); done
-RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${late_args[@]}" -- --nocapture
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test -p rollgate --locked "${late_args[@]}" -- --include-ignored --nocapture
 
 # The benchmark harness, reduced (50 nodes, 1 s pod start; debug build, so its figures
 # say nothing about the product): it fails only when a measurement cannot be made, so the

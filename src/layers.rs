@@ -24,23 +24,55 @@ fn module_of(relative: &Path) -> Option<String> {
     (!matches!(name, "lib" | "main" | "layers")).then(|| name.to_string())
 }
 
-/// The top-level modules a file's code names as `crate::<module>` (comments left out).
+/// The top-level modules a file's code names as `crate::<module>`, or inside a group
+/// `crate::{<module>::X, <module>::{..}}` over any number of lines (comments left out).
 fn named_modules(source: &str) -> Vec<String> {
-    source
+    let code: Vec<&str> = source
         .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
-        .flat_map(|line| {
-            line.match_indices("crate::")
-                .map(move |(at, _)| &line[at..])
-        })
-        .filter_map(|rest| {
-            let name: String = rest["crate::".len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            (!name.is_empty()).then_some(name)
+        .collect();
+    let code = code.join("\n");
+    code.match_indices("crate::")
+        .flat_map(|(at, prefix)| {
+            let rest = &code[at + prefix.len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => group_heads(group),
+                None => leading_name(rest).into_iter().collect(),
+            }
         })
         .collect()
+}
+
+/// The first name of every path in a `use` group, given the text after its `{`:
+/// `a::X, b::{c, d}, e}` gives a, b, e (nested groups are inside their path).
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0_usize;
+    let mut item_starts = true;
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => item_starts = true,
+            c if c.is_whitespace() => {}
+            _ if item_starts && depth == 0 => {
+                heads.extend(leading_name(&group[at..]));
+                item_starts = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// The identifier at the start of `text`, if any.
+fn leading_name(text: &str) -> Option<String> {
+    let name: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -54,21 +86,17 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-#[test]
-fn every_import_goes_down_or_stays_in_its_layer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+/// Every `crate::<module>` path of the files (path under `src/`, source) that goes up a
+/// layer or from one capability to another, as `file -> crate::module`, sorted.
+fn imports_against_the_layers(files: &[(std::path::PathBuf, String)]) -> Vec<String> {
     let mut wrong = Vec::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).unwrap();
+    for (relative, source) in files {
         let Some(from) = module_of(relative) else {
             continue;
         };
         let from_layer = layer(&from)
             .unwrap_or_else(|| panic!("{from} has no layer: add it to `layer` and lib.rs"));
-        let source = std::fs::read_to_string(file).unwrap();
-        for to in named_modules(&source) {
+        for to in named_modules(source) {
             let Some(to_layer) = layer(&to) else {
                 continue; // a crate-relative path to something else, e.g. a macro
             };
@@ -80,7 +108,43 @@ fn every_import_goes_down_or_stays_in_its_layer() {
     }
     wrong.sort();
     wrong.dedup();
+    wrong
+}
+
+#[test]
+fn every_import_goes_down_or_stays_in_its_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<_> = paths
+        .iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&src).unwrap().to_path_buf();
+            (relative, std::fs::read_to_string(path).unwrap())
+        })
+        .collect();
+    let wrong = imports_against_the_layers(&files);
     assert!(wrong.is_empty(), "imports against the layers: {wrong:#?}");
+}
+
+#[test]
+fn a_grouped_upward_import_is_caught() {
+    let file = |path: &str, source: &str| (std::path::PathBuf::from(path), source.to_string());
+    let files = [
+        file(
+            "daemonset/x.rs",
+            "use crate::{names::X, cli::{ControllerArgs, Cli}};",
+        ),
+        file(
+            "watch/y.rs",
+            "use crate::{\n    object::CachedPod,\n    gates::{\n        plan,\n    },\n};",
+        ),
+        file("gates/z.rs", "use crate::{apply, names::{A, B}, watch};"),
+    ];
+    assert_eq!(
+        imports_against_the_layers(&files),
+        ["daemonset/x.rs -> crate::cli", "watch/y.rs -> crate::gates"]
+    );
 }
 
 #[test]
@@ -88,6 +152,11 @@ fn the_check_sees_paths_in_code_and_not_in_comments() {
     let source =
         "use crate::names::X;\n// crate::cli in a comment\nlet a = crate::watch::scoped(c);";
     assert_eq!(named_modules(source), ["names", "watch"]);
+    let grouped = "use crate::{names::X, watch::{a, b::{c}}, self};\nuse crate::{\n    // crate::cli\n    cli,\n    object::{pod::P},\n};";
+    assert_eq!(
+        named_modules(grouped),
+        ["names", "watch", "self", "cli", "object"]
+    );
     assert_eq!(
         module_of(Path::new("gates/plan.rs")).as_deref(),
         Some("gates")

@@ -4,7 +4,7 @@
 //!
 //! Each agent is a `rollgate agent` process for one simulated node, on its own port.
 //! Needs `make cluster-up`; run by `make test` (or
-//! `cargo test --test agent_ota -- --nocapture` to read the narrative).
+//! `cargo test --test agent_ota -- --ignored --nocapture` to read the narrative).
 mod support;
 
 use std::time::Duration;
@@ -172,6 +172,7 @@ fn assert_refused(response: &HttpResponse, status: u16, contains: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn the_ota_walkthrough_of_the_product_document() {
     let client = client().await;
     install_agent_rbac_and_policy().await;
@@ -412,6 +413,7 @@ async fn the_ota_walkthrough_of_the_product_document() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn every_refusal_names_the_failed_check() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "ota-refuse", 2).await;
@@ -701,6 +703,7 @@ async fn every_refusal_names_the_failed_check() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_restart() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "ota-cut", 1).await;
@@ -877,6 +880,7 @@ async fn a_cut_off_agent_keeps_answering_from_memory_and_from_disk_after_a_resta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn the_api_server_confines_the_agent_identity_to_its_own_node() {
     let client = client().await;
     install_agent_rbac_and_policy().await;
@@ -1039,6 +1043,7 @@ async fn get_pods_gzip(addr: std::net::SocketAddr) -> (Vec<(String, String)>, Ve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_brief_cut_heals_without_a_relist_and_pods_come_gzipped() {
     use std::io::Read;
     let client = client().await;

@@ -274,6 +274,7 @@ impl World {
 /// rotation; the ungated control does. Then the cut nodes come back and are upgraded,
 /// and every old backend was taken out of rotation before it was removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_edge_daemonset_behind_a_load_balancer_keeps_its_floor_while_nodes_are_cut_off() {
     let client = client().await;
     let ns = TestNamespace::new(&client, "ds-behind-lb").await;

@@ -181,11 +181,13 @@ async fn template_changes_mid_rollout(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_template_change_while_the_last_ones_pods_start_stays_in_budget() {
     template_changes_mid_rollout(Shape::ToleratesNone).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_template_change_while_the_last_ones_pods_start_stays_in_budget_tolerating_all_taints() {
     template_changes_mid_rollout(Shape::ToleratesAll).await
 }
@@ -260,11 +262,13 @@ async fn comeback_of_many_nodes(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn twelve_nodes_coming_back_at_once_are_upgraded_within_the_budget() {
     comeback_of_many_nodes(Shape::ToleratesNone).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn twelve_nodes_coming_back_at_once_are_upgraded_within_the_budget_tolerating_all_taints() {
     comeback_of_many_nodes(Shape::ToleratesAll).await
 }

@@ -11,7 +11,7 @@
 //! new image, the DaemonSet's own pods do): each node is upgraded after exactly
 //! `--pull-ahead-tries` failed pulls, said by a Warning `PullAheadGaveUp` naming the node
 //! and the tries, and by `rollgate status`.
-//! Needs `make cluster-up`; `cargo test --test daemonset_pull_ahead -- --nocapture` narrates.
+//! Needs `make cluster-up`; `cargo test --test daemonset_pull_ahead -- --ignored --nocapture` narrates.
 mod support;
 
 use std::collections::BTreeMap;
@@ -480,6 +480,7 @@ async fn pull_ahead_gives_up(shape: Shape, addresses: Addresses) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn pull_ahead_pulls_each_node_before_its_old_pod_is_deleted_tolerating_all_taints() {
     pull_ahead_rollout(
         Shape::ToleratesAll,
@@ -492,6 +493,7 @@ async fn pull_ahead_pulls_each_node_before_its_old_pod_is_deleted_tolerating_all
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn pull_ahead_pulls_each_node_before_its_old_pod_is_deleted_tolerating_none() {
     pull_ahead_rollout(
         Shape::ToleratesNone,
@@ -504,6 +506,7 @@ async fn pull_ahead_pulls_each_node_before_its_old_pod_is_deleted_tolerating_non
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_pull_that_keeps_failing_is_given_up_after_the_tries_and_the_node_upgraded() {
     pull_ahead_gives_up(
         Shape::ToleratesAll,

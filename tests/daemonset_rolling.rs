@@ -371,11 +371,13 @@ async fn rollout_with_not_ready_nodes(shape: Shape, case: NotReadyCase) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn rolling_update_skips_not_ready_nodes_stays_in_budget_and_finishes_when_they_return() {
     rollout_with_not_ready_nodes(Shape::ToleratesNone, budget_case()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn rolling_update_skips_not_ready_nodes_stays_in_budget_and_finishes_when_they_return_tolerating_all_taints(
 ) {
     rollout_with_not_ready_nodes(Shape::ToleratesAll, budget_case()).await
@@ -397,6 +399,7 @@ fn budget_case() -> NotReadyCase {
 /// The default budget (10% of 20 = 2) is smaller than the 5 cut-off nodes: they must
 /// not count against it, or the rollout never starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn default_budget_smaller_than_the_not_ready_nodes_still_upgrades_the_ready_ones() {
     rollout_with_not_ready_nodes(
         Shape::ToleratesAll,
@@ -427,11 +430,13 @@ fn one_cut_off_node_case() -> NotReadyCase {
 
 /// `max-unavailable: 1` and one node cut off: the cut-off node must not use up the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn budget_of_one_with_one_cut_off_node_upgrades_the_others_tolerating_all_taints() {
     rollout_with_not_ready_nodes(Shape::ToleratesAll, one_cut_off_node_case()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn budget_of_one_with_one_cut_off_node_upgrades_the_others() {
     rollout_with_not_ready_nodes(Shape::ToleratesNone, one_cut_off_node_case()).await
 }
@@ -600,11 +605,13 @@ async fn writes_no_planner_reads_cost_no_reconcile(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn writes_no_planner_reads_cost_no_reconcile_tolerating_all_taints() {
     writes_no_planner_reads_cost_no_reconcile(Shape::ToleratesAll).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn writes_no_planner_reads_cost_no_reconcile_tolerating_no_taints() {
     writes_no_planner_reads_cost_no_reconcile(Shape::ToleratesNone).await
 }
@@ -677,11 +684,13 @@ async fn controller_crash_between_delete_and_answer(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_controller_crash_mid_rollout_does_not_over_delete() {
     controller_crash_between_delete_and_answer(Shape::ToleratesNone).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_controller_crash_mid_rollout_does_not_over_delete_tolerating_all_taints() {
     controller_crash_between_delete_and_answer(Shape::ToleratesAll).await
 }
@@ -792,11 +801,13 @@ async fn rollback_mid_rollout_spares_pods_of_the_target(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_rollback_mid_rollout_deletes_no_pod_of_the_target_revision() {
     rollback_mid_rollout_spares_pods_of_the_target(Shape::ToleratesNone).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_rollback_mid_rollout_deletes_no_pod_of_the_target_revision_tolerating_all_taints() {
     rollback_mid_rollout_spares_pods_of_the_target(Shape::ToleratesAll).await
 }
@@ -1003,16 +1014,19 @@ async fn ota_rollback_marks_no_pod_of_the_target(shape: Shape) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_ota_rollback_marks_no_pod_of_the_target_revision() {
     ota_rollback_marks_no_pod_of_the_target(Shape::ToleratesNone).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_ota_rollback_marks_no_pod_of_the_target_revision_tolerating_all_taints() {
     ota_rollback_marks_no_pod_of_the_target(Shape::ToleratesAll).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn bad_annotations_get_a_warning_and_nothing_is_deleted() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "bad", 2).await;
@@ -1263,6 +1277,7 @@ fn pod_deletes_by<'a>(
 /// rollout had ended), and the new pods take 8 s to start, so the leader cannot get
 /// past its first two deletions (budget 2) before it dies.
 #[tokio::test]
+#[ignore = "needs a cluster: make test"]
 async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
     let client = client().await;
     let shape = Shape::ToleratesAll;
@@ -1377,6 +1392,7 @@ async fn a_standby_writes_nothing_and_takes_over_a_killed_leader_mid_rollout() {
 /// SIGTERM: the leader finishes in-flight work, releases the lease and exits 0; the
 /// standby takes over in under 3 s instead of waiting for the lease to expire.
 #[tokio::test]
+#[ignore = "needs a cluster: make test"]
 async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() {
     let client = client().await;
     let ns = TestNamespace::new(&client, "ha-term").await;
@@ -1424,6 +1440,7 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() {
 /// the other nodes, keeps the old pod, and says so in a Warning Event and in `rollgate
 /// status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_old_pod_where_the_daemonset_no_longer_places_one_is_kept_and_reported() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "placement", 3).await;

@@ -24,12 +24,14 @@ use support::*;
 /// the emulator reports them healthy; `rollout restart` completes; no orphan backend;
 /// deleting the Service deletes the load balancer rollgate created and the finalizer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn clb_walk_through() {
     walk_through("clb", None, json!({})).await;
 }
 
 /// The same on NLB (`loadBalancerClass: alibabacloud.com/nlb`, zone-maps annotation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn nlb_walk_through() {
     walk_through(
         "nlb",
@@ -187,6 +189,7 @@ async fn assert_registered_as_their_enis(bed: &Bed, app: &str) {
 /// `k8s.aliyun.com/eci-instance-id` annotation) is registered on CLB as that instance
 /// (`eci`), with its IP, and its gate turns True on the instance being healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_eci_pod_is_registered_as_its_instance() {
     let bed = Bed::new("gates-eci", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -234,6 +237,7 @@ async fn an_eci_pod_is_registered_as_its_instance() {
 /// registered: their gates say why, with a reason of their own, and the Service gets
 /// one Warning Event naming them, not one per reconcile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() {
     let bed = Bed::new(
         "gates-outside",
@@ -282,6 +286,7 @@ async fn pods_outside_the_vpc_are_not_registered_and_the_service_says_so_once() 
 /// A gate naming a Service that does not exist: the reason says so, and the pod gets
 /// exactly one Warning Event (not one per reconcile: `series` stays unset or at 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_gate_naming_a_missing_service_says_so_once() {
     let bed = Bed::new("gates-missing", 1, fast_emulator(), &[]).await;
     bed.create_deployment("orphan", "orphan", 1, &["no-such-svc"], 1, 0)
@@ -317,6 +322,7 @@ async fn a_gate_naming_a_missing_service_says_so_once() {
 /// With `--load-balancer-classes rollgate`, a Service of no class (Alibaba's cloud
 /// controller's) is never touched: no finalizer, no annotation, no status, no cloud call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_service_outside_the_class_selection_is_never_touched() {
     let bed = Bed::new(
         "gates-classes",
@@ -353,6 +359,7 @@ async fn a_service_outside_the_class_selection_is_never_touched() {
 
 /// Scale-down: weight 0 first, removal after the drain time; the timeline shows the order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_removed_pod_is_drained_before_it_is_deregistered() {
     let bed = Bed::new("gates-drain", 2, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -406,6 +413,7 @@ async fn a_removed_pod_is_drained_before_it_is_deregistered() {
 /// healthy registered backends never drop below replicas - maxUnavailable with gates;
 /// without gates (the control) they do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
     let emulator = EmulatorConfig {
         registration_delay: Duration::from_secs(1),
@@ -489,6 +497,7 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
 /// another way): the pods stay Ready, their gates True with a reason that says the
 /// Service is no longer a load balancer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
     let bed = Bed::new("gates-to-clusterip", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -523,6 +532,7 @@ async fn a_service_turned_cluster_ip_keeps_its_pods_ready() {
 /// Service's Event (the troubleshooting step reads the pod). Once the annotation is
 /// fixed the gates turn True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_invalid_annotation_shows_on_every_gated_pod() {
     const ZONES: &str = "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-zone-maps";
     let bed = Bed::new("gates-invalid", 1, fast_emulator(), &[]).await;
@@ -555,6 +565,7 @@ async fn an_invalid_annotation_shows_on_every_gated_pod() {
 /// changed annotation is set again on the listener, and an annotation rollgate does
 /// not act on gets one Warning Event naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
     let bed = Bed::new("gates-healthcheck", 1, fast_emulator(), &[]).await;
     let check = |uri: &'static str| {
@@ -639,6 +650,7 @@ async fn health_check_annotations_reach_the_load_balancer_and_follow_changes() {
 /// another Service: its pods' gates say why (naming `cert-id`), and no listener is
 /// asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout() {
     let bed = Bed::new("gates-https", 1, fast_emulator(), &[]).await;
     bed.emulator_post("server-certificates", json!({"id": "cert-e2e"}))
@@ -695,6 +707,7 @@ async fn protocol_port_makes_an_https_listener_with_its_certificate_and_timeout(
 /// drain's 12 s, not the controller's 3 s default (`ROLLGATE_GATE_DRAIN_TIME`), and
 /// well within the pod's 30 s grace; the timeline shows both moments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_zero() {
     let bed = Bed::new("gates-conndrain", 1, fast_emulator(), &[]).await;
     let drain = lb_annotations(&[
@@ -766,6 +779,7 @@ async fn connection_drain_reaches_the_listener_and_holds_the_backend_at_weight_z
 /// drain's 20 s; one deleted with an 8 s grace only 8 s (its deletion deadline).
 /// Both pods' containers take 25 s to stop, so neither is gone earlier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn nlb_connection_drain_holds_the_backend_until_the_drain_or_the_grace_ends() {
     let bed = Bed::new("gates-nlbdrain", 1, fast_emulator(), &[]).await;
     let drain = lb_annotations(&[
@@ -869,6 +883,7 @@ fn event_at(event: &Value) -> k8s_openapi::jiff::Timestamp {
 /// A pod behind two LoadBalancer Services has two gates, each flipped on its own: the
 /// second Service does not exist at first, so its gate waits while the first is True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn two_services_two_gates_flip_separately() {
     let bed = Bed::new("gates-two", 1, fast_emulator(), &[]).await;
     bed.create_service("front", "both", None, json!({})).await;
@@ -900,6 +915,7 @@ async fn two_services_two_gates_flip_separately() {
 /// stays True and its reason says so; with the opt-in annotation it goes False, and back
 /// to True when the backend recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
     let bed = Bed::new("gates-flip", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -956,6 +972,7 @@ async fn an_unhealthy_backend_changes_the_reason_and_the_opt_in_flips_back() {
 /// rollgate's server group survives the rollouts and the Service's deletion, and the
 /// attached load balancer is never deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_attached_load_balancer_and_a_user_backend_survive() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-attach", 2, fast_emulator(), &[]).await;
@@ -1057,6 +1074,7 @@ async fn an_attached_load_balancer_and_a_user_backend_survive() {
 /// reason of its own (not a cloud error), nothing is sent to the instance, and the
 /// Service gets one Warning naming it and its spec.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_service() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-shared", 1, fast_emulator(), &[]).await;
@@ -1115,6 +1133,7 @@ async fn an_attached_shared_clb_instance_says_so_on_every_gate_and_once_on_the_s
 /// the Service's `additional-resource-tags`, read back from the emulator; a malformed
 /// tag list is refused on the gates naming the form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_load_balancer_of_another_cluster_is_left_alone_and_what_rollgate_makes_is_tagged() {
     let bed = Bed::new("gates-owner", 1, fast_emulator(), &[]).await;
     let theirs = other_clusters_clb(&bed).await;
@@ -1196,6 +1215,7 @@ async fn other_clusters_clb(bed: &Bed) -> alibaba_lb::LoadBalancer {
 /// The controller SIGKILLed mid-rollout: after a restart it converges, and no backend
 /// is left for a pod that no longer exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_controller_killed_mid_rollout_converges_without_orphans() {
     let mut bed = Bed::new("gates-kill", 2, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -1227,6 +1247,7 @@ async fn a_controller_killed_mid_rollout_converges_without_orphans() {
 /// 30% of cloud calls throttled during a rollout: no gate flips early (checked at every
 /// poll of the rollout) and the rollout converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_rollout_converges_under_30_percent_throttling() {
     let bed = Bed::new("gates-throttle", 2, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -1247,6 +1268,7 @@ async fn a_rollout_converges_under_30_percent_throttling() {
 /// A failed NLB job: the gate stays False with a reason naming the failed job, then
 /// the change is retried and the gate converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
     let bed = Bed::new("gates-job", 1, fast_emulator(), &[]).await;
     bed.create_service(
@@ -1275,6 +1297,7 @@ async fn a_failed_nlb_job_holds_the_gate_with_a_reason_then_converges() {
 /// but no gate turns True (the pod would get no traffic), and the reason names the
 /// listener and the group it points at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_nlb_listener_forwarding_elsewhere_holds_the_gate_and_says_where() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-listener", 1, fast_emulator(), &[]).await;
@@ -1347,6 +1370,7 @@ async fn load_balancer_ids(bed: &Bed, product: &str) -> Vec<String> {
 /// NotFound is done, so the finalizer goes and so does the Service (before, cleanup
 /// asked the cloud to ensure the load balancer and wedged on NotFound forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-lb-gone", 1, fast_emulator(), &[]).await;
@@ -1366,6 +1390,7 @@ async fn a_service_whose_load_balancer_the_user_deleted_goes_away() {
 /// `preserve-lb-on-delete`: the load balancer rollgate created stays when the Service
 /// is deleted, and only rollgate's backends leave it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn preserve_on_delete_keeps_the_created_load_balancer_without_our_backends() {
     let bed = Bed::new("gates-preserve", 1, fast_emulator(), &[]).await;
     let preserve = lb_annotations(&[("preserve-lb-on-delete", "true")]);
@@ -1391,6 +1416,7 @@ async fn preserve_on_delete_keeps_the_created_load_balancer_without_our_backends
 /// While the cloud refuses every call, the deleted Service keeps its finalizer and says
 /// why in one Warning Event (not one per retry); once the cloud answers, it goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_blocked_cleanup_keeps_the_finalizer_and_says_why_once() {
     let bed = Bed::new("gates-blocked", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -1454,6 +1480,7 @@ async fn a_blocked_cleanup_keeps_the_finalizer_and_says_why_once() {
 /// create call). After a restart rollgate asks again with the same `ClientToken`, gets
 /// the same load balancer, records it, and the emulator holds exactly one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
     let mut bed = Bed::new("gates-lost-id", 1, fast_emulator(), &[]).await;
     bed.create_service("web", "web", None, json!({})).await;
@@ -1482,6 +1509,7 @@ async fn a_created_load_balancer_is_found_again_when_its_id_was_not_recorded() {
 /// the gates turn True (before, both listeners were given one TCP group and the UDP
 /// listener could not be made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn tcp_and_udp_on_one_port_of_an_nlb() {
     let bed = Bed::new("gates-tcp-udp", 1, fast_emulator(), &[]).await;
     let svc: Service = serde_json::from_value(json!({
@@ -1538,6 +1566,7 @@ async fn tcp_and_udp_on_one_port_of_an_nlb() {
 /// and filled, rollgate's listener and group of port 80 are deleted, and a listener
 /// and group the user added on the same load balancer are untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-port-change", 1, fast_emulator(), &[]).await;
@@ -1629,6 +1658,7 @@ async fn a_port_change_replaces_rollgates_listener_and_group_and_nothing_else() 
 /// The Service is moved to a load balancer the user names: the one rollgate created
 /// is deleted and forgotten, and the pods are registered in the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_service_moved_to_a_named_load_balancer_lets_go_of_the_created_one() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
@@ -1706,6 +1736,7 @@ async fn kube_system_uid(bed: &Bed) -> String {
 /// (the listener would forward to the old one: gates stuck on ListenerNotForwarding),
 /// or if adoption reaches beyond the former id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn backends_an_earlier_version_wrote_are_adopted_on_upgrade_then_removed_normally() {
     use alibaba_lb::*;
     // An empty ROLLGATE_CLUSTER_ID (set later than the bed's own) is no flag: the default.
@@ -1873,6 +1904,7 @@ async fn users_nlb(bed: &Bed, name: &str) -> alibaba_lb::LoadBalancer {
 /// was let go of; an attached one kept rollgate's backends, forwarding to pod IPs that
 /// Terway hands to other pods), or if the move touches what rollgate does not own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn moving_from_one_attached_load_balancer_to_another_takes_our_backends_off_the_first() {
     use alibaba_lb::*;
     let bed = Bed::new("gates-move", 1, fast_emulator(), &[]).await;
@@ -1985,6 +2017,7 @@ async fn listener_groups(bed: &Bed, lb_id: &str) -> BTreeSet<String> {
 /// load balancers and groups are distinct, and deleting the second cluster's Service
 /// takes its load balancer away without one event on the first cluster's group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn two_clusters_with_the_same_service_in_one_account_never_touch_each_other() {
     use support::second_cluster::SecondCluster;
     let nlb = Some("alibabacloud.com/nlb");
@@ -2231,6 +2264,7 @@ async fn clb_attribute(bed: &Bed, id: &str) -> Value {
 /// Warning naming security groups), and its gates turn True too. `on` without the
 /// list: every gated pod's condition names `acl-id`, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
     use alibaba_lb::Service as Api;
     let bed = Bed::new("gates-acl", 1, fast_emulator(), &[]).await;
@@ -2343,6 +2377,7 @@ async fn acl_annotations_reach_the_clb_listener_and_follow_changes() {
 /// balancer; one Warning says so, and the finalizer is released so the Service goes.
 /// (Before, cleanup deleted whatever id the annotation recorded.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
     let bed = Bed::new("gates-del-owner", 1, fast_emulator(), &[]).await;
     let theirs = other_clusters_clb(&bed).await;
@@ -2400,6 +2435,7 @@ async fn deleting_a_service_never_deletes_a_load_balancer_of_another_cluster() {
 /// exist. Scaled down, a pod's backend still drains to 0 (`70 -> 0` on the timeline)
 /// before it is removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn weight_reaches_every_backend_and_follows_changes() {
     let bed = Bed::new("gates-weight", 1, fast_emulator(), &[]).await;
     let weight = lb_annotations(&[("weight", "40")]);
@@ -2501,6 +2537,7 @@ async fn weight_reaches_every_backend_and_follows_changes() {
 /// vswitch: every gate says `InvalidLoadBalancerAnnotation` naming `vswitch-id`, and
 /// nothing more is created (the API would refuse it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() {
     let bed = Bed::new("gates-vswitch", 1, fast_emulator(), &[]).await;
     let placed = lb_annotations(&[("address-type", "intranet"), ("vswitch-id", "vsw-e2e")]);
@@ -2530,6 +2567,7 @@ async fn vswitch_id_places_an_intranet_clb_and_intranet_without_it_is_refused() 
 /// gates turn True on both (both take pod backends). A spec with CLCU: every gate says
 /// `InvalidLoadBalancerAnnotation` naming `spec`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn spec_and_charge_type_shape_the_created_clb() {
     let bed = Bed::new("gates-clbspec", 1, fast_emulator(), &[]).await;
     bed.create_service(

@@ -334,6 +334,7 @@ fn values_that_cannot_work_fail_the_render_with_the_reason() {
 /// bindings, subjects), the admission policy and its binding, the Deployment's and the
 /// DaemonSet's pod specs (probes, security context, args), the PDB and the Service.
 #[test]
+#[ignore = "needs a cluster: make test"]
 fn default_values_render_deploys_objects() {
     let Some(helm_bin) = helm_or_skip("default_values_render_deploys_objects") else {
         return;
@@ -346,6 +347,7 @@ fn default_values_render_deploys_objects() {
 }
 
 #[test]
+#[ignore = "needs a cluster: make test"]
 fn without_the_agent_it_renders_the_layout_for_yurthub_nodes() {
     let Some(helm_bin) = helm_or_skip("without_the_agent_it_renders_the_layout_for_yurthub_nodes")
     else {
@@ -785,6 +787,7 @@ fn deployment_args(deployment: &Deployment) -> Vec<String> {
 /// changed values (the agent's objects go with agent.enabled=false and come back), and
 /// `helm uninstall` leaves nothing of the release behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn helm_install_runs_a_rollout_and_upgrade_and_uninstall_leave_nothing_behind() {
     let Some(helm_bin) =
         helm_or_skip("helm_install_runs_a_rollout_and_upgrade_and_uninstall_leave_nothing_behind")

@@ -4,7 +4,7 @@
 //! first two tests the gate conditions and the Warning Event are written by the test, as
 //! the controller would write them, and no controller runs; the last runs the controller
 //! on the emulator and compares the server groups the plugin shows with the cloud's.
-//! Needs `make cluster-up`; `cargo test --test kubectl_plugin -- --nocapture` narrates.
+//! Needs `make cluster-up`; `cargo test --test kubectl_plugin -- --ignored --nocapture` narrates.
 mod support;
 
 use std::path::PathBuf;
@@ -56,6 +56,7 @@ fn stdout_of(out: &Output, what: &str) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: make test"]
 async fn kubectl_rollgate_status_reads_a_rollout() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "plugst", 2).await;
@@ -163,6 +164,7 @@ async fn kubectl_rollgate_status_reads_a_rollout() {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster: make test"]
 async fn kubectl_rollgate_gates_shows_each_gated_pod_and_the_load_balancer() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "pluggt", 1).await;
@@ -309,6 +311,7 @@ async fn kubectl_rollgate_gates_shows_each_gated_pod_and_the_load_balancer() {
 /// its gate says it; a steady Service gets no further write from rollgate (counted in
 /// the API server's audit log); and the groups leave the Service when rollgate lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn kubectl_rollgate_gates_shows_the_server_groups_the_cloud_has() {
     let bed = GatedBed::new("plugsg", 1, &fast_emulator(), &[]).await;
     let n = bed.ns.name.clone();

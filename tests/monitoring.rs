@@ -369,6 +369,7 @@ fn run_promtool(dir: &Path, tests: &[(&str, Value)]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
     let client = client().await;
     let ns = TestNamespace::new(&client, "monitoring-names").await;
@@ -416,6 +417,7 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_rollout() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "monitoring", 3).await;
@@ -542,6 +544,7 @@ async fn the_alerts_fire_for_what_they_name_and_not_for_a_healthy_or_paused_roll
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn the_gate_and_cloud_alerts_fire_on_a_recorded_gated_run_and_not_while_it_is_healthy() {
     let bed = GatedBed::new("monitoring-gates", 1, &fast_emulator(), &[]).await;
     let n = bed.ns.name.clone();

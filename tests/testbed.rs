@@ -70,6 +70,7 @@ async fn set_gate(client: &Client, ns: &str, pod: &str, status: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_comes_back_at_the_new_revision(
 ) {
     let client = client().await;
@@ -183,6 +184,7 @@ async fn an_ondelete_daemonset_gets_one_ready_pod_per_node_and_a_deleted_pod_com
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_node_whose_heartbeat_stops_goes_not_ready_and_comes_back() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "bed-hb", 1).await;
@@ -216,6 +218,7 @@ async fn a_node_whose_heartbeat_stops_goes_not_ready_and_comes_back() {
 /// Ready again, then Ready. A pod without the annotation follows the cluster default
 /// (0 unless cluster-up.sh was given one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_returning_kubelet_re_reports_its_pods_after_the_re_report_delay() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "bed-rereport", 1).await;
@@ -294,6 +297,7 @@ async fn a_returning_kubelet_re_reports_its_pods_after_the_re_report_delay() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_pod_with_a_readiness_gate_stays_not_ready_until_the_gate_is_true() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "bed-gate", 1).await;
@@ -398,6 +402,7 @@ async fn a_pod_with_a_readiness_gate_stays_not_ready_until_the_gate_is_true() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_rolling_update_does_not_progress_while_the_new_pods_gates_are_false() {
     let client = client().await;
     let nodes = TestNodes::create(&client, "bed-roll", 2).await;
@@ -538,6 +543,7 @@ const GHOST_TEST_ADDRESSES: Addresses = Addresses {
 /// nodes 20-70 s after the cut. Here every delay is short enough to fire inside the
 /// test, and every node gets the updates a busy cluster makes right before the cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn a_cut_off_node_stays_not_ready_until_its_heartbeat_returns_even_when_updated_just_before_the_cut(
 ) {
     // The race inside kwok that leaves a job queued is won on a few percent of the
@@ -725,6 +731,7 @@ const PULL_MODEL_HEARTBEAT: &str = "rollgate.test/pull-model-heartbeat";
 /// completed pull counts for the next pod. Start times are the API server's (the pod's
 /// creation and its Ready transition, whole seconds), not the test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
 async fn with_the_pull_model_a_pod_waits_for_an_image_its_node_lacks_and_a_started_pod_or_pull_job_puts_it_there(
 ) {
     const START_MS: u64 = 1000;

@@ -5,15 +5,6 @@ use std::time::Duration;
 
 use crate::watcher::Kind;
 
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
 /// Per node, how long it went without a serving pod in the rollout: its old pod marked
 /// for deletion (Ready but terminating serves nothing) -> its new pod Ready. Sorted;
 /// nodes that did not get both are left out.

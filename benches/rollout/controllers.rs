@@ -2,16 +2,15 @@
 //! its binary is there, OpenYurt's yurt-manager with only its DaemonSet pod updater. Each
 //! runs with least-privilege credentials of its own and watches the whole cluster, so
 //! their memory is compared on the same objects.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{
-    controller_kubeconfig, derived_kubeconfig, free_local_port, http_request, note, repo_root,
+use crate::support::measure::{cpu_seconds, peak_rss_kib};
+use crate::support::yurt_manager::{
+    yurt_manager_command, yurt_manager_kubeconfig, YURT_MANAGER_READY_LINE,
 };
-
-/// Where the OpenYurt baseline is looked for when `YURT_MANAGER` is not set.
-pub const DEFAULT_YURT_MANAGER: &str = "../shared/baselines/openyurt-v1.7.0/yurt-manager";
+use crate::support::{controller_kubeconfig, free_local_port, http_request, note, repo_root};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Which {
@@ -28,25 +27,18 @@ impl Which {
     }
 }
 
-/// The yurt-manager binary: `YURT_MANAGER`, else the shared baseline if it exists; or why
-/// there is none.
+/// The yurt-manager binary (`YURT_MANAGER`, else the shared baseline, as the e2e test
+/// finds it); or why there is none.
 pub fn yurt_manager_binary() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("YURT_MANAGER").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!("YURT_MANAGER={} is not a file", path.display()))
-        };
-    }
-    let default = repo_root().join(DEFAULT_YURT_MANAGER);
-    if default.is_file() {
-        Ok(default.canonicalize().unwrap_or(default))
-    } else {
-        Err(format!(
-            "no yurt-manager binary: set YURT_MANAGER to OpenYurt's yurt-manager (v1.7.0 was measured); {} does not exist",
-            default.display()
-        ))
+    match crate::support::yurt_manager::yurt_manager_binary() {
+        Some(path) if path.is_file() => Ok(path.canonicalize().unwrap_or(path)),
+        Some(path) => Err(format!("YURT_MANAGER={} is not a file", path.display())),
+        None => Err(
+            "no yurt-manager binary: set YURT_MANAGER to OpenYurt's yurt-manager (v1.7.0 was \
+             measured); there is no shared/baselines/openyurt-v1.7.0/yurt-manager above the \
+             repository"
+                .into(),
+        ),
     }
 }
 
@@ -64,56 +56,6 @@ pub struct ControllerUnderTest {
     child: Child,
     pub log: PathBuf,
     metrics: std::net::SocketAddr,
-}
-
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-fn kubectl(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", crate::support::kubeconfig_path())
-        .args(args)
-        .output()
-        .map_err(|e| format!("running kubectl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
-}
-
-/// yurt-manager's kubeconfig: a token of its own ServiceAccount, with the least-privilege
-/// RBAC in `yurt-manager-rbac.yaml` beside this file (applied here).
-fn yurt_kubeconfig() -> Result<PathBuf, String> {
-    let rbac = repo_root().join("benches/rollout/yurt-manager-rbac.yaml");
-    kubectl(&["apply", "-f", rbac.to_str().unwrap_or_default()])?;
-    let token = kubectl(&[
-        "-n",
-        "kube-system",
-        "create",
-        "token",
-        "yurt-manager",
-        "--duration",
-        "4h",
-    ])?;
-    Ok(derived_kubeconfig(
-        &repo_root().join("target/bench/state"),
-        "yurt-manager.kubeconfig",
-        None,
-        Some(token.trim()),
-    ))
 }
 
 impl ControllerUnderTest {
@@ -142,24 +84,12 @@ impl ControllerUnderTest {
             }
             Which::OpenYurt => {
                 let binary = yurt_manager_binary()?;
-                let kubeconfig = yurt_kubeconfig()?;
-                let mut c = Command::new(binary);
-                c.arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args([
-                        "--controllers=daemonpodupdater",
-                        "--disable-independent-webhooks=*",
-                        "--leader-elect=false",
-                    ])
-                    .arg(format!("--metrics-addr={metrics}"))
-                    .arg(format!(
-                        "--health-probe-addr=127.0.0.1:{}",
-                        free_local_port()
-                    ))
-                    .arg(format!("--webhook-port={}", free_local_port()))
-                    // Its working directory gets nothing, but keep it out of the repo root.
-                    .current_dir(&dir);
-                (c, "Starting workers")
+                let kubeconfig = yurt_manager_kubeconfig(
+                    &repo_root().join("target/bench/state"),
+                    "yurt-manager.kubeconfig",
+                )?;
+                let c = yurt_manager_command(&binary, &kubeconfig, metrics, &dir);
+                (c, YURT_MANAGER_READY_LINE)
             }
         };
         let child = command
@@ -254,27 +184,8 @@ impl Drop for ControllerUnderTest {
 }
 
 fn usage_of(pid: u32) -> Usage {
-    let proc_dir = Path::new("/proc").join(pid.to_string());
-    let status = std::fs::read_to_string(proc_dir.join("status")).unwrap_or_default();
-    let hwm_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-    // Fields after the command name (which may contain spaces) in parentheses.
-    let cpu_ticks: f64 = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| {
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
-            let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-            get(11).unwrap_or(0.0) + get(12).unwrap_or(0.0)
-        })
-        .unwrap_or(0.0);
     Usage {
-        peak_rss_mb: hwm_kib / 1024.0,
-        cpu_s: cpu_ticks / clock_ticks(),
+        peak_rss_mb: peak_rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0),
+        cpu_s: cpu_seconds(pid).unwrap_or(0.0),
     }
 }

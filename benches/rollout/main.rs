@@ -619,7 +619,8 @@ fn ideal(params: &Params, nodes: usize, budget: usize) -> Duration {
 }
 
 fn ms_percentile(sorted: &[Duration], p: f64) -> Value {
-    analysis::percentile(sorted, p).map_or(Value::Null, |d| round(d.as_secs_f64() * 1000.0, 1))
+    support::measure::percentile(sorted, p)
+        .map_or(Value::Null, |d| round(d.as_secs_f64() * 1000.0, 1))
 }
 
 fn ratio(a: Option<Duration>, b: Option<Duration>) -> Value {
@@ -633,7 +634,7 @@ fn comeback_stats(times: &[Option<Duration>]) -> (Value, Value, usize) {
     let mut done: Vec<Duration> = times.iter().flatten().copied().collect();
     done.sort();
     let missing = times.len() - done.len();
-    let p50 = analysis::percentile(&done, 50.0);
+    let p50 = support::measure::percentile(&done, 50.0);
     let max = done.last().copied();
     (secs(p50), secs(max), missing)
 }
@@ -1083,7 +1084,7 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
         {
             let gaps = analysis::batch_gaps(&r.events);
             let fmt_ms = |p| {
-                analysis::percentile(&gaps, p).map_or("-".into(), |d| {
+                support::measure::percentile(&gaps, p).map_or("-".into(), |d| {
                     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
                 })
             };

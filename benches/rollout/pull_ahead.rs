@@ -21,9 +21,10 @@ use std::time::Duration;
 use kube::Client;
 use serde_json::{json, Value};
 
-use crate::analysis::{node_downtimes, percentile};
+use crate::analysis::node_downtimes;
 use crate::controllers::{ControllerUnderTest, Which};
 use crate::scenario::{Rollout, Setup, Shape, Strategy, TemplateChange};
+use crate::support::measure::percentile;
 use crate::support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use crate::support::{env_or, note, TestNodes};
 

@@ -134,19 +134,22 @@ impl Setup<'_> {
         // pod for the bed's pull, and the bed's puller marks pods one at a time.
         let deadline = Instant::now() + Duration::from_secs(120 + self.nodes as u64 / 2);
         loop {
-            let (live, ready) = watcher.pods_ready();
-            if live >= self.nodes && ready >= self.nodes {
+            let (live, available) = watcher.pods_available();
+            if live >= self.nodes && available >= self.nodes {
                 break;
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "{key}: only {ready} of {} pods Ready ({live} exist)",
+                    "{key}: only {available} of {} pods available ({live} exist)",
                     self.nodes
                 ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        note(format!("{key}: {} pods of {OLD_IMAGE} Ready", self.nodes));
+        note(format!(
+            "{key}: {} pods of {OLD_IMAGE} available",
+            self.nodes
+        ));
         Ok(Prepared {
             key: key.to_string(),
             ns,

@@ -4,8 +4,11 @@
 //! namespace, and knows only the image the rollout goes to and the budget in nodes.
 //!
 //! From those it keeps, at every change it sees:
-//! - per Ready node, whether the DaemonSet is available there (a pod that is Ready and
-//!   not terminating); a Ready node without one is unavailable, whoever caused it;
+//! - per Ready node, whether the DaemonSet is available there: a pod that serves by the
+//!   e2e suites' rule (`support::unavailable::pod_serves`: Running, not terminating,
+//!   `ContainersReady` True; not `Ready`, which the node-lifecycle controller leaves
+//!   False on a returning node's running pods until its kubelet reports again); a Ready
+//!   node without one is unavailable, whoever caused it;
 //! - how many nodes run an available pod of the new image ("updated");
 //! - the peak of unavailable Ready nodes, and each episode above the budget;
 //! - timestamped per-node transitions, for the reaction gaps and the critical path;
@@ -20,7 +23,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
-use crate::support::{node_ready_status, pod_condition, pod_is_ready, OWNER_LABEL};
+use crate::support::unavailable::pod_serves;
+use crate::support::{node_ready_status, pod_condition, OWNER_LABEL};
 
 /// One timestamped transition of a node's pods, as the watcher saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +37,7 @@ pub enum Kind {
     NewCreated,
     /// A new-image pod was first seen bound to its node.
     NewBound,
-    /// A new-image pod became Ready.
+    /// A new-image pod became available (`pod_serves`).
     NewReady,
 }
 
@@ -51,7 +55,8 @@ pub struct Sample {
 struct PodView {
     node: String,
     new: bool,
-    ready: bool,
+    /// Available: `pod_serves` (so never while terminating).
+    serving: bool,
     terminating: bool,
     need_upgrade: Option<String>,
 }
@@ -120,7 +125,7 @@ impl State {
         let mut available: BTreeSet<&str> = BTreeSet::new();
         let mut updated: BTreeSet<&str> = BTreeSet::new();
         for p in self.pods.values() {
-            if p.ready && !p.terminating && !p.node.is_empty() {
+            if p.serving && !p.node.is_empty() {
                 available.insert(&p.node);
                 if p.new {
                     updated.insert(&p.node);
@@ -209,7 +214,7 @@ impl BudgetWatcher {
                         let view = PodView {
                             node: node_of(&pod),
                             new: is_new(&pod, &target),
-                            ready: pod_is_ready(&pod),
+                            serving: pod_serves(&pod),
                             terminating: pod.metadata.deletion_timestamp.is_some(),
                             need_upgrade: pod_condition(&pod, "PodNeedUpgrade"),
                         };
@@ -230,11 +235,7 @@ impl BudgetWatcher {
                         {
                             st.events.push((now, Kind::OldDeleting, view.node.clone()));
                         }
-                        if view.new
-                            && view.ready
-                            && !view.terminating
-                            && !before.as_ref().is_some_and(|b| b.ready)
-                        {
+                        if view.new && view.serving && !before.as_ref().is_some_and(|b| b.serving) {
                             st.events.push((now, Kind::NewReady, view.node.clone()));
                         }
                         st.pods.insert(uid, view);
@@ -293,7 +294,7 @@ impl BudgetWatcher {
         let updated: BTreeSet<&str> = st
             .pods
             .values()
-            .filter(|p| p.new && p.ready && !p.terminating)
+            .filter(|p| p.new && p.serving)
             .map(|p| p.node.as_str())
             .collect();
         let ready: Vec<&String> = st
@@ -314,11 +315,11 @@ impl BudgetWatcher {
         self.state.lock().unwrap().pods.len()
     }
 
-    /// Pods not terminating, and how many of them are Ready.
-    pub fn pods_ready(&self) -> (usize, usize) {
+    /// Pods not terminating, and how many of them are available.
+    pub fn pods_available(&self) -> (usize, usize) {
         let st = self.state.lock().unwrap();
         let live: Vec<&PodView> = st.pods.values().filter(|p| !p.terminating).collect();
-        (live.len(), live.iter().filter(|p| p.ready).count())
+        (live.len(), live.iter().filter(|p| p.serving).count())
     }
 
     /// Pods (not terminating) with `PodNeedUpgrade`: (total, of them True, carrying the
@@ -348,7 +349,7 @@ impl BudgetWatcher {
         let st = self.state.lock().unwrap();
         st.pods
             .values()
-            .any(|p| p.node == node && p.new && p.ready && !p.terminating)
+            .any(|p| p.node == node && p.new && p.serving)
     }
 
     pub fn peak_unavailable(&self) -> usize {
@@ -402,7 +403,7 @@ impl BudgetWatcher {
             .collect()
     }
 
-    /// When the node's new pod first became Ready after `from`.
+    /// When the node's new pod first became available after `from`.
     pub fn new_ready_at(&self, node: &str, from: Instant) -> Option<Instant> {
         let st = self.state.lock().unwrap();
         st.events

@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use serde::Serialize;
 
 use super::output::print;
-use super::GatesArgs;
+use super::GatesCommandArgs;
 use crate::gates::model::{gate_condition_type, service_of_gate};
 use crate::gates::published_groups::{decode, PublishedGroup};
 use crate::names::{
@@ -306,7 +306,7 @@ fn dash(s: &str) -> String {
     }
 }
 
-pub async fn run(args: GatesArgs, _shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(args: GatesCommandArgs, _shutdown: Shutdown) -> anyhow::Result<()> {
     let target = parse_target(&args.target)?;
     let client = runtime::connect("gates").await?;
     let namespace = args

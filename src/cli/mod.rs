@@ -64,9 +64,9 @@ pub enum Command {
     /// Run the node-local agent API (one per node).
     Agent(AgentArgs),
     /// Show an upgrade's progress (`kubectl rollout status` refuses OnDelete DaemonSets).
-    Status(StatusArgs),
+    Status(StatusCommandArgs),
     /// Show the load-balancer readiness gates of a Service's pods, or of one pod.
-    Gates(GatesArgs),
+    Gates(GatesCommandArgs),
 }
 
 impl Command {
@@ -80,8 +80,9 @@ impl Command {
     }
 }
 
+/// `rollgate status`'s arguments (a read-only command, not the controller's flags).
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub struct StatusCommandArgs {
     /// What to show: `daemonset/NAME` (also `ds/NAME`).
     pub target: String,
     /// Namespace; defaults to the kubeconfig context's namespace.
@@ -95,8 +96,10 @@ pub struct StatusArgs {
     pub output: OutputFormat,
 }
 
+/// `rollgate gates`'s arguments (a read-only command; the readiness-gate controller's
+/// flags are `gates::GateArgs`, in `ControllerArgs`).
 #[derive(Debug, Args)]
-pub struct GatesArgs {
+pub struct GatesCommandArgs {
     /// What to show: `svc/NAME` (every gated pod of the Service) or `pod/NAME`.
     pub target: String,
     /// Namespace; defaults to the kubeconfig context's namespace.

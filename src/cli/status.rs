@@ -14,7 +14,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::output::print;
-use super::StatusArgs;
+use super::StatusCommandArgs;
 use crate::daemonset::describe::{describe_pull_ahead, describe_with};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
@@ -215,7 +215,7 @@ async fn other_updater_line(
         }))
 }
 
-pub async fn run(args: StatusArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(args: StatusCommandArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let name = parse_target(&args.target)?.to_string();
     let client = runtime::connect("status").await?;
     let namespace = args

@@ -4,15 +4,6 @@
 //! for a look from the emulator's call log, and calls by action in a window.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// The value at or above `p` percent of the `sorted` values (nearest rank).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// One pod as the bench's watch saw it (times are Unix seconds when seen).
 #[derive(Clone, Debug, Default)]
 pub struct PodSeen {
@@ -233,7 +224,5 @@ mod tests {
         assert_eq!(by["nlb:GetListenerHealthStatus"], (4, 1, 3));
         assert_eq!(by["nlb:ListServerGroups"], (1, 0, 1));
         assert_eq!(by.len(), 2);
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), 2.0);
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), 4.0);
     }
 }

@@ -17,9 +17,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::support::measure::{cpu_seconds, read_status, status_kib};
 use crate::support::{
-    free_local_port, http_request, kubeconfig_path, kwok_node, note, parse_cpu_seconds, repo_root,
-    unique_name, TestNamespace, OWNER_LABEL,
+    free_local_port, http_request, kubeconfig_path, kwok_node, note, repo_root, unique_name,
+    TestNamespace, OWNER_LABEL,
 };
 
 /// How often the controller's `/proc` figures are read.
@@ -340,13 +341,9 @@ struct ProcStatus {
 
 impl ProcStatus {
     fn read(pid: u32) -> Result<Self, String> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .map_err(|e| format!("reading /proc/{pid}/status: {e}"))?;
-        let field = |name: &str| -> Result<u64, String> {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
+        let status = read_status(pid)?;
+        let field = |name: &str| {
+            status_kib(&status, name).ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
         };
         Ok(ProcStatus {
             rss_kib: field("VmRSS:")?,
@@ -355,13 +352,6 @@ impl ProcStatus {
             file_kib: field("RssFile:")?,
         })
     }
-}
-
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> Result<f64, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("reading /proc/{pid}/stat: {e}"))?;
-    parse_cpu_seconds(&text).ok_or_else(|| format!("cannot parse /proc/{pid}/stat: {text:?}"))
 }
 
 /// Bytes each extra pod adds, from two measurements (KiB) at two pod counts.

@@ -8,6 +8,7 @@ pub mod daemonset;
 pub mod fleet;
 pub mod gated;
 pub mod ghost_ready;
+pub mod measure;
 pub mod private_kwok;
 pub mod second_cluster;
 pub mod unavailable;
@@ -118,16 +119,88 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The admin kubeconfig written by `make cluster-up`.
+/// The admin kubeconfig written by `make cluster-up` (`ROLLGATE_TEST_KUBECONFIG` in
+/// `make test`), whether or not a cluster is there: `helm template` is given it too.
+/// What talks to the cluster asks `cluster_kubeconfig` instead.
 pub fn kubeconfig_path() -> PathBuf {
     std::env::var_os("ROLLGATE_TEST_KUBECONFIG")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/cluster/kubeconfig"))
 }
 
-/// A client for the running local control plane, or a clear failure saying how to start it.
+/// The test kubeconfig, once its API server answers; without one the process ends with
+/// one line saying how to start it. The tests that need a cluster are `#[ignore]`d, so
+/// only a run that asked for them gets here (`--ignored`, `make test`), and it should
+/// read one line rather than a panic with a connection error from every test.
+pub fn cluster_kubeconfig() -> PathBuf {
+    static ANSWERED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ANSWERED
+        .get_or_init(|| {
+            let path = kubeconfig_path();
+            if let Err(why) = api_server_answers(&path) {
+                use std::io::Write as _;
+                // Straight to stderr: the test harness captures `eprintln!`, and
+                // would drop it when the process exits.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "no test cluster: {why}. Start one with `make cluster-up` \
+                     (or run everything with `make test`)."
+                );
+                std::process::exit(2);
+            }
+            path
+        })
+        .clone()
+}
+
+/// Whether the API server named by the kubeconfig at `path` (its current context's
+/// cluster) accepts a TCP connection; otherwise why not.
+fn api_server_answers(path: &std::path::Path) -> Result<(), String> {
+    use std::net::ToSocketAddrs as _;
+    let kubeconfig = Kubeconfig::read_from(path)
+        .map_err(|e| format!("cannot read the kubeconfig {}: {e}", path.display()))?;
+    let server = kubeconfig_server(&kubeconfig)
+        .ok_or_else(|| format!("the kubeconfig {} names no API server", path.display()))?;
+    let host_port = server
+        .split_once("://")
+        .map_or(server.as_str(), |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let addresses: Vec<std::net::SocketAddr> = host_port
+        .to_socket_addrs()
+        .map_err(|e| format!("the API server address {server}: {e}"))?
+        .collect();
+    let timeout = Duration::from_secs(2);
+    if addresses
+        .iter()
+        .any(|address| std::net::TcpStream::connect_timeout(address, timeout).is_ok())
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "nothing answers at {server} (from {})",
+            path.display()
+        ))
+    }
+}
+
+/// The server of the kubeconfig's current context, else of its first cluster.
+fn kubeconfig_server(kubeconfig: &Kubeconfig) -> Option<String> {
+    let current_cluster = kubeconfig.current_context.as_ref().and_then(|current| {
+        let context = kubeconfig.contexts.iter().find(|c| &c.name == current)?;
+        Some(context.context.as_ref()?.cluster.clone())
+    });
+    let cluster = match current_cluster {
+        Some(name) => kubeconfig.clusters.iter().find(|c| c.name == name),
+        None => kubeconfig.clusters.first(),
+    }?;
+    cluster.cluster.as_ref()?.server.clone()
+}
+
+/// A client for the running local control plane (see `cluster_kubeconfig` when there is none).
 pub async fn client() -> Client {
-    client_from(&kubeconfig_path()).await
+    client_from(&cluster_kubeconfig()).await
 }
 
 pub async fn client_from(path: &std::path::Path) -> Client {
@@ -631,18 +704,25 @@ pub fn controller_binary() -> PathBuf {
 
 /// Runs kubectl against the test cluster; a failure panics with its stderr.
 pub fn kubectl(args: &[&str]) -> String {
+    try_kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs kubectl against the test cluster: its output, or what went wrong (for benches,
+/// which report an error rather than panic).
+pub fn try_kubectl(args: &[&str]) -> Result<String, String> {
     let out = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig_path())
+        .env("KUBECONFIG", cluster_kubeconfig())
         .args(args)
         .output()
-        .expect("running kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+        .map_err(|e| format!("running kubectl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
 }
 
 /// A kubeconfig with the token of the `rollgate-controller` ServiceAccount and exactly the
@@ -955,7 +1035,7 @@ impl Drop for TcpProxy {
 
 /// The API server's address from the test kubeconfig (`https://127.0.0.1:<port>`).
 pub fn api_server_addr() -> std::net::SocketAddr {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let kubeconfig = Kubeconfig::read_from(cluster_kubeconfig()).unwrap();
     let server = kubeconfig.clusters[0]
         .cluster
         .as_ref()
@@ -978,7 +1058,7 @@ pub fn derived_kubeconfig(
     server: Option<std::net::SocketAddr>,
     token: Option<&str>,
 ) -> PathBuf {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let kubeconfig = Kubeconfig::read_from(cluster_kubeconfig()).unwrap();
     let mut value = serde_json::to_value(&kubeconfig).unwrap();
     if let Some(addr) = server {
         for cluster in value["clusters"].as_array_mut().unwrap() {
@@ -1713,25 +1793,6 @@ pub fn give_pod_ips_enis(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
-}
-
-/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on Linux.
-const TICKS_PER_SECOND: f64 = 100.0;
-
-/// utime + stime from a `/proc/<pid>/stat` line, in seconds. The command name (field 2)
-/// may hold spaces and parentheses: fields are counted after its closing parenthesis.
-/// utime and stime are fields 14 and 15.
-pub fn parse_cpu_seconds(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / TICKS_PER_SECOND)
-}
-
-/// CPU seconds (user + system) a process has used so far, if it is still there.
-pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 // ---------------------------------------------------------------------------------------

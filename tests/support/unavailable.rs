@@ -9,8 +9,10 @@
 //! containers keep running; after the node's return that stale False says nothing about
 //! service until the kubelet reports again (it leaves `ContainersReady` alone).
 //!
-//! `Counter` is the pure rule (unit-tested below); `Watcher` feeds it from a node watch
-//! (the nodes of one owner label) and a pod watch (one namespace).
+//! `pod_serves` is that rule, the one definition of "available" that the e2e suites and
+//! the rollout bench's budget watcher (`benches/rollout/watcher.rs`) share. `Counter`
+//! counts with it (unit-tested below); `Watcher` feeds it from a node watch (the nodes
+//! of one owner label) and a pod watch (one namespace).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -94,13 +96,18 @@ impl Counter {
     }
 }
 
-/// Whether `pod` serves on its node (see the module docs), and that node.
-pub fn serving_state(pod: &Pod) -> Option<(String, bool)> {
-    let node = pod.spec.as_ref()?.node_name.clone()?;
+/// Whether `pod` serves (is available) on its node: live (Running, not terminating) with
+/// `ContainersReady` True, whatever `Ready` says (see the module docs).
+pub fn pod_serves(pod: &Pod) -> bool {
     let live = pod.metadata.deletion_timestamp.is_none()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    let containers_ready = pod_condition(pod, "ContainersReady").as_deref() == Some("True");
-    Some((node, live && containers_ready))
+    live && pod_condition(pod, "ContainersReady").as_deref() == Some("True")
+}
+
+/// Whether `pod` serves on its node (`pod_serves`), and that node.
+pub fn serving_state(pod: &Pod) -> Option<(String, bool)> {
+    let node = pod.spec.as_ref()?.node_name.clone()?;
+    Some((node, pod_serves(pod)))
 }
 
 /// Feeds a `Counter` from the watches; the count starts with the first events.
