@@ -30,6 +30,50 @@ pub struct NlbClient {
     jobs: JobPolicy,
     /// Listener id -> the server group it forwards to, as last read, and when.
     listener_groups: Mutex<HashMap<String, (String, Instant)>>,
+    /// Server group id -> how long its health check takes to call a new server
+    /// healthy (interval x healthy threshold), for the groups this client ensured.
+    check_spans: Mutex<HashMap<String, Duration>>,
+    /// (server group id, server) -> for a server this client added: when the add was
+    /// done, and whether a health report has named it since (the evidence a silent
+    /// server is healthy). Servers it did not add (there before a restart, or added by
+    /// hand) have none: for them silence means healthy, as it always did.
+    evidence: Mutex<HashMap<(String, BackendKey), Evidence>>,
+}
+
+/// What the health reports have shown of one server (see [`silent_server`]).
+#[derive(Clone, Copy, Debug)]
+struct Evidence {
+    added_at: Instant,
+    named: bool,
+}
+
+/// The NLB health check's defaults (SDK model of `CreateServerGroup`: interval 5 s,
+/// healthy threshold 2), for a group whose settings this client did not set.
+const DEFAULT_CHECK_INTERVAL_SECS: u32 = 5;
+const DEFAULT_HEALTHY_THRESHOLD: u32 = 2;
+
+/// How long the group's health check takes to call a new server healthy.
+fn check_span(settings: &crate::settings::ListenerSettings) -> Duration {
+    let check = &settings.health_check;
+    let interval = check
+        .interval_seconds
+        .unwrap_or(DEFAULT_CHECK_INTERVAL_SECS);
+    let threshold = check.healthy_threshold.unwrap_or(DEFAULT_HEALTHY_THRESHOLD);
+    Duration::from_secs(u64::from(interval) * u64::from(threshold))
+}
+
+/// The health of an `Available` server that `GetListenerHealthStatus` does not name.
+/// The report lists abnormal servers only, so silence means healthy, but only once
+/// the server was looked at: whether a server added a moment ago is in the report at
+/// once (as `Initial`) is not documented. Silence is evidence once a report has named
+/// the server (it was `Initial` or unhealthy, and no longer is), or once the group's
+/// check has had time to pass it (`span`: interval x healthy threshold).
+fn silent_server(evidence: Evidence, span: Duration, now: Instant) -> HealthState {
+    if evidence.named || now.duration_since(evidence.added_at) >= span {
+        HealthState::Healthy
+    } else {
+        HealthState::Pending
+    }
 }
 
 /// How long a listener's server group is trusted before it is read again: a listener
@@ -240,6 +284,8 @@ impl NlbClient {
             region: config.region.clone(),
             jobs: config.jobs.clone(),
             listener_groups: Mutex::default(),
+            check_spans: Mutex::default(),
+            evidence: Mutex::default(),
         })
     }
 
@@ -631,6 +677,10 @@ impl LoadBalancerBackends for NlbClient {
                 }
                 None => self.ensure_server_group(spec, listener).await?,
             };
+            self.check_spans
+                .lock()
+                .unwrap()
+                .insert(group_id.clone(), check_span(&listener.settings));
             let listener_id = match existing {
                 Some(existing) => existing.listener_id.clone(),
                 None => {
@@ -880,6 +930,20 @@ impl LoadBalancerBackends for NlbClient {
             // One group accepts one change at a time, so each job must finish first.
             self.mutate_and_wait("AddServersToServerGroup", form)
                 .await?;
+            // Added by this client: silence about them means nothing until a report
+            // has named them or the check has had time (`silent_server`).
+            let now = Instant::now();
+            let mut evidence = self.evidence.lock().unwrap();
+            for b in batch {
+                let key = (group.server_group_id.clone(), b.key.clone());
+                evidence.insert(
+                    key,
+                    Evidence {
+                        added_at: now,
+                        named: false,
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -935,6 +999,21 @@ impl LoadBalancerBackends for NlbClient {
             .collect();
         let checks_disabled =
             !infos.is_empty() && infos.iter().all(|g| g.heath_check_enabled == Some(false));
+        let now = Instant::now();
+        let span = self
+            .check_spans
+            .lock()
+            .unwrap()
+            .get(&group.server_group_id)
+            .copied()
+            .unwrap_or(Duration::from_secs(u64::from(
+                DEFAULT_CHECK_INTERVAL_SECS * DEFAULT_HEALTHY_THRESHOLD,
+            )));
+        let mut evidence = self.evidence.lock().unwrap();
+        // Servers gone from the group are forgotten.
+        evidence.retain(|(group_id, key), _| {
+            group_id != &group.server_group_id || servers.iter().any(|(b, _)| &b.key == key)
+        });
         let health = servers
             .iter()
             .map(|(backend, status)| {
@@ -962,9 +1041,19 @@ impl LoadBalancerBackends for NlbClient {
                     None if checks_disabled => HealthState::NotChecked,
                     // Still being added (or removed): not in service yet.
                     None if status != "Available" => HealthState::Pending,
-                    // Only abnormal servers are reported, so silence means healthy.
-                    None => HealthState::Healthy,
+                    None => {
+                        let key = (group.server_group_id.clone(), backend.key.clone());
+                        evidence
+                            .get(&key)
+                            .map_or(HealthState::Healthy, |seen| silent_server(*seen, span, now))
+                    }
                 };
+                if abnormal.is_some() {
+                    let key = (group.server_group_id.clone(), backend.key.clone());
+                    if let Some(seen) = evidence.get_mut(&key) {
+                        seen.named = true;
+                    }
+                }
                 BackendHealth {
                     key: backend.key.clone(),
                     state,
@@ -980,6 +1069,33 @@ impl LoadBalancerBackends for NlbClient {
 
 #[cfg(test)]
 mod tests {
+    /// A silent server this client added is healthy only on evidence: a report named
+    /// it before, or the check has had interval x healthy threshold since the add.
+    #[test]
+    fn a_silent_new_server_is_healthy_only_on_evidence() {
+        use super::*;
+        let added_at = Instant::now();
+        let span = Duration::from_secs(10);
+        let at = |secs| added_at + Duration::from_secs(secs);
+        let unnamed = Evidence {
+            added_at,
+            named: false,
+        };
+        let named = Evidence {
+            added_at,
+            named: true,
+        };
+        assert_eq!(silent_server(unnamed, span, at(0)), HealthState::Pending);
+        assert_eq!(silent_server(unnamed, span, at(9)), HealthState::Pending);
+        assert_eq!(silent_server(unnamed, span, at(10)), HealthState::Healthy);
+        assert_eq!(silent_server(named, span, at(0)), HealthState::Healthy);
+        let mut settings = crate::settings::ListenerSettings::default();
+        assert_eq!(check_span(&settings), Duration::from_secs(10));
+        settings.health_check.interval_seconds = Some(3);
+        settings.health_check.healthy_threshold = Some(4);
+        assert_eq!(check_span(&settings), Duration::from_secs(12));
+    }
+
     #[test]
     fn server_group_names_have_the_nlb_shape() {
         assert_eq!(

@@ -952,3 +952,42 @@ async fn clb_pods_sharing_an_eni_each_get_their_own_health() {
         }
     }
 }
+
+/// NLB reports abnormal servers only, so a silent server is healthy; but a server
+/// added a moment ago may not be in the report yet (not documented either way: the
+/// emulator holds it out for 1 s here). Such silence is no evidence: the server reads
+/// Pending until a report has named it (`Initial`, then silent once healthy), and
+/// never Healthy before its check passed. Before issue 43 it read Healthy at once.
+#[tokio::test]
+async fn nlb_a_just_added_server_is_not_healthy_on_silence_alone() {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        health_delay: Duration::from_millis(3000),
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    control(&emu, "timing", Some(json!({"nlb_report_delay_ms": 1000}))).await;
+    let client = client(&emu, Product::Nlb, SignatureVersion::V3);
+    let lb = client.ensure_load_balancer(&spec("silent")).await.unwrap();
+    let group = &lb.listeners[0];
+    let added = tokio::time::Instant::now();
+    client
+        .add_backends(group, &backends(&emu, Product::Nlb, 1).await)
+        .await
+        .unwrap();
+    loop {
+        let health = client.backend_health(group).await.unwrap();
+        let state = health.first().map(|h| h.state.clone());
+        if state == Some(HealthState::Healthy) {
+            // Healthy only once the check passed (3 s after registration).
+            assert!(
+                added.elapsed() >= Duration::from_millis(2500),
+                "healthy on silence after {:?}",
+                added.elapsed()
+            );
+            break;
+        }
+        assert!(added.elapsed() < Duration::from_secs(15), "never healthy: {health:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

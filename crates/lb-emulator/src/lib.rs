@@ -686,6 +686,7 @@ async fn control_jobs(State(shared): State<AppState>, Json(update): Json<JobsUpd
 struct TimingUpdate {
     registration_delay_ms: Option<u64>,
     health_delay_ms: Option<u64>,
+    nlb_report_delay_ms: Option<u64>,
 }
 
 async fn control_timing(
@@ -698,6 +699,9 @@ async fn control_timing(
     }
     if let Some(v) = update.health_delay_ms {
         world.timing.health_delay_ms = v;
+    }
+    if let Some(v) = update.nlb_report_delay_ms {
+        world.timing.nlb_report_delay_ms = v;
     }
     Json(json!(world.timing))
 }

@@ -3018,3 +3018,98 @@ async fn account_quotas_refuse_what_passes_them_and_name_the_quota() {
         "nlb_quota_servergroup_noeci_servers_num",
     );
 }
+
+/// Row 59: the health report carries every documented field, and two pods sharing one
+/// ENI (Terway's shared-ENI mode) have an entry each, told apart by IP.
+#[tokio::test]
+async fn clb_health_reports_every_documented_field_and_an_entry_per_ip_of_a_shared_eni() {
+    let bed = Bed::new().await;
+    let (client, group) = bed.group(Product::Clb, Some("slb.s1.small")).await;
+    let eni = bed
+        .control(
+            "enis",
+            json!({"private_ips": ["10.3.0.1", "10.3.0.2"], "vpc_id": lb_emulator::DEFAULT_VPC_ID}),
+        )
+        .await;
+    let eni = eni["network_interface_id"].as_str().unwrap().to_string();
+    let pods = [
+        backend(BackendType::Eni, &eni, "10.3.0.1", ""),
+        backend(BackendType::Eni, &eni, "10.3.0.2", ""),
+    ];
+    client.add_backends(&group, &pods).await.unwrap();
+    let report = bed
+        .call(
+            Service::Clb,
+            "DescribeHealthStatus",
+            &[("LoadBalancerId", &group.load_balancer_id)],
+        )
+        .await
+        .unwrap();
+    let entries = report["BackendServers"]["BackendServer"]
+        .as_array()
+        .unwrap();
+    assert_eq!(entries.len(), 2, "{report}");
+    for (entry, ip) in entries.iter().zip(["10.3.0.1", "10.3.0.2"]) {
+        for field in [
+            "ServerId",
+            "ServerIp",
+            "EniHost",
+            "Type",
+            "Port",
+            "ListenerPort",
+            "Protocol",
+            "ServerHealthStatus",
+        ] {
+            assert!(!entry[field].is_null(), "{field} missing: {entry}");
+        }
+        assert_eq!(entry["ServerId"], eni.as_str(), "{entry}");
+        assert_eq!(entry["Type"], "eni", "{entry}");
+        assert_eq!(entry["EniHost"], ip, "{entry}");
+        assert_eq!(entry["ServerIp"], ip, "{entry}");
+    }
+}
+
+/// Row 60: a CLB listener is created `stopped` (its backends read `unavailable`), says
+/// so in its attribute, and runs once started; `fail_next` fails exactly the next N
+/// calls of the action it names.
+#[tokio::test]
+async fn clb_listeners_are_created_stopped_and_run_once_started() {
+    let bed = Bed::new().await;
+    let lb = bed.clb_instance(Some("slb.s1.small")).await;
+    let group = bed.vserver_group(&lb, "web").await.unwrap();
+    let group = group["VServerGroupId"].as_str().unwrap().to_string();
+    bed.clb_listener(
+        "CreateLoadBalancerTCPListener",
+        &lb,
+        "80",
+        &[("VServerGroupId", &group)],
+    )
+    .await
+    .unwrap();
+    let status = |attribute: Value| attribute["Status"].as_str().unwrap_or_default().to_string();
+    let attribute = bed.clb_listener_attribute("TCP", &lb, "80").await.unwrap();
+    assert_eq!(status(attribute), "stopped");
+    bed.control(
+        "faults",
+        json!({"fail_next": {"StartLoadBalancerListener": 2}}),
+    )
+    .await;
+    let start = || {
+        bed.call(
+            Service::Clb,
+            "StartLoadBalancerListener",
+            &[("LoadBalancerId", &lb), ("ListenerPort", "80")],
+        )
+    };
+    for _ in 0..2 {
+        match start().await {
+            Err(Error::Api { status: 500, .. }) => {}
+            other => panic!("not the injected failure: {other:?}"),
+        }
+    }
+    let attribute = bed.clb_listener_attribute("TCP", &lb, "80").await.unwrap();
+    assert_eq!(status(attribute), "stopped");
+    start().await.unwrap();
+    let attribute = bed.clb_listener_attribute("TCP", &lb, "80").await.unwrap();
+    assert_eq!(status(attribute), "running");
+}

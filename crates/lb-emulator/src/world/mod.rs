@@ -343,6 +343,12 @@ pub struct JobSettings {
 pub struct Timing {
     pub registration_delay_ms: u64,
     pub health_delay_ms: u64,
+    /// NLB: how long a registered server stays out of `GetListenerHealthStatus`
+    /// before it is first reported (0: at once, as `Initial`). Whether the real API
+    /// names a just-added server at once is not documented; a test sets this to make
+    /// "silent" mean "not looked at yet".
+    #[serde(default)]
+    pub nlb_report_delay_ms: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -405,6 +411,7 @@ impl World {
             timing: Timing {
                 registration_delay_ms: config.registration_delay.as_millis() as u64,
                 health_delay_ms: config.health_delay.as_millis() as u64,
+                nlb_report_delay_ms: 0,
             },
             jobs_settings: JobSettings {
                 fail_rate: config.job_fail_rate,

@@ -758,6 +758,8 @@ impl World {
                 format!("The specified resource {id} is not found."),
             )
         })?;
+        let now = Instant::now();
+        let report_delay = Duration::from_millis(self.timing.nlb_report_delay_ms);
         let infos: Vec<Value> = self
             .server_groups
             .get(&listener.server_group_id)
@@ -766,7 +768,8 @@ impl World {
                     .backends
                     .iter()
                     .filter_map(|b| {
-                        let (status, reason) = if !b.registered {
+                        let unreported = b.registered_at.is_none_or(|at| now < at + report_delay);
+                        let (status, reason) = if !b.registered || unreported {
                             return None;
                         } else if b.weight == 0 {
                             ("Unused", "")
