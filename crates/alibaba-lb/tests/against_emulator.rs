@@ -987,7 +987,10 @@ async fn nlb_a_just_added_server_is_not_healthy_on_silence_alone() {
             );
             break;
         }
-        assert!(added.elapsed() < Duration::from_secs(15), "never healthy: {health:?}");
+        assert!(
+            added.elapsed() < Duration::from_secs(15),
+            "never healthy: {health:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -3037,18 +3037,27 @@ async fn clb_health_reports_every_documented_field_and_an_entry_per_ip_of_a_shar
         backend(BackendType::Eni, &eni, "10.3.0.2", ""),
     ];
     client.add_backends(&group, &pods).await.unwrap();
-    let report = bed
-        .call(
-            Service::Clb,
-            "DescribeHealthStatus",
-            &[("LoadBalancerId", &group.load_balancer_id)],
-        )
-        .await
-        .unwrap();
-    let entries = report["BackendServers"]["BackendServer"]
-        .as_array()
-        .unwrap();
-    assert_eq!(entries.len(), 2, "{report}");
+    // Reported once registered (the registration delay).
+    let mut entries = vec![];
+    for _ in 0..100 {
+        let report = bed
+            .call(
+                Service::Clb,
+                "DescribeHealthStatus",
+                &[("LoadBalancerId", &group.load_balancer_id)],
+            )
+            .await
+            .unwrap();
+        entries = report["BackendServers"]["BackendServer"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if entries.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(entries.len(), 2, "{entries:?}");
     for (entry, ip) in entries.iter().zip(["10.3.0.1", "10.3.0.2"]) {
         for field in [
             "ServerId",
@@ -3095,11 +3104,15 @@ async fn clb_listeners_are_created_stopped_and_run_once_started() {
     )
     .await;
     let start = || {
-        bed.call(
-            Service::Clb,
-            "StartLoadBalancerListener",
-            &[("LoadBalancerId", &lb), ("ListenerPort", "80")],
-        )
+        let (bed, lb) = (&bed, lb.clone());
+        async move {
+            bed.call(
+                Service::Clb,
+                "StartLoadBalancerListener",
+                &[("LoadBalancerId", lb.as_str()), ("ListenerPort", "80")],
+            )
+            .await
+        }
     };
     for _ in 0..2 {
         match start().await {
@@ -3112,4 +3125,50 @@ async fn clb_listeners_are_created_stopped_and_run_once_started() {
     start().await.unwrap();
     let attribute = bed.clb_listener_attribute("TCP", &lb, "80").await.unwrap();
     assert_eq!(status(attribute), "running");
+}
+
+/// Row 63: the NLB health report names servers that are not healthy (a new one as
+/// `Initial`), and with `nlb_report_delay_ms` a registered server is left out of it
+/// for that long.
+#[tokio::test]
+async fn nlb_health_report_names_a_new_server_only_after_the_report_delay() {
+    let bed = Bed::new().await;
+    // Registered at once, healthy only much later: `Initial` while reported.
+    bed.control(
+        "timing",
+        json!({"registration_delay_ms": 0, "health_delay_ms": 60000, "nlb_report_delay_ms": 400}),
+    )
+    .await;
+    let (client, group) = bed.group(Product::Nlb, None).await;
+    let listener = group.listener_id.clone().unwrap();
+    client
+        .add_backends(
+            &group,
+            &[backend(BackendType::Ip, "10.4.0.1", "10.4.0.1", "")],
+        )
+        .await
+        .unwrap();
+    let named = || {
+        let (bed, listener) = (&bed, listener.clone());
+        async move {
+            let report = bed
+                .call(
+                    Service::Nlb,
+                    "GetListenerHealthStatus",
+                    &[("ListenerId", &listener)],
+                )
+                .await
+                .unwrap();
+            report["ListenerHealthStatus"][0]["ServerGroupInfos"][0]["NonNormalServers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        }
+    };
+    let early = named().await;
+    assert!(early.is_empty(), "named inside the report delay: {early:?}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = named().await;
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert_eq!(later[0]["Status"], "Initial", "{later:?}");
 }
