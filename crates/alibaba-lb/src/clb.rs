@@ -1149,13 +1149,29 @@ mod tests {
             charge_type: charge_type.into(),
         };
         #[rustfmt::skip]
-        let cases: &[(&str, &str, Option<&str>, (&str, Option<&str>))] = &[
+        type Case<'a> = (&'a str, &'a str, Option<&'a str>, (&'a str, Option<&'a str>));
+        let cases: &[Case] = &[
             ("", "", None, ("PayByCLCU", None)),
             ("slb.s1.small", "", None, ("PayByCLCU", None)),
             ("", "", Some("slb.s2.small"), ("PayByCLCU", None)),
-            ("slb.s1.small", "PayByCLCU", Some("slb.s2.small"), ("PayByCLCU", None)),
-            ("slb.s1.small", "PayBySpec", Some("slb.s2.small"), ("PayBySpec", Some("slb.s1.small"))),
-            ("", "PayBySpec", Some("slb.s2.small"), ("PayBySpec", Some("slb.s2.small"))),
+            (
+                "slb.s1.small",
+                "PayByCLCU",
+                Some("slb.s2.small"),
+                ("PayByCLCU", None),
+            ),
+            (
+                "slb.s1.small",
+                "PayBySpec",
+                Some("slb.s2.small"),
+                ("PayBySpec", Some("slb.s1.small")),
+            ),
+            (
+                "",
+                "PayBySpec",
+                Some("slb.s2.small"),
+                ("PayBySpec", Some("slb.s2.small")),
+            ),
             ("", "PayBySpec", None, ("PayBySpec", None)),
         ];
         for (spec, charge_type, configured, want) in cases {
