@@ -41,7 +41,7 @@ pub struct EmulatorConfig {
     pub api_rate_limit_overrides: BTreeMap<(String, String), crate::quota::Limit>,
     /// The account's instance and attachment quotas (the published defaults unless a
     /// test or bench sets a larger account's).
-    pub account_quotas: crate::AccountQuotas,
+    pub account_quotas: crate::account_quotas::AccountQuotas,
 }
 
 impl Default for EmulatorConfig {

@@ -16,6 +16,7 @@
 //! `testing` is the setup every test against the emulator shares (its key, a client
 //! configuration, the control calls).
 
+pub mod account_quotas;
 mod auth;
 pub mod call_log;
 pub mod config;
@@ -42,8 +43,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use account_quotas::AccountQuotas;
 pub use config::{EmulatorConfig, HealthMode};
-pub use world::account_quotas::{self, AccountQuotas};
 pub use world::ecs::{EciRegistration, EniRegistration};
 use world::{ApiError, Params, World};
 pub use world::{JobOutcome, Vpc, DEFAULT_VPC_CIDR, DEFAULT_VPC_ID};

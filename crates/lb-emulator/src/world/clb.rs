@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use super::account_quotas::{CLB_INSTANCES, CLB_INSTANCES_PER_SERVER};
 use super::params::{
     clb_instance_name_ok, clb_text_ok, get, ipv4, json_u32, on_off, one_of, parse_port, tags,
     TAGS_PER_CREATE,
@@ -20,6 +19,7 @@ use super::{acl, listener_settings};
 use super::{
     ApiError, ApiResult, BackendRec, Clb, ClbListener, Health, Params, VServerGroup, World,
 };
+use crate::account_quotas::{CLB_INSTANCES, CLB_INSTANCES_PER_SERVER};
 
 /// Backends per Add/Remove/Set call ("at most 20 backend servers in each call").
 pub const CLB_BACKENDS_PER_CALL: usize = 20;
@@ -161,8 +161,7 @@ impl World {
         let lb = match existing {
             Some(lb) => lb,
             None => {
-                self.quotas
-                    .check(CLB_INSTANCES, self.clbs.len(), 1, "the region")?;
+                self.check_quota(CLB_INSTANCES, self.clbs.len(), 1, "the region")?;
                 let name = p.get("LoadBalancerName").filter(|n| !n.is_empty());
                 if let Some(name) = name.filter(|n| !clb_instance_name_ok(n)) {
                     return Err(ApiError::invalid(
@@ -842,8 +841,7 @@ impl World {
             let holders = holders(server_id);
             if !holders.contains(lb_id.as_str()) {
                 let what = format!("server {server_id}");
-                self.quotas
-                    .check(CLB_INSTANCES_PER_SERVER, holders.len(), 1, &what)?;
+                self.check_quota(CLB_INSTANCES_PER_SERVER, holders.len(), 1, &what)?;
             }
         }
         Ok(())

@@ -11,7 +11,6 @@
 //! the state here. The checks follow the API reference and the official SDK models
 //! (crates/lb-emulator/README.md has the table of rules and where each comes from).
 
-pub mod account_quotas;
 mod acl;
 mod clb;
 pub mod ecs;
@@ -394,7 +393,7 @@ pub struct World {
     /// CLB access control lists (`CreateAccessControlList`), by id.
     pub acls: BTreeMap<String, AccessControlList>,
     /// Instance and attachment quotas of the account (`account_quotas`).
-    pub quotas: account_quotas::AccountQuotas,
+    pub quotas: crate::account_quotas::AccountQuotas,
 }
 
 fn now_rfc3339() -> String {
@@ -404,6 +403,20 @@ fn now_rfc3339() -> String {
 }
 
 impl World {
+    /// Refuses when `in_use + adding` passes the account quota `name` (400
+    /// `QuotaExceeded`, the quota named in the message: fidelity rows 61, 62).
+    fn check_quota(
+        &self,
+        name: &str,
+        in_use: usize,
+        adding: usize,
+        what: &str,
+    ) -> Result<(), ApiError> {
+        self.quotas
+            .check(name, in_use, adding, what)
+            .map_err(|message| ApiError::new(400, "QuotaExceeded", message))
+    }
+
     pub fn new(config: &EmulatorConfig) -> Self {
         Self {
             region: config.region.clone(),

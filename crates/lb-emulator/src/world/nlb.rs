@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::account_quotas::{NLB_GROUP_SERVERS, NLB_INSTANCES};
+use crate::account_quotas::{NLB_GROUP_SERVERS, NLB_INSTANCES};
 use tokio::time::Instant;
 
 use super::listener_settings;
@@ -144,8 +144,7 @@ impl World {
                     .filter(|s| !group.backends.iter().any(|b| b.key() == s.key()))
                     .count();
                 let what = format!("server group {group_id}");
-                self.quotas
-                    .check(NLB_GROUP_SERVERS, group.backends.len(), new, &what)?;
+                self.check_quota(NLB_GROUP_SERVERS, group.backends.len(), new, &what)?;
                 let job = self.start_job(
                     "AddServersToServerGroup",
                     JobEffect::AddServers(group_id.clone(), servers),
@@ -254,8 +253,7 @@ impl World {
             ));
         }
         let vpc_id = nlb_get(p, "VpcId")?.to_string();
-        self.quotas
-            .check(NLB_INSTANCES, self.nlbs.len(), 1, "the region")?;
+        self.check_quota(NLB_INSTANCES, self.nlbs.len(), 1, "the region")?;
         let zones: Vec<(String, String)> = flat_list(p, "ZoneMappings")
             .into_iter()
             .map(|z| {
