@@ -92,11 +92,13 @@ pub const THROTTLING_CODES: &[&str] = &[
 ];
 
 /// Codes for "busy, try again": another change on the same resource is still in
-/// progress (NLB `IncorrectStatus.serverGroup`, `Conflict.Lock`; CLB
+/// progress (NLB `IncorrectStatus.serverGroup`, `IncorrectStatus.loadBalancer` while
+/// the instance is being created or changed, `Conflict.Lock`; CLB
 /// `BackendServer.configuring`) or the service is busy (`SystemBusy`, both error
 /// tables). The same request succeeds once the other change is done.
 pub const BUSY_CODES: &[&str] = &[
     "IncorrectStatus.serverGroup",
+    "IncorrectStatus.loadBalancer",
     "Conflict.Lock",
     "BackendServer.configuring",
     "SystemBusy",
@@ -227,6 +229,7 @@ mod tests {
         assert!(api(500, "InternalError").is_retryable());
         assert!(!api(400, "SignatureDoesNotMatch").is_retryable());
         assert!(api(400, "IncorrectStatus.serverGroup").is_retryable());
+        assert!(api(400, "IncorrectStatus.loadBalancer").is_retryable());
         assert!(api(400, "BackendServer.configuring").is_retryable());
         assert!(!api(400, "BackendServer.InvalidType").is_retryable());
         assert!(!api(400, "Mismatch.ServerType").is_retryable());

@@ -47,6 +47,14 @@ struct Evidence {
     named: bool,
 }
 
+/// Whether an NLB in `status` is on its way to `Active` by itself (being created or
+/// changed), so waiting helps. `Inactive` (stopped by its owner) and the others do
+/// not change by waiting: the load balancer is used as it is, and no reconcile waits
+/// the job timeout for it.
+fn settling(status: &str) -> bool {
+    matches!(status, "Provisioning" | "Configuring")
+}
+
 /// The NLB health check's defaults (SDK model of `CreateServerGroup`: interval 5 s,
 /// healthy threshold 2), for a group whose settings this client did not set.
 const DEFAULT_CHECK_INTERVAL_SECS: u32 = 5;
@@ -388,7 +396,7 @@ impl NlbClient {
         let started = Instant::now();
         loop {
             let attribute = self.load_balancer_attribute(id).await?;
-            if attribute.load_balancer_status == "Active" {
+            if !settling(&attribute.load_balancer_status) {
                 return Ok(attribute);
             }
             if started.elapsed() >= self.jobs.timeout {
@@ -1071,6 +1079,16 @@ impl LoadBalancerBackends for NlbClient {
 mod tests {
     /// A silent server this client added is healthy only on evidence: a report named
     /// it before, or the check has had interval x healthy threshold since the add.
+    #[test]
+    fn only_a_load_balancer_being_made_or_changed_is_waited_for() {
+        use super::settling;
+        assert!(settling("Provisioning"));
+        assert!(settling("Configuring"));
+        for status in ["Active", "Inactive", "Deleting"] {
+            assert!(!settling(status), "{status}");
+        }
+    }
+
     #[test]
     fn a_silent_new_server_is_healthy_only_on_evidence() {
         use super::*;

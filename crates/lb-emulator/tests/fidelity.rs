@@ -3172,3 +3172,37 @@ async fn nlb_health_report_names_a_new_server_only_after_the_report_delay() {
     assert_eq!(later.len(), 1, "{later:?}");
     assert_eq!(later[0]["Status"], "Initial", "{later:?}");
 }
+
+/// Row 64: while an NLB is being created (`Provisioning`), a listener cannot be added:
+/// 400 `IncorrectStatus.loadBalancer`, which the client retries as busy (the same call
+/// goes through once the instance is `Active`).
+#[tokio::test]
+async fn nlb_a_load_balancer_being_made_takes_no_listener_yet_and_the_client_retries() {
+    let bed = Bed::new().await;
+    bed.control("jobs", json!({"delay_ms": 1500})).await;
+    let lb = bed
+        .call(
+            Service::Nlb,
+            "CreateLoadBalancer",
+            &nlb_create_pairs(&[], &[]),
+        )
+        .await
+        .unwrap();
+    let lb = lb["LoadbalancerId"].as_str().unwrap().to_string();
+    let listener = [
+        ("LoadBalancerId", lb.as_str()),
+        ("ListenerProtocol", "TCP"),
+        ("ListenerPort", "80"),
+    ];
+    let refused_now = bed.call(Service::Nlb, "CreateListener", &listener).await;
+    match &refused_now {
+        Err(
+            e @ Error::Api {
+                status: 400, code, ..
+            },
+        ) if code == "IncorrectStatus.loadBalancer" => {
+            assert!(e.is_retryable(), "{e}");
+        }
+        other => panic!("not refused as busy: {other:?}"),
+    }
+}
