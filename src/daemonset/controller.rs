@@ -1,6 +1,6 @@
 //! Wiring of the DaemonSet upgrade controller: observe (the shared stores) ->
 //! plan (pure, `rolling_plan` / `ota_plan`) -> apply (deletions, condition writes, Events).
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,9 @@ use kube::runtime::Controller;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::controls::{NodeSelector, Partition};
+use super::decide::{
+    decide, Decision, PullsObserved, Rollout, Step, World, RESYNC, TARGET_RECHECK,
+};
 use super::describe::{describe, shorten};
 use super::expectations::Expectations;
 use super::metrics::{DaemonSetMetrics, DeletionLabels};
@@ -23,15 +26,11 @@ use super::native_wait::{NativeWait, NativeWaits, Verdict};
 use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
 use super::other_updater::{self, OtherUpdaters};
 use super::policy::{policy_for, MaxUnavailable, Policy, PolicyDecision};
-use super::pull_ahead::{
-    plan_pull_ahead, pull_ahead_of, PullAheadLimits, PullAheadPlan, PullTries, UnseenRequests,
-};
+use super::pull_ahead::{pull_ahead_of, PullAheadLimits, PullAheadPlan, PullTries, UnseenRequests};
 use super::revision::{
     check_target, generation_observed, CurrentRevision, TargetCheck, VerifiedTarget,
 };
-use super::rolling_plan::{
-    plan_rolling_update_memo, Blocker, PlanMemo, RollingInput, RollingLimits, RollingPlan,
-};
+use super::rolling_plan::{Blocker, PlanMemo, RollingInput, RollingLimits, RollingPlan};
 use super::triggers::{
     daemonset_unchanged, daemonsets_for_node, pod_replans_owner, pod_unchanged, NodeTriggerView,
 };
@@ -54,15 +53,8 @@ use crate::watch::runner::{Run, RunMetrics};
 #[cfg(test)]
 use crate::watch::PodsByOwner;
 use crate::watch::{applied, applied_unless, for_each_in, touched_unless, Change, Stores, Watches};
-/// Every DaemonSet is planned again this long after its last plan at the latest: a
-/// trigger lost anyway (a watch gap, a node change the mapping missed) delays a
-/// rollout by this much, never stalls it (`a_missed_node_trigger_is_caught_by_the_resync`).
-const RESYNC: Duration = Duration::from_secs(300);
 /// Forgotten DaemonSets are swept from memory this often (a relist can miss deletions).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
-/// A cached target revision behind the API server's is looked at again this soon: the
-/// watch normally delivers the missing revision within milliseconds.
-const TARGET_RECHECK: Duration = Duration::from_secs(1);
 
 /// A failed deletion or condition write (see `crate::apply`).
 pub use crate::apply::Error;
@@ -331,59 +323,13 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             partition,
             node_selector,
         }) => {
-            // Another updater deletes this DaemonSet's pods: step back until it is quiet.
-            if let Some((sighting, left)) = other_updater_active(&ds, &ctx) {
-                let message = sighting.explain(ctx.other_updaters.quiet());
-                warn_once(&ds, &ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
-                tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
-                return Ok(Action::requeue(left + Duration::from_secs(1)));
-            }
-            // A bad pull-ahead value: the operator asked for something; deleting without
-            // it could be what they meant to avoid. Nothing is deleted until it is fixed.
-            let pull_ahead = match pull_ahead_of(&ds) {
-                Ok(on) => on,
-                Err(error) => {
-                    warn_once(&ds, &ctx, INVALID_PULL_AHEAD_EVENT, &error.to_string()).await;
-                    return Ok(Action::await_change());
-                }
-            };
-            // One look at the stores serves both steps. The memo is taken out of the map
-            // meanwhile, so plans of other DaemonSets do not wait (a DaemonSet is never
-            // reconciled twice at once); `rolling_update` puts it back.
-            let current = current_revision(&ctx.stores, &ds);
-            let mut memo = ctx
-                .plan_memos
-                .lock()
-                .unwrap()
-                .remove(&ds.uid().unwrap_or_default())
-                .unwrap_or_default();
-            observe(&ctx.stores, &ds, current.as_ref(), &mut memo);
-            // Only pull-ahead reads the pods themselves; the stale-condition check
-            // needs those with the condition alone (what the looks read).
-            let pods: Vec<Arc<CachedPod>> = if pull_ahead {
-                memo.pods().cloned().collect()
-            } else {
-                Vec::new()
-            };
-            let flagged = memo.with_need_upgrade();
             let controls = Controls {
+                max_unavailable,
                 paused,
-                pull_ahead,
                 partition,
                 node_selector: node_selector.as_ref(),
             };
-            let action = rolling_update(
-                &ds,
-                &ctx,
-                max_unavailable,
-                controls,
-                memo,
-                &pods,
-                current.as_ref(),
-            )
-            .await?;
-            remove_stale_conditions(&ds, &ctx, &flagged).await?;
-            Ok(action)
+            rolling_update(&ds, &ctx, controls).await
         }
         PolicyDecision::Managed(Policy::Ota) => {
             native_wait_over(&ds, &ctx);
@@ -481,7 +427,7 @@ fn native_wait_over(ds: &DaemonSet, ctx: &Context) {
 /// Whether the cached target revision can be acted on: proved once per DaemonSet
 /// generation and cached hash by a quorum read of its ControllerRevisions (see
 /// `revision::check_target` for why that proves it).
-async fn verify_target(
+async fn confirm_target(
     ds: &DaemonSet,
     ctx: &Context,
     current: Option<&CurrentRevision>,
@@ -595,114 +541,158 @@ pub fn current_revision(stores: &Stores, ds: &DaemonSet) -> Option<CurrentRevisi
     CurrentRevision::of(ds, revisions.iter().map(|r| &**r))
 }
 
-/// The operator's controls on an AdvancedRollingUpdate, as its annotations read now.
-#[derive(Debug, Clone, Copy, Default)]
+/// The operator's controls on an AdvancedRollingUpdate, as its annotations read now
+/// (`rollgate.io/pull-ahead` is read with the rest of the world, since it can be wrong).
+#[derive(Debug, Clone, Copy)]
 struct Controls<'a> {
+    max_unavailable: MaxUnavailable,
     /// `rollgate.io/paused`: the plan is made, its deletions held.
     paused: bool,
-    /// `rollgate.io/pull-ahead`.
-    pull_ahead: bool,
     partition: Option<Partition>,
     node_selector: Option<&'a NodeSelector>,
 }
 
-/// Plans over what `memo` observed and acts on the plan. `pods` are the DaemonSet's
-/// pods when pull-ahead is on (it reads them), else empty.
+/// AdvancedRollingUpdate: observe, decide (`decide`), execute.
 async fn rolling_update(
     ds: &DaemonSet,
     ctx: &Context,
-    max_unavailable: MaxUnavailable,
     controls: Controls<'_>,
-    memo: Memo,
-    pods: &[Arc<CachedPod>],
-    current: Option<&CurrentRevision>,
 ) -> Result<Action, Error> {
     let uid = ds.uid().unwrap_or_default();
+    let other_updater = other_updater_active(ds, ctx);
+    let pull_ahead = pull_ahead_of(ds);
+    // One look at the stores serves the plan and pull-ahead. The memo is taken out of
+    // the map meanwhile, so plans of other DaemonSets do not wait (a DaemonSet is never
+    // reconciled twice at once); it is put back if the decision keeps it.
+    let current = current_revision(&ctx.stores, ds);
+    let mut memo = ctx
+        .plan_memos
+        .lock()
+        .unwrap()
+        .remove(&uid)
+        .unwrap_or_default();
+    observe(&ctx.stores, ds, current.as_ref(), &mut memo);
     let pending = ctx
         .expectations
         .lock()
         .unwrap()
         .pending(&uid, memo.pods(), Instant::now());
-    let input = RollingInput {
-        daemonset: ds,
-        current,
-        // The memo's pods and nodes are planned (`plan_rolling_update_memo`).
-        pods: &[],
-        nodes: &[],
-        max_unavailable,
-        now: Timestamp::now(),
-        expected_deletions: &pending.deletions,
-        vacated_by_us: &pending.vacated,
-        limits: ctx.limits,
-        partition: controls.partition,
-        node_selector: controls.node_selector,
-        // Only pull-ahead reads what the plan leaves for later.
-        list_upcoming: controls.pull_ahead,
+    // Only pull-ahead reads the pods themselves, and what was counted of their pulls.
+    let hash = current.as_ref().and_then(|c| c.hash.as_deref());
+    let pull_ahead_on = pull_ahead == Ok(true);
+    let pods: Vec<Arc<CachedPod>> = if pull_ahead_on {
+        memo.pods().cloned().collect()
+    } else {
+        Vec::new()
     };
-    let plan = plan_rolling_update_memo(&input, &memo);
-    // Kept while the rollout goes on; a settled DaemonSet keeps none.
-    if !matches!(
-        plan.progress.blocked,
-        Some(Blocker::Complete | Blocker::HeldBack)
-    ) {
-        ctx.plan_memos.lock().unwrap().insert(uid.clone(), memo);
+    let counted = hash
+        .filter(|_| pull_ahead_on)
+        .map(|hash| observe_pulls(ctx, &uid, &pods, hash));
+    // The stale-condition check needs the pods with the condition alone (what the
+    // memo's looks read).
+    let flagged = memo.with_need_upgrade();
+    let world = World {
+        other_updater,
+        pulls: match (&counted, hash) {
+            (Some((tries, unseen)), Some(hash)) => Some(PullsObserved {
+                pods: &pods,
+                hash,
+                tries,
+                unseen,
+            }),
+            _ => None,
+        },
+        pull_ahead,
+        paused: controls.paused,
+        plan: RollingInput {
+            daemonset: ds,
+            current: current.as_ref(),
+            // The memo's pods and nodes are planned (`plan_rolling_update_memo`).
+            pods: &[],
+            nodes: &[],
+            max_unavailable: controls.max_unavailable,
+            now: Timestamp::now(),
+            expected_deletions: &pending.deletions,
+            vacated_by_us: &pending.vacated,
+            limits: ctx.limits,
+            partition: controls.partition,
+            node_selector: controls.node_selector,
+            list_upcoming: false,
+        },
+        memo: &memo,
+        pull_ahead_limits: ctx.pull_ahead,
+    };
+    let Decision { step, keep_memo } = decide(&world);
+    drop(world);
+    if keep_memo {
+        ctx.plan_memos.lock().unwrap().insert(uid, memo);
     }
-    // Nothing to judge pods by yet: the native controller has not written a revision.
-    if plan.progress.blocked == Some(Blocker::CurrentRevisionUnknown) {
-        record_progress(ds, ctx, &plan);
-        return Ok(wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await);
-    }
-    // Paused: the plan is made (progress, status and the budget read as usual), and its
-    // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
-    let (paused, pull_ahead) = (controls.paused, controls.pull_ahead);
-    let plan = if paused { plan.paused() } else { plan };
-    // Pull-ahead: deletions wait for their node's pull; pulls start for the nodes the
-    // budget reaches next.
-    let (plan, pulls) = match (pull_ahead, current.and_then(|c| c.hash.as_deref())) {
-        (false, _) => (plan, None),
-        (true, hash) => {
-            let pulls = hash.map(|hash| {
-                let tries = {
-                    let mut all = ctx.pull_tries.lock().unwrap();
-                    let tries = all.entry(uid.clone()).or_default();
-                    tries.observe(pods, hash);
-                    tries.clone()
-                };
-                let unseen = ctx
-                    .pull_unseen
-                    .lock()
-                    .unwrap()
-                    .entry(uid.clone())
-                    .or_default()
-                    .still_unseen(pods, Instant::now());
-                plan_pull_ahead(
-                    &plan,
-                    pods,
-                    hash,
-                    &tries,
-                    &unseen,
-                    paused,
-                    ctx.pull_ahead,
-                    Timestamp::now(),
-                )
-            });
-            let mut plan = plan;
-            // No revision hash to name in a request yet: nothing can be pulled, so
-            // nothing is deleted (the hash follows within moments).
-            plan.deletions = pulls
-                .as_ref()
-                .map(|p| p.deletions.clone())
-                .unwrap_or_default();
-            (plan, pulls)
+    let action = match step {
+        Step::StepBack { sighting, requeue } => {
+            let message = sighting.explain(ctx.other_updaters.quiet());
+            warn_once(ds, ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
+            tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
+            return Ok(Action::requeue(requeue));
         }
+        Step::RefusePullAhead(error) => {
+            warn_once(ds, ctx, INVALID_PULL_AHEAD_EVENT, &error.to_string()).await;
+            return Ok(Action::await_change());
+        }
+        Step::WaitForRevision { plan } => {
+            record_progress(ds, ctx, &plan);
+            wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await
+        }
+        Step::Roll(rollout) => execute_rollout(ds, ctx, rollout, current.as_ref()).await?,
     };
+    remove_stale_conditions(ds, ctx, &flagged).await?;
+    Ok(action)
+}
+
+/// Counts the pulls' answers into the controller's memory (`PullTries`,
+/// `UnseenRequests`), and returns what pull-ahead reads of them.
+fn observe_pulls(
+    ctx: &Context,
+    uid: &str,
+    pods: &[Arc<CachedPod>],
+    hash: &str,
+) -> (PullTries, BTreeSet<String>) {
+    let tries = {
+        let mut all = ctx.pull_tries.lock().unwrap();
+        let tries = all.entry(uid.to_string()).or_default();
+        tries.observe(pods, hash);
+        tries.clone()
+    };
+    let unseen = ctx
+        .pull_unseen
+        .lock()
+        .unwrap()
+        .entry(uid.to_string())
+        .or_default()
+        .still_unseen(pods, Instant::now());
+    (tries, unseen)
+}
+
+/// Executes a rollout step: pull requests, then, against a confirmed target, the
+/// deletions (recorded as expected before any call), progress and Events.
+async fn execute_rollout(
+    ds: &DaemonSet,
+    ctx: &Context,
+    rollout: Rollout,
+    current: Option<&CurrentRevision>,
+) -> Result<Action, Error> {
+    let Rollout {
+        plan,
+        pulls,
+        requeue,
+    } = rollout;
+    let uid = ds.uid().unwrap_or_default();
     if let Some(pulls) = &pulls {
         request_pulls(ds, ctx, pulls).await?;
     }
     // Deletions are only made against a target the DaemonSet read agrees with: in a
     // rollback a -> b -> a the revisions watch may still name b for a moment.
     if !plan.deletions.is_empty() {
-        if let TargetCheck::Behind { cached, fresh } = verify_target(ds, ctx, current).await? {
+        if let TargetCheck::Behind { cached, fresh } = confirm_target(ds, ctx, current).await? {
             tracing::info!(
                 ?cached,
                 ?fresh,
@@ -801,13 +791,7 @@ async fn rolling_update(
     if let Some(e) = failure {
         return Err(e);
     }
-    Ok(match plan.progress.recheck_after {
-        // minReadySeconds elapsing, or a stale status wait ending, fires no watch event:
-        // come back when it does.
-        Some(after) => Action::requeue(after + Duration::from_millis(100)),
-        None if !pending.deletions.is_empty() => Action::requeue(Duration::from_secs(10)),
-        None => Action::requeue(RESYNC),
-    })
+    Ok(Action::requeue(requeue))
 }
 
 /// Writes pull-ahead's requests (the image-pull controller answers them with its Job) and
@@ -1024,6 +1008,7 @@ mod tests {
 
     use super::*;
     use crate::apply::fake_api::{fake_client, status};
+    use crate::daemonset::rolling_plan::plan_rolling_update_memo;
     use crate::testkit::{revision, store_of, DaemonSetBuilder, PodBuilder};
 
     fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Context {
@@ -1232,12 +1217,7 @@ mod tests {
     /// Two Ready nodes run a-pods, which the stale cache calls old.
     fn rollback_bed(
         answer_list: serde_json::Value,
-    ) -> (
-        Context,
-        DaemonSet,
-        Vec<Arc<CachedPod>>,
-        Arc<crate::apply::fake_api::Seen>,
-    ) {
+    ) -> (Context, DaemonSet, Arc<crate::apply::fake_api::Seen>) {
         let ds = DaemonSetBuilder::new("agent")
             .strategy("AdvancedRollingUpdate")
             .on_delete()
@@ -1264,8 +1244,7 @@ mod tests {
         ctx.stores.nodes = store_of(
             ["n1", "n2"].map(|n| crate::object::CachedNode::from(crate::testkit::node(n, true))),
         );
-        let cached_pods = ctx.stores.pods.state();
-        (ctx, ds, cached_pods, seen)
+        (ctx, ds, seen)
     }
 
     fn revision_list(revisions: &[ControllerRevision]) -> Value {
@@ -1277,29 +1256,22 @@ mod tests {
         })
     }
 
-    async fn roll(ctx: &Context, ds: &DaemonSet, pods: &[Arc<CachedPod>]) -> Action {
-        let (_, current) = owned(ds, ctx);
-        let mut memo = Memo::default();
-        memo.refresh(ds, current.as_ref(), pods, &ctx.stores.nodes.state());
-        rolling_update(
-            ds,
-            ctx,
-            MaxUnavailable::Count(2),
-            Controls::default(),
-            memo,
-            &[],
-            current.as_ref(),
-        )
-        .await
-        .unwrap()
+    async fn roll(ctx: &Context, ds: &DaemonSet) -> Action {
+        let controls = Controls {
+            max_unavailable: MaxUnavailable::Count(2),
+            paused: false,
+            partition: None,
+            node_selector: None,
+        };
+        rolling_update(ds, ctx, controls).await.unwrap()
     }
 
     #[tokio::test]
     async fn a_rollback_not_yet_in_the_revisions_cache_deletes_nothing_and_looks_again_soon() {
         let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
         let fresh = [revision(&ds, "b", 2), revision(&ds, "a", 3)];
-        let (ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
-        let action = roll(&ctx, &ds, &pods).await;
+        let (ctx, ds, seen) = rollback_bed(revision_list(&fresh));
+        let action = roll(&ctx, &ds).await;
         assert!(seen.calls_to("DELETE").is_empty(), "{:?}", seen.calls());
         assert_eq!(action, Action::requeue(TARGET_RECHECK));
         // One quorum list of this DaemonSet's revisions (no resourceVersion).
@@ -1311,7 +1283,7 @@ mod tests {
             lists[0].query
         );
         // Not verified, so not remembered: the next look reads the server again.
-        roll(&ctx, &ds, &pods).await;
+        roll(&ctx, &ds).await;
         assert_eq!(seen.calls_to("GET").len(), 2);
         assert!(seen.calls_to("DELETE").is_empty());
     }
@@ -1321,8 +1293,8 @@ mod tests {
         let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
         // The server agrees with the cache: b (2) is the newest, so the a-pods are old.
         let fresh = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
-        let (ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
-        roll(&ctx, &ds, &pods).await;
+        let (ctx, ds, seen) = rollback_bed(revision_list(&fresh));
+        roll(&ctx, &ds).await;
         let mut deleted: Vec<String> = seen
             .calls_to("DELETE")
             .iter()
@@ -1338,12 +1310,11 @@ mod tests {
         );
         assert_eq!(seen.calls_to("GET").len(), 1);
         // Same generation, same cached hash: proved already, no second read.
-        let ctx_pods = ctx.stores.pods.state();
         ctx.expectations
             .lock()
             .unwrap()
             .forget_daemonset(&ds.uid().unwrap());
-        roll(&ctx, &ds, &ctx_pods).await;
+        roll(&ctx, &ds).await;
         assert_eq!(seen.calls_to("GET").len(), 1, "{:?}", seen.calls());
     }
 
@@ -1354,7 +1325,7 @@ mod tests {
     async fn a_missed_node_trigger_is_caught_by_the_resync() {
         let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
         let fresh = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
-        let (mut ctx, ds, pods, seen) = rollback_bed(revision_list(&fresh));
+        let (mut ctx, ds, seen) = rollback_bed(revision_list(&fresh));
         let nodes = |ready| {
             store_of(
                 ["n1", "n2"]
@@ -1362,14 +1333,14 @@ mod tests {
             )
         };
         ctx.stores.nodes = nodes(false);
-        let action = roll(&ctx, &ds, &pods).await;
+        let action = roll(&ctx, &ds).await;
         assert!(seen.calls_to("DELETE").is_empty(), "{:?}", seen.calls());
         assert_eq!(action, Action::requeue(RESYNC), "a wait must come back");
         assert!(RESYNC <= Duration::from_secs(300));
 
         // Back, with no trigger: what the requeue runs deletes the old pods.
         ctx.stores.nodes = nodes(true);
-        roll(&ctx, &ds, &pods).await;
+        roll(&ctx, &ds).await;
         assert_eq!(seen.calls_to("DELETE").len(), 2, "{:?}", seen.calls());
     }
 

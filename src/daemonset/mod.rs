@@ -5,6 +5,8 @@
 //! `image_pull::plan`) -> apply (`controller`, `image_pull::controller`).
 //!
 //! - [`controller`]: the wiring: reconcile one DaemonSet, apply its plan, report;
+//! - [`decide`]: AdvancedRollingUpdate: what the controller does now, given what it
+//!   observed (pure; the controller executes it);
 //! - [`policy`]: which model a DaemonSet asks for, from its annotations;
 //! - [`controls`]: `rollgate.io/partition` and `rollgate.io/node-selector`: which nodes
 //!   an AdvancedRollingUpdate holds on the old revision;
@@ -24,6 +26,7 @@
 //!   before each old pod is deleted.
 pub mod controller;
 pub mod controls;
+pub mod decide;
 pub mod describe;
 pub mod expectations;
 pub mod image_pull;
