@@ -42,4 +42,4 @@ pub mod rolling_plan;
 pub mod triggers;
 
 #[cfg(test)]
-mod cached_objects_tests;
+mod same_plan_on_cached_objects;
