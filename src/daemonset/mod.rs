@@ -10,6 +10,8 @@
 //! - [`policy`]: which model a DaemonSet asks for, from its annotations;
 //! - [`controls`]: `rollgate.io/partition` and `rollgate.io/node-selector`: which nodes
 //!   an AdvancedRollingUpdate holds on the old revision;
+//! - [`int_or_percent`]: a count of nodes or a whole percentage, as `max-unavailable`
+//!   and `partition` read it;
 //! - [`revision`]: the current template revision, and which pods are up to date;
 //! - [`rolling_plan`]: AdvancedRollingUpdate: which old pods to delete now;
 //! - [`ota_plan`]: OTA: which pods' `PodNeedUpgrade` condition to write or remove;
@@ -30,6 +32,7 @@ pub mod decide;
 pub mod describe;
 pub mod expectations;
 pub mod image_pull;
+pub mod int_or_percent;
 pub mod metrics;
 pub mod native_wait;
 pub mod ota_plan;
