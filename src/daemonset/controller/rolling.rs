@@ -116,7 +116,6 @@ pub(super) async fn rolling_update(
         pull_ahead_limits: ctx.pull_ahead,
     };
     let Decision { step, keep_memo } = decide(&world);
-    drop(world);
     if keep_memo {
         ctx.plan_memos.lock().unwrap().insert(uid, memo);
     }
