@@ -7,8 +7,8 @@ use std::path::Path;
 /// The layer of a top-level module, lowest first.
 fn layer(module: &str) -> Option<u8> {
     match module {
-        "names" | "object" | "revision_message" | "duration_flag" | "metrics" | "telemetry"
-        | "runtime" | "sync_gate" | "leader" | "testkit" => Some(0),
+        "names" | "object" | "revision_message" | "pod_image_ready" | "duration_flag"
+        | "metrics" | "telemetry" | "runtime" | "sync_gate" | "leader" | "testkit" => Some(0),
         "watch" | "apply" => Some(1),
         "daemonset" | "gates" | "agent" => Some(2),
         "manager" | "cli" => Some(3),

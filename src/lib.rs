@@ -13,6 +13,8 @@
 //!   of the shared cache (`PodFacts`, `NodeFacts`);
 //! - [`revision_message`]: the `controllerrevision: <hash>` message of the OTA
 //!   conditions, written by the controller and read by the agent;
+//! - [`pod_image_ready`]: the `PodImageReady` request and its answers, and the one
+//!   time rule of a request (the agent, pull-ahead and the image-pull controller);
 //! - [`duration_flag`]: the syntax of duration flags;
 //! - [`metrics`], [`telemetry`], [`runtime`], [`sync_gate`], [`leader`]: process
 //!   plumbing (the metrics registry, logging, the async runtime and shutdown, "every
@@ -28,8 +30,9 @@
 //! Layers, each importing only from its own and the ones below it (`hack/import-graph.py
 //! src` checks that the module graph has no cycle, the `layers` test that every
 //! `crate::` path goes down):
-//! 1. the floor: `names`, `object`, `revision_message`, `duration_flag`, `metrics`,
-//!    `telemetry`, `runtime`, `sync_gate`, `leader` (and the tests' `testkit`);
+//! 1. the floor: `names`, `object`, `revision_message`, `pod_image_ready`,
+//!    `duration_flag`, `metrics`, `telemetry`, `runtime`, `sync_gate`, `leader` (and
+//!    the tests' `testkit`);
 //! 2. `watch` and `apply`;
 //! 3. the capabilities: `daemonset`, `gates`, `agent`, which never import each other;
 //! 4. `manager` and `cli`, then `main.rs`.
@@ -46,6 +49,7 @@ pub mod manager;
 pub mod metrics;
 pub mod names;
 pub mod object;
+pub mod pod_image_ready;
 pub mod revision_message;
 pub mod runtime;
 pub mod sync_gate;

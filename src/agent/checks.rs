@@ -17,15 +17,12 @@
 
 use axum::http::StatusCode;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::names::{
-    POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
-    PULL_IMAGE_REQUESTED_REASON,
-};
+use crate::names::{POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON};
 use crate::object::pod_condition as condition;
 use crate::object::PodFacts;
+use crate::pod_image_ready;
 use crate::revision_message::{need_upgrade_message, revision_in_message};
 
 /// What the operator asked for.
@@ -191,32 +188,11 @@ pub fn check(
     })
 }
 
-/// The condition an approved `imagepull` writes: `PodImageReady=False`,
-/// `PullImageRequested`, `controllerrevision: <hash>`.
-///
-/// The image-pull controller tells one request from the next by this
-/// `lastTransitionTime` (a finished Job answers only the request it was created for), so
-/// a retry after a failed pull must carry a time that differs from the previous
-/// request's. The API server keeps whole seconds, and the agent's clock may lag the
-/// controller's: the time is `now` in whole seconds, or one second after the pod's
-/// current `PodImageReady` time (which is at or after the previous request), whichever
-/// is later.
+/// The condition an approved `imagepull` writes: a `PodImageReady` request for the
+/// current revision, stamped after the pod's current `PodImageReady` time (the request
+/// rule of `crate::pod_image_ready`).
 pub fn pull_request_condition(approval: &Approval, now: Timestamp) -> PodCondition {
-    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
-    let requested_at = match approval.image_ready_since {
-        Some(previous) if previous.as_second() >= now.as_second() => {
-            Timestamp::from_second(previous.as_second() + 1).unwrap_or(now)
-        }
-        _ => now,
-    };
-    PodCondition {
-        type_: POD_IMAGE_READY_CONDITION.into(),
-        status: "False".into(),
-        reason: Some(PULL_IMAGE_REQUESTED_REASON.into()),
-        message: Some(need_upgrade_message(&approval.current_hash)),
-        last_transition_time: Some(Time(requested_at)),
-        ..Default::default()
-    }
+    pod_image_ready::request(&approval.current_hash, now, approval.image_ready_since)
 }
 
 /// Pre-pull is optional: no `PodImageReady` means go. Once requested, the upgrade waits
@@ -319,6 +295,7 @@ fn revision_of(condition: &PodCondition) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::PULL_IMAGE_REQUESTED_REASON;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use k8s_openapi::jiff::Timestamp;

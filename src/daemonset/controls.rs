@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 
 use kube::core::{Expression, Selector, SelectorExt};
 
+use super::int_or_percent::{IntOrPercent, NotIntOrPercent};
 use crate::object::NodeFacts;
 
 /// What `rollgate.io/partition` accepts, for error messages and docs.
@@ -55,24 +56,9 @@ pub enum Partition {
 impl Partition {
     /// Parses the annotation value. `Ok(None)` for `0` and `0%`: no partition.
     pub fn parse(raw: &str) -> Result<Option<Partition>, NotAPartition> {
-        let trimmed = raw.trim();
-        let (digits, is_percent) = match trimmed.strip_suffix('%') {
-            Some(number) => (number, true),
-            None => (trimmed, false),
-        };
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(NotAPartition);
-        }
-        // Digits only: the sole failure is overflow, and a huge count only clamps.
-        let value = digits.parse::<u64>().unwrap_or(u64::MAX);
-        match (is_percent, value) {
-            (_, 0) => Ok(None),
-            (true, 1..=100) => Ok(Some(Partition::Percent(value as u8))),
-            (true, _) => Err(NotAPartition),
-            (false, _) => Ok(Some(Partition::Count(
-                u32::try_from(value).unwrap_or(u32::MAX),
-            ))),
-        }
+        Ok(IntOrPercent::parse(raw)
+            .map_err(|NotIntOrPercent| NotAPartition)?
+            .map(Partition::from))
     }
 
     /// The number of nodes to keep old, given the percentage base. Percentages round up,
@@ -99,9 +85,24 @@ pub struct NotAPartition;
 
 impl std::fmt::Display for Partition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Partition::Count(count) => write!(f, "{count}"),
-            Partition::Percent(percent) => write!(f, "{percent}%"),
+        IntOrPercent::from(*self).fmt(f)
+    }
+}
+
+impl From<IntOrPercent> for Partition {
+    fn from(value: IntOrPercent) -> Self {
+        match value {
+            IntOrPercent::Count(count) => Partition::Count(count),
+            IntOrPercent::Percent(percent) => Partition::Percent(percent),
+        }
+    }
+}
+
+impl From<Partition> for IntOrPercent {
+    fn from(value: Partition) -> Self {
+        match value {
+            Partition::Count(count) => IntOrPercent::Count(count),
+            Partition::Percent(percent) => IntOrPercent::Percent(percent),
         }
     }
 }

@@ -5,9 +5,13 @@
 //! `image_pull::plan`) -> apply (`controller`, `image_pull::controller`).
 //!
 //! - [`controller`]: the wiring: reconcile one DaemonSet, apply its plan, report;
+//! - [`decide`]: AdvancedRollingUpdate: what the controller does now, given what it
+//!   observed (pure; the controller executes it);
 //! - [`policy`]: which model a DaemonSet asks for, from its annotations;
 //! - [`controls`]: `rollgate.io/partition` and `rollgate.io/node-selector`: which nodes
 //!   an AdvancedRollingUpdate holds on the old revision;
+//! - [`int_or_percent`]: a count of nodes or a whole percentage, as `max-unavailable`
+//!   and `partition` read it;
 //! - [`revision`]: the current template revision, and which pods are up to date;
 //! - [`rolling_plan`]: AdvancedRollingUpdate: which old pods to delete now;
 //! - [`ota_plan`]: OTA: which pods' `PodNeedUpgrade` condition to write or remove;
@@ -24,9 +28,11 @@
 //!   before each old pod is deleted.
 pub mod controller;
 pub mod controls;
+pub mod decide;
 pub mod describe;
 pub mod expectations;
 pub mod image_pull;
+pub mod int_or_percent;
 pub mod metrics;
 pub mod native_wait;
 pub mod ota_plan;
@@ -39,4 +45,4 @@ pub mod rolling_plan;
 pub mod triggers;
 
 #[cfg(test)]
-mod cached_objects_tests;
+mod same_plan_on_cached_objects;

@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use super::controls::{
     NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
 };
+use super::int_or_percent::{IntOrPercent, NotIntOrPercent};
 use crate::names::{
     INVALID_MAX_UNAVAILABLE_EVENT, INVALID_NODE_SELECTOR_EVENT, INVALID_PARTITION_EVENT,
     INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION, NODE_SELECTOR_ANNOTATION,
@@ -131,27 +132,12 @@ impl MaxUnavailable {
         let Some(raw) = raw else {
             return Ok(Self::DEFAULT);
         };
-        let invalid = || PolicyError::InvalidMaxUnavailable {
-            value: raw.to_string(),
-        };
-        let trimmed = raw.trim();
-        let (digits, is_percent) = match trimmed.strip_suffix('%') {
-            Some(number) => (number, true),
-            None => (trimmed, false),
-        };
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(invalid());
-        }
-        // Digits only, so the sole possible parse failure is overflow: saturate.
-        let value = digits.parse::<u64>().unwrap_or(u64::MAX);
-        match (is_percent, value) {
-            (_, 0) => Ok(Self::DEFAULT),
-            (true, 1..=100) => Ok(MaxUnavailable::Percent(value as u8)),
-            (true, _) => Err(invalid()),
-            (false, _) => Ok(MaxUnavailable::Count(
-                u32::try_from(value).unwrap_or(u32::MAX),
-            )),
-        }
+        let parsed = IntOrPercent::parse(raw).map_err(|NotIntOrPercent| {
+            PolicyError::InvalidMaxUnavailable {
+                value: raw.to_string(),
+            }
+        })?;
+        Ok(parsed.map_or(Self::DEFAULT, MaxUnavailable::from))
     }
 
     /// The number of nodes that may be unavailable, given the percentage base (nodes that
@@ -166,9 +152,24 @@ impl MaxUnavailable {
 
 impl std::fmt::Display for MaxUnavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MaxUnavailable::Count(count) => write!(f, "{count}"),
-            MaxUnavailable::Percent(percent) => write!(f, "{percent}%"),
+        IntOrPercent::from(*self).fmt(f)
+    }
+}
+
+impl From<IntOrPercent> for MaxUnavailable {
+    fn from(value: IntOrPercent) -> Self {
+        match value {
+            IntOrPercent::Count(count) => MaxUnavailable::Count(count),
+            IntOrPercent::Percent(percent) => MaxUnavailable::Percent(percent),
+        }
+    }
+}
+
+impl From<MaxUnavailable> for IntOrPercent {
+    fn from(value: MaxUnavailable) -> Self {
+        match value {
+            MaxUnavailable::Count(count) => IntOrPercent::Count(count),
+            MaxUnavailable::Percent(percent) => IntOrPercent::Percent(percent),
         }
     }
 }

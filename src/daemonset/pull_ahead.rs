@@ -8,7 +8,8 @@
 //! `PodImageReady=False, PullImageRequested` naming the current revision, and the OTA
 //! image-pull controller (`image_pull`) answers it with its pull Job and writes
 //! `PullImageSuccess` or `PullImageFail` back. One Job, one deadline
-//! (`rollgate.io/image-pull-deadline`), one set of credentials for both models.
+//! (`rollgate.io/image-pull-deadline`), one set of credentials for both models, and one
+//! way to write and read the request (`crate::pod_image_ready`, with its time rule).
 //!
 //! Rules:
 //! - The *window* is the nodes the budget reaches soon: the plan's deletions, then the
@@ -34,16 +35,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::PodCondition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::rolling_plan::{PlannedDeletion, RollingPlan};
-use crate::names::{
-    POD_IMAGE_READY_CONDITION, PULL_AHEAD_ANNOTATION, PULL_IMAGE_FAIL_REASON,
-    PULL_IMAGE_REQUESTED_REASON,
-};
+use crate::names::{POD_IMAGE_READY_CONDITION, PULL_AHEAD_ANNOTATION};
 use crate::object::PodFacts;
-use crate::revision_message::{need_upgrade_message, revision_in_message};
+pub use crate::pod_image_ready::{pull_state, PullState};
+use crate::pod_image_ready::{request, stamp_of};
 
 /// The controller's flags for pull-ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,33 +103,6 @@ pub fn pull_ahead_of(daemonset: &DaemonSet) -> Result<bool, InvalidPullAhead> {
     }
 }
 
-/// Where a pod's pull of the current revision stands, from its `PodImageReady`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PullState {
-    /// No request for the current revision (none at all, or one for another revision).
-    NotRequested,
-    /// Requested, not answered yet.
-    InFlight,
-    Succeeded,
-    Failed,
-}
-
-/// The pull state of `pod` for revision `hash`.
-pub fn pull_state(pod: &impl PodFacts, hash: &str) -> PullState {
-    let Some(condition) = pod.condition(POD_IMAGE_READY_CONDITION) else {
-        return PullState::NotRequested;
-    };
-    if condition.message.and_then(revision_in_message) != Some(hash) {
-        return PullState::NotRequested;
-    }
-    match (condition.status, condition.reason) {
-        ("True", _) => PullState::Succeeded,
-        ("False", Some(PULL_IMAGE_FAIL_REASON)) => PullState::Failed,
-        ("False", None | Some("") | Some(PULL_IMAGE_REQUESTED_REASON)) => PullState::InFlight,
-        _ => PullState::NotRequested,
-    }
-}
-
 /// Failed pulls counted per pod, for the current revision. The controller keeps one per
 /// DaemonSet in memory: a restart forgets the counts, so a node gets at most
 /// `max_tries` more pulls, still a bound.
@@ -151,11 +122,7 @@ impl PullTries {
             if pull_state(&**pod, hash) != PullState::Failed {
                 continue;
             }
-            let stamp = pod
-                .condition(POD_IMAGE_READY_CONDITION)
-                .and_then(|c| c.last_transition_time)
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
+            let stamp = stamp_of(&**pod).unwrap_or_default();
             let entry = self
                 .by_pod
                 .entry(pod.pod_uid().to_string())
@@ -204,23 +171,14 @@ impl UnseenRequests {
         pods: &[Arc<P>],
         now: std::time::Instant,
     ) -> BTreeSet<String> {
-        let stamps: BTreeMap<&str, Option<String>> = pods
-            .iter()
-            .map(|p| (p.pod_uid(), image_ready_stamp(&**p)))
-            .collect();
+        let stamps: BTreeMap<&str, Option<String>> =
+            pods.iter().map(|p| (p.pod_uid(), stamp_of(&**p))).collect();
         self.by_pod.retain(|uid, (before, at)| {
             now.duration_since(*at) < Self::UNSEEN_FOR
                 && stamps.get(uid.as_str()).is_some_and(|s| s == before)
         });
         self.by_pod.keys().cloned().collect()
     }
-}
-
-/// The `lastTransitionTime` of the pod's `PodImageReady`, as text.
-pub fn image_ready_stamp(pod: &impl PodFacts) -> Option<String> {
-    pod.condition(POD_IMAGE_READY_CONDITION)
-        .and_then(|c| c.last_transition_time)
-        .map(|t| t.0.to_string())
 }
 
 /// A `PodImageReady` request to write on an old pod.
@@ -357,10 +315,8 @@ pub fn plan_pull_ahead<P: PodFacts>(
             name: step.name.clone(),
             uid: step.uid.clone(),
             node: step.node.clone(),
-            condition: request_condition(hash, now),
-            stamp_before: by_uid
-                .get(step.uid.as_str())
-                .and_then(|p| image_ready_stamp(*p)),
+            condition: request(hash, now, previous_time(by_uid.get(step.uid.as_str()))),
+            stamp_before: by_uid.get(step.uid.as_str()).and_then(|p| stamp_of(*p)),
         });
     }
     result
@@ -433,17 +389,11 @@ impl PullAheadView {
     }
 }
 
-/// `PodImageReady=False, PullImageRequested` for revision `hash`, stamped `now`: a new
-/// stamp is a new request, so a retry gets a new Job (see `image_pull::job::job_name`).
-pub fn request_condition(hash: &str, now: Timestamp) -> PodCondition {
-    PodCondition {
-        type_: POD_IMAGE_READY_CONDITION.into(),
-        status: "False".into(),
-        reason: Some(PULL_IMAGE_REQUESTED_REASON.into()),
-        message: Some(need_upgrade_message(hash)),
-        last_transition_time: Some(Time(now)),
-        ..Default::default()
-    }
+/// The time of the pod's `PodImageReady`, which a new request must come after.
+fn previous_time<P: PodFacts>(pod: Option<&&P>) -> Option<Timestamp> {
+    pod?.condition(POD_IMAGE_READY_CONDITION)?
+        .last_transition_time
+        .map(|t| t.0)
 }
 
 #[cfg(test)]
@@ -458,7 +408,10 @@ mod tests {
     use crate::daemonset::revision::CurrentRevision;
     use crate::daemonset::rolling_plan::{plan_rolling_update, RollingInput, RollingLimits};
     use crate::names::PULL_IMAGE_SUCCESS_REASON;
+    use crate::names::{PULL_IMAGE_FAIL_REASON, PULL_IMAGE_REQUESTED_REASON};
+    use crate::revision_message::need_upgrade_message;
     use crate::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const NOW: i64 = 1_000_000;
 
@@ -705,7 +658,7 @@ mod tests {
             .is_empty());
         // A retry after a failure: the old failure is what the cache shows until then.
         let failed = condition("False", PULL_IMAGE_FAIL_REASON, "new", 7);
-        let stamp = image_ready_stamp(&*pod(Some(failed.clone()))[0]);
+        let stamp = stamp_of(&*pod(Some(failed.clone()))[0]);
         unseen.record("uid-p", stamp, t0);
         assert_eq!(unseen.still_unseen(&pod(Some(failed.clone())), t0).len(), 1);
         // Too long: asked again.

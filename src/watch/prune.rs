@@ -3,9 +3,9 @@
 //! Pods and Nodes are many and are kept in slim types of their own (`crate::object::pod`,
 //! `crate::object::node`). The kinds here are few or small, so they stay API objects
 //! with the fields nobody reads dropped. The DaemonSet planners' tests
-//! (`daemonset::cached_objects_tests`) prove each planner decides the same on the cached
-//! objects as on the full ones; the gates' (`gates::service`) that a reconcile reads the
-//! same of a pruned Service as of the full one.
+//! (`daemonset::same_plan_on_cached_objects`) prove each planner decides the same on
+//! the cached objects as on the full ones; the gates' (`gates::service`) that a
+//! reconcile reads the same of a pruned Service as of the full one.
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;

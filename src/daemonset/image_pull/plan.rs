@@ -5,7 +5,6 @@
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
@@ -14,11 +13,11 @@ use super::job::{build_job, job_name, PullJobSettings};
 use crate::daemonset::revision::CurrentRevision;
 use crate::names::{
     CONTROLLER_REVISION_HASH_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_IMAGE_READY_CONDITION,
-    PULL_IMAGE_FAIL_REASON, PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
     PULL_JOB_POD_UID_LABEL, PULL_JOB_REQUEST_ANNOTATION, PULL_JOB_REVISION_LABEL,
 };
-use crate::object::{annotation, is_controlled_by, label, ConditionView, PodFacts};
-use crate::revision_message::{need_upgrade_message, revision_in_message};
+use crate::object::{annotation, is_controlled_by, label, PodFacts};
+use crate::pod_image_ready;
+use crate::revision_message::revision_in_message;
 
 /// A Job to delete: the UID goes into the delete's precondition, so a newer Job that
 /// took the same name in the meantime is never the one deleted.
@@ -154,7 +153,7 @@ pub fn plan_image_pull(
     let Some(node) = pod.node_or_affinity_node() else {
         return ImagePullPlan::only(Step::MarkFailed {
             job: None,
-            condition: fail_condition(
+            condition: pod_image_ready::failed(
                 &hash,
                 "the pod is not bound to a node, so there is nowhere to pull to",
                 now,
@@ -190,18 +189,11 @@ pub fn plan_image_pull(
             },
             Some(Outcome::Succeeded) => Step::MarkSucceeded {
                 job: job.name_any(),
-                condition: PodCondition {
-                    type_: POD_IMAGE_READY_CONDITION.into(),
-                    status: "True".into(),
-                    reason: Some(PULL_IMAGE_SUCCESS_REASON.into()),
-                    message: Some(need_upgrade_message(&hash)),
-                    last_transition_time: Some(Time(now)),
-                    ..Default::default()
-                },
+                condition: pod_image_ready::succeeded(&hash, now),
             },
             Some(Outcome::Failed(why)) => Step::MarkFailed {
                 job: Some(job.name_any()),
-                condition: fail_condition(
+                condition: pod_image_ready::failed(
                     &hash,
                     &format!(
                         "image pull Job {} on node {node} failed: {why}",
@@ -230,7 +222,7 @@ pub fn plan_image_pull(
                 )),
             },
             Err(error) => Step::InvalidDeadline {
-                condition: fail_condition(&hash, &error.to_string(), now),
+                condition: pod_image_ready::failed(&hash, &error.to_string(), now),
                 daemonset: ds.object_ref(&()),
                 error,
             },
@@ -306,20 +298,6 @@ fn wait(why: &str) -> Step {
     Step::Wait { why: why.into() }
 }
 
-fn fail_condition(hash: &str, why: &str, now: Timestamp) -> PodCondition {
-    PodCondition {
-        type_: POD_IMAGE_READY_CONDITION.into(),
-        status: "False".into(),
-        reason: Some(PULL_IMAGE_FAIL_REASON.into()),
-        // Starts like every PodImageReady message, so readers can still find the revision.
-        message: Some(format!("{}; {why}", need_upgrade_message(hash))),
-        // Always a fresh time: a later request is told apart from this one by its
-        // lastTransitionTime, even if the agent keeps ours for an unchanged status.
-        last_transition_time: Some(Time(now)),
-        ..Default::default()
-    }
-}
-
 /// An agent's pre-pull request waiting for an answer.
 struct Request {
     /// The hash named in the message (`controllerrevision: <hash>`), if readable.
@@ -328,25 +306,12 @@ struct Request {
     requested_at: String,
 }
 
-/// Whether `condition` asks for a pull. Two node APIs ask:
-/// - rollgate's agent writes `False`, reason `PullImageRequested`;
-/// - yurthub (OpenYurt v1.7.0, `pkg/yurthub/otaupdate/ota.go`, `PullPodImage`, lines
-///   259-290) writes `False` with no reason at all and the same
-///   `controllerrevision: <hash>` message, by a merge patch of the whole conditions list.
-///
-/// Both answers rollgate writes carry a reason (`PullImageSuccess`, `PullImageFail`), so
-/// a reasonless `False` is never one of ours: it can only be a request.
-fn is_pull_request(condition: &ConditionView) -> bool {
-    condition.status == "False"
-        && matches!(
-            condition.reason,
-            None | Some("") | Some(PULL_IMAGE_REQUESTED_REASON)
-        )
-}
-
 fn pending_request(pod: &impl PodFacts) -> Option<Request> {
     let condition = pod.condition(POD_IMAGE_READY_CONDITION)?;
-    if !is_pull_request(&condition) {
+    // Two node APIs ask: rollgate's agent and yurthub (OpenYurt v1.7.0,
+    // `pkg/yurthub/otaupdate/ota.go`, `PullPodImage`, lines 259-290), see
+    // `pod_image_ready::is_request`.
+    if !pod_image_ready::is_request(&condition) {
         return None;
     }
     let hash = condition
@@ -355,20 +320,13 @@ fn pending_request(pod: &impl PodFacts) -> Option<Request> {
         .map(str::to_string);
     Some(Request {
         hash,
-        requested_at: request_stamp(&condition),
+        requested_at: pod_image_ready::stamp(&condition).unwrap_or_default(),
     })
 }
 
 /// Whether an agent's pre-pull request on `pod` waits for an answer.
 pub fn has_pending_request(pod: &impl PodFacts) -> bool {
     pending_request(pod).is_some()
-}
-
-fn request_stamp(condition: &ConditionView) -> String {
-    condition
-        .last_transition_time
-        .map(|t| t.0.to_string())
-        .unwrap_or_default()
 }
 
 fn has_daemonset_owner(pod: &impl PodFacts) -> bool {
@@ -410,11 +368,15 @@ fn outcome(job: &Job) -> Option<Outcome> {
 mod tests {
     use super::*;
     use crate::daemonset::image_pull::job::tests::daemonset;
-    use crate::names::POD_NEED_UPGRADE_CONDITION;
+    use crate::names::{
+        POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON, PULL_IMAGE_REQUESTED_REASON,
+        PULL_IMAGE_SUCCESS_REASON,
+    };
     use crate::testkit::{at, revision, PodBuilder};
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     const NOW: i64 = 1_000;
     const REQUESTED: i64 = 900;

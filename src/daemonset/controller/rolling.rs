@@ -1,0 +1,299 @@
+//! AdvancedRollingUpdate: observe the world, take the one decision (`decide`), and
+//! execute it: pull requests, then the deletions against a confirmed target.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::context::Context;
+use super::native_waits::{confirm_target, native_wait_over, wait_on_native};
+use super::observe::{current_revision, observe};
+use super::ota::remove_stale_conditions;
+use super::progress::record_progress;
+use super::pull_requests::request_pulls;
+use super::warnings::warn_once;
+use crate::apply::Error;
+use crate::apply::{issue_together, Outcome, Topic};
+use crate::daemonset::controls::{NodeSelector, Partition};
+use crate::daemonset::decide::{
+    decide, Decision, PullsObserved, Rollout, Step, World, TARGET_RECHECK,
+};
+use crate::daemonset::describe::shorten;
+use crate::daemonset::metrics::DeletionLabels;
+use crate::daemonset::native_wait::NativeWait;
+use crate::daemonset::other_updater::Sighting;
+use crate::daemonset::policy::MaxUnavailable;
+use crate::daemonset::pull_ahead::{pull_ahead_of, PullTries};
+use crate::daemonset::revision::{CurrentRevision, TargetCheck};
+use crate::daemonset::rolling_plan::RollingInput;
+use crate::names::{ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, UPGRADING_PODS_EVENT};
+use crate::object::CachedPod;
+
+/// The operator's controls on an AdvancedRollingUpdate, as its annotations read now
+/// (`rollgate.io/pull-ahead` is read with the rest of the world, since it can be wrong).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Controls<'a> {
+    pub(super) max_unavailable: MaxUnavailable,
+    /// `rollgate.io/paused`: the plan is made, its deletions held.
+    pub(super) paused: bool,
+    pub(super) partition: Option<Partition>,
+    pub(super) node_selector: Option<&'a NodeSelector>,
+}
+
+/// AdvancedRollingUpdate: observe, decide (`decide`), execute.
+pub(super) async fn rolling_update(
+    ds: &DaemonSet,
+    ctx: &Context,
+    controls: Controls<'_>,
+) -> Result<Action, Error> {
+    let uid = ds.uid().unwrap_or_default();
+    let other_updater = other_updater_active(ds, ctx);
+    let pull_ahead = pull_ahead_of(ds);
+    // One look at the stores serves the plan and pull-ahead. The memo is taken out of
+    // the map meanwhile, so plans of other DaemonSets do not wait (a DaemonSet is never
+    // reconciled twice at once); it is put back if the decision keeps it.
+    let current = current_revision(&ctx.stores, ds);
+    let mut memo = ctx
+        .plan_memos
+        .lock()
+        .unwrap()
+        .remove(&uid)
+        .unwrap_or_default();
+    observe(&ctx.stores, ds, current.as_ref(), &mut memo);
+    let pending = ctx
+        .expectations
+        .lock()
+        .unwrap()
+        .pending(&uid, memo.pods(), Instant::now());
+    // Only pull-ahead reads the pods themselves, and what was counted of their pulls.
+    let hash = current.as_ref().and_then(|c| c.hash.as_deref());
+    let pull_ahead_on = pull_ahead == Ok(true);
+    let pods: Vec<Arc<CachedPod>> = if pull_ahead_on {
+        memo.pods().cloned().collect()
+    } else {
+        Vec::new()
+    };
+    let counted = hash
+        .filter(|_| pull_ahead_on)
+        .map(|hash| observe_pulls(ctx, &uid, &pods, hash));
+    // The stale-condition check needs the pods with the condition alone (what the
+    // memo's looks read).
+    let flagged = memo.with_need_upgrade();
+    let world = World {
+        other_updater,
+        pulls: match (&counted, hash) {
+            (Some((tries, unseen)), Some(hash)) => Some(PullsObserved {
+                pods: &pods,
+                hash,
+                tries,
+                unseen,
+            }),
+            _ => None,
+        },
+        pull_ahead,
+        paused: controls.paused,
+        plan: RollingInput {
+            daemonset: ds,
+            current: current.as_ref(),
+            // The memo's pods and nodes are planned (`plan_rolling_update_memo`).
+            pods: &[],
+            nodes: &[],
+            max_unavailable: controls.max_unavailable,
+            now: Timestamp::now(),
+            expected_deletions: &pending.deletions,
+            vacated_by_us: &pending.vacated,
+            limits: ctx.limits,
+            partition: controls.partition,
+            node_selector: controls.node_selector,
+            list_upcoming: false,
+        },
+        memo: &memo,
+        pull_ahead_limits: ctx.pull_ahead,
+    };
+    let Decision { step, keep_memo } = decide(&world);
+    if keep_memo {
+        ctx.plan_memos.lock().unwrap().insert(uid, memo);
+    }
+    let action = match step {
+        Step::StepBack { sighting, requeue } => {
+            let message = sighting.explain(ctx.other_updaters.quiet());
+            warn_once(ds, ctx, ANOTHER_UPDATER_ACTIVE_EVENT, &message).await;
+            tracing::info!(what = %sighting.what, at = %sighting.at, "another updater acts on this DaemonSet; no deletion");
+            return Ok(Action::requeue(requeue));
+        }
+        Step::RefusePullAhead(error) => {
+            warn_once(ds, ctx, INVALID_PULL_AHEAD_EVENT, &error.to_string()).await;
+            return Ok(Action::await_change());
+        }
+        Step::WaitForRevision { plan } => {
+            record_progress(ds, ctx, &plan);
+            wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await
+        }
+        Step::Roll(rollout) => execute_rollout(ds, ctx, rollout, current.as_ref()).await?,
+    };
+    remove_stale_conditions(ds, ctx, &flagged).await?;
+    Ok(action)
+}
+
+/// Counts the pulls' answers into the controller's memory (`PullTries`,
+/// `UnseenRequests`), and returns what pull-ahead reads of them.
+pub(super) fn observe_pulls(
+    ctx: &Context,
+    uid: &str,
+    pods: &[Arc<CachedPod>],
+    hash: &str,
+) -> (PullTries, BTreeSet<String>) {
+    let tries = {
+        let mut all = ctx.pull_tries.lock().unwrap();
+        let tries = all.entry(uid.to_string()).or_default();
+        tries.observe(pods, hash);
+        tries.clone()
+    };
+    let unseen = ctx
+        .pull_unseen
+        .lock()
+        .unwrap()
+        .entry(uid.to_string())
+        .or_default()
+        .still_unseen(pods, Instant::now());
+    (tries, unseen)
+}
+
+/// Executes a rollout step: pull requests, then, against a confirmed target, the
+/// deletions (recorded as expected before any call), progress and Events.
+pub(super) async fn execute_rollout(
+    ds: &DaemonSet,
+    ctx: &Context,
+    rollout: Rollout,
+    current: Option<&CurrentRevision>,
+) -> Result<Action, Error> {
+    let Rollout {
+        plan,
+        pulls,
+        requeue,
+    } = rollout;
+    let uid = ds.uid().unwrap_or_default();
+    if let Some(pulls) = &pulls {
+        request_pulls(ds, ctx, pulls).await?;
+    }
+    // Deletions are only made against a target the DaemonSet read agrees with: in a
+    // rollback a -> b -> a the revisions watch may still name b for a moment.
+    if !plan.deletions.is_empty() {
+        if let TargetCheck::Behind { cached, fresh } = confirm_target(ds, ctx, current).await? {
+            tracing::info!(
+                ?cached,
+                ?fresh,
+                "cached ControllerRevision behind the API server's; no deletion until they agree"
+            );
+            let wait = NativeWait::RevisionBehind;
+            return Ok(wait_on_native(ds, ctx, wait, Some(TARGET_RECHECK)).await);
+        }
+    }
+    native_wait_over(ds, ctx);
+    // Recorded before any call: an event burst replanning while calls are in flight must
+    // already see these pods as gone and their nodes as vacated.
+    {
+        let mut expectations = ctx.expectations.lock().unwrap();
+        expectations.settle(&uid, &plan.settled);
+        let now = Instant::now();
+        for step in &plan.deletions {
+            expectations.expect_deletion(&uid, &step.node, &step.uid, now);
+        }
+    }
+    record_progress(ds, ctx, &plan);
+
+    let ns = ds.namespace().unwrap_or_default();
+    // The deletions of one plan are independent: issued together, each by UID.
+    let calls = plan.deletions.iter().cloned().map(|step| {
+        let ns = ns.as_str();
+        async move {
+            let result = ctx.writer.delete_pod(ns, &step.name, &step.uid).await;
+            (step, result)
+        }
+    });
+    let results = issue_together(calls).await;
+    let mut deleted = Vec::new();
+    let mut failure = None;
+    for (step, result) in results {
+        match result {
+            Ok(Outcome::Written) => {
+                tracing::info!(pod = %step.name, node = %step.node, reason = %step.reason, "deleted pod for upgrade");
+                ctx.metrics
+                    .pods_deleted
+                    .get_or_create(&DeletionLabels {
+                        namespace: step.namespace.clone(),
+                        daemonset: ds.name_any(),
+                        reason: format!("{:?}", step.reason),
+                    })
+                    .inc();
+                deleted.push(step);
+            }
+            // Gone already, or replaced by a pod of the same name: its node is being
+            // replaced all the same.
+            Ok(Outcome::Gone | Outcome::Changed) => {
+                ctx.expectations
+                    .lock()
+                    .unwrap()
+                    .deletion_moot(&uid, &step.uid);
+            }
+            // Only condition writes are remembered and skipped, never a deletion.
+            Ok(Outcome::Repeat) => {}
+            Err(error) => {
+                ctx.expectations
+                    .lock()
+                    .unwrap()
+                    .deletion_failed(&uid, &step.node, &step.uid);
+                failure.get_or_insert(error);
+            }
+        }
+    }
+    deleted.sort_by(|a, b| a.node.cmp(&b.node));
+    if !deleted.is_empty() {
+        // A rollout is under way: its completion is worth an Event.
+        ctx.said.first_time(&uid, Topic::Progress, "rolling");
+        let names: Vec<String> = deleted
+            .iter()
+            .map(|d| format!("{} on {}", d.name, d.node))
+            .collect();
+        let p = &plan.progress;
+        let note = format!(
+            "deleted {} pod(s) for the upgrade (budget {}, unavailable before {}; Ready nodes done {}/{}): {}",
+            deleted.len(),
+            p.budget,
+            p.unavailable,
+            p.ready_updated,
+            p.ready_nodes,
+            shorten(&names)
+        );
+        ctx.events
+            .publish(
+                &ds.object_ref(&()),
+                EventType::Normal,
+                UPGRADING_PODS_EVENT,
+                "DeletePods",
+                note,
+            )
+            .await;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(Action::requeue(requeue))
+}
+
+/// Another updater's last sighting on `ds`, while it counts (see `other_updater`).
+pub(super) fn other_updater_active(ds: &DaemonSet, ctx: &Context) -> Option<(Sighting, Duration)> {
+    let now = Timestamp::now();
+    let active =
+        ctx.other_updaters
+            .active(&ds.namespace().unwrap_or_default(), &ds.name_any(), now);
+    ctx.metrics
+        .daemonsets_with_other_updater
+        .set(ctx.other_updaters.count_active(now) as i64);
+    active
+}

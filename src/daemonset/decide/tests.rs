@@ -1,0 +1,274 @@
+//! The decision as a table, one row per behaviour of docs/configuration.md's DaemonSet
+//! annotations: the world is said in annotations and nodes, as an operator sees it.
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::*;
+use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
+use crate::daemonset::pull_ahead::pull_ahead_of;
+use crate::daemonset::revision::CurrentRevision;
+use crate::daemonset::rolling_plan::RollingLimits;
+use crate::names::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_SUCCESS_REASON};
+use crate::revision_message::need_upgrade_message;
+use crate::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
+
+const NOW: i64 = 1_000_000;
+
+/// The world of one row: Ready nodes `n1..` with an available pod each, old first.
+#[derive(Clone, Copy)]
+struct Given {
+    old: usize,
+    new: usize,
+    annotations: &'static [(&'static str, &'static str)],
+    /// Nodes whose old pod's pull of the new revision succeeded.
+    pulled: &'static [&'static str],
+    /// Nodes whose old pod's deletion is in flight (not in the cache yet).
+    deleting: &'static [&'static str],
+    another_updater: bool,
+    /// The native controller has written no ControllerRevision yet.
+    no_revision: bool,
+}
+
+const GIVEN: Given = Given {
+    old: 0,
+    new: 0,
+    annotations: &[],
+    pulled: &[],
+    deleting: &[],
+    another_updater: false,
+    no_revision: false,
+};
+
+/// What the row expects.
+#[derive(Debug, PartialEq)]
+struct Then {
+    step: &'static str,
+    delete: Vec<String>,
+    pull: Vec<String>,
+    held_for_pull: Vec<String>,
+    requeue: Option<Duration>,
+    keep_memo: bool,
+}
+
+fn then(
+    step: &'static str,
+    delete: &[&str],
+    pull: &[&str],
+    held_for_pull: &[&str],
+    requeue: Option<Duration>,
+    keep_memo: bool,
+) -> Then {
+    let owned = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+    Then {
+        step,
+        delete: owned(delete),
+        pull: owned(pull),
+        held_for_pull: owned(held_for_pull),
+        requeue,
+        keep_memo,
+    }
+}
+
+fn daemonset(annotations: &[(&str, &str)]) -> DaemonSet {
+    let mut ds = DaemonSetBuilder::new("agent")
+        .strategy("AdvancedRollingUpdate")
+        .on_delete();
+    for (key, value) in annotations {
+        ds = match *key {
+            "max-unavailable" => ds.max_unavailable(value),
+            "paused" => ds.paused(value),
+            "partition" => ds.partition(value),
+            "node-selector" => ds.node_selector(value),
+            "pull-ahead" => ds.pull_ahead(value),
+            other => panic!("no such annotation in this table: {other}"),
+        };
+    }
+    ds.build()
+}
+
+fn pulled(hash: &str) -> PodCondition {
+    PodCondition {
+        type_: POD_IMAGE_READY_CONDITION.into(),
+        status: "True".into(),
+        reason: Some(PULL_IMAGE_SUCCESS_REASON.into()),
+        message: Some(need_upgrade_message(hash)),
+        last_transition_time: Some(Time(at(NOW - 60))),
+        ..Default::default()
+    }
+}
+
+/// Observes the row's world as the controller does, and decides.
+fn decide_on(given: Given) -> Then {
+    let ds = daemonset(given.annotations);
+    let PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+        max_unavailable,
+        paused,
+        partition,
+        node_selector,
+    }) = policy_for(&ds)
+    else {
+        panic!("the row's annotations must make a valid AdvancedRollingUpdate");
+    };
+    let revisions = if given.no_revision {
+        Vec::new()
+    } else {
+        vec![revision(&ds, "old", 1), revision(&ds, "new", 2)]
+    };
+    let current = CurrentRevision::of(&ds, &revisions);
+    let mut pods = Vec::new();
+    let mut nodes = Vec::new();
+    for i in 1..=given.old + given.new {
+        let name = format!("n{i}");
+        let hash = if i <= given.old { "old" } else { "new" };
+        let mut pod = PodBuilder::new(&format!("p{i}"), &ds)
+            .hash(hash)
+            .on_node(&name)
+            .ready_since(at(NOW - 3600));
+        if given.pulled.contains(&name.as_str()) {
+            pod = pod.with_condition(pulled("new"));
+        }
+        pods.push(Arc::new(CachedPod::from(pod.build())));
+        nodes.push(Arc::new(CachedNode::from(node(&name, true))));
+    }
+    let expected_deletions: BTreeSet<String> = given
+        .deleting
+        .iter()
+        .map(|node| format!("uid-p{}", &node[1..]))
+        .collect();
+    let vacated = BTreeMap::new();
+    let mut memo = PlanMemo::default();
+    memo.refresh(&ds, current.as_ref(), &pods, &nodes);
+    let mut tries = PullTries::default();
+    tries.observe(&pods, "new");
+    let unseen = BTreeSet::new();
+    let pull_ahead = pull_ahead_of(&ds);
+    let hash = current.as_ref().and_then(|c| c.hash.as_deref());
+    let world = World {
+        other_updater: given.another_updater.then(|| {
+            let sighting = Sighting {
+                namespace: "edge".into(),
+                daemonset: "agent".into(),
+                component: "yurt-manager".into(),
+                what: "Deleted pod: p1".into(),
+                at: at(NOW - 270),
+            };
+            (sighting, Duration::from_secs(30))
+        }),
+        pulls: match (&pull_ahead, hash) {
+            (Ok(true), Some(hash)) => Some(PullsObserved {
+                pods: &pods,
+                hash,
+                tries: &tries,
+                unseen: &unseen,
+            }),
+            _ => None,
+        },
+        pull_ahead,
+        paused,
+        plan: RollingInput {
+            daemonset: &ds,
+            current: current.as_ref(),
+            pods: &[],
+            nodes: &[],
+            max_unavailable,
+            now: at(NOW),
+            expected_deletions: &expected_deletions,
+            vacated_by_us: &vacated,
+            limits: RollingLimits::default(),
+            partition,
+            node_selector: node_selector.as_ref(),
+            list_upcoming: false,
+        },
+        memo: &memo,
+        pull_ahead_limits: PullAheadLimits::default(),
+    };
+    let decision = decide(&world);
+    let nodes_of = |deletions: &[crate::daemonset::rolling_plan::PlannedDeletion]| {
+        deletions.iter().map(|d| d.node.clone()).collect()
+    };
+    let (step, delete, pull, held_for_pull, requeue) = match decision.step {
+        Step::StepBack { requeue, .. } => ("step back", vec![], vec![], vec![], Some(requeue)),
+        Step::RefusePullAhead(_) => ("refuse", vec![], vec![], vec![], None),
+        Step::WaitForRevision { .. } => ("wait for revision", vec![], vec![], vec![], None),
+        Step::Roll(rollout) => {
+            let pulls = rollout.pulls.unwrap_or(PullAheadPlan {
+                deletions: Vec::new(),
+                held: Vec::new(),
+                requests: Vec::new(),
+                gave_up: Vec::new(),
+                in_flight: 0,
+            });
+            (
+                "roll",
+                nodes_of(&rollout.plan.deletions),
+                pulls.requests.iter().map(|r| r.node.clone()).collect(),
+                pulls.held,
+                Some(rollout.requeue),
+            )
+        }
+    };
+    Then {
+        step,
+        delete,
+        pull,
+        held_for_pull,
+        requeue,
+        keep_memo: decision.keep_memo,
+    }
+}
+
+#[test]
+fn the_decision_reads_like_the_docs() {
+    let s = Duration::from_secs;
+    #[rustfmt::skip]
+    let rows: Vec<(&str, Given, Then)> = vec![
+        ("three old nodes, max-unavailable 1: the first is deleted",
+            Given { old: 3, annotations: &[("max-unavailable", "1")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("max-unavailable 2: two at once",
+            Given { old: 3, annotations: &[("max-unavailable", "2")], ..GIVEN },
+            then("roll", &["n1", "n2"], &[], &[], Some(RESYNC), true)),
+        ("a deletion in flight uses the budget, and is looked at again soon",
+            Given { old: 3, annotations: &[("max-unavailable", "1")], deleting: &["n1"], ..GIVEN },
+            then("roll", &[], &[], &[], Some(PENDING_RECHECK), true)),
+        ("paused: the plan is made, its deletions held",
+            Given { old: 3, annotations: &[("max-unavailable", "1"), ("paused", "true")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), true)),
+        ("partition 1: the first name stays old",
+            Given { old: 2, annotations: &[("max-unavailable", "2"), ("partition", "1")], ..GIVEN },
+            then("roll", &["n2"], &[], &[], Some(RESYNC), true)),
+        ("partition 1, the rest done: held back, the memo dropped",
+            Given { old: 1, new: 1, annotations: &[("partition", "1")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), false)),
+        ("every node on the new revision: complete, the memo dropped",
+            Given { new: 3, ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), false)),
+        ("pull-ahead, nothing pulled yet: the wave waits, it and the next wave pull",
+            Given { old: 3, annotations: &[("max-unavailable", "1"), ("pull-ahead", "true")], ..GIVEN },
+            then("roll", &[], &["n1", "n2"], &["n1"], Some(RESYNC), true)),
+        ("pull-ahead, n1 pulled: n1 is deleted, n2 pulls",
+            Given { old: 3, annotations: &[("max-unavailable", "1"), ("pull-ahead", "true")], pulled: &["n1"], ..GIVEN },
+            then("roll", &["n1"], &["n2"], &[], Some(RESYNC), true)),
+        ("pull-ahead and paused: no deletion and no new pull",
+            Given { old: 3, annotations: &[("max-unavailable", "1"), ("pull-ahead", "true"), ("paused", "true")], pulled: &["n1"], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), true)),
+        ("pull-ahead false: as without it",
+            Given { old: 3, annotations: &[("max-unavailable", "1"), ("pull-ahead", "false")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("pull-ahead maybe: refused, nothing deleted",
+            Given { old: 3, annotations: &[("pull-ahead", "maybe")], ..GIVEN },
+            then("refuse", &[], &[], &[], None, true)),
+        ("another updater deleted a pod lately: step back until it is quiet",
+            Given { old: 3, another_updater: true, ..GIVEN },
+            then("step back", &[], &[], &[], Some(s(31)), true)),
+        ("no ControllerRevision yet: wait on the native controller",
+            Given { old: 3, no_revision: true, ..GIVEN },
+            then("wait for revision", &[], &[], &[], None, true)),
+    ];
+    for (says, given, expected) in rows {
+        assert_eq!(decide_on(given), expected, "{says}");
+    }
+}
