@@ -16,6 +16,7 @@ pub mod credentials;
 pub mod encode;
 pub mod error;
 pub mod http;
+pub mod limits;
 mod model;
 pub mod network;
 pub mod nlb;
