@@ -11,7 +11,7 @@
 #                   pulls take 20 s (the bed's pull model on a kwok of the bench's own, issue 26)
 #   agent_get_pods  the node agent's GET /pods with 110 pods under load
 #   footprint       the controller's memory and CPU at 1,000 nodes x 10 DaemonSets
-#   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates.rs
+#   gates           the readiness-gate controller: 500 pending pods, and the capacity proof of tests/gates_walk_through.rs
 #   daemonset_fleet the DaemonSet controller's code at 10,000 nodes x 20 DaemonSets, simulated
 #                   (no control plane; today's path beside it in the same run; BENCH_QUICK: 1,000 nodes)
 #   gates_fleet     the readiness-gate controller at 1,000 LoadBalancer Services (700 CLB, 300 NLB)
@@ -110,8 +110,8 @@ for bench in $BENCHES; do
   if [ "$bench" = gates ]; then
     # The capacity proof (6 replicas, maxUnavailable 1, maxSurge 1, with and without
     # gates) is the e2e test's scenario; run here, it records gates.min_healthy_*.
-    log "gates: the capacity proof (tests/gates.rs), recorded"
-    if ! ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates \
+    log "gates: the capacity proof (tests/gates_walk_through.rs), recorded"
+    if ! ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates_walk_through \
       gates_keep_capacity -- --include-ignored --nocapture 2>&1 | grep 'capacity proof' | tee -a "$results"; then
       log "gates capacity proof FAILED"
       echo "gates capacity proof: FAILED" >>"$results"

@@ -5,7 +5,7 @@
 //! the gate tests judge by: gate conditions, the emulator's backends, rollouts checked
 //! for early flips, orphan backends.
 //!
-//! One bed, two sets of helper signatures: `tests/gates.rs` uses it as [`Bed`] (a
+//! One bed, two sets of helper signatures: `tests/gates_*.rs` use it as [`Bed`] (a
 //! Service selects an app of its own; a Deployment names its gates and its surge), the
 //! other e2e tests that need a real gate run (`kubectl_plugin`, `monitoring`) and the
 //! benches as [`GatedBed`] (a Service and a Deployment of one name, gated on each other).
@@ -102,7 +102,7 @@ pub fn give_pod_ips_shared_enis(
     })
 }
 
-/// The helper signatures of `tests/gates.rs` (see [`Bed`]).
+/// The helper signatures of `tests/gates_*.rs` (see [`Bed`]).
 pub enum GatesTests {}
 /// The short helper signatures of the other tests (see [`GatedBed`]).
 pub enum OneName {}
@@ -121,7 +121,7 @@ pub struct GateWorld<F> {
     helpers: PhantomData<F>,
 }
 
-/// The bed of `tests/gates.rs`.
+/// The bed of `tests/gates_*.rs`.
 pub type Bed = GateWorld<GatesTests>;
 /// The bed of the other gated e2e tests and the benches.
 pub type GatedBed = GateWorld<OneName>;
@@ -953,4 +953,26 @@ pub fn min_healthy(events: &[Value], group: &str, start: usize) -> (usize, Vec<S
         ));
     }
     (min, trace)
+}
+
+/// The ids of the emulator's load balancers of `product` (`clb` or `nlb`).
+pub async fn load_balancer_ids(bed: &Bed, product: &str) -> Vec<String> {
+    let state = bed.emulator("state").await;
+    state[product]["load_balancers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A CLB Service `bad` with `annotations` rollgate refuses before any cloud call, and
+/// a Deployment of one pod gated on it: waits for the gate False, saying
+/// InvalidLoadBalancerAnnotation; returns its message.
+pub async fn refused_annotation(bed: &Bed, annotations: Value) -> String {
+    let reason = "InvalidLoadBalancerAnnotation";
+    let mut pods = bed
+        .create_held_app("bad", None, annotations, 1, reason)
+        .await;
+    pods.remove(0).1
 }
