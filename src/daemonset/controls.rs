@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use kube::core::{Expression, Selector, SelectorExt};
 
-use super::int_or_percent::{IntOrPercent, NotIntOrPercent};
+use super::int_or_percent::{int_or_percent_enum, IntOrPercent, NotIntOrPercent};
 use crate::object::NodeFacts;
 
 /// What `rollgate.io/partition` accepts, for error messages and docs.
@@ -83,29 +83,7 @@ impl Partition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotAPartition;
 
-impl std::fmt::Display for Partition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        IntOrPercent::from(*self).fmt(f)
-    }
-}
-
-impl From<IntOrPercent> for Partition {
-    fn from(value: IntOrPercent) -> Self {
-        match value {
-            IntOrPercent::Count(count) => Partition::Count(count),
-            IntOrPercent::Percent(percent) => Partition::Percent(percent),
-        }
-    }
-}
-
-impl From<Partition> for IntOrPercent {
-    fn from(value: Partition) -> Self {
-        match value {
-            Partition::Count(count) => IntOrPercent::Count(count),
-            Partition::Percent(percent) => IntOrPercent::Percent(percent),
-        }
-    }
-}
+int_or_percent_enum!(Partition);
 
 /// A parsed `rollgate.io/node-selector`, with the text it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -50,6 +50,40 @@ impl std::fmt::Display for IntOrPercent {
     }
 }
 
+/// For an annotation's own enum with the variants `Count(u32)` and `Percent(u8)`:
+/// `Display` and the conversions from and to [`IntOrPercent`], so that every such value
+/// reads and prints one way while its meaning (default, rounding) stays its own.
+macro_rules! int_or_percent_enum {
+    ($name:ident) => {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                $crate::daemonset::int_or_percent::IntOrPercent::from(*self).fmt(f)
+            }
+        }
+
+        impl From<$crate::daemonset::int_or_percent::IntOrPercent> for $name {
+            fn from(value: $crate::daemonset::int_or_percent::IntOrPercent) -> Self {
+                use $crate::daemonset::int_or_percent::IntOrPercent;
+                match value {
+                    IntOrPercent::Count(count) => $name::Count(count),
+                    IntOrPercent::Percent(percent) => $name::Percent(percent),
+                }
+            }
+        }
+
+        impl From<$name> for $crate::daemonset::int_or_percent::IntOrPercent {
+            fn from(value: $name) -> Self {
+                use $crate::daemonset::int_or_percent::IntOrPercent;
+                match value {
+                    $name::Count(count) => IntOrPercent::Count(count),
+                    $name::Percent(percent) => IntOrPercent::Percent(percent),
+                }
+            }
+        }
+    };
+}
+pub(crate) use int_or_percent_enum;
+
 #[cfg(test)]
 mod tests {
     use super::*;

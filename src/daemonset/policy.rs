@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use super::controls::{
     NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
 };
-use super::int_or_percent::{IntOrPercent, NotIntOrPercent};
+use super::int_or_percent::{int_or_percent_enum, IntOrPercent, NotIntOrPercent};
 use crate::names::{
     INVALID_MAX_UNAVAILABLE_EVENT, INVALID_NODE_SELECTOR_EVENT, INVALID_PARTITION_EVENT,
     INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION, NODE_SELECTOR_ANNOTATION,
@@ -150,29 +150,7 @@ impl MaxUnavailable {
     }
 }
 
-impl std::fmt::Display for MaxUnavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        IntOrPercent::from(*self).fmt(f)
-    }
-}
-
-impl From<IntOrPercent> for MaxUnavailable {
-    fn from(value: IntOrPercent) -> Self {
-        match value {
-            IntOrPercent::Count(count) => MaxUnavailable::Count(count),
-            IntOrPercent::Percent(percent) => MaxUnavailable::Percent(percent),
-        }
-    }
-}
-
-impl From<MaxUnavailable> for IntOrPercent {
-    fn from(value: MaxUnavailable) -> Self {
-        match value {
-            MaxUnavailable::Count(count) => IntOrPercent::Count(count),
-            MaxUnavailable::Percent(percent) => IntOrPercent::Percent(percent),
-        }
-    }
-}
+int_or_percent_enum!(MaxUnavailable);
 
 /// Parses the strategy annotation value, case-insensitively.
 pub fn parse_strategy(value: &str) -> Result<StrategyKind, PolicyError> {

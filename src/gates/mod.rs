@@ -26,6 +26,7 @@ pub mod pods;
 pub mod poller;
 pub mod published_groups;
 pub mod reasons;
+pub mod reconcile;
 pub mod service;
 pub mod service_writes;
 pub mod settings;
