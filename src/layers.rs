@@ -164,3 +164,92 @@ fn the_check_sees_paths_in_code_and_not_in_comments() {
     assert_eq!(module_of(Path::new("names.rs")).as_deref(), Some("names"));
     assert_eq!(module_of(Path::new("lib.rs")), None);
 }
+
+/// Test-only files: listed in docs/architecture.md only where a reader needs them.
+fn is_test_file(name: &str) -> bool {
+    matches!(name, "tests.rs" | "proptests.rs" | "state_machine.rs") || name.ends_with("_tests.rs")
+}
+
+/// The production files of `roots` (relative to the repository) that docs/architecture.md
+/// does not name: a file counts as named when its name and its folder (`folder/`) are
+/// in the document, a `mod.rs` when its folder is.
+fn unnamed_in(doc: &str, repo: &Path, roots: &[&str]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for root in roots {
+        let mut paths = Vec::new();
+        rust_files(&repo.join(root), &mut paths);
+        for path in paths {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let folder = path
+                .parent()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap();
+            if is_test_file(name) {
+                continue;
+            }
+            let folder_named = folder == "src" || doc.contains(&format!("{folder}/"));
+            let named = folder_named && (name == "mod.rs" || doc.contains(name));
+            if !named {
+                missing.push(path.strip_prefix(repo).unwrap().display().to_string());
+            }
+        }
+    }
+    missing.sort();
+    missing
+}
+
+/// docs/architecture.md names every production file of the three crates, so the map of
+/// the code cannot fall behind it.
+#[test]
+fn the_architecture_names_every_production_file() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = include_str!("../docs/architecture.md");
+    let roots = ["src", "crates/alibaba-lb/src", "crates/lb-emulator/src"];
+    let missing = unnamed_in(doc, repo, &roots);
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md does not name: {missing:#?}"
+    );
+}
+
+/// The layer order docs/architecture.md states is the one `layer` enforces: every
+/// module the numbered list names (a level's continuation lines too) is of that level,
+/// and no module with a layer is left out.
+#[test]
+fn the_architecture_states_the_layer_order_that_is_checked() {
+    let doc = include_str!("../docs/architecture.md");
+    let section = doc
+        .split("Layer order")
+        .nth(1)
+        .expect("a Layer order section");
+    let list = section.split("\n\n").nth(1).expect("the numbered list");
+    let mut level = None;
+    let mut listed = Vec::new();
+    for line in list.lines() {
+        if let Some((n, _)) = line.split_once(". ") {
+            level = n.trim().parse::<u8>().ok().or(level);
+        }
+        for module in line.split('`').skip(1).step_by(2) {
+            assert_eq!(
+                layer(module),
+                level,
+                "{module} is listed in layer {level:?}"
+            );
+            listed.push(module.to_string());
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(module) = module_of(path.strip_prefix(&src).unwrap()) else {
+            continue;
+        };
+        assert!(
+            listed.contains(&module),
+            "{module} is not in the Layer order list"
+        );
+    }
+}
