@@ -95,6 +95,12 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
         0
     }
 
+    /// Calls and throttling answers per API action so far (each retry included), for
+    /// the metrics that say which action's quota is the one being hit.
+    fn action_counts(&self) -> Vec<crate::ActionCount> {
+        vec![]
+    }
+
     /// Health of each registered backend as the load balancer sees it.
     async fn backend_health(&self, group: &ServerGroupRef) -> Result<Vec<BackendHealth>> {
         Ok(self.read_group(group).await?.health)

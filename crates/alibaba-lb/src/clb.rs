@@ -630,6 +630,10 @@ impl LoadBalancerBackends for ClbClient {
         self.api.calls_made()
     }
 
+    fn action_counts(&self) -> Vec<crate::ActionCount> {
+        self.api.action_counts()
+    }
+
     fn product(&self) -> Product {
         Product::Clb
     }

@@ -143,6 +143,9 @@ pub struct ClientConfig {
     pub signature: SignatureVersion,
     pub retry: RetryPolicy,
     pub rate_limit: RateLimit,
+    /// Keep each action under its own quota as well (`action_quotas`): on unless the
+    /// account's quotas were raised.
+    pub action_quotas: bool,
     pub jobs: JobPolicy,
     pub request_timeout: Duration,
 }
@@ -161,6 +164,7 @@ impl ClientConfig {
             signature: SignatureVersion::default(),
             retry: RetryPolicy::default(),
             rate_limit: RateLimit::default(),
+            action_quotas: true,
             jobs: JobPolicy::default(),
             request_timeout: Duration::from_secs(15),
         }
@@ -184,6 +188,7 @@ impl ClientConfig {
             signature: base.signature,
             retry: base.retry,
             rate_limit: base.rate_limit,
+            action_quotas: base.action_quotas,
             jobs: base.jobs,
             request_timeout: base.request_timeout,
         }

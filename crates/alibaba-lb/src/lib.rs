@@ -9,6 +9,7 @@
 //! backoff under a client-side token bucket; NLB asynchronous jobs are awaited and a
 //! failed or timed-out job is an error.
 
+pub mod action_quotas;
 mod backends;
 pub mod clb;
 pub mod config;
@@ -40,6 +41,7 @@ pub use settings::{
     AclType, ConnectionDrain, HealthCheck, HealthCheckType, ListenerAcl, ListenerSettings,
 };
 pub use sign::SignatureVersion;
+pub use transport::ActionCount;
 
 use std::sync::Arc;
 

@@ -612,6 +612,10 @@ impl LoadBalancerBackends for NlbClient {
         self.api.calls_made()
     }
 
+    fn action_counts(&self) -> Vec<crate::ActionCount> {
+        self.api.action_counts()
+    }
+
     fn product(&self) -> Product {
         Product::Nlb
     }

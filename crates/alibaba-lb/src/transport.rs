@@ -1,11 +1,13 @@
 //! Sends one signed API call, with rate limiting and retries, and turns the answer
 //! into a typed body or an [`Error`] naming the action and RequestId.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 
+use crate::action_quotas::quota_of;
 use crate::config::{ClientConfig, Service};
 use crate::credentials::CredentialProvider;
 use crate::error::Result;
@@ -20,6 +22,22 @@ pub type Params = Vec<(String, String)>;
 pub struct Answer<T> {
     pub body: T,
     pub request_id: String,
+}
+
+/// One action's calls and throttling answers so far, each retry included.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActionCount {
+    pub action: String,
+    pub calls: u64,
+    pub throttled: u64,
+}
+
+/// One action's bucket (none when action quotas are off) and counts.
+#[derive(Debug)]
+struct ActionState {
+    bucket: Option<Arc<TokenBucket>>,
+    calls: u64,
+    throttled: u64,
 }
 
 #[derive(Debug)]
@@ -38,6 +56,10 @@ pub struct ApiClient {
     /// Calls sent (or waiting on the rate limiter to be sent), each retry included: a
     /// caller's scheduler counts them against its budget, whatever made them.
     calls: AtomicU64,
+    service: Service,
+    /// Whether each action keeps to its own quota (`ClientConfig::action_quotas`).
+    action_quotas: bool,
+    actions: Mutex<BTreeMap<String, ActionState>>,
 }
 
 impl ApiClient {
@@ -59,7 +81,46 @@ impl ApiClient {
             limiter: Arc::new(TokenBucket::new(config.rate_limit)),
             throttled: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            service,
+            action_quotas: config.action_quotas,
+            actions: Mutex::default(),
         })
+    }
+
+    /// Calls and throttling answers per action so far, in action order.
+    pub fn action_counts(&self) -> Vec<ActionCount> {
+        let actions = self.actions.lock().expect("action counts lock");
+        actions
+            .iter()
+            .map(|(action, state)| ActionCount {
+                action: action.clone(),
+                calls: state.calls,
+                throttled: state.throttled,
+            })
+            .collect()
+    }
+
+    /// Counts one call of `action` (and a throttling answer to it, when `throttled`);
+    /// the first call makes the action's bucket. Returns the bucket to wait on.
+    fn count(&self, action: &str, throttled: bool) -> Option<Arc<TokenBucket>> {
+        let mut actions = self.actions.lock().expect("action counts lock");
+        let state = actions
+            .entry(action.to_string())
+            .or_insert_with(|| ActionState {
+                bucket: self.action_quotas.then(|| {
+                    Arc::new(TokenBucket::new(
+                        quota_of(self.service, action).client_limit(),
+                    ))
+                }),
+                calls: 0,
+                throttled: 0,
+            });
+        if throttled {
+            state.throttled += 1;
+        } else {
+            state.calls += 1;
+        }
+        state.bucket.clone()
     }
 
     /// Throttling answers received so far (each retry's included).
@@ -83,10 +144,14 @@ impl ApiClient {
         let mut attempt = 1;
         loop {
             self.calls.fetch_add(1, Ordering::Relaxed);
+            if let Some(bucket) = self.count(action, false) {
+                bucket.acquire().await;
+            }
             let result = self.call_once(action, query, form).await;
             if let Err(error) = &result {
                 if error.is_throttling() {
                     self.throttled.fetch_add(1, Ordering::Relaxed);
+                    self.count(action, true);
                 }
             }
             match result {

@@ -994,3 +994,66 @@ async fn nlb_a_just_added_server_is_not_healthy_on_silence_alone() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Thirty reads of one action sent at once, against the emulator's quotas (20/s for
+/// `DescribeVpcAttribute`): with the client's per-action quotas on, every call
+/// passes and none is throttled; with them off (the product's rate alone, far above
+/// the quota), the burst runs into the quota. The client counts both per action.
+async fn a_burst_of_one_action(action_quotas: bool) -> (Vec<Result<()>>, ActionCount, u64) {
+    let emu = lb_emulator::serve(EmulatorConfig {
+        api_rate_limits: true,
+        ..fast_emulator()
+    })
+    .await
+    .unwrap();
+    let mut config = testing::client_config(&emu.endpoint(), 1);
+    config.action_quotas = action_quotas;
+    let network = Arc::new(VpcNetwork::new(&config, testing::credentials()).unwrap());
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        let network = network.clone();
+        calls.spawn(async move {
+            network
+                .cidr_blocks(lb_emulator::DEFAULT_VPC_ID)
+                .await
+                .map(|_| ())
+        });
+    }
+    let results: Vec<Result<()>> = calls.join_all().await;
+    let counts = network.action_counts();
+    let vpc = counts
+        .into_iter()
+        .find(|c| c.action == "DescribeVpcAttribute")
+        .expect("counted");
+    let emulator = control(&emu, "calls", None).await;
+    let throttled = emulator["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "DescribeVpcAttribute")
+        .map(|a| a["throttled"].as_u64().unwrap())
+        .unwrap();
+    (results, vpc, throttled)
+}
+
+#[tokio::test]
+async fn each_action_keeps_to_its_own_quota_and_is_counted() {
+    let started = std::time::Instant::now();
+    let (results, counted, throttled) = a_burst_of_one_action(true).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    assert_eq!((counted.calls, counted.throttled, throttled), (30, 0, 0));
+    // A burst of 18 (90% of 20), then 18/s: the last of 30 waits about 0.67 s.
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let (results, counted, throttled) = a_burst_of_one_action(false).await;
+    let refused = results.iter().filter(|r| r.is_err()).count();
+    assert!(
+        refused >= 5 && throttled as usize == refused,
+        "{refused} refused, {throttled} throttled"
+    );
+    assert_eq!((counted.calls, counted.throttled), (30, throttled));
+}

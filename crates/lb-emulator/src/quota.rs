@@ -1,21 +1,28 @@
-//! Per-action API rate limits ("flow control"): the published quota of every action
-//! the alibaba-lb client calls, the fixed windows that enforce them per (region,
-//! product, action, AccessKey), and the per-action call and throttle counts that
+//! Per-action API rate limits ("flow control"): the quota of every action the
+//! alibaba-lb client calls, the token buckets that enforce them per (region, product,
+//! action, AccessKey), and the per-action call and throttle counts that
 //! `GET /_emulator/calls` reports.
 //!
 //! Alibaba Cloud states each quota as N calls per window (shown as "N/W(s)"),
-//! counted per account, region and API. The emulator keys a window on the
+//! counted per account, region and API. The emulator keys a bucket on the
 //! AccessKeyId (its stand-in for the account) so that two keys are independent, as
-//! two accounts are. Only published values are enforced: an action whose quota could
-//! not be found has `published: None` and is unlimited unless a test or bench sets an
-//! explicit limit for it (`--api-rate-limit`), so no number here is invented.
+//! two accounts are. Every action has a limit: the published one where the
+//! references give it, else an assumption taken from the nearest published figure
+//! of the same product and kind (a read or a write), marked [`Basis::Assumed`] with
+//! its reason, so a reader can tell the two apart and a run against a real account
+//! can settle the assumed ones.
+//!
+//! The real API is closer to a token bucket than to fixed windows (a fixed window lets
+//! all N calls through at once each time it opens): a bucket holds N tokens (the
+//! burst) and refills at N/W per second (the steady rate).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// A quota: at most `calls` calls in each window of `window`.
+/// A quota: at most `calls` calls in each window of `window`, as a bucket of `calls`
+/// tokens refilled at `calls / window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limit {
     pub calls: u32,
@@ -28,6 +35,11 @@ impl Limit {
             calls,
             window: Duration::from_secs(secs),
         }
+    }
+
+    /// Tokens added per second.
+    pub fn per_second(&self) -> f64 {
+        self.calls as f64 / self.window.as_secs_f64()
     }
 
     /// `N/W`, `N/W(s)` or `N/Ws`, the notation the API reference uses.
@@ -50,24 +62,22 @@ impl std::fmt::Display for Limit {
     }
 }
 
+/// Where a limit comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// Read in a published quota table or API reference page (the URL).
+    Published(&'static str),
+    /// Not published in the references searched: the stated assumption.
+    Assumed(&'static str),
+}
+
 /// One row of the quota table: the product (`slb`, `nlb`, `ecs`, `vpc`), the action,
-/// its published quota if one was found, and where it was read.
+/// its limit, and where the limit comes from.
 pub struct QuotaRow {
     pub product: &'static str,
     pub action: &'static str,
-    pub published: Option<Limit>,
-    pub source: &'static str,
-}
-
-const NOT_FOUND: &str = "not published in the references searched";
-
-const fn row(product: &'static str, action: &'static str) -> QuotaRow {
-    QuotaRow {
-        product,
-        action,
-        published: None,
-        source: NOT_FOUND,
-    }
+    pub limit: Limit,
+    pub basis: Basis,
 }
 
 /// The published quota tables (Quota Center's defaults), per product.
@@ -75,6 +85,48 @@ const CLB_QUOTA_TABLE: &str =
     "https://www.alibabacloud.com/help/en/slb/classic-load-balancer/developer-reference/api-slb-2014-05-15-quota";
 const NLB_QUOTA_TABLE: &str =
     "https://www.alibabacloud.com/help/en/slb/network-load-balancer/developer-reference/api-nlb-2022-04-30-quota";
+const CLB_CREATE_VSERVER_GROUP: &str =
+    "https://api.aliyun.com/document/Slb/2014-05-15/CreateVServerGroup";
+
+/// The assumptions, one per kind, each from the nearest published figure.
+const CLB_WRITE: &str = "assumed: 90/60 s, the figure T-CLB publishes for the CLB writes it lists";
+const CLB_READ: &str =
+    "assumed: 20/1 s, the figure T-NLB publishes for most reads (T-CLB lists no read)";
+const NLB_WRITE: &str = "assumed: 200/60 s, the figure T-NLB publishes for most writes";
+const NLB_READ: &str = "assumed: 20/1 s, the figure T-NLB publishes for most reads";
+const OTHER_READ: &str =
+    "assumed: 20/1 s, the load balancers' read figure (no ECS or VPC figure found)";
+
+const fn row(
+    product: &'static str,
+    action: &'static str,
+    calls: u32,
+    secs: u64,
+    basis: Basis,
+) -> QuotaRow {
+    QuotaRow {
+        product,
+        action,
+        limit: Limit::per_secs(calls, secs),
+        basis,
+    }
+}
+
+const fn clb_write(action: &'static str) -> QuotaRow {
+    row("slb", action, 90, 60, Basis::Assumed(CLB_WRITE))
+}
+
+const fn clb_read(action: &'static str) -> QuotaRow {
+    row("slb", action, 20, 1, Basis::Assumed(CLB_READ))
+}
+
+const fn nlb_write(action: &'static str) -> QuotaRow {
+    row("nlb", action, 200, 60, Basis::Assumed(NLB_WRITE))
+}
+
+const fn nlb_read(action: &'static str) -> QuotaRow {
+    row("nlb", action, 20, 1, Basis::Assumed(NLB_READ))
+}
 
 const fn published(
     product: &'static str,
@@ -83,44 +135,41 @@ const fn published(
     secs: u64,
     source: &'static str,
 ) -> QuotaRow {
-    QuotaRow {
-        product,
-        action,
-        published: Some(Limit::per_secs(calls, secs)),
-        source,
-    }
+    row(product, action, calls, secs, Basis::Published(source))
 }
 
-/// Every action the alibaba-lb client calls (crates/alibaba-lb/src), with its quota.
+/// Every action the emulator answers (those the alibaba-lb client calls, and the
+/// access-control lists tests make), with its quota.
 pub const QUOTAS: &[QuotaRow] = &[
     // CLB (SLB 2014-05-15)
-    row("slb", "CreateLoadBalancer"),
-    row("slb", "DeleteLoadBalancer"),
-    row("slb", "DescribeLoadBalancerAttribute"),
-    row("slb", "CreateLoadBalancerTCPListener"),
-    row("slb", "CreateLoadBalancerUDPListener"),
-    row("slb", "CreateLoadBalancerHTTPListener"),
-    row("slb", "CreateLoadBalancerHTTPSListener"),
-    row("slb", "SetLoadBalancerTCPListenerAttribute"),
-    row("slb", "SetLoadBalancerUDPListenerAttribute"),
-    row("slb", "SetLoadBalancerHTTPListenerAttribute"),
-    row("slb", "SetLoadBalancerHTTPSListenerAttribute"),
-    row("slb", "DescribeLoadBalancerTCPListenerAttribute"),
-    row("slb", "DescribeLoadBalancerUDPListenerAttribute"),
-    row("slb", "DescribeLoadBalancerHTTPListenerAttribute"),
-    row("slb", "DescribeLoadBalancerHTTPSListenerAttribute"),
+    clb_write("CreateLoadBalancer"),
+    clb_write("DeleteLoadBalancer"),
+    clb_read("DescribeLoadBalancerAttribute"),
+    clb_write("CreateLoadBalancerTCPListener"),
+    clb_write("CreateLoadBalancerUDPListener"),
+    clb_write("CreateLoadBalancerHTTPListener"),
+    clb_write("CreateLoadBalancerHTTPSListener"),
+    clb_write("SetLoadBalancerTCPListenerAttribute"),
+    clb_write("SetLoadBalancerUDPListenerAttribute"),
+    clb_write("SetLoadBalancerHTTPListenerAttribute"),
+    clb_write("SetLoadBalancerHTTPSListenerAttribute"),
+    clb_read("DescribeLoadBalancerTCPListenerAttribute"),
+    clb_read("DescribeLoadBalancerUDPListenerAttribute"),
+    clb_read("DescribeLoadBalancerHTTPListenerAttribute"),
+    clb_read("DescribeLoadBalancerHTTPSListenerAttribute"),
     published("slb", "StartLoadBalancerListener", 90, 60, CLB_QUOTA_TABLE),
-    row("slb", "DeleteLoadBalancerListener"),
-    QuotaRow {
-        product: "slb",
-        action: "CreateVServerGroup",
-        published: Some(Limit::per_secs(90, 60)),
-        source: "https://api.aliyun.com/document/Slb/2014-05-15/CreateVServerGroup",
-    },
-    row("slb", "DeleteVServerGroup"),
-    row("slb", "DescribeVServerGroups"),
-    row("slb", "DescribeVServerGroupAttribute"),
-    row("slb", "AddVServerGroupBackendServers"),
+    clb_write("DeleteLoadBalancerListener"),
+    published(
+        "slb",
+        "CreateVServerGroup",
+        90,
+        60,
+        CLB_CREATE_VSERVER_GROUP,
+    ),
+    clb_write("DeleteVServerGroup"),
+    clb_read("DescribeVServerGroups"),
+    clb_read("DescribeVServerGroupAttribute"),
+    clb_write("AddVServerGroupBackendServers"),
     published(
         "slb",
         "RemoveVServerGroupBackendServers",
@@ -128,24 +177,21 @@ pub const QUOTAS: &[QuotaRow] = &[
         60,
         CLB_QUOTA_TABLE,
     ),
-    row("slb", "SetVServerGroupAttribute"),
-    row("slb", "DescribeHealthStatus"),
+    clb_write("SetVServerGroupAttribute"),
+    clb_read("DescribeHealthStatus"),
+    clb_write("CreateAccessControlList"),
+    clb_read("DescribeAccessControlListAttribute"),
     // NLB (2022-04-30)
-    row("nlb", "CreateLoadBalancer"),
-    row("nlb", "DeleteLoadBalancer"),
-    row("nlb", "GetLoadBalancerAttribute"),
+    nlb_write("CreateLoadBalancer"),
+    nlb_write("DeleteLoadBalancer"),
+    nlb_read("GetLoadBalancerAttribute"),
     published("nlb", "GetJobStatus", 20, 1, NLB_QUOTA_TABLE),
-    row("nlb", "ListListeners"),
+    nlb_read("ListListeners"),
     published("nlb", "CreateListener", 200, 60, NLB_QUOTA_TABLE),
     published("nlb", "DeleteListener", 200, 60, NLB_QUOTA_TABLE),
-    QuotaRow {
-        product: "nlb",
-        action: "GetListenerHealthStatus",
-        published: Some(Limit::per_secs(10, 1)),
-        source: NLB_QUOTA_TABLE,
-    },
+    published("nlb", "GetListenerHealthStatus", 10, 1, NLB_QUOTA_TABLE),
     published("nlb", "ListServerGroups", 20, 1, NLB_QUOTA_TABLE),
-    row("nlb", "CreateServerGroup"),
+    nlb_write("CreateServerGroup"),
     published("nlb", "DeleteServerGroup", 200, 60, NLB_QUOTA_TABLE),
     published(
         "nlb",
@@ -155,7 +201,8 @@ pub const QUOTAS: &[QuotaRow] = &[
         NLB_QUOTA_TABLE,
     ),
     published("nlb", "ListServerGroupServers", 20, 1, NLB_QUOTA_TABLE),
-    row("nlb", "AddServersToServerGroup"),
+    // "200/60 s, not adjustable" (the NLB quota page).
+    published("nlb", "AddServersToServerGroup", 200, 60, NLB_QUOTA_TABLE),
     published(
         "nlb",
         "RemoveServersFromServerGroup",
@@ -163,10 +210,22 @@ pub const QUOTAS: &[QuotaRow] = &[
         60,
         NLB_QUOTA_TABLE,
     ),
-    row("nlb", "UpdateServerGroupServersAttribute"),
+    nlb_write("UpdateServerGroupServersAttribute"),
     // ECS (2014-05-26) and VPC (2016-04-28)
-    row("ecs", "DescribeNetworkInterfaces"),
-    row("vpc", "DescribeVpcAttribute"),
+    row(
+        "ecs",
+        "DescribeNetworkInterfaces",
+        20,
+        1,
+        Basis::Assumed(OTHER_READ),
+    ),
+    row(
+        "vpc",
+        "DescribeVpcAttribute",
+        20,
+        1,
+        Basis::Assumed(OTHER_READ),
+    ),
 ];
 
 /// `product:Action=N/W`, one explicit limit (for an action with no published quota,
@@ -188,18 +247,19 @@ struct Counts {
     throttled: u64,
 }
 
-struct Window {
-    started: Instant,
-    admitted: u32,
+/// A token bucket's level and when it was last refilled.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
 }
 
-/// The limits in force and the windows that enforce them.
+/// The limits in force and the buckets that enforce them.
 pub struct RateLimiter {
     pub enabled: bool,
-    /// Explicit limits by (product, action); they win over the published table.
+    /// Explicit limits by (product, action); they win over the table.
     overrides: BTreeMap<(String, String), Limit>,
     /// Keyed by (region, product, action, AccessKeyId).
-    windows: HashMap<(String, String, String, String), Window>,
+    buckets: HashMap<(String, String, String, String), Bucket>,
     counts: BTreeMap<(String, String), Counts>,
     started: Instant,
 }
@@ -209,7 +269,7 @@ impl RateLimiter {
         Self {
             enabled,
             overrides,
-            windows: HashMap::new(),
+            buckets: HashMap::new(),
             counts: BTreeMap::new(),
             started: Instant::now(),
         }
@@ -220,9 +280,11 @@ impl RateLimiter {
             Some(limit) => self.overrides.insert(key, limit),
             None => self.overrides.remove(&key),
         };
+        // A changed limit starts from a full bucket of its own burst.
+        self.buckets.clear();
     }
 
-    /// The limit in force for an action: an explicit one, else the published one.
+    /// The limit in force for an action: an explicit one, else the table's.
     pub fn limit(&self, product: &str, action: &str) -> Option<Limit> {
         self.overrides
             .get(&(product.to_string(), action.to_string()))
@@ -231,13 +293,14 @@ impl RateLimiter {
                 QUOTAS
                     .iter()
                     .find(|r| r.product == product && r.action == action)
-                    .and_then(|r| r.published)
+                    .map(|r| r.limit)
             })
     }
 
-    /// Counts the call and says whether it is inside its quota. A refused call does
-    /// not use up the window (only admitted calls count), so exactly `calls` calls
-    /// pass in each window however hard a client retries.
+    /// Counts the call and says whether it is inside its quota. A bucket starts full
+    /// (`calls` tokens, the burst) and refills at `calls / window`; a call takes a
+    /// token. A refused call takes none, so however hard a client retries, at most
+    /// the burst plus the refill passes.
     pub fn admit(
         &mut self,
         now: Instant,
@@ -252,29 +315,41 @@ impl RateLimiter {
             (true, Some(limit)) => limit,
             _ => return true,
         };
-        let window = self
-            .windows
+        let burst = limit.calls as f64;
+        let bucket = self
+            .buckets
             .entry((
                 region.to_string(),
                 product.to_string(),
                 action.to_string(),
                 account.to_string(),
             ))
-            .or_insert(Window {
-                started: now,
-                admitted: 0,
+            .or_insert(Bucket {
+                tokens: burst,
+                at: now,
             });
-        if now.duration_since(window.started) >= limit.window {
-            window.started = now;
-            window.admitted = 0;
+        if now > bucket.at {
+            let added = now.duration_since(bucket.at).as_secs_f64() * limit.per_second();
+            bucket.tokens = (bucket.tokens + added).min(burst);
+            bucket.at = now;
         }
-        let admitted = window.admitted < limit.calls;
+        let admitted = bucket.tokens >= 1.0;
         if admitted {
-            window.admitted += 1;
+            bucket.tokens -= 1.0;
         } else {
             self.counts.entry(key).or_default().throttled += 1;
         }
         admitted
+    }
+
+    /// Whether the limit in force is the table's assumption (not published, not set).
+    fn assumed(&self, product: &str, action: &str) -> bool {
+        !self
+            .overrides
+            .contains_key(&(product.to_string(), action.to_string()))
+            && QUOTAS.iter().any(|r| {
+                r.product == product && r.action == action && matches!(r.basis, Basis::Assumed(_))
+            })
     }
 
     /// `GET /_emulator/calls`: calls and throttled calls per action since start,
@@ -291,6 +366,7 @@ impl RateLimiter {
                     "calls": c.calls,
                     "throttled": c.throttled,
                     "limit": self.limit(product, action).map(|l| l.to_string()),
+                    "assumed": self.assumed(product, action),
                 })
             })
             .collect();
@@ -312,17 +388,50 @@ mod tests {
     }
 
     #[test]
-    fn exactly_n_calls_pass_in_a_window_and_the_window_resets() {
+    fn a_burst_of_n_passes_then_the_steady_rate() {
         let mut rl = limiter("3/2");
         let t0 = Instant::now();
         let admit = |rl: &mut RateLimiter, t| rl.admit(t, "slb", "DescribeHealthStatus", "r", "k");
         assert!((0..3).all(|_| admit(&mut rl, t0)));
-        assert!(!admit(&mut rl, t0 + Duration::from_millis(1999)));
-        assert!(admit(&mut rl, t0 + Duration::from_secs(2)));
+        // 3 per 2 s refills one token every 667 ms: not yet at 600 ms, then one.
+        assert!(!admit(&mut rl, t0 + Duration::from_millis(600)));
+        assert!(admit(&mut rl, t0 + Duration::from_millis(700)));
+        assert!(!admit(&mut rl, t0 + Duration::from_millis(700)));
+        // A long pause refills up to the burst, never past it.
+        let later = t0 + Duration::from_secs(60);
+        assert!((0..3).all(|_| admit(&mut rl, later)));
+        assert!(!admit(&mut rl, later));
         let snap = rl.snapshot(t0);
-        assert_eq!(snap["actions"][0]["calls"], 5);
-        assert_eq!(snap["actions"][0]["throttled"], 1);
+        assert_eq!(snap["actions"][0]["calls"], 10);
+        assert_eq!(snap["actions"][0]["throttled"], 3);
         assert_eq!(snap["actions"][0]["limit"], "3/2(s)");
+        assert_eq!(snap["actions"][0]["assumed"], false, "an explicit limit");
+    }
+
+    #[test]
+    fn retries_do_not_drain_the_bucket() {
+        let mut rl = limiter("1/1");
+        let t0 = Instant::now();
+        assert!(rl.admit(t0, "slb", "DescribeHealthStatus", "r", "k"));
+        let refused = (1..=9)
+            .filter(|i| {
+                !rl.admit(
+                    t0 + Duration::from_millis(i * 100),
+                    "slb",
+                    "DescribeHealthStatus",
+                    "r",
+                    "k",
+                )
+            })
+            .count();
+        assert_eq!(refused, 9);
+        assert!(rl.admit(
+            t0 + Duration::from_millis(1001),
+            "slb",
+            "DescribeHealthStatus",
+            "r",
+            "k"
+        ));
     }
 
     #[test]
@@ -333,8 +442,9 @@ mod tests {
         assert!(!rl.admit(t, "slb", "DescribeHealthStatus", "r1", "k1"));
         assert!(rl.admit(t, "slb", "DescribeHealthStatus", "r2", "k1"));
         assert!(rl.admit(t, "slb", "DescribeHealthStatus", "r1", "k2"));
-        // An action with no published quota and no override is not limited.
-        assert!((0..1000).all(|_| rl.admit(t, "slb", "DescribeVServerGroups", "r1", "k1")));
+        // Another action has its own bucket (the table's 20/1 s for this read).
+        assert!((0..20).all(|_| rl.admit(t, "slb", "DescribeVServerGroups", "r1", "k1")));
+        assert!(!rl.admit(t, "slb", "DescribeVServerGroups", "r1", "k1"));
     }
 
     #[test]
@@ -356,12 +466,24 @@ mod tests {
     }
 
     #[test]
-    fn the_table_covers_each_action_once_and_every_value_has_a_source() {
+    fn the_table_covers_each_action_once_and_every_limit_says_where_it_comes_from() {
         let mut seen = std::collections::BTreeSet::new();
         for r in QUOTAS {
             assert!(seen.insert((r.product, r.action)), "{} twice", r.action);
-            assert_eq!(r.published.is_none(), r.source == NOT_FOUND, "{}", r.action);
+            match r.basis {
+                Basis::Published(url) => assert!(url.starts_with("https://"), "{}", r.action),
+                Basis::Assumed(why) => assert!(why.starts_with("assumed: "), "{}", r.action),
+            }
+            assert!(
+                r.limit.calls > 0 && !r.limit.window.is_zero(),
+                "{}",
+                r.action
+            );
         }
+        let rl = RateLimiter::new(true, BTreeMap::new());
+        assert_eq!(rl.snapshot(Instant::now())["actions"], json!([]));
+        assert!(rl.assumed("slb", "DescribeHealthStatus"));
+        assert!(!rl.assumed("nlb", "GetListenerHealthStatus"));
     }
 
     #[test]

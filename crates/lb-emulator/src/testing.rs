@@ -33,7 +33,8 @@ pub fn credentials_with_secret(secret: &str) -> Arc<dyn CredentialProvider> {
 }
 
 /// A client configuration for the emulator at `endpoint` (`127.0.0.1:PORT`): every
-/// service pointed at it, fast job polling, a rate limit tests never reach, and
+/// service pointed at it, fast job polling, rate limits tests never reach (no per-action
+/// quotas), and
 /// `attempts` tries per call (1 when a refusal must come back as it is).
 pub fn client_config(endpoint: &str, attempts: u32) -> ClientConfig {
     let mut config = ClientConfig::for_local_endpoint(REGION, endpoint);
@@ -46,6 +47,8 @@ pub fn client_config(endpoint: &str, attempts: u32) -> ClientConfig {
         per_second: 2000.0,
         burst: 200,
     };
+    // The emulator's limits are off unless a test turns them on: so are the client's.
+    config.action_quotas = false;
     config.jobs = JobPolicy {
         poll_interval: Duration::from_millis(15),
         timeout: Duration::from_secs(5),

@@ -1891,6 +1891,61 @@ fn the_fidelity_table_covers_every_action_the_client_calls() {
     }
 }
 
+/// Every action the alibaba-lb client calls has a rate limit in the emulator (row 55:
+/// published, or an assumption marked as such), and the client's own limit for it is
+/// never above the emulator's: a new call cannot go out unpaced or paced past it.
+#[test]
+fn every_action_the_client_calls_has_a_rate_limit_the_client_keeps_below() {
+    use alibaba_lb::action_quotas::quota_of;
+    use lb_emulator::quota::QUOTAS;
+    let sources = [
+        (
+            Service::Clb,
+            "slb",
+            include_str!("../../alibaba-lb/src/clb.rs"),
+        ),
+        (
+            Service::Nlb,
+            "nlb",
+            include_str!("../../alibaba-lb/src/nlb.rs"),
+        ),
+        (
+            Service::Ecs,
+            "ecs",
+            include_str!("../../alibaba-lb/src/network.rs"),
+        ),
+        (
+            Service::Vpc,
+            "vpc",
+            include_str!("../../alibaba-lb/src/network.rs"),
+        ),
+    ];
+    let mut checked = 0;
+    for (service, product, source) in sources {
+        for action in called_actions(source) {
+            // network.rs holds both ECS's and VPC's calls.
+            let Some(row) = QUOTAS
+                .iter()
+                .find(|r| r.action == action && r.product == product)
+            else {
+                assert!(
+                    product == "ecs" || product == "vpc",
+                    "the client calls {product}:{action}, which has no rate limit"
+                );
+                continue;
+            };
+            let client = quota_of(service, action);
+            assert!(
+                client.per_second() <= row.limit.per_second() && client.calls <= row.limit.calls,
+                "{product}:{action}: the client's {client:?} is above the emulator's {}",
+                row.limit
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "checked only {checked}");
+}
+
 /// Quoted action names in client source: a verb the APIs use, then a capital letter,
 /// and not a parameter key (keys open a tuple: `("Key", value)`).
 fn called_actions(source: &str) -> Vec<&str> {
@@ -2471,30 +2526,31 @@ fn reads(lb: &str) -> Vec<Read> {
 }
 
 #[tokio::test]
-async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_resets() {
-    // Windows of 5 s: long enough that four calls fit in one on a loaded machine.
+async fn rate_limits_pass_a_burst_then_a_steady_rate_per_region_and_action() {
+    // 3 per 6 s: a token every 2 s, long enough that four calls fit inside one on a
+    // loaded machine.
     let bed = rate_limited(&[
-        "slb:DescribeVServerGroups=3/5",
-        "nlb:ListServerGroups=3/5",
-        "ecs:DescribeNetworkInterfaces=3/5",
-        "vpc:DescribeVpcAttribute=3/5",
+        "slb:DescribeVServerGroups=3/6",
+        "nlb:ListServerGroups=3/6",
+        "ecs:DescribeNetworkInterfaces=3/6",
+        "vpc:DescribeVpcAttribute=3/6",
     ])
     .await;
     let lb = bed.clb_instance(Some("slb.s1.small")).await;
     for (service, action, params) in reads(&lb) {
         let pairs: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        // The window opened when the first call was admitted, before it returned.
-        let mut opened = std::time::Instant::now();
+        let burst_started = std::time::Instant::now();
         for i in 0..3 {
             bed.call(service, action, &pairs)
                 .await
                 .unwrap_or_else(|e| panic!("{action} call {} of 3: {e}", i + 1));
-            if i == 0 {
-                opened = std::time::Instant::now();
-            }
         }
-        throttled(bed.call(service, action, &pairs).await);
-        // Another region and another action have windows of their own.
+        if burst_started.elapsed() < Duration::from_millis(1500) {
+            throttled(bed.call(service, action, &pairs).await);
+        } else {
+            panic!("{action}: three calls took {:?}", burst_started.elapsed());
+        }
+        // Another region has a bucket of its own.
         let mut elsewhere = pairs.clone();
         elsewhere.push(("RegionId", "cn-shanghai"));
         let other_region = bed.call_without_region(service, action, &elsewhere).await;
@@ -2502,17 +2558,16 @@ async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_reset
             !matches!(&other_region, Err(Error::Api { code, .. }) if code.starts_with("Throttling")),
             "{action} in another region: {other_region:?}"
         );
-        // The window runs 5 s from its first call: after it, N calls pass again
-        // (checked on the last product only, to wait once).
+        // After the burst, one call per 2 s: the next token is there 2 s after the
+        // burst began, and only one (checked on the last product only, to wait once).
         if service == Service::Vpc {
-            tokio::time::sleep(Duration::from_secs(5).saturating_sub(opened.elapsed())).await;
-            for _ in 0..3 {
-                bed.call(service, action, &pairs).await.unwrap();
-            }
+            tokio::time::sleep(Duration::from_millis(2100).saturating_sub(burst_started.elapsed()))
+                .await;
+            bed.call(service, action, &pairs).await.unwrap();
             throttled(bed.call(service, action, &pairs).await);
         }
     }
-    // An action without a limit of its own is not held back by the others'.
+    // An action's bucket is its own: the others' do not hold it back.
     bed.clb_attribute(&lb).await.unwrap();
     let calls = testing::control(&bed.emu.base_url(), "calls", None).await;
     let row = |action: &str| {
@@ -2529,11 +2584,11 @@ async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_reset
         (groups["calls"].as_u64(), groups["throttled"].as_u64()),
         (Some(5), Some(1))
     );
-    assert_eq!(groups["limit"], "3/5(s)");
+    assert_eq!(groups["limit"], "3/6(s)");
     let vpc = row("DescribeVpcAttribute");
     assert_eq!(
         (vpc["calls"].as_u64(), vpc["throttled"].as_u64()),
-        (Some(9), Some(2))
+        (Some(7), Some(2))
     );
     assert_eq!(row("DescribeLoadBalancerAttribute")["throttled"], 0);
 }
@@ -2542,12 +2597,24 @@ async fn rate_limits_admit_n_calls_per_window_then_throttle_and_the_window_reset
 async fn the_published_create_vserver_group_quota_is_90_per_60_seconds() {
     let bed = rate_limited(&[]).await;
     let lb = bed.clb_instance(Some("slb.s1.small")).await;
-    for i in 0..90 {
-        bed.vserver_group(&lb, &format!("g{i}"))
-            .await
-            .unwrap_or_else(|e| panic!("call {} of 90: {e}", i + 1));
-    }
-    throttled(bed.vserver_group(&lb, "g90").await);
+    // A burst of 90, then 1.5 a second: calls in a row pass until the burst and what
+    // refilled meanwhile are used up.
+    let started = std::time::Instant::now();
+    let mut passed = 0;
+    let refusal = loop {
+        match bed.vserver_group(&lb, &format!("g{passed}")).await {
+            Ok(_) => passed += 1,
+            Err(e) => break Err::<(), _>(e),
+        }
+        assert!(passed <= 200, "never throttled");
+    };
+    let refilled = (started.elapsed().as_secs_f64() * 1.5).ceil() as usize;
+    assert!(
+        (90..=90 + refilled).contains(&passed),
+        "{passed} passed in {:?}",
+        started.elapsed()
+    );
+    throttled(refusal);
 }
 
 #[tokio::test]
@@ -2630,8 +2697,9 @@ async fn the_nlb_health_quota_is_10_calls_per_second() {
         .iter()
         .filter(|a| matches!(a, Err(Error::Api { status: 404, .. })))
         .count();
-    // Eleven calls sent together fit in one 1 s window unless the machine stalls.
-    if elapsed < Duration::from_millis(900) {
+    // Eleven calls sent together take less than the 100 ms a token takes to refill,
+    // unless the machine stalls.
+    if elapsed < Duration::from_millis(90) {
         assert_eq!((not_found, throttled), (10, 1), "{answers:?}");
     } else {
         assert!(not_found <= 11 && throttled <= 1, "{answers:?}");
