@@ -13,7 +13,7 @@ use super::annotation_events::AnnotationEvents;
 use super::cloud::Cloud;
 use super::eni::Placer;
 use super::metrics::GateMetrics;
-use super::poller::Poller;
+use super::poller::{CloudPace, Poller};
 use super::service::ClassSelection;
 use crate::apply::{EventDedup, Events, Writer};
 use crate::object::CachedPod;
@@ -58,9 +58,9 @@ pub struct GateSettings {
     pub concurrency: u16,
     pub poll_fast: Duration,
     pub poll_slow: Duration,
-    /// `--cloud-rate-limit`: the client's calls per second per product, which the
-    /// scheduler of looks (`poller`) keeps to.
-    pub cloud_rate_limit: f64,
+    /// `--cloud-rate-limit` (the client's calls per second per product) and
+    /// `--cloud-action-quotas`, which the scheduler of looks (`poller`) keeps to.
+    pub cloud_pace: CloudPace,
 }
 
 pub struct Context {
@@ -108,7 +108,7 @@ pub fn test_context(
         concurrency: 1,
         poll_fast: Duration::from_secs(1),
         poll_slow: Duration::from_secs(10),
-        cloud_rate_limit: 10.0,
+        cloud_pace: CloudPace::within_quotas(10.0),
     };
     Context {
         writer: Writer::new(client.clone()),
@@ -120,7 +120,7 @@ pub fn test_context(
         poller: Poller::new(
             settings.poll_fast,
             settings.poll_slow,
-            settings.cloud_rate_limit,
+            settings.cloud_pace,
             settings.concurrency.into(),
         ),
         events: Events::new(client, GATES_CONTROLLER_NAME),

@@ -8,6 +8,7 @@
 //! (`conditions`) and to the Service (`service_writes`).
 use std::sync::Arc;
 
+use alibaba_lb::{Product, Service};
 use futures::{Future, StreamExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::Controller;
@@ -52,7 +53,7 @@ pub fn start(
     let poller = Poller::new(
         settings.poll_fast,
         settings.poll_slow,
-        settings.cloud_rate_limit,
+        settings.cloud_pace,
         settings.concurrency.into(),
     );
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
@@ -116,10 +117,18 @@ pub fn start(
         )
         .reconcile_on({
             let (ctx, metrics) = (ctx.clone(), gate_metrics.clone());
+            let metrics_by_action = gate_metrics.clone();
             poller.triggers(
                 shutdown.clone(),
                 move |product| {
                     let client = ctx.cloud.client(product);
+                    metrics_by_action
+                        .api_actions(Service::from(product).label(), &client.action_counts());
+                    if let (Product::Clb, Some(network)) = (product, &ctx.settings.network) {
+                        for (service, counts) in network.action_counts() {
+                            metrics_by_action.api_actions(service.label(), &counts);
+                        }
+                    }
                     CallCounts {
                         calls: client.calls_made(),
                         throttled: client.throttled_answers(),

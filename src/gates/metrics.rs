@@ -1,6 +1,10 @@
 //! Metrics of the readiness-gate controller (`rollgate_gate_*`), the cloud-call
 //! scheduler's queue among them.
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use alibaba_lb::ActionCount;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -54,6 +58,14 @@ pub struct CallLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiActionLabels {
+    /// `clb`, `nlb`, `ecs` or `vpc`.
+    pub api: String,
+    /// The API action, e.g. `DescribeHealthStatus`.
+    pub action: String,
+}
+
 const BACKEND_STATES: &[&str] = &["healthy", "pending", "unhealthy", "draining", "unchecked"];
 
 fn flip_histogram() -> Histogram {
@@ -79,6 +91,12 @@ pub struct GateMetrics {
     /// Cloud calls by the priority of the Service they were for: granted looks, and
     /// the writes and reads reconciles made outside a grant.
     pub scheduler_calls: Family<PriorityLabels, Counter>,
+    /// API requests per action, each retry included (the clients' own counts).
+    pub api_requests: Family<ApiActionLabels, Counter>,
+    /// Throttling answers per action, retried ones included.
+    pub api_throttled: Family<ApiActionLabels, Counter>,
+    /// The clients' counts as last read, so each read adds only what is new.
+    api_seen: Arc<Mutex<HashMap<ApiActionLabels, ActionCount>>>,
 }
 
 impl GateMetrics {
@@ -94,6 +112,9 @@ impl GateMetrics {
             scheduler_oldest_wait: Gauge::default(),
             scheduler_queued_reconciles: Gauge::default(),
             scheduler_calls: Family::default(),
+            api_requests: Family::default(),
+            api_throttled: Family::default(),
+            api_seen: Arc::default(),
         };
         metrics.with_registry(|r| {
             let mut r = r.prefixed("rollgate_gate");
@@ -143,12 +164,47 @@ impl GateMetrics {
                 m.scheduler_queued_reconciles.clone(),
             );
             r.register(
+                "cloud_api_requests",
+                "Cloud API requests by API (clb, nlb, ecs, vpc) and action, each retry included",
+                m.api_requests.clone(),
+            );
+            r.register(
+                "cloud_api_throttled",
+                "Throttling answers by API and action, retried ones included: which action's quota is being hit",
+                m.api_throttled.clone(),
+            );
+            r.register(
                 "scheduler_calls",
                 "Cloud calls by the priority of the Service they served",
                 m.scheduler_calls.clone(),
             );
         });
         m
+    }
+
+    /// A client's per-action counts (`api`: `clb`, `nlb`, `ecs`, `vpc`), as read now:
+    /// the counters grow by what is new since the last read.
+    pub fn api_actions(&self, api: &str, counts: &[ActionCount]) {
+        let mut seen = self.api_seen.lock().expect("api counts lock");
+        for count in counts {
+            let labels = ApiActionLabels {
+                api: api.into(),
+                action: count.action.clone(),
+            };
+            let before = seen
+                .insert(labels.clone(), count.clone())
+                .unwrap_or_default();
+            let new_calls = count.calls.saturating_sub(before.calls);
+            let new_throttled = count.throttled.saturating_sub(before.throttled);
+            if new_calls > 0 {
+                self.api_requests.get_or_create(&labels).inc_by(new_calls);
+            }
+            if new_throttled > 0 {
+                self.api_throttled
+                    .get_or_create(&labels)
+                    .inc_by(new_throttled);
+            }
+        }
     }
 
     pub fn cloud_call(&self, action: &str, result: &str) {
@@ -345,5 +401,37 @@ mod tests {
 
         m.forget("shop", "web");
         assert!(!metrics.render().contains("pending_by_reason{"));
+    }
+
+    #[test]
+    fn throttling_is_counted_by_action_once_per_answer() {
+        let metrics = Metrics::default();
+        let m = GateMetrics::register(&metrics);
+        let count = |action: &str, calls, throttled| ActionCount {
+            action: action.into(),
+            calls,
+            throttled,
+        };
+        m.api_actions("nlb", &[count("GetListenerHealthStatus", 10, 2)]);
+        // Read again with more: only what is new is added.
+        m.api_actions(
+            "nlb",
+            &[
+                count("GetListenerHealthStatus", 15, 3),
+                count("ListListeners", 4, 0),
+            ],
+        );
+        let text = metrics.render();
+        for line in [
+            "rollgate_gate_cloud_api_throttled_total{api=\"nlb\",action=\"GetListenerHealthStatus\"} 3",
+            "rollgate_gate_cloud_api_requests_total{api=\"nlb\",action=\"GetListenerHealthStatus\"} 15",
+            "rollgate_gate_cloud_api_requests_total{api=\"nlb\",action=\"ListListeners\"} 4",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(
+            !text.contains("cloud_api_throttled_total{api=\"nlb\",action=\"ListListeners\"}"),
+            "{text}"
+        );
     }
 }

@@ -42,6 +42,7 @@ use clap::{Args, ValueEnum};
 
 use crate::duration_flag::parse_interval;
 use controller::GateSettings;
+use poller::CloudPace;
 use service::ClassSelection;
 
 /// The load-balancer readiness gates (Alibaba Cloud CLB/NLB).
@@ -71,9 +72,15 @@ pub struct GateArgs {
     pub cloud_scheme: alibaba_lb::Scheme,
     /// Cloud calls per second per product (client-side token bucket, bursts of twice
     /// that). The gates' scheduler grants health looks within it, pending gates first
-    /// (NLB: at most 16/s, its health API allowing 10/s).
+    /// (and within the quotas of a look's actions: `--cloud-action-quotas`).
     #[arg(long, env = "ROLLGATE_CLOUD_RATE_LIMIT", default_value_t = 10.0)]
     pub cloud_rate_limit: f64,
+    /// Keep each cloud API action under its own quota (per account and region,
+    /// published or, where none is published, assumed: docs/readiness-gates.md), at
+    /// 90% of it, on top of `--cloud-rate-limit`. Turn off only when the account's
+    /// quotas were raised in Quota Center.
+    #[arg(long, env = "ROLLGATE_CLOUD_ACTION_QUOTAS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cloud_action_quotas: bool,
     /// The cluster's VPC (`vpc-…`): required with the gates on. CLB backends are the
     /// ENIs holding pod IPs in this VPC; created load balancers go into it.
     #[arg(long, env = "ROLLGATE_CLOUD_VPC_ID")]
@@ -147,6 +154,7 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
         per_second: args.cloud_rate_limit,
         burst: (args.cloud_rate_limit * 2.0).ceil() as u32,
     };
+    config.action_quotas = args.cloud_action_quotas;
     let endpoints = CredentialEndpoints::for_region(&region, config.network == Network::Vpc);
     let credentials = default_chain(&process_env(), endpoints)?;
     let clb = alibaba_lb::new_client(Product::Clb, &config, credentials.clone())?;
@@ -165,7 +173,10 @@ pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSe
             .health_poll_fast
             .max(std::time::Duration::from_millis(100)),
         poll_slow: args.health_poll_slow.max(args.health_poll_fast),
-        cloud_rate_limit: args.cloud_rate_limit,
+        cloud_pace: CloudPace {
+            per_second: args.cloud_rate_limit,
+            action_quotas: args.cloud_action_quotas,
+        },
     };
     Ok(Some(((clb, nlb), settings)))
 }

@@ -6,6 +6,8 @@ use super::*;
 pub struct EmulatorProcess {
     child: std::process::Child,
     pub addr: std::net::SocketAddr,
+    /// Whether the emulator enforces the API rate limits.
+    api_rate_limits: bool,
 }
 
 impl EmulatorProcess {
@@ -55,7 +57,11 @@ impl EmulatorProcess {
             .parse()
             .unwrap_or_else(|e| panic!("the emulator's first line {first:?}: {e}"));
         note(format!("lb-emulator pid {} on {addr}", child.id()));
-        EmulatorProcess { child, addr }
+        EmulatorProcess {
+            child,
+            addr,
+            api_rate_limits: config.api_rate_limits,
+        }
     }
 
     /// `127.0.0.1:PORT`, the endpoint override for the cloud client.
@@ -65,9 +71,12 @@ impl EmulatorProcess {
 
     /// The environment that points a `rollgate controller` at this emulator, for every
     /// product, with the emulator's credentials, and never at the instance metadata
-    /// service (not loopback).
+    /// service (not loopback). The controller keeps each action under its quota when
+    /// the emulator enforces them, and not when it does not: the suites that run with
+    /// the limits off burst past them on purpose, to test other things.
     pub fn controller_env(&self) -> Vec<(String, String)> {
         let endpoint = self.endpoint();
+        let action_quotas = self.api_rate_limits.to_string();
         [
             ("ALIBABA_CLOUD_REGION_ID", "cn-hangzhou"),
             ("ALIBABA_CLOUD_SLB_ENDPOINT", &endpoint),
@@ -81,6 +90,7 @@ impl EmulatorProcess {
                 "emulator-access-key-secret",
             ),
             ("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true"),
+            ("ROLLGATE_CLOUD_ACTION_QUOTAS", &action_quotas),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::config::Service;
+use crate::config::{Product, Service};
 use crate::retry::RateLimit;
 
 /// The share of an action's quota the client allows itself: the rest is headroom for
@@ -72,6 +72,34 @@ pub fn quota_of(service: Service, action: &str) -> ActionQuota {
     }
 }
 
+/// The actions one look at a listener's group makes, one call each: its backends,
+/// their health, and which group the listener forwards to (`read_group` and
+/// `listener_server_group`; CLB's listener read is per protocol, TCP's named here, all
+/// four with the same quota).
+pub fn look_actions(product: Product) -> [&'static str; 3] {
+    match product {
+        Product::Clb => [
+            "DescribeVServerGroupAttribute",
+            "DescribeHealthStatus",
+            "DescribeLoadBalancerTCPListenerAttribute",
+        ],
+        Product::Nlb => [
+            "ListServerGroupServers",
+            "GetListenerHealthStatus",
+            "ListListeners",
+        ],
+    }
+}
+
+/// Looks per second (at one listener each) the quotas of a look's actions allow over a
+/// long run: the tightest of them, at the client's share.
+pub fn looks_per_second(product: Product) -> f64 {
+    look_actions(product)
+        .iter()
+        .map(|action| quota_of(product.into(), action).client_limit().per_second)
+        .fold(f64::INFINITY, f64::min)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +131,13 @@ mod tests {
             q(Service::Ecs, "DescribeNetworkInterfaces"),
             ActionQuota::per_secs(20, 1)
         );
+    }
+
+    #[test]
+    fn a_look_is_paced_by_its_tightest_action() {
+        // NLB: the health report's 10/s; CLB: its reads' 20/s.
+        assert!((looks_per_second(Product::Nlb) - 9.0).abs() < 1e-9);
+        assert!((looks_per_second(Product::Clb) - 18.0).abs() < 1e-9);
     }
 
     #[test]

@@ -58,6 +58,16 @@ impl Service {
         }
     }
 
+    /// `clb`, `nlb`, `ecs` or `vpc`: how metrics and logs name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Service::Clb => "clb",
+            Service::Nlb => "nlb",
+            Service::Ecs => "ecs",
+            Service::Vpc => "vpc",
+        }
+    }
+
     pub fn api_version(self) -> &'static str {
         match self {
             Service::Clb => CLB_API_VERSION,

@@ -132,11 +132,12 @@ impl VpcNetwork {
     /// The ENI id holding each of `ips` in `vpc_id`, for the ENIs attached to an
     /// instance (`InUse`, the only ones a load balancer takes). IPs no such ENI holds
     /// are absent from the answer. Asks 100 IPs a call and reads every page.
-    /// Calls and throttling answers per action so far, ECS's then VPC's.
-    pub fn action_counts(&self) -> Vec<crate::ActionCount> {
-        let mut counts = self.ecs.action_counts();
-        counts.extend(self.vpc.action_counts());
-        counts
+    /// Calls and throttling answers per action so far, of ECS and of VPC.
+    pub fn action_counts(&self) -> [(Service, Vec<crate::ActionCount>); 2] {
+        [
+            (Service::Ecs, self.ecs.action_counts()),
+            (Service::Vpc, self.vpc.action_counts()),
+        ]
     }
 
     pub async fn eni_ids(&self, vpc_id: &str, ips: &[String]) -> Result<HashMap<String, String>> {

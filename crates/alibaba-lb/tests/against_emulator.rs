@@ -1020,7 +1020,7 @@ async fn a_burst_of_one_action(action_quotas: bool) -> (Vec<Result<()>>, ActionC
         });
     }
     let results: Vec<Result<()>> = calls.join_all().await;
-    let counts = network.action_counts();
+    let [_, (_, counts)] = network.action_counts();
     let vpc = counts
         .into_iter()
         .find(|c| c.action == "DescribeVpcAttribute")
@@ -1056,4 +1056,70 @@ async fn each_action_keeps_to_its_own_quota_and_is_counted() {
         "{refused} refused, {throttled} throttled"
     );
     assert_eq!((counted.calls, counted.throttled), (30, throttled));
+}
+
+/// One look at a listener's group (its backends and their health, and which group the
+/// listener forwards to) makes one call of each of `action_quotas::look_actions`, and
+/// nothing else, once the backends have a verdict: the scheduler paces looks by those
+/// actions' quotas.
+async fn a_look_makes_one_call_of_each_look_action(product: Product) {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let lb = client(&emu, product, SignatureVersion::V3);
+    let name = format!("look-{}", product.api_version().replace('-', ""));
+    let made = lb.ensure_load_balancer(&spec(&name)).await.unwrap();
+    let group = &made.listeners[0];
+    lb.add_backends(group, &backends(&emu, product, 2).await)
+        .await
+        .unwrap();
+    let counts = |calls: &Value| -> HashMap<String, u64> {
+        calls["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["action"].as_str().unwrap().to_string(),
+                    a["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // Once the backends have a verdict: while CLB reports one `unavailable`, the look
+    // reads the listener once more to tell "not checked yet" from "checks off".
+    for _ in 0..100 {
+        let health = lb.read_group(group).await.unwrap().health;
+        if health.iter().all(|h| h.state == HealthState::Healthy) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = counts(&control(&emu, "calls", None).await);
+    lb.read_group(group).await.unwrap();
+    lb.listener_server_group(group).await.unwrap();
+    let after = counts(&control(&emu, "calls", None).await);
+    let made: HashMap<&str, u64> = after
+        .iter()
+        .map(|(action, n)| {
+            (
+                action.as_str(),
+                n - before.get(action).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let expected: HashMap<&str, u64> = action_quotas::look_actions(product)
+        .into_iter()
+        .map(|a| (a, 1))
+        .collect();
+    assert_eq!(made, expected);
+}
+
+#[tokio::test]
+async fn a_clb_look_makes_one_call_of_each_look_action() {
+    a_look_makes_one_call_of_each_look_action(Product::Clb).await;
+}
+
+#[tokio::test]
+async fn an_nlb_look_makes_one_call_of_each_look_action() {
+    a_look_makes_one_call_of_each_look_action(Product::Nlb).await;
 }

@@ -1,10 +1,15 @@
 //! One product's cloud-call budget: its rate, the reserve kept for settled Services,
 //! debt for calls made outside a grant, and the slow-down after throttling.
-use alibaba_lb::{RateLimit, Tokens};
+use alibaba_lb::action_quotas::looks_per_second;
+use alibaba_lb::{Product, RateLimit, Tokens};
 use tokio::time::Instant;
 
-/// NLB health calls per second we allow ourselves (the API's limit is 10 per region).
-const NLB_HEALTH_CALLS_PER_SECOND: f64 = 8.0;
+use super::look::look_cost;
+
+/// The share of the looks its actions' quotas allow (at the client's own share of
+/// them) that the scheduler grants: a little under, so a granted look never waits in
+/// the client's bucket of one of its actions.
+const LOOK_SHARE: f64 = 0.9;
 /// The share of a budget kept for settled Services while one is waiting.
 pub(super) const SETTLED_SHARE: f64 = 0.25;
 /// The lowest a throttled product's rate goes, as a share of its budget.
@@ -108,9 +113,33 @@ impl Budget {
     }
 }
 
-/// The per-product budgets: CLB takes the client's rate; NLB the same, capped by its
-/// health API's limit.
-pub fn budgets(cloud_rate_limit: f64) -> (f64, f64) {
-    let rate = cloud_rate_limit.max(0.1);
-    (rate, rate.min(2.0 * NLB_HEALTH_CALLS_PER_SECOND))
+/// What bounds the cloud calls of one product in the region the controller serves:
+/// `--cloud-rate-limit`, and whether each action keeps to its own quota as well
+/// (`--cloud-action-quotas`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CloudPace {
+    pub per_second: f64,
+    pub action_quotas: bool,
+}
+
+impl CloudPace {
+    /// `per_second` per product, each action inside its quota (the default).
+    pub fn within_quotas(per_second: f64) -> Self {
+        CloudPace {
+            per_second,
+            action_quotas: true,
+        }
+    }
+}
+
+/// The per-product budgets: the client's rate, capped (when actions keep to their
+/// quotas) by the looks the quotas of a look's actions allow: NLB's health report
+/// (10/s) holds its looks to about 8 a second, CLB's reads (20/s) to about 16.
+pub fn budgets(pace: CloudPace) -> (f64, f64) {
+    let rate = pace.per_second.max(0.1);
+    let cap = |product| match pace.action_quotas {
+        true => look_cost(1) * looks_per_second(product) * LOOK_SHARE,
+        false => f64::INFINITY,
+    };
+    (rate.min(cap(Product::Clb)), rate.min(cap(Product::Nlb)))
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
+use super::budget::CloudPace;
 use super::look::Outcome;
 use super::schedule::{product_index, Grant, QueueState, Schedule};
 use crate::runtime::Shutdown;
@@ -37,12 +38,12 @@ pub struct Poller {
 
 impl Poller {
     /// `slots`: how many reconciles run at once (`--gate-concurrency`).
-    pub fn new(fast: Duration, slow: Duration, cloud_rate_limit: f64, slots: usize) -> Self {
+    pub fn new(fast: Duration, slow: Duration, pace: CloudPace, slots: usize) -> Self {
         Poller {
             schedule: Arc::new(Mutex::new(Schedule::new(
                 fast,
                 slow,
-                cloud_rate_limit,
+                pace,
                 slots,
                 Instant::now(),
             ))),

@@ -26,10 +26,12 @@
 //!   load balancers made first took every slot and all of the budget, and the
 //!   Services still without one waited for minutes.
 //! - **Budget.** One per product (the controller serves one region, so per product and
-//!   region): `--cloud-rate-limit` calls/s, at most 16/s for NLB, whose
-//!   `GetListenerHealthStatus` allows 10/s (a look is one listing and one health call
-//!   per listener, so 8 health calls/s). A look costs 3 calls per listener: the
-//!   group's backends, their health, and which group the listener forwards to.
+//!   region): `--cloud-rate-limit` calls/s, capped by the quotas of the actions a look
+//!   makes (`alibaba_lb::action_quotas::look_actions`): a look costs 3 calls per
+//!   listener, one of each (the group's backends, their health, and which group the
+//!   listener forwards to), so NLB, whose `GetListenerHealthStatus` allows 10/s, looks
+//!   about 8 times a second at most. The client paces each action under its quota
+//!   besides; the cap keeps granted looks from waiting in those buckets.
 //! - **No starvation.** A quarter of each budget is reserved for settled Services
 //!   whenever one is waiting; pending ones take it only when none is. Writes never
 //!   draw on it, and a settled look it pays for is not held back by the slot cap of
@@ -55,7 +57,7 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub use budget::budgets;
+pub use budget::{budgets, CloudPace};
 pub use driver::{CallCounts, Poller};
 pub use look::{look_cost, Outcome, Priority};
 pub use schedule::{Grant, QueueState, Schedule};

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
-use super::budget::{budgets, Budget};
+use super::budget::{budgets, Budget, CloudPace};
 use super::look::{look_cost, Outcome, Priority};
 
 #[derive(Clone, Debug)]
@@ -78,11 +78,11 @@ impl Schedule {
     pub fn new(
         fast: Duration,
         slow: Duration,
-        cloud_rate_limit: f64,
+        pace: CloudPace,
         slots: usize,
         now: Instant,
     ) -> Self {
-        let (clb, nlb) = budgets(cloud_rate_limit);
+        let (clb, nlb) = budgets(pace);
         Schedule {
             fast,
             slow: slow.max(fast),

@@ -37,7 +37,13 @@ fn outcome(priority: Priority) -> Outcome {
 /// A schedule of `rate` calls a second (looks due after 500 ms pending, 10 s
 /// settled) from `start`.
 fn schedule(rate: f64, start: Instant) -> Schedule {
-    Schedule::new(500 * MS, Duration::from_secs(10), rate, 8, start)
+    Schedule::new(
+        500 * MS,
+        Duration::from_secs(10),
+        CloudPace::within_quotas(rate),
+        8,
+        start,
+    )
 }
 
 /// The reconcile of `name` (a CLB Service with one listener) reported back at `at`,
@@ -186,8 +192,13 @@ fn while_a_reconcile_is_queued_settled_looks_keep_to_their_reserve() {
 #[test]
 fn while_a_reconcile_is_queued_looks_in_flight_hold_half_the_slots() {
     let start = Instant::now();
-    // A budget large enough for every look: only the slots limit them.
-    let mut s = schedule(1000.0, start);
+    // A budget large enough for every look (an account with raised quotas): only the
+    // slots limit them.
+    let pace = CloudPace {
+        per_second: 1000.0,
+        action_quotas: false,
+    };
+    let mut s = Schedule::new(500 * MS, Duration::from_secs(10), pace, 8, start);
     for i in 0..20 {
         look(&mut s, &format!("p{i}"), Priority::Pending, start);
     }
@@ -290,6 +301,22 @@ fn with_no_settled_service_waiting_pending_ones_use_the_reserve_too() {
     }
     // Main: 3 tokens (one look), reserve: 2 (one more).
     assert_eq!(s.grant(start + Duration::from_secs(1)).len(), 2);
+}
+
+#[test]
+fn budgets_keep_each_look_action_inside_its_quota() {
+    // NLB: a look per listener is 3 calls, one of them the health report (10/s, the
+    // client at 9/s): looks at 0.9 of that, 8.1 health calls/s. CLB: its reads' 20/s.
+    let (clb, nlb) = budgets(CloudPace::within_quotas(1000.0));
+    assert!((nlb - 3.0 * 9.0 * 0.9).abs() < 1e-9, "{nlb}");
+    assert!((clb - 3.0 * 18.0 * 0.9).abs() < 1e-9, "{clb}");
+    // Under the caps, the rate is the budget; without action quotas, nothing caps it.
+    assert_eq!(budgets(CloudPace::within_quotas(10.0)), (10.0, 10.0));
+    let raised = CloudPace {
+        per_second: 1000.0,
+        action_quotas: false,
+    };
+    assert_eq!(budgets(raised), (1000.0, 1000.0));
 }
 
 #[test]
@@ -514,11 +541,11 @@ proptest! {
         let fast = 500 * MS;
         let slow = Duration::from_secs(10);
         let start = Instant::now();
-        let mut s = Schedule::new(fast, slow, rate, 8, start);
+        let mut s = Schedule::new(fast, slow, CloudPace::within_quotas(rate), 8, start);
         if reconcile_waiting {
             s.reconcile_queued(key("waiting"));
         }
-        let (clb_rate, nlb_rate) = budgets(rate);
+        let (clb_rate, nlb_rate) = budgets(CloudPace::within_quotas(rate));
         let mut last_look: HashMap<String, Instant> = HashMap::new();
         let mut settled_calls = [0.0f64; 2];
         for (i, (class, nlb, listeners)) in services.iter().enumerate() {
