@@ -494,17 +494,17 @@ impl NlbClient {
                 return Ok(group.server_group_id.clone());
             }
         }
-        let cluster = spec.tags.cluster.as_ref().map_or("", |(_, v)| v.as_str());
         let mut form = params([
             ("ServerGroupName", name.clone()),
             // Pod IPs are registered directly (Terway ENI mode).
             ("ServerGroupType", "Ip".to_string()),
             ("Protocol", listener.protocol.as_api_str().to_string()),
             ("AddressIPVersion", "ipv4".to_string()),
-            (
-                "ClientToken",
-                client_token(&["nlb-sg", &self.region, &name, cluster]),
-            ),
+            // No `ClientToken` derived from the name: a token already used is answered
+            // with its first request's group, a deleted one if the group was deleted
+            // and is made again (fidelity row 45). `mutate` gives each create a token
+            // of its own, kept through its retries; a group made by an earlier
+            // reconcile is found by its tags and name above, not by the token.
         ]);
         // The health check (on unless switched off) and the drain.
         form.extend(
@@ -704,15 +704,9 @@ impl LoadBalancerBackends for NlbClient {
                                 ("ListenerProtocol", protocol.to_string()),
                                 ("ListenerPort", listener.port.to_string()),
                                 ("ServerGroupId", group_id.clone()),
-                                (
-                                    "ClientToken",
-                                    client_token(&[
-                                        "nlb-lsn",
-                                        &id,
-                                        &listener.port.to_string(),
-                                        protocol,
-                                    ]),
-                                ),
+                                // A token of this request's own (`mutate`), as for
+                                // the group: a listener made earlier is found by
+                                // its port above.
                             ]),
                         )
                         .await?;

@@ -1123,3 +1123,37 @@ async fn a_clb_look_makes_one_call_of_each_look_action() {
 async fn an_nlb_look_makes_one_call_of_each_look_action() {
     a_look_makes_one_call_of_each_look_action(Product::Nlb).await;
 }
+
+/// An NLB listener and its group deleted (by rollgate for a port change, or by hand)
+/// and then asked for again are made anew: the creates carry a token of their own
+/// request, not one derived from the names, which the API would answer with the
+/// deleted ids (fidelity row 45).
+#[tokio::test]
+async fn an_nlb_group_and_listener_made_again_after_a_delete_are_new_ones() {
+    let emu = lb_emulator::serve(fast_emulator()).await.unwrap();
+    let lb = client(&emu, Product::Nlb, SignatureVersion::V3);
+    let spec = spec("remade");
+    let made = lb.ensure_load_balancer(&spec).await.unwrap();
+    let first = made.listeners[0].clone();
+    let wiring = lb.wiring(&made.id).await.unwrap().unwrap();
+    lb.delete_listener(&made.id, &wiring.listeners[0])
+        .await
+        .unwrap();
+    lb.delete_server_group(&first.server_group_id)
+        .await
+        .unwrap();
+    let mut again = spec.clone();
+    again.existing_id = Some(made.id.clone());
+    let remade = lb.ensure_load_balancer(&again).await.unwrap();
+    let second = &remade.listeners[0];
+    assert_ne!(second.server_group_id, first.server_group_id);
+    assert_ne!(second.listener_id, first.listener_id);
+    // Both exist, and the listener forwards to the new group.
+    assert_eq!(
+        lb.listener_server_group(second).await.unwrap().as_deref(),
+        Some(second.server_group_id.as_str())
+    );
+    lb.add_backends(second, &backends(&emu, Product::Nlb, 1).await)
+        .await
+        .unwrap();
+}

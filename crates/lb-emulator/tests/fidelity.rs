@@ -2033,6 +2033,64 @@ async fn create_load_balancer_is_idempotent_by_client_token() {
     assert_eq!(state["nlb"]["load_balancers"].as_array().unwrap().len(), 2);
 }
 
+/// Row 45: NLB `CreateServerGroup` (and `CreateListener`) answer a `ClientToken`
+/// already used with that request's first answer, even once the group is deleted: a
+/// client that remakes a group with a token it used before gets the deleted id back.
+#[tokio::test]
+async fn an_nlb_group_token_answers_its_first_request_even_after_the_delete() {
+    let bed = Bed::new().await;
+    let create = |token: &'static str| {
+        let bed = &bed;
+        async move {
+            let made = bed
+                .call(
+                    Service::Nlb,
+                    "CreateServerGroup",
+                    &[
+                        ("ServerGroupName", "web-80"),
+                        ("ServerGroupType", "Ip"),
+                        ("Protocol", "TCP"),
+                        ("VpcId", lb_emulator::DEFAULT_VPC_ID),
+                        ("ClientToken", token),
+                    ],
+                )
+                .await
+                .unwrap();
+            made["ServerGroupId"].as_str().unwrap().to_string()
+        }
+    };
+    let first = create("token-a").await;
+    bed.call(
+        Service::Nlb,
+        "DeleteServerGroup",
+        &[("ServerGroupId", first.as_str())],
+    )
+    .await
+    .unwrap();
+    let gone = || async {
+        bed.call(
+            Service::Nlb,
+            "ListServerGroups",
+            &[("ServerGroupIds.1", first.as_str())],
+        )
+        .await
+        .unwrap()["ServerGroups"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    };
+    for _ in 0..100 {
+        if gone().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone().await, "the group was deleted");
+    assert_eq!(create("token-a").await, first, "the deleted group's id");
+    let second = create("token-b").await;
+    assert_ne!(second, first);
+}
+
 /// Row 46: a server group a listener forwards to cannot be deleted (CLB and NLB);
 /// once the listener is deleted, it can.
 #[tokio::test]

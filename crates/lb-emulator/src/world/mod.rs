@@ -394,6 +394,9 @@ pub struct World {
     pub acls: BTreeMap<String, AccessControlList>,
     /// Instance and attachment quotas of the account (`account_quotas`).
     pub quotas: crate::account_quotas::AccountQuotas,
+    /// The first answer to each (action, `ClientToken`) of the creates that remember
+    /// their tokens (NLB server groups and listeners).
+    pub client_tokens: HashMap<(String, String), Value>,
 }
 
 fn now_rfc3339() -> String {
@@ -465,6 +468,7 @@ impl World {
             server_certificates: BTreeSet::new(),
             acls: BTreeMap::new(),
             quotas: config.account_quotas.clone(),
+            client_tokens: HashMap::new(),
         }
     }
 

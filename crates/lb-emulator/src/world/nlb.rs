@@ -117,7 +117,7 @@ impl World {
                 let job = self.start_job("DeleteServerGroup", JobEffect::DeleteServerGroup(id));
                 Ok(json!({"JobId": job}))
             }
-            "CreateServerGroup" => self.nlb_create_group(p),
+            "CreateServerGroup" => self.idempotent("CreateServerGroup", p, Self::nlb_create_group),
             "UpdateServerGroupAttribute" => {
                 let id = self.server_group(p)?.id.clone();
                 let health_check = health_check_enabled(p)?;
@@ -134,7 +134,7 @@ impl World {
                 Ok(json!({"JobId": job, "ServerGroupId": id}))
             }
             "ListListeners" => self.nlb_list_listeners(p),
-            "CreateListener" => self.nlb_create_listener(p),
+            "CreateListener" => self.idempotent("CreateListener", p, Self::nlb_create_listener),
             "ListServerGroupServers" => self.nlb_list_servers(p),
             "AddServersToServerGroup" => {
                 let (group_id, servers) = self.nlb_servers_param(p, true)?;
@@ -372,6 +372,29 @@ impl World {
         Ok(
             json!({"ServerGroups": items, "TotalCount": groups.len(), "MaxResults": size, "NextToken": next}),
         )
+    }
+
+    /// A create that takes a `ClientToken`: a token already used for `action` is
+    /// answered with its first request's answer, whatever happened since (the SDK:
+    /// the token ensures the idempotence of the request, and must be unique among
+    /// different requests), so a group or listener deleted and made again with the same
+    /// token gets the deleted one's id back (fidelity row 45).
+    fn idempotent(
+        &mut self,
+        action: &str,
+        p: &Params,
+        create: fn(&mut Self, &Params) -> ApiResult,
+    ) -> ApiResult {
+        let token = p.get("ClientToken").filter(|t| !t.is_empty());
+        let key = token.map(|t| (action.to_string(), t.clone()));
+        if let Some(first) = key.as_ref().and_then(|k| self.client_tokens.get(k)) {
+            return Ok(first.clone());
+        }
+        let answer = create(self, p)?;
+        if let Some(key) = key {
+            self.client_tokens.insert(key, answer.clone());
+        }
+        Ok(answer)
     }
 
     fn nlb_create_group(&mut self, p: &Params) -> ApiResult {
