@@ -22,7 +22,7 @@ use alibaba_lb::{Error as CloudError, Product, ResourceTags, Tag};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
-use super::attached_plan::{attached_move, AttachedMove};
+use super::attached::plan::{attached_move, AttachedMove};
 use super::cloud;
 use super::context::{Context, Error, EVENT_ACTION};
 use super::model::{GroupChanges, Owner};

@@ -8,8 +8,7 @@
 //! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
 pub mod annotation_events;
-pub mod attached_move;
-pub mod attached_plan;
+pub mod attached;
 pub mod cleanup;
 pub mod cloud;
 pub mod cluster_id;

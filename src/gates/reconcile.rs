@@ -17,7 +17,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 
-use super::attached_move::follow_attached_move;
+use super::attached::apply::follow_attached_move;
 use super::cleanup;
 use super::cloud;
 use super::conditions::write_conditions;

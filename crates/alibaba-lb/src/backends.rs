@@ -97,7 +97,7 @@ pub trait LoadBalancerBackends: Send + Sync + std::fmt::Debug {
 
     /// Calls and throttling answers per API action so far (each retry included), for
     /// the metrics that say which action's quota is the one being hit.
-    fn action_counts(&self) -> Vec<crate::ActionCount> {
+    fn action_counts(&self) -> Vec<crate::transport::ActionCount> {
         vec![]
     }
 

@@ -630,7 +630,7 @@ impl LoadBalancerBackends for ClbClient {
         self.api.calls_made()
     }
 
-    fn action_counts(&self) -> Vec<crate::ActionCount> {
+    fn action_counts(&self) -> Vec<crate::transport::ActionCount> {
         self.api.action_counts()
     }
 

@@ -133,7 +133,7 @@ impl VpcNetwork {
     /// instance (`InUse`, the only ones a load balancer takes). IPs no such ENI holds
     /// are absent from the answer. Asks 100 IPs a call and reads every page.
     /// Calls and throttling answers per action so far, of ECS and of VPC.
-    pub fn action_counts(&self) -> [(Service, Vec<crate::ActionCount>); 2] {
+    pub fn action_counts(&self) -> [(Service, Vec<crate::transport::ActionCount>); 2] {
         [
             (Service::Ecs, self.ecs.action_counts()),
             (Service::Vpc, self.vpc.action_counts()),

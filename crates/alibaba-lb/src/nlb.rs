@@ -612,7 +612,7 @@ impl LoadBalancerBackends for NlbClient {
         self.api.calls_made()
     }
 
-    fn action_counts(&self) -> Vec<crate::ActionCount> {
+    fn action_counts(&self) -> Vec<crate::transport::ActionCount> {
         self.api.action_counts()
     }
 

@@ -3,14 +3,14 @@
 //! served, and everything else there (the user's listeners, groups and backends) stays. Which one it served is
 //! recorded on the Service (`rollgate.io/attached-load-balancer-id`) before any backend
 //! is registered in it, so a move is seen even across a restart.
-use super::attached_plan::{attached_move, AttachedMove};
-use super::cleanup::remove_own_backends;
-use super::context::{Context, Error};
-use super::service::ServiceSnapshot;
-use super::service_writes::record_served_attached;
-use super::stale::remove_unwanted;
+use super::plan::{attached_move, AttachedMove};
+use crate::gates::cleanup::remove_own_backends;
+use crate::gates::context::{Context, Error};
+use crate::gates::service::ServiceSnapshot;
+use crate::gates::service_writes::record_served_attached;
+use crate::gates::stale::remove_unwanted;
 
-/// Acts on [`attached_move`] (`attached_plan`). Returns whether the Service moved off a load balancer
+/// Acts on [`attached_move`] (`plan`). Returns whether the Service moved off a load balancer
 /// (the record patch brings the next reconcile, which serves the new one).
 pub async fn follow_attached_move(service: &ServiceSnapshot, ctx: &Context) -> Result<bool, Error> {
     match attached_move(

@@ -1,6 +1,6 @@
 //! Which load balancer a Service left, from the record rollgate keeps on it
 //! (`rollgate.io/attached-load-balancer-id`) and what its annotations name now (pure).
-//! `attached_move` acts on it while the Service lives, `cleanup` when it goes.
+//! `apply` acts on it while the Service lives, `cleanup` when it goes.
 
 /// What to do about the attached load balancer on record (pure).
 #[derive(Clone, Debug, PartialEq, Eq)]
