@@ -665,6 +665,9 @@ fn scenarios() -> Value {
     let calls = |result: &str, action: &str| {
         format!(r#"rollgate_gate_cloud_api_calls_total{{action="{action}",result="{result}"}}"#)
     };
+    let throttled = |action: &str| {
+        format!(r#"rollgate_gate_cloud_api_throttled_total{{api="clb",action="{action}"}}"#)
+    };
     let leader = |pod: &str| format!(r#"rollgate_leader{{pod="{pod}"}}"#);
     json!([
         test(
@@ -731,7 +734,7 @@ fn scenarios() -> Value {
             "writes throttled for good",
             &[
                 (&calls("success", "AddBackends"), "0+3x30"),
-                (&calls("throttled", "AddBackends"), "0+1x30")
+                (&throttled("AddVServerGroupBackendServers"), "0+1x30")
             ],
             vec![
                 check(8, "RollgateCloudThrottled", vec![]),
@@ -740,7 +743,7 @@ fn scenarios() -> Value {
                     "RollgateCloudThrottled",
                     vec![firing(
                         "RollgateCloudThrottled",
-                        &[("action", "AddBackends")]
+                        &[("api", "clb"), ("action", "AddVServerGroupBackendServers")]
                     )]
                 ),
                 // Throttled calls are not errors too.
@@ -751,7 +754,7 @@ fn scenarios() -> Value {
             "one burst of throttling",
             &[
                 (&calls("success", "AddBackends"), "0+3x30"),
-                (&calls("throttled", "AddBackends"), "0 0 4 4x28")
+                (&throttled("AddVServerGroupBackendServers"), "0 0 4 4x28")
             ],
             vec![
                 check(10, "RollgateCloudThrottled", vec![]),
