@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
+use super::failure::{FAILED_WAITING_REASONS, RESTARTS_FAILED};
 use super::placement::should_run_on;
 use super::policy::{policy_for, Policy, PolicyDecision};
 use super::revision::{generation_observed, CurrentRevision};
@@ -50,6 +51,10 @@ pub struct PlannedPod<'a> {
     need_upgrade: Option<ConditionView<'a>>,
     /// Pull-ahead waits for the pull's answer in `PodImageReady` (`pull_ahead`).
     image_ready: Option<ConditionView<'a>>,
+    /// The kubelet says a container cannot start (`failure`): the waiting reason, and
+    /// whether restarts passed the threshold. Not the restart count itself: a crash loop
+    /// would replan at every restart for nothing.
+    cannot_start: (Option<&'a str>, bool),
 }
 
 impl<'a> PlannedPod<'a> {
@@ -73,8 +78,22 @@ impl<'a> PlannedPod<'a> {
                 .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
             image_ready: pod.condition(POD_IMAGE_READY_CONDITION),
+            cannot_start: cannot_start(pod),
         }
     }
+}
+
+/// What `failure::kubelet_failure` reads of a pod, borrowed.
+fn cannot_start(pod: &impl PodFacts) -> (Option<&str>, bool) {
+    let mut waiting = None;
+    let mut restarts = false;
+    for container in pod.container_states() {
+        waiting = waiting.or(container
+            .waiting_reason
+            .filter(|r| FAILED_WAITING_REASONS.contains(r)));
+        restarts |= !container.ready && container.restart_count >= RESTARTS_FAILED;
+    }
+    (waiting, restarts)
 }
 
 /// A pod write the upgrade planners cannot see.
