@@ -113,6 +113,12 @@ fn pulled(hash: &str) -> PodCondition {
 
 /// Observes the row's world as the controller does, and decides.
 fn decide_on(given: Given) -> Then {
+    let decision = decide_given(given);
+    then_of(decision)
+}
+
+/// The decision on the row's world.
+fn decide_given(given: Given) -> Decision {
     let ds = daemonset(given.annotations);
     let PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
         max_unavailable,
@@ -205,7 +211,11 @@ fn decide_on(given: Given) -> Then {
         failure,
         halted_earlier: given.halted_earlier,
     };
-    let decision = decide(&world);
+    decide(&world)
+}
+
+/// What a row reads of a decision.
+fn then_of(decision: Decision) -> Then {
     let nodes_of = |deletions: &[crate::daemonset::rolling_plan::PlannedDeletion]| {
         deletions.iter().map(|d| d.node.clone()).collect()
     };
@@ -337,5 +347,72 @@ fn the_decision_reads_like_the_docs() {
     ];
     for (says, given, expected) in rows {
         assert_eq!(decide_on(given), expected, "{says}");
+    }
+}
+
+mod budget {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Leaks a list for the row's `'static` slices (a test's few bytes).
+    fn leak(names: Vec<String>) -> &'static [&'static str] {
+        let names: Vec<&'static str> = names
+            .into_iter()
+            .map(|n| &*Box::leak(n.into_boxed_str()))
+            .collect();
+        Box::leak(names.into_boxed_slice())
+    }
+
+    proptest! {
+        /// Whatever fails where: a halt deletes nothing, and no decision leaves more
+        /// Ready nodes unavailable than the budget (the deletions of this step plus the
+        /// nodes already unavailable), NotReady nodes' failures never halting it alone.
+        #[test]
+        fn the_budget_holds_and_a_halt_deletes_nothing(
+            old in 0..6usize,
+            new in 0..6usize,
+            crashing_mask in any::<u16>(),
+            not_ready_mask in any::<u16>(),
+            budget in 1..4u32,
+            threshold in 1..4u32,
+            halted_earlier in any::<bool>(),
+        ) {
+            let total = old + new;
+            let name = |i: usize| format!("n{}", i + 1);
+            // Only new pods crash; any node may be NotReady.
+            let crashing: Vec<String> = (old..total).filter(|i| crashing_mask & (1 << i) != 0).map(name).collect();
+            let not_ready: Vec<String> = (0..total).filter(|i| not_ready_mask & (1 << i) != 0).map(name).collect();
+            let failed_on_ready = crashing.iter().filter(|n| !not_ready.contains(n)).count();
+            let annotations: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+                ("max-unavailable", &*Box::leak(budget.to_string().into_boxed_str())),
+                ("failure-threshold", &*Box::leak(threshold.to_string().into_boxed_str())),
+            ]));
+            let decision = decide_given(Given {
+                old,
+                new,
+                crashing: leak(crashing),
+                not_ready: leak(not_ready),
+                halted_earlier,
+                annotations,
+                ..GIVEN
+            });
+            let Step::Roll(rollout) = decision.step else {
+                return Err(TestCaseError::fail("a plain world rolls"));
+            };
+            let p = &rollout.plan.progress;
+            prop_assert!(rollout.plan.deletions.len() + p.unavailable <= p.budget.max(p.unavailable),
+                "{} deletions with {} unavailable, budget {}", rollout.plan.deletions.len(), p.unavailable, p.budget);
+            if rollout.halt.is_some() {
+                prop_assert!(rollout.plan.deletions.is_empty(), "a halt deleted");
+                prop_assert!(failed_on_ready > 0, "halted with no failure on a Ready node");
+            }
+            let at = (threshold as usize).min(p.budget.max(1));
+            if failed_on_ready >= at {
+                prop_assert!(rollout.halt.is_some(), "{failed_on_ready} failures, threshold {at}: not halted");
+            }
+            if !halted_earlier && failed_on_ready < at {
+                prop_assert!(rollout.halt.is_none(), "halted below the threshold");
+            }
+        }
     }
 }
