@@ -761,6 +761,48 @@ mod tests {
 
     /// The writes a rollout makes to one pod, as the API server sends them: which of
     /// them re-plan.
+    /// The kubelet saying a container cannot start re-plans (a halt may be due); a crash
+    /// loop's next restart does not, nor a container only starting.
+    #[test]
+    fn a_container_that_cannot_start_replans_and_its_restarts_do_not() {
+        let ds = DaemonSetBuilder::new("edge").build();
+        let pod = || {
+            PodBuilder::new("edge-a", &ds)
+                .hash("new")
+                .on_node("n1")
+                .not_ready()
+        };
+        let creating = pod()
+            .container("main", false, Some("ContainerCreating"), 0)
+            .build();
+        let crashing = |restarts| {
+            pod()
+                .container("main", false, Some("CrashLoopBackOff"), restarts)
+                .build()
+        };
+        let running_between = |restarts| pod().container("main", false, None, restarts).build();
+        assert!(
+            !pod_unchanged(&creating, &crashing(1)),
+            "CrashLoopBackOff replans"
+        );
+        assert!(
+            pod_unchanged(&crashing(4), &crashing(5)),
+            "a restart more does not"
+        );
+        assert!(
+            !pod_unchanged(&running_between(2), &running_between(3)),
+            "restarts reaching the threshold replan"
+        );
+        assert!(
+            pod_unchanged(&running_between(0), &running_between(1)),
+            "below the threshold, a restart is nothing to plan on"
+        );
+        assert!(
+            pod_unchanged(&creating, &pod().container("main", false, None, 0).build()),
+            "a container starting is nothing to plan on"
+        );
+    }
+
     #[test]
     fn of_a_pods_writes_only_creation_readiness_and_deletion_replan() {
         let ds = DaemonSetBuilder::new("edge").build();
