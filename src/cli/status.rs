@@ -137,7 +137,7 @@ pub fn summarize(
             let failures = assess(pods, nodes, ds, current.as_ref(), &failure, now);
             let halt = halt_verdict(&failures, &failure, plan.progress.budget, false);
             let plan = match &halt {
-                Some(halt) => plan.halted(halt),
+                Some(halt) => halt.hold(plan),
                 None if paused => plan.paused(),
                 None => plan,
             };

@@ -118,10 +118,11 @@ pub struct Rollout {
     pub pulls: Option<PullAheadPlan>,
     /// When to plan again if nothing else triggers it.
     pub requeue: Duration,
-    /// The current revision's failed pods on Ready nodes.
-    pub failures: FailureReport,
+    /// The current revision's failed pods on Ready nodes (boxed, as `halt`: the step
+    /// stays the size of its plan).
+    pub failures: Box<FailureReport>,
     /// Set when the failures halt the rollout: `plan` then deletes nothing.
-    pub halt: Option<Halt>,
+    pub halt: Option<Box<Halt>>,
 }
 
 /// The decision for the world observed.
@@ -173,7 +174,7 @@ fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
     // Paused: the plan is made (progress, status and the budget read as usual), and its
     // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
     let mut plan = match &halt {
-        Some(halt) => plan.halted(halt),
+        Some(halt) => halt.hold(plan),
         None if world.paused => plan.paused(),
         None => plan,
     };
@@ -219,8 +220,8 @@ fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
         plan,
         pulls,
         requeue,
-        failures,
-        halt,
+        failures: Box::new(failures),
+        halt: halt.map(Box::new),
     }
 }
 

@@ -38,9 +38,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::jiff::Timestamp;
 
-use super::int_or_percent::{int_or_percent_enum, IntOrPercent, NotIntOrPercent};
 use super::revision::CurrentRevision;
-use super::rolling_plan::is_available;
+use super::rolling_plan::{is_available, Blocker, RollingPlan};
 use crate::names::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
 use crate::object::{is_controlled_by, NodeFacts, PodFacts};
 
@@ -55,100 +54,6 @@ pub const FAILED_WAITING_REASONS: &[&str] = &[
 
 /// A container that is not ready and has restarted this many times has failed.
 pub const RESTARTS_FAILED: i32 = 3;
-
-/// `rollgate.io/failure-threshold` when absent.
-pub const DEFAULT_FAILURE_THRESHOLD: FailureThreshold = FailureThreshold::Count(3);
-
-/// What `rollgate.io/failure-threshold` accepts, for error messages and docs.
-pub const FAILURE_THRESHOLD_ACCEPTED_FORMS: &str = "a positive integer (e.g. 3) or a whole \
-     percentage from 1% to 100% (e.g. 10%) of the pods the revision reached on Ready nodes";
-
-/// What `rollgate.io/on-failure` accepts, for error messages and docs.
-pub const ON_FAILURE_ACCEPTED_FORMS: &str = "halt (the default), rollback (not implemented \
-     yet: halts) or continue (failures are reported, the rollout goes on)";
-
-/// What `rollgate.io/progress-deadline` accepts, for error messages and docs.
-pub const PROGRESS_DEADLINE_ACCEPTED_FORMS: &str =
-    "a duration such as 90s, 10m or 600 (seconds); 0 for no deadline";
-
-/// How many failed pods halt the rollout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureThreshold {
-    Count(u32),
-    /// 1 to 100.
-    Percent(u8),
-}
-
-/// A `rollgate.io/failure-threshold` value that is not one of
-/// [`FAILURE_THRESHOLD_ACCEPTED_FORMS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotAFailureThreshold;
-
-impl FailureThreshold {
-    /// Parses the annotation value. Zero is refused: a threshold of no failure at all
-    /// would halt before anything happened, and "never halt" is `on-failure: continue`.
-    pub fn parse(raw: &str) -> Result<FailureThreshold, NotAFailureThreshold> {
-        match IntOrPercent::parse(raw) {
-            Ok(Some(value)) => Ok(value.into()),
-            Ok(None) | Err(NotIntOrPercent) => Err(NotAFailureThreshold),
-        }
-    }
-
-    /// The number of failed pods that halts, given the pods the revision reached and the
-    /// budget: percentages round up, at least 1, at most the budget (at least 1).
-    pub fn resolve(self, reached: usize, budget: usize) -> usize {
-        let wanted = match self {
-            FailureThreshold::Count(count) => count as usize,
-            FailureThreshold::Percent(percent) => (reached * percent as usize).div_ceil(100),
-        };
-        wanted.clamp(1, budget.max(1))
-    }
-}
-
-int_or_percent_enum!(FailureThreshold);
-
-/// What a failing revision gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnFailure {
-    /// No more deletions for the revision.
-    #[default]
-    Halt,
-    /// Asked for, not implemented yet: halts, and says so.
-    Rollback,
-    /// Failures are reported; the rollout goes on as if there were none.
-    Continue,
-}
-
-impl OnFailure {
-    /// `halt`, `rollback` or `continue` (surrounding whitespace ignored).
-    pub fn parse(raw: &str) -> Option<OnFailure> {
-        match raw.trim() {
-            "halt" => Some(OnFailure::Halt),
-            "rollback" => Some(OnFailure::Rollback),
-            "continue" => Some(OnFailure::Continue),
-            _ => None,
-        }
-    }
-}
-
-/// The failure annotations of a DaemonSet, as read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailurePolicy {
-    pub threshold: FailureThreshold,
-    pub on_failure: OnFailure,
-    /// `None`: no deadline.
-    pub progress_deadline: Option<Duration>,
-}
-
-impl Default for FailurePolicy {
-    fn default() -> Self {
-        FailurePolicy {
-            threshold: DEFAULT_FAILURE_THRESHOLD,
-            on_failure: OnFailure::Halt,
-            progress_deadline: None,
-        }
-    }
-}
 
 /// Why a pod has failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +243,19 @@ pub struct Halt {
 }
 
 impl Halt {
+    /// `plan` with its deletions dropped: the budget counts as before, and the plan says
+    /// why it stops (`Blocker::Halted`).
+    pub fn hold(&self, mut plan: RollingPlan) -> RollingPlan {
+        plan.deletions.clear();
+        plan.progress.blocked = Some(Blocker::Halted {
+            revision: self.revision.clone(),
+            failed: self.failed.len(),
+            reached: self.reached,
+            reasons: self.reasons.clone(),
+        });
+        plan
+    }
+
     /// The Warning's message: the revision, the failed pods, their nodes and reasons.
     pub fn message(&self) -> String {
         let pods: Vec<String> = self
@@ -384,6 +302,9 @@ pub fn halt_verdict(
         rollback_asked: policy.on_failure == OnFailure::Rollback,
     })
 }
+
+pub mod settings;
+pub use settings::*;
 
 #[cfg(test)]
 mod tests;

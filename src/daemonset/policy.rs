@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use super::controls::{
     NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
 };
-use super::failure::{
+use super::failure::settings::{
     FailurePolicy, FailureThreshold, OnFailure, FAILURE_THRESHOLD_ACCEPTED_FORMS,
     ON_FAILURE_ACCEPTED_FORMS, PROGRESS_DEADLINE_ACCEPTED_FORMS,
 };
@@ -353,7 +353,7 @@ mod tests {
 
     #[test]
     fn failure_annotations_parse_or_name_the_accepted_forms() {
-        use crate::daemonset::failure::{FailureThreshold, OnFailure};
+        use crate::daemonset::failure::settings::{FailureThreshold, OnFailure};
         use std::time::Duration;
         let decide = |f: fn(DaemonSetBuilder) -> DaemonSetBuilder| {
             policy_for(
@@ -379,8 +379,9 @@ mod tests {
         let off = failure_of(decide(|b| b.progress_deadline("0")));
         assert_eq!(off.progress_deadline, None, "0 is no deadline");
 
+        type Annotate = fn(DaemonSetBuilder) -> DaemonSetBuilder;
         #[rustfmt::skip]
-        let bad: [(fn(DaemonSetBuilder) -> DaemonSetBuilder, &str, &str); 4] = [
+        let bad: [(Annotate, &str, &str); 4] = [
             (|b| b.failure_threshold("0"), "InvalidFailureThreshold", FAILURE_THRESHOLD_ACCEPTED_FORMS),
             (|b| b.failure_threshold("lots"), "InvalidFailureThreshold", FAILURE_THRESHOLD_ACCEPTED_FORMS),
             (|b| b.on_failure("stop"), "InvalidOnFailure", ON_FAILURE_ACCEPTED_FORMS),

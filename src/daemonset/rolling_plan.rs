@@ -189,21 +189,6 @@ impl RollingPlan {
     }
 }
 
-impl RollingPlan {
-    /// The same plan with its deletions dropped: the revision failed
-    /// (`failure::halt_verdict`). The budget counts as before.
-    pub fn halted(mut self, halt: &super::failure::Halt) -> Self {
-        self.deletions.clear();
-        self.progress.blocked = Some(Blocker::Halted {
-            revision: halt.revision.clone(),
-            failed: halt.failed.len(),
-            reached: halt.reached,
-            reasons: halt.reasons.clone(),
-        });
-        self
-    }
-}
-
 /// One pod to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedDeletion {

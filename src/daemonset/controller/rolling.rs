@@ -152,7 +152,7 @@ pub(super) async fn rolling_update(
                 ds,
                 ctx,
                 rollout.failures.failed.len(),
-                rollout.halt.as_ref(),
+                rollout.halt.as_deref(),
             );
             execute_rollout(ds, ctx, rollout, current.as_ref()).await?
         }
