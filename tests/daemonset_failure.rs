@@ -6,7 +6,8 @@
 //! revision, the pods, their nodes and the kubelet's reason; `rollgate status` says
 //! "halted", and the `rollgate_daemonset_rollout_halted` gauge is 1.
 //!
-//! Then what today's budget alone would not hold: a failed node goes NotReady, which
+//! A bad threshold first: a Warning naming the accepted forms, and no deletion until it
+//! is fixed. Then what today's budget alone would not hold: a failed node goes NotReady, which
 //! frees a node of the budget, and rollgate still deletes nothing (counted in the API
 //! server's audit log, by rollgate's identity). `rollgate.io/on-failure: continue` goes
 //! on without a new template (one more deletion), and a new template is a new revision
@@ -60,8 +61,42 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
     .await;
     let n = bed.ns.name.clone();
 
-    note("a template whose container crash-loops");
+    note("a template whose container crash-loops, under a threshold that is no threshold");
+    bed.patch(json!({"metadata": {"annotations": {"rollgate.io/failure-threshold": "0"}}}))
+        .await;
     bed.set_image("edge:v2-crashloop").await;
+    let refused = wait_for(
+        "a Warning InvalidFailureThreshold",
+        Duration::from_secs(30),
+        || async {
+            let events = events_for(&bed.client, &n, "edge").await;
+            events
+                .iter()
+                .find(|(t, r, _)| t == "Warning" && r == "InvalidFailureThreshold")
+                .map(|(_, _, m)| m.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    assert!(
+        refused.contains("\"0\"")
+            && refused.contains("a positive integer (e.g. 3) or a whole percentage"),
+        "the Warning names the value and the accepted forms: {refused}"
+    );
+    holds_for(
+        "no deletion while the threshold is bad",
+        Duration::from_secs(6),
+        || async {
+            match rollgate_deletions(&n) {
+                0 => Ok(()),
+                some => Err(format!("{some} deletion(s)")),
+            }
+        },
+    )
+    .await;
+    note("the threshold fixed: the rollout starts");
+    bed.patch(json!({"metadata": {"annotations": {"rollgate.io/failure-threshold": "2"}}}))
+        .await;
     let failed: Vec<(String, String)> = wait_for(
         "two new pods in CrashLoopBackOff",
         Duration::from_secs(60),
