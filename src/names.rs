@@ -58,6 +58,31 @@ pub const INVALID_PULL_AHEAD_EVENT: &str = "InvalidPullAhead";
 pub const PULLING_AHEAD_EVENT: &str = "PullingImagesAhead";
 /// Warning: a node's pulls failed too often; its old pod is replaced without the image.
 pub const PULL_AHEAD_GAVE_UP_EVENT: &str = "PullAheadGaveUp";
+/// AdvancedRollingUpdate: how many pods of the current revision may fail on Ready nodes
+/// before the rollout acts (`rollgate.io/on-failure`): an integer from 1, or a whole
+/// percentage from 1% to 100% of the pods the revision reached. Default 3.
+pub const FAILURE_THRESHOLD_ANNOTATION: &str = "rollgate.io/failure-threshold";
+/// Warning: `rollgate.io/failure-threshold` is not a positive integer or percentage.
+pub const INVALID_FAILURE_THRESHOLD_EVENT: &str = "InvalidFailureThreshold";
+/// AdvancedRollingUpdate: what a failing revision gets: `halt` (the default: no more
+/// deletions for it), `rollback` (not implemented yet: halts, with a Warning) or
+/// `continue` (failures are reported, the rollout goes on: how an operator resumes a
+/// halted revision without a new template).
+pub const ON_FAILURE_ANNOTATION: &str = "rollgate.io/on-failure";
+/// Warning: `rollgate.io/on-failure` is not `halt`, `rollback` or `continue`.
+pub const INVALID_ON_FAILURE_EVENT: &str = "InvalidOnFailure";
+/// AdvancedRollingUpdate: a pod of the current revision on a Ready node that is not
+/// available this long after its creation has failed (a duration: `90s`, `10m`);
+/// absent or `0`: no deadline.
+pub const PROGRESS_DEADLINE_ANNOTATION: &str = "rollgate.io/progress-deadline";
+/// Warning: `rollgate.io/progress-deadline` is not a duration.
+pub const INVALID_PROGRESS_DEADLINE_EVENT: &str = "InvalidProgressDeadline";
+/// Warning: the current revision failed on more Ready nodes than the failure threshold
+/// allows; rollgate deletes no more pods for it.
+pub const ROLLOUT_HALTED_EVENT: &str = "RolloutHalted";
+/// Warning: `rollgate.io/on-failure: rollback` was asked for; rollback is not
+/// implemented yet, so the rollout halts instead.
+pub const ROLLBACK_NOT_IMPLEMENTED_EVENT: &str = "RollbackNotImplemented";
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 /// Pod condition tracking the optional image pre-pull of the current revision.

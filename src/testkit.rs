@@ -108,6 +108,18 @@ impl DaemonSetBuilder {
         self.annotate(crate::names::PULL_AHEAD_ANNOTATION, value)
     }
 
+    pub fn failure_threshold(self, value: &str) -> Self {
+        self.annotate(crate::names::FAILURE_THRESHOLD_ANNOTATION, value)
+    }
+
+    pub fn on_failure(self, value: &str) -> Self {
+        self.annotate(crate::names::ON_FAILURE_ANNOTATION, value)
+    }
+
+    pub fn progress_deadline(self, value: &str) -> Self {
+        self.annotate(crate::names::PROGRESS_DEADLINE_ANNOTATION, value)
+    }
+
     pub fn template_generation(self, generation: i64) -> Self {
         self.annotate(TEMPLATE_GENERATION_ANNOTATION, &generation.to_string())
     }
@@ -286,6 +298,53 @@ impl PodBuilder {
             .get_or_insert_with(Vec::new);
         conditions.retain(|c| c.type_ != condition.type_);
         conditions.push(condition);
+    }
+
+    /// One container status, as the kubelet reports it: `waiting` its waiting reason
+    /// (none: running), `restarts` its restart count.
+    pub fn container(
+        mut self,
+        name: &str,
+        ready: bool,
+        waiting: Option<&str>,
+        restarts: i32,
+    ) -> Self {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus,
+        };
+        let state = match waiting {
+            Some(reason) => ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            None => ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            },
+        };
+        let statuses = self
+            .pod
+            .status
+            .get_or_insert_with(Default::default)
+            .container_statuses
+            .get_or_insert_with(Vec::new);
+        statuses.retain(|s| s.name != name);
+        statuses.push(ContainerStatus {
+            name: name.into(),
+            ready,
+            restart_count: restarts,
+            state: Some(state),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn created_at(mut self, at: Timestamp) -> Self {
+        self.pod.metadata.creation_timestamp = Some(Time(at));
+        self
     }
 
     pub fn terminating(mut self, since: Timestamp) -> Self {

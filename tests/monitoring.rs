@@ -669,7 +669,77 @@ fn scenarios() -> Value {
         format!(r#"rollgate_gate_cloud_api_throttled_total{{api="clb",action="{action}"}}"#)
     };
     let leader = |pod: &str| format!(r#"rollgate_leader{{pod="{pod}"}}"#);
+    let halted = r#"rollgate_daemonset_rollout_halted{namespace="edge",daemonset="agent"}"#;
+    let stuck = |halted_values: &'static str| {
+        [
+            (
+                r#"rollgate_daemonset_pods_pending{namespace="edge",daemonset="agent"}"#,
+                "3x30",
+            ),
+            (
+                r#"rollgate_daemonset_nodes_skipped_not_ready{namespace="edge",daemonset="agent"}"#,
+                "0x30",
+            ),
+            (
+                r#"rollgate_daemonset_nodes_held_back{namespace="edge",daemonset="agent"}"#,
+                "0x30",
+            ),
+            (
+                r#"rollgate_daemonset_pods_updated{namespace="edge",daemonset="agent"}"#,
+                "2x30",
+            ),
+            (
+                r#"rollgate_daemonset_rollout_paused{namespace="edge",daemonset="agent"}"#,
+                "0x30",
+            ),
+            (halted, halted_values),
+        ]
+    };
     json!([
+        test(
+            "a revision halts on its failures and stays halted",
+            &[(halted, "0 0 1x10")],
+            vec![
+                check(2, "RollgateRolloutHalted", vec![]),
+                check(
+                    4,
+                    "RollgateRolloutHalted",
+                    vec![firing("RollgateRolloutHalted", &edge)]
+                ),
+            ],
+        ),
+        test(
+            "a halted rollout is said halted, not stalled",
+            &stuck("1x30"),
+            vec![
+                check(25, "RollgateRolloutStalled", vec![]),
+                check(
+                    25,
+                    "RollgateRolloutHalted",
+                    vec![firing("RollgateRolloutHalted", &edge)]
+                ),
+            ],
+        ),
+        test(
+            "the same rollout stuck without a halt is stalled",
+            &stuck("0x30"),
+            vec![
+                check(
+                    25,
+                    "RollgateRolloutStalled",
+                    vec![firing("RollgateRolloutStalled", &edge)]
+                ),
+                check(25, "RollgateRolloutHalted", vec![]),
+            ],
+        ),
+        test(
+            "a halt a fixed template ends within the minute",
+            &[(halted, "0 1 0x10")],
+            vec![
+                check(2, "RollgateRolloutHalted", vec![]),
+                check(5, "RollgateRolloutHalted", vec![])
+            ],
+        ),
         test(
             "the native controller stalls for good",
             &[(stalled, "0 0 1x12")],

@@ -210,6 +210,115 @@ async fn a_node_whose_heartbeat_stops_goes_not_ready_and_comes_back() {
     nodes.cleanup().await;
 }
 
+/// Issue 45: the bed fails a revision by its image name, with the fields a kubelet
+/// writes. `crashloop`: Running, not Ready, waiting in CrashLoopBackOff with the last exit
+/// in lastState.terminated and restartCount climbing; `pullbackoff`: Pending, waiting in
+/// ImagePullBackOff; `neverready`: Running, not Ready, no waiting reason. The readiness
+/// stages (gates, re-report) must leave them not Ready, and an ordinary image beside them
+/// turns Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
+async fn images_named_to_fail_crash_loop_never_pull_or_never_turn_ready() {
+    let client = client().await;
+    let nodes = TestNodes::create(&client, "bed-fail", 1).await;
+    let ns = TestNamespace::new(&client, "bed-fail").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for (name, image) in [
+        ("crash", "edge:v2-crashloop"),
+        ("nopull", "edge:v2-pullbackoff"),
+        ("unready", "edge:v2-neverready"),
+        ("fine", "edge:v2"),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": nodes.names[0],
+                "containers": [{"name": "main", "image": image}]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let container = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first().cloned())
+            .unwrap_or_default()
+    };
+    let waiting = |p: &Pod| {
+        container(p)
+            .state
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason)
+            .unwrap_or_default()
+    };
+    let phase = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default()
+    };
+    wait_for(
+        "crash-loop restarts past 3, the others settled",
+        Duration::from_secs(60),
+        || async {
+            let crash = pods.get("crash").await.map_err(|e| e.to_string())?;
+            let nopull = pods.get("nopull").await.map_err(|e| e.to_string())?;
+            let unready = pods.get("unready").await.map_err(|e| e.to_string())?;
+            let fine = pods.get("fine").await.map_err(|e| e.to_string())?;
+            let restarts = container(&crash).restart_count;
+            let state = format!(
+                "crash {} {restarts}; nopull {} {}; unready {}; fine ready {}",
+                waiting(&crash),
+                phase(&nopull),
+                waiting(&nopull),
+                phase(&unready),
+                pod_is_ready(&fine)
+            );
+            (restarts >= 3
+                && waiting(&crash) == "CrashLoopBackOff"
+                && waiting(&nopull) == "ImagePullBackOff"
+                && phase(&unready) == "Running"
+                && pod_is_ready(&fine))
+            .then_some(())
+            .ok_or(state)
+        },
+    )
+    .await;
+    // Settled: none of the failing pods turns Ready, whatever stage looks at it.
+    holds_for(
+        "the failing pods stay as they are",
+        Duration::from_secs(8),
+        || async {
+            for name in ["crash", "nopull", "unready"] {
+                let p = pods.get(name).await.map_err(|e| e.to_string())?;
+                if pod_is_ready(&p) || container(&p).ready {
+                    return Err(format!("{name} turned ready"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let crash = pods.get("crash").await.unwrap();
+    let c = container(&crash);
+    let last = c
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("lastState.terminated");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(phase(&crash), "Running");
+    assert_eq!(phase(&pods.get("nopull").await.unwrap()), "Pending");
+    let unready = container(&pods.get("unready").await.unwrap());
+    assert_eq!(
+        (unready.restart_count, unready.state.and_then(|s| s.waiting)),
+        (0, None)
+    );
+    ns.cleanup().await;
+    nodes.cleanup().await;
+}
+
 /// Issue 23, item 7: a returning kubelet re-reports its pods some seconds after the
 /// node is back, not within milliseconds. While a node is cut off the node-lifecycle
 /// controller marks its pods Ready=False (their containers keep running); with the

@@ -16,6 +16,8 @@ pub enum Topic {
     Progress,
     /// Nodes a rollout leaves out because the DaemonSet no longer places a pod there.
     Placement,
+    /// A rollout halted on a failing revision (said once per revision).
+    Halt,
 }
 
 #[derive(Default)]

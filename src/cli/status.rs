@@ -15,7 +15,8 @@ use kube::{Api, ResourceExt};
 
 use super::output::print;
 use super::StatusCommandArgs;
-use crate::daemonset::describe::{describe_pull_ahead, describe_with};
+use crate::daemonset::describe::{describe_pull_ahead, describe_with, shorten};
+use crate::daemonset::failure::{assess, halt_verdict};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::pull_ahead::{pull_ahead_of, GaveUp, PullAheadView};
@@ -112,14 +113,16 @@ pub fn summarize(
             paused,
             partition,
             node_selector,
+            failure,
         }) => {
+            let now = Timestamp::now();
             let plan = plan_rolling_update(&RollingInput {
                 daemonset: ds,
                 current: current.as_ref(),
                 pods,
                 nodes,
                 max_unavailable,
-                now: Timestamp::now(),
+                now,
                 expected_deletions: &Default::default(),
                 vacated_by_us: &Default::default(),
                 limits: Default::default(),
@@ -128,7 +131,16 @@ pub fn summarize(
                 // The pull-ahead view below reads it.
                 list_upcoming: matches!(pull_ahead_of(ds), Ok(true)),
             });
-            let plan = if paused { plan.paused() } else { plan };
+            // The failure rule as the controller applies it; the controller also keeps a
+            // halt while any pod of the revision is failed, which a look from outside
+            // cannot know: it says halted from the threshold alone.
+            let failures = assess(pods, nodes, ds, current.as_ref(), &failure, now);
+            let halt = halt_verdict(&failures, &failure, plan.progress.budget, false);
+            let plan = match &halt {
+                Some(halt) => halt.hold(plan),
+                None if paused => plan.paused(),
+                None => plan,
+            };
             let p = &plan.progress;
             let mut lines = vec![format!(
                 "daemonset/{name} (AdvancedRollingUpdate, max-unavailable {max_unavailable} = {} node(s)): {}/{} nodes updated, {} unavailable, {} candidate(s) left",
@@ -147,6 +159,10 @@ pub fn summarize(
                 (Err(e), _) => (None, Some(e)),
             };
             lines.push(describe_with(p, pull_ahead.as_ref()));
+            if !failures.failed.is_empty() {
+                let failed: Vec<String> = failures.failed.iter().map(|f| format!("{} on {} ({})", f.pod, f.node, f.reason)).collect();
+                lines.push(format!("failed pods of revision {} ({} of {} on Ready nodes): {}", failures.revision, failed.len(), failures.reached, shorten(&failed)));
+            }
             if let Some(view) = &pull_ahead {
                 lines.push(describe_pull_ahead(view));
             }
@@ -154,7 +170,8 @@ pub fn summarize(
             if let Some(e) = &invalid {
                 lines.push(format!("blocked: {e}"));
             }
-            let held_back = p.blocked == Some(Blocker::HeldBack) && invalid.is_none();
+            // A halt, like a hold, waits on the operator: `--watch` stops there too.
+            let held_back = matches!(p.blocked, Some(Blocker::HeldBack | Blocker::Halted { .. })) && invalid.is_none();
             let complete = plan.is_complete();
             Summary { lines, updated: p.updated, total: p.total_nodes, complete, held_back, pull_ahead }
         }

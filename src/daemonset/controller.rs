@@ -110,6 +110,7 @@ pub fn start(
         pull_tries: Mutex::default(),
         pull_unseen: Mutex::default(),
         plan_memos: Mutex::default(),
+        halted: Mutex::default(),
     });
     // Another updater's deletion re-plans its DaemonSet at once (rollgate steps back).
     let sightings = watches

@@ -8,6 +8,7 @@
 //! | another updater deleted its pods lately | step back: no deletion, look again when it is quiet |
 //! | `rollgate.io/pull-ahead` cannot be read | refuse: a Warning, nothing deleted until it is fixed |
 //! | no current revision yet | wait on the native controller (progress said, nothing deleted) |
+//! | the current revision failed on as many Ready nodes as `rollgate.io/failure-threshold` (or failed before and still does) | halted: no deletion for it, no new pull, a Warning (`failure`) |
 //! | `rollgate.io/paused: true` | the plan is made, its deletions held, no new pull asked for |
 //! | pull-ahead on | a deletion waits for its pod's pull (or its tries running out); pulls asked for in the window |
 //! | pull-ahead on, no revision hash yet | nothing deleted, nothing pulled |
@@ -20,6 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::failure::{assess, halt_verdict, FailurePolicy, FailureReport, Halt};
 use super::other_updater::Sighting;
 use super::pull_ahead::{
     plan_pull_ahead, InvalidPullAhead, PullAheadLimits, PullAheadPlan, PullTries,
@@ -58,6 +60,12 @@ pub struct World<'a> {
     /// The pulls' state, when pull-ahead is on and the current revision has a hash.
     pub pulls: Option<PullsObserved<'a>>,
     pub pull_ahead_limits: PullAheadLimits,
+    /// `rollgate.io/failure-threshold`, `rollgate.io/on-failure`,
+    /// `rollgate.io/progress-deadline`.
+    pub failure: FailurePolicy,
+    /// The controller halted this DaemonSet's current revision earlier: the halt holds
+    /// while any of its pods is failed (a failed node gone NotReady frees nothing).
+    pub halted_earlier: bool,
 }
 
 /// What pull-ahead reads: the pods, and what the controller counted of their pulls.
@@ -110,6 +118,11 @@ pub struct Rollout {
     pub pulls: Option<PullAheadPlan>,
     /// When to plan again if nothing else triggers it.
     pub requeue: Duration,
+    /// The current revision's failed pods on Ready nodes (boxed, as `halt`: the step
+    /// stays the size of its plan).
+    pub failures: Box<FailureReport>,
+    /// Set when the failures halt the rollout: `plan` then deletes nothing.
+    pub halt: Option<Box<Halt>>,
 }
 
 /// The decision for the world observed.
@@ -142,9 +155,31 @@ pub fn decide(world: &World) -> Decision {
 
 /// Pause, then pull-ahead, on the plan; and when to look again.
 fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
+    // A failing revision: the plan is made (progress and the budget read as usual), and
+    // it deletes nothing more for this revision; a new template is a new revision.
+    let failures = assess(
+        world.memo.pods(),
+        world.memo.nodes(),
+        world.plan.daemonset,
+        world.plan.current,
+        &world.failure,
+        world.plan.now,
+    );
+    let halt = halt_verdict(
+        &failures,
+        &world.failure,
+        plan.progress.budget,
+        world.halted_earlier,
+    );
     // Paused: the plan is made (progress, status and the budget read as usual), and its
     // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
-    let mut plan = if world.paused { plan.paused() } else { plan };
+    let mut plan = match &halt {
+        Some(halt) => halt.hold(plan),
+        None if world.paused => plan.paused(),
+        None => plan,
+    };
+    // Neither a halt nor a pause asks for new pulls.
+    let holding = world.paused || halt.is_some();
     // Pull-ahead: deletions wait for their node's pull; pulls start for the nodes the
     // budget reaches next.
     let pulls = match (pull_ahead, &world.pulls) {
@@ -157,7 +192,7 @@ fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
                     p.hash,
                     p.tries,
                     p.unseen,
-                    world.paused,
+                    holding,
                     world.pull_ahead_limits,
                     world.plan.now,
                 )
@@ -176,10 +211,17 @@ fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
         None if !world.plan.expected_deletions.is_empty() => PENDING_RECHECK,
         None => RESYNC,
     };
+    // A progress deadline passing fires no watch event either.
+    let requeue = match failures.next_deadline {
+        Some(left) => requeue.min(left + RECHECK_SLACK),
+        None => requeue,
+    };
     Rollout {
         plan,
         pulls,
         requeue,
+        failures: Box::new(failures),
+        halt: halt.map(Box::new),
     }
 }
 

@@ -46,6 +46,14 @@ pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> Stri
         Some(Blocker::Paused { held }) => line.push_str(&format!(
             "; paused (rollgate.io/paused=true): {held} deletion(s) held, nothing is deleted until it is removed or false"
         )),
+        Some(Blocker::Halted {
+            revision,
+            failed,
+            reached,
+            reasons,
+        }) => line.push_str(&format!(
+            "; halted: {failed} of {reached} failed ({reasons}); no more pods are deleted for revision {revision} until a new template, or rollgate.io/on-failure=continue"
+        )),
         Some(Blocker::HeldBack) => line.push_str(
             "; held back: every node the partition and node selector let through is upgraded",
         ),

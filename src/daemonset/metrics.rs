@@ -33,6 +33,10 @@ pub struct DaemonSetMetrics {
     /// 1 while an operator holds the rollout (`rollgate.io/paused`): alerts on a rollout
     /// that makes no progress leave a deliberate hold alone.
     pub rollout_paused: Family<DaemonSetLabels, Gauge>,
+    /// 1 while the current revision is halted for its failures (`failure`).
+    pub rollout_halted: Family<DaemonSetLabels, Gauge>,
+    /// Failed pods of the current revision on Ready nodes (`failure`).
+    pub pods_failed: Family<DaemonSetLabels, Gauge>,
     /// The budget and what uses it, so a dashboard can show the budget in use.
     pub nodes_unavailable: Family<DaemonSetLabels, Gauge>,
     /// Nodes kept on the old revision on purpose (partition, node selector): pending,
@@ -55,6 +59,8 @@ impl DaemonSetMetrics {
             deletions_deferred_by_cap: Family::default(),
             native_controller_stalled: Family::default(),
             rollout_paused: Family::default(),
+            rollout_halted: Family::default(),
+            pods_failed: Family::default(),
             nodes_unavailable: Family::default(),
             nodes_held_back: Family::default(),
             max_unavailable: Family::default(),
@@ -105,6 +111,16 @@ impl DaemonSetMetrics {
                 "rollout_paused",
                 "1 while rollgate.io/paused holds the rollout's deletions, else 0",
                 m.rollout_paused.clone(),
+            );
+            r.register(
+                "rollout_halted",
+                "1 while the current revision is halted: as many of its pods failed on Ready nodes as rollgate.io/failure-threshold allows, and no more pods are deleted for it; else 0",
+                m.rollout_halted.clone(),
+            );
+            r.register(
+                "pods_failed",
+                "Pods of the current revision on Ready nodes that failed (a container the kubelet cannot start, restarts, or the progress deadline)",
+                m.pods_failed.clone(),
             );
             r.register(
                 "nodes_unavailable",
@@ -179,6 +195,18 @@ impl DaemonSetMetrics {
             )));
     }
 
+    /// Publishes the current revision's failed pods and whether they halt it.
+    pub fn set_failures(&self, namespace: &str, name: &str, failed: usize, halted: bool) {
+        let labels = DaemonSetLabels {
+            namespace: namespace.into(),
+            daemonset: name.into(),
+        };
+        self.pods_failed.get_or_create(&labels).set(failed as i64);
+        self.rollout_halted
+            .get_or_create(&labels)
+            .set(i64::from(halted));
+    }
+
     /// Publishes whether the DaemonSet's wait on the native controller is a stall.
     pub fn set_stalled(&self, namespace: &str, name: &str, stalled: bool) {
         let labels = DaemonSetLabels {
@@ -203,6 +231,8 @@ impl DaemonSetMetrics {
         self.deletions_deferred_by_cap.remove(&labels);
         self.native_controller_stalled.remove(&labels);
         self.rollout_paused.remove(&labels);
+        self.rollout_halted.remove(&labels);
+        self.pods_failed.remove(&labels);
         self.nodes_unavailable.remove(&labels);
         self.max_unavailable.remove(&labels);
         self.nodes_held_back.remove(&labels);

@@ -7,6 +7,8 @@
 //! - [`controller`]: the wiring: reconcile one DaemonSet, apply its plan, report;
 //! - [`decide`]: AdvancedRollingUpdate: what the controller does now, given what it
 //!   observed (pure; the controller executes it);
+//! - [`failure`]: AdvancedRollingUpdate: which pods of the current revision failed, and
+//!   whether that halts the rollout (pure);
 //! - [`policy`]: which model a DaemonSet asks for, from its annotations;
 //! - [`controls`]: `rollgate.io/partition` and `rollgate.io/node-selector`: which nodes
 //!   an AdvancedRollingUpdate holds on the old revision;
@@ -31,6 +33,7 @@ pub mod controls;
 pub mod decide;
 pub mod describe;
 pub mod expectations;
+pub mod failure;
 pub mod image_pull;
 pub mod int_or_percent;
 pub mod metrics;

@@ -13,12 +13,19 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use super::controls::{
     NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
 };
+use super::failure::settings::{
+    FailurePolicy, FailureThreshold, OnFailure, FAILURE_THRESHOLD_ACCEPTED_FORMS,
+    ON_FAILURE_ACCEPTED_FORMS, PROGRESS_DEADLINE_ACCEPTED_FORMS,
+};
 use super::int_or_percent::{int_or_percent_enum, IntOrPercent, NotIntOrPercent};
+use crate::duration_flag::parse_interval;
 use crate::names::{
-    INVALID_MAX_UNAVAILABLE_EVENT, INVALID_NODE_SELECTOR_EVENT, INVALID_PARTITION_EVENT,
-    INVALID_PAUSED_EVENT, MAX_UNAVAILABLE_ANNOTATION, NODE_SELECTOR_ANNOTATION,
-    PARTITION_ANNOTATION, PAUSED_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT,
-    UPDATE_STRATEGY_ANNOTATION, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+    FAILURE_THRESHOLD_ANNOTATION, INVALID_FAILURE_THRESHOLD_EVENT, INVALID_MAX_UNAVAILABLE_EVENT,
+    INVALID_NODE_SELECTOR_EVENT, INVALID_ON_FAILURE_EVENT, INVALID_PARTITION_EVENT,
+    INVALID_PAUSED_EVENT, INVALID_PROGRESS_DEADLINE_EVENT, MAX_UNAVAILABLE_ANNOTATION,
+    NODE_SELECTOR_ANNOTATION, ON_FAILURE_ANNOTATION, PARTITION_ANNOTATION, PAUSED_ANNOTATION,
+    PROGRESS_DEADLINE_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT, UPDATE_STRATEGY_ANNOTATION,
+    UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
 };
 /// The only `spec.updateStrategy.type` we act on: the native controller then only
 /// recreates pods we delete, so the two controllers never fight.
@@ -34,12 +41,15 @@ pub enum Policy {
     /// Delete old pods on Ready nodes, bounded by `max_unavailable`; none while
     /// `paused` (`rollgate.io/paused`); none on the nodes `partition`
     /// (`rollgate.io/partition`) keeps or `node_selector` (`rollgate.io/node-selector`)
-    /// does not match.
+    /// does not match; and what a failing revision gets (`failure`:
+    /// `rollgate.io/failure-threshold`, `rollgate.io/on-failure`,
+    /// `rollgate.io/progress-deadline`).
     AdvancedRollingUpdate {
         max_unavailable: MaxUnavailable,
         paused: bool,
         partition: Option<Partition>,
         node_selector: Option<NodeSelector>,
+        failure: FailurePolicy,
     },
     /// Only mark pods with `PodNeedUpgrade`; the node operator triggers the upgrade.
     Ota,
@@ -99,6 +109,21 @@ pub enum PolicyError {
          {NODE_SELECTOR_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
     )]
     InvalidNodeSelector { value: String, why: String },
+    #[error(
+        "invalid value {value:?} for annotation {FAILURE_THRESHOLD_ANNOTATION}: expected \
+         {FAILURE_THRESHOLD_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidFailureThreshold { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {ON_FAILURE_ANNOTATION}: expected \
+         {ON_FAILURE_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidOnFailure { value: String },
+    #[error(
+        "invalid value {value:?} for annotation {PROGRESS_DEADLINE_ANNOTATION}: {why}; expected \
+         {PROGRESS_DEADLINE_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidProgressDeadline { value: String, why: String },
 }
 
 impl PolicyError {
@@ -110,6 +135,9 @@ impl PolicyError {
             PolicyError::InvalidPaused { .. } => INVALID_PAUSED_EVENT,
             PolicyError::InvalidPartition { .. } => INVALID_PARTITION_EVENT,
             PolicyError::InvalidNodeSelector { .. } => INVALID_NODE_SELECTOR_EVENT,
+            PolicyError::InvalidFailureThreshold { .. } => INVALID_FAILURE_THRESHOLD_EVENT,
+            PolicyError::InvalidOnFailure { .. } => INVALID_ON_FAILURE_EVENT,
+            PolicyError::InvalidProgressDeadline { .. } => INVALID_PROGRESS_DEADLINE_EVENT,
         }
     }
 }
@@ -239,17 +267,49 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
                     }
                 },
             };
+            let failure = match failure_policy(&annotation) {
+                Ok(failure) => failure,
+                Err(error) => return PolicyDecision::Invalid(error),
+            };
             match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
                 Ok(max_unavailable) => PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                     max_unavailable,
                     paused,
                     partition,
                     node_selector,
+                    failure,
                 }),
                 Err(error) => PolicyDecision::Invalid(error),
             }
         }
     }
+}
+
+/// `rollgate.io/failure-threshold`, `rollgate.io/on-failure` and
+/// `rollgate.io/progress-deadline`, each absent for its default (see `failure`).
+fn failure_policy<'a>(
+    annotation: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<FailurePolicy, PolicyError> {
+    let mut policy = FailurePolicy::default();
+    if let Some(raw) = annotation(FAILURE_THRESHOLD_ANNOTATION) {
+        policy.threshold =
+            FailureThreshold::parse(raw).map_err(|_| PolicyError::InvalidFailureThreshold {
+                value: raw.to_string(),
+            })?;
+    }
+    if let Some(raw) = annotation(ON_FAILURE_ANNOTATION) {
+        policy.on_failure = OnFailure::parse(raw).ok_or_else(|| PolicyError::InvalidOnFailure {
+            value: raw.to_string(),
+        })?;
+    }
+    if let Some(raw) = annotation(PROGRESS_DEADLINE_ANNOTATION) {
+        let deadline = parse_interval(raw).map_err(|why| PolicyError::InvalidProgressDeadline {
+            value: raw.to_string(),
+            why,
+        })?;
+        policy.progress_deadline = (!deadline.is_zero()).then_some(deadline);
+    }
+    Ok(policy)
 }
 
 #[cfg(test)]
@@ -274,6 +334,7 @@ mod tests {
                 paused: p,
                 partition: None,
                 node_selector: None,
+                failure: FailurePolicy::default(),
             })
         };
         assert_eq!(decision(None), paused(false));
@@ -287,6 +348,57 @@ mod tests {
                 panic!("{bad:?}")
             };
             assert!(e.to_string().contains("expected true or false"), "{e}");
+        }
+    }
+
+    #[test]
+    fn failure_annotations_parse_or_name_the_accepted_forms() {
+        use crate::daemonset::failure::settings::{FailureThreshold, OnFailure};
+        use std::time::Duration;
+        let decide = |f: fn(DaemonSetBuilder) -> DaemonSetBuilder| {
+            policy_for(
+                &f(DaemonSetBuilder::new("edge")
+                    .on_delete()
+                    .strategy("AdvancedRollingUpdate"))
+                .build(),
+            )
+        };
+        let failure_of = |d: PolicyDecision| match d {
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate { failure, .. }) => failure,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(failure_of(decide(|b| b)), FailurePolicy::default());
+        let set = failure_of(decide(|b| {
+            b.failure_threshold("20%")
+                .on_failure("continue")
+                .progress_deadline("10m")
+        }));
+        assert_eq!(set.threshold, FailureThreshold::Percent(20));
+        assert_eq!(set.on_failure, OnFailure::Continue);
+        assert_eq!(set.progress_deadline, Some(Duration::from_secs(600)));
+        let off = failure_of(decide(|b| b.progress_deadline("0")));
+        assert_eq!(off.progress_deadline, None, "0 is no deadline");
+
+        type Annotate = fn(DaemonSetBuilder) -> DaemonSetBuilder;
+        #[rustfmt::skip]
+        let bad: [(Annotate, &str, &str); 4] = [
+            (|b| b.failure_threshold("0"), "InvalidFailureThreshold", FAILURE_THRESHOLD_ACCEPTED_FORMS),
+            (|b| b.failure_threshold("lots"), "InvalidFailureThreshold", FAILURE_THRESHOLD_ACCEPTED_FORMS),
+            (|b| b.on_failure("stop"), "InvalidOnFailure", ON_FAILURE_ACCEPTED_FORMS),
+            (|b| b.progress_deadline("1h"), "InvalidProgressDeadline", PROGRESS_DEADLINE_ACCEPTED_FORMS),
+        ];
+        for (f, reason, forms) in bad {
+            let d = decide(f);
+            assert_eq!(d.warning_reason(), Some(reason));
+            let PolicyDecision::Invalid(e) = d else {
+                panic!("{reason}")
+            };
+            assert!(e.to_string().contains(forms), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("no pod is deleted until it is fixed"),
+                "{e}"
+            );
         }
     }
 
@@ -308,6 +420,7 @@ mod tests {
                 paused: false,
                 partition,
                 node_selector: node_selector.map(|s| NodeSelector::parse(s).unwrap()),
+                failure: FailurePolicy::default(),
             })
         };
         let aru = "AdvancedRollingUpdate";
@@ -465,6 +578,7 @@ mod tests {
                 paused: false,
                 partition: None,
                 node_selector: None,
+                failure: FailurePolicy::default(),
             })
         );
         assert_eq!(
@@ -479,6 +593,7 @@ mod tests {
                 paused: false,
                 partition: None,
                 node_selector: None,
+                failure: FailurePolicy::default(),
             })
         );
 

@@ -302,6 +302,15 @@ pub enum Blocker {
     Complete,
     /// `rollgate.io/paused` is true: this many deletions the plan would make are held.
     Paused { held: usize },
+    /// The current revision failed on `failed` of the `reached` Ready nodes it runs on,
+    /// at least the failure threshold (`failure`): no more deletions for it.
+    Halted {
+        revision: String,
+        failed: usize,
+        reached: usize,
+        /// The failed pods' reasons, grouped (`FailureReport::reasons`).
+        reasons: String,
+    },
     /// Every node the partition and the node selector let through is done; old pods
     /// remain only on the nodes they hold back (`Progress::kept_by_partition`,
     /// `Progress::held_by_selector`). Not complete, and not waiting on anything.

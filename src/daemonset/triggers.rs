@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 
+use super::failure::{FAILED_WAITING_REASONS, RESTARTS_FAILED};
 use super::placement::should_run_on;
 use super::policy::{policy_for, Policy, PolicyDecision};
 use super::revision::{generation_observed, CurrentRevision};
@@ -50,6 +51,10 @@ pub struct PlannedPod<'a> {
     need_upgrade: Option<ConditionView<'a>>,
     /// Pull-ahead waits for the pull's answer in `PodImageReady` (`pull_ahead`).
     image_ready: Option<ConditionView<'a>>,
+    /// The kubelet says a container cannot start (`failure`): the waiting reason, and
+    /// whether restarts passed the threshold. Not the restart count itself: a crash loop
+    /// would replan at every restart for nothing.
+    cannot_start: (Option<&'a str>, bool),
 }
 
 impl<'a> PlannedPod<'a> {
@@ -73,8 +78,22 @@ impl<'a> PlannedPod<'a> {
                 .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
             image_ready: pod.condition(POD_IMAGE_READY_CONDITION),
+            cannot_start: cannot_start(pod),
         }
     }
+}
+
+/// What `failure::kubelet_failure` reads of a pod, borrowed.
+fn cannot_start(pod: &impl PodFacts) -> (Option<&str>, bool) {
+    let mut waiting = None;
+    let mut restarts = false;
+    for container in pod.container_states() {
+        waiting = waiting.or(container
+            .waiting_reason
+            .filter(|r| FAILED_WAITING_REASONS.contains(r)));
+        restarts |= !container.ready && container.restart_count >= RESTARTS_FAILED;
+    }
+    (waiting, restarts)
 }
 
 /// A pod write the upgrade planners cannot see.
@@ -742,6 +761,48 @@ mod tests {
 
     /// The writes a rollout makes to one pod, as the API server sends them: which of
     /// them re-plan.
+    /// The kubelet saying a container cannot start re-plans (a halt may be due); a crash
+    /// loop's next restart does not, nor a container only starting.
+    #[test]
+    fn a_container_that_cannot_start_replans_and_its_restarts_do_not() {
+        let ds = DaemonSetBuilder::new("edge").build();
+        let pod = || {
+            PodBuilder::new("edge-a", &ds)
+                .hash("new")
+                .on_node("n1")
+                .not_ready()
+        };
+        let creating = pod()
+            .container("main", false, Some("ContainerCreating"), 0)
+            .build();
+        let crashing = |restarts| {
+            pod()
+                .container("main", false, Some("CrashLoopBackOff"), restarts)
+                .build()
+        };
+        let running_between = |restarts| pod().container("main", false, None, restarts).build();
+        assert!(
+            !pod_unchanged(&creating, &crashing(1)),
+            "CrashLoopBackOff replans"
+        );
+        assert!(
+            pod_unchanged(&crashing(4), &crashing(5)),
+            "a restart more does not"
+        );
+        assert!(
+            !pod_unchanged(&running_between(2), &running_between(3)),
+            "restarts reaching the threshold replan"
+        );
+        assert!(
+            pod_unchanged(&running_between(0), &running_between(1)),
+            "below the threshold, a restart is nothing to plan on"
+        );
+        assert!(
+            pod_unchanged(&creating, &pod().container("main", false, None, 0).build()),
+            "a container starting is nothing to plan on"
+        );
+    }
+
     #[test]
     fn of_a_pods_writes_only_creation_readiness_and_deletion_replan() {
         let ds = DaemonSetBuilder::new("edge").build();

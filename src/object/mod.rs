@@ -11,4 +11,7 @@ pub mod pod;
 
 pub use meta::{annotation, controller_uid, label};
 pub use node::{CachedNode, NodeFacts};
-pub use pod::{is_controlled_by, pod_condition, CachedPod, ConditionView, PodFacts, PortView};
+pub use pod::{
+    is_controlled_by, pod_condition, CachedPod, ConditionView, ContainerStateView, PodFacts,
+    PortView,
+};

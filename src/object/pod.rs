@@ -53,6 +53,14 @@ const KNOWN: &[&str] = &[
     "ContainersNotReady",
     "ReadinessGatesNotReady",
     "PodCompleted",
+    // Container waiting reasons: the failure rule of a rollout reads them.
+    "ContainerCreating",
+    "PodInitializing",
+    "CrashLoopBackOff",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "InvalidImageName",
 ];
 
 /// `value` as a [`Text`]: borrowed when it is a known value, else owned.
@@ -83,6 +91,16 @@ pub struct PortView<'a> {
     pub protocol: &'a str,
 }
 
+/// One container's status as the kubelet reports it, borrowed from either pod type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerStateView<'a> {
+    pub name: &'a str,
+    pub ready: bool,
+    /// `state.waiting.reason`, while the container waits.
+    pub waiting_reason: Option<&'a str>,
+    pub restart_count: i32,
+}
+
 /// What controllers read of a pod. Implemented for the cached [`CachedPod`] and for the
 /// API's `Pod`, so planners run on either and tests can prove they decide the same.
 pub trait PodFacts {
@@ -104,6 +122,8 @@ pub trait PodFacts {
     fn container_images(&self) -> impl Iterator<Item = (&str, Option<&str>)>;
     /// Container name and `ready`, from `status.containerStatuses`.
     fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)>;
+    /// Every container's status (`status.containerStatuses`, not init containers').
+    fn container_states(&self) -> impl Iterator<Item = ContainerStateView<'_>>;
     fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>>;
     fn pod_ip(&self) -> Option<&str>;
     fn phase(&self) -> Option<&str>;
@@ -168,6 +188,9 @@ impl<T: PodFacts> PodFacts for $wrapper {
     }
     fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)> {
         (**self).container_readiness()
+    }
+    fn container_states(&self) -> impl Iterator<Item = ContainerStateView<'_>> {
+        (**self).container_states()
     }
     fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
         (**self).conditions()
@@ -250,6 +273,11 @@ pub struct CachedPort {
 pub struct ContainerReadiness {
     pub name: Box<str>,
     pub ready: bool,
+    /// `state.waiting.reason` (the failure rule of a rollout reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<Text>,
+    #[serde(default)]
+    pub restart_count: i32,
 }
 
 /// A pod condition without `lastProbeTime` and `observedGeneration` (nothing reads them).
@@ -352,6 +380,12 @@ impl From<Pod> for CachedPod {
                 .into_iter()
                 .flatten()
                 .map(|s| ContainerReadiness {
+                    waiting_reason: s
+                        .state
+                        .and_then(|state| state.waiting)
+                        .and_then(|waiting| waiting.reason)
+                        .map(text),
+                    restart_count: s.restart_count,
                     name: boxed(s.name),
                     ready: s.ready,
                 })
@@ -439,6 +473,14 @@ impl PodFacts for CachedPod {
     }
     fn container_readiness(&self) -> impl Iterator<Item = (&str, bool)> {
         self.container_readiness.iter().map(|s| (&*s.name, s.ready))
+    }
+    fn container_states(&self) -> impl Iterator<Item = ContainerStateView<'_>> {
+        self.container_readiness.iter().map(|s| ContainerStateView {
+            name: &s.name,
+            ready: s.ready,
+            waiting_reason: s.waiting_reason.as_deref(),
+            restart_count: s.restart_count,
+        })
     }
     fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
         self.conditions.iter().map(|c| ConditionView {
@@ -530,6 +572,21 @@ impl PodFacts for Pod {
             .flat_map(|s| s.container_statuses.iter().flatten())
             .map(|s| (s.name.as_str(), s.ready))
     }
+    fn container_states(&self) -> impl Iterator<Item = ContainerStateView<'_>> {
+        self.status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .map(|s| ContainerStateView {
+                name: &s.name,
+                ready: s.ready,
+                waiting_reason: s
+                    .state
+                    .as_ref()
+                    .and_then(|state| state.waiting.as_ref())
+                    .and_then(|waiting| waiting.reason.as_deref()),
+                restart_count: s.restart_count,
+            })
+    }
     fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
         self.status
             .iter()
@@ -587,7 +644,9 @@ mod tests {
                 ],
                 "containerStatuses": [
                     {"name": "app", "ready": true, "restartCount": 0, "image": "nginx:1", "imageID": "x"},
-                    {"name": "sidecar", "ready": false, "restartCount": 3, "image": "envoy:2", "imageID": "y"}
+                    {"name": "sidecar", "ready": false, "restartCount": 3, "image": "envoy:2", "imageID": "y",
+                     "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                     "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}
                 ]
             }
         }))
@@ -621,6 +680,7 @@ mod tests {
             "ports": ports,
             "images": p.container_images().collect::<Vec<_>>(),
             "ready": p.container_readiness().collect::<Vec<_>>(),
+            "states": p.container_states().map(|c| (c.name, c.ready, c.waiting_reason, c.restart_count)).collect::<Vec<_>>(),
             "conditions": conditions,
             "ip": p.pod_ip(), "phase": p.phase(),
         })

@@ -45,6 +45,10 @@ pub struct Context {
     /// while it rolls out: dropped once its plan is complete or held back, or it is no
     /// longer AdvancedRollingUpdate, so a settled fleet keeps none.
     pub(super) plan_memos: Mutex<HashMap<String, Memo>>,
+    /// The revision each halted DaemonSet halted on, by DaemonSet UID (see
+    /// `failure`: the halt holds while any of its pods is failed). Lost on a restart:
+    /// the threshold then decides afresh.
+    pub(super) halted: Mutex<HashMap<String, String>>,
 }
 
 /// A rolling DaemonSet's plan memo in the controller.

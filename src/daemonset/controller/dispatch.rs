@@ -62,12 +62,14 @@ pub(super) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
             paused,
             partition,
             node_selector,
+            failure,
         }) => {
             let controls = Controls {
                 max_unavailable,
                 paused,
                 partition,
                 node_selector: node_selector.as_ref(),
+                failure,
             };
             rolling_update(&ds, &ctx, controls).await
         }

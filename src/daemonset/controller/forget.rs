@@ -26,6 +26,7 @@ impl Context {
         self.pull_tries.lock().unwrap().remove(uid);
         self.pull_unseen.lock().unwrap().remove(uid);
         self.plan_memos.lock().unwrap().remove(uid);
+        self.halted.lock().unwrap().remove(uid);
     }
 }
 

@@ -18,12 +18,13 @@ use super::progress::record_progress;
 use super::pull_requests::request_pulls;
 use super::warnings::warn_once;
 use crate::apply::Error;
-use crate::apply::{issue_together, Outcome, Topic};
+use crate::apply::{event, issue_together, Outcome, Topic};
 use crate::daemonset::controls::{NodeSelector, Partition};
 use crate::daemonset::decide::{
     decide, Decision, PullsObserved, Rollout, Step, World, TARGET_RECHECK,
 };
 use crate::daemonset::describe::shorten;
+use crate::daemonset::failure::{FailurePolicy, Halt};
 use crate::daemonset::metrics::DeletionLabels;
 use crate::daemonset::native_wait::NativeWait;
 use crate::daemonset::other_updater::Sighting;
@@ -31,7 +32,10 @@ use crate::daemonset::policy::MaxUnavailable;
 use crate::daemonset::pull_ahead::{pull_ahead_of, PullTries};
 use crate::daemonset::revision::{CurrentRevision, TargetCheck};
 use crate::daemonset::rolling_plan::RollingInput;
-use crate::names::{ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, UPGRADING_PODS_EVENT};
+use crate::names::{
+    ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, ROLLBACK_NOT_IMPLEMENTED_EVENT,
+    ROLLOUT_HALTED_EVENT, UPGRADING_PODS_EVENT,
+};
 use crate::object::CachedPod;
 
 /// The operator's controls on an AdvancedRollingUpdate, as its annotations read now
@@ -43,6 +47,8 @@ pub(super) struct Controls<'a> {
     pub(super) paused: bool,
     pub(super) partition: Option<Partition>,
     pub(super) node_selector: Option<&'a NodeSelector>,
+    /// What a failing revision gets (`failure`).
+    pub(super) failure: FailurePolicy,
 }
 
 /// AdvancedRollingUpdate: observe, decide (`decide`), execute.
@@ -84,6 +90,11 @@ pub(super) async fn rolling_update(
     // The stale-condition check needs the pods with the condition alone (what the
     // memo's looks read).
     let flagged = memo.with_need_upgrade();
+    let revision = current
+        .as_ref()
+        .and_then(|c| c.hash.clone().or_else(|| c.template_generation.clone()));
+    let halted_earlier =
+        revision.is_some() && ctx.halted.lock().unwrap().get(&uid) == revision.as_ref();
     let world = World {
         other_updater,
         pulls: match (&counted, hash) {
@@ -114,6 +125,8 @@ pub(super) async fn rolling_update(
         },
         memo: &memo,
         pull_ahead_limits: ctx.pull_ahead,
+        failure: controls.failure,
+        halted_earlier,
     };
     let Decision { step, keep_memo } = decide(&world);
     if keep_memo {
@@ -134,10 +147,62 @@ pub(super) async fn rolling_update(
             record_progress(ds, ctx, &plan);
             wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await
         }
-        Step::Roll(rollout) => execute_rollout(ds, ctx, rollout, current.as_ref()).await?,
+        Step::Roll(rollout) => {
+            record_failures(
+                ds,
+                ctx,
+                rollout.failures.failed.len(),
+                rollout.halt.as_deref(),
+            );
+            execute_rollout(ds, ctx, rollout, current.as_ref()).await?
+        }
     };
     remove_stale_conditions(ds, ctx, &flagged).await?;
     Ok(action)
+}
+
+/// Remembers a halt (or its end) and says it: one Warning per halted revision, naming the
+/// failed pods, their nodes and the kubelet's reasons; the failure gauges.
+fn record_failures(ds: &DaemonSet, ctx: &Context, failed: usize, halt: Option<&Halt>) {
+    let uid = ds.uid().unwrap_or_default();
+    let (namespace, name) = (ds.namespace().unwrap_or_default(), ds.name_any());
+    ctx.metrics
+        .set_failures(&namespace, &name, failed, halt.is_some());
+    let Some(halt) = halt else {
+        // Over: a later halt of the same revision is said again.
+        if ctx.halted.lock().unwrap().remove(&uid).is_some() {
+            ctx.said.forget(&uid, Topic::Halt);
+            tracing::info!(
+                "halt over: no pod of the current revision is failed, or on-failure is continue"
+            );
+        }
+        return;
+    };
+    ctx.halted
+        .lock()
+        .unwrap()
+        .insert(uid.clone(), halt.revision.clone());
+    if !ctx.said.first_time(&uid, Topic::Halt, &halt.revision) {
+        return;
+    }
+    let message = halt.message();
+    tracing::warn!(revision = %halt.revision, failed = halt.failed.len(), %message, "rollout halted");
+    let reference = ds.object_ref(&());
+    let warning = event(EventType::Warning, ROLLOUT_HALTED_EVENT, "Halt", message);
+    ctx.events.publish_detached(reference.clone(), warning);
+    if halt.rollback_asked {
+        let note = format!(
+            "rollgate.io/on-failure=rollback is not implemented yet: revision {} is halted instead (no more pods are deleted for it); roll back with kubectl rollout undo, or push a fixed template",
+            halt.revision
+        );
+        let warning = event(
+            EventType::Warning,
+            ROLLBACK_NOT_IMPLEMENTED_EVENT,
+            "Halt",
+            note,
+        );
+        ctx.events.publish_detached(reference, warning);
+    }
 }
 
 /// Counts the pulls' answers into the controller's memory (`PullTries`,
@@ -176,6 +241,7 @@ pub(super) async fn execute_rollout(
         plan,
         pulls,
         requeue,
+        ..
     } = rollout;
     let uid = ds.uid().unwrap_or_default();
     if let Some(pulls) = &pulls {

@@ -44,6 +44,7 @@ fn context(client: Client, pods: &[Pod], revisions: &[ControllerRevision]) -> Co
         pull_tries: Mutex::default(),
         pull_unseen: Mutex::default(),
         plan_memos: Mutex::default(),
+        halted: Mutex::default(),
     }
 }
 
@@ -269,6 +270,7 @@ async fn roll(ctx: &Context, ds: &DaemonSet) -> Action {
         paused: false,
         partition: None,
         node_selector: None,
+        failure: Default::default(),
     };
     rolling_update(ds, ctx, controls).await.unwrap()
 }

@@ -10,7 +10,7 @@ use super::*;
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::pull_ahead::pull_ahead_of;
 use crate::daemonset::revision::CurrentRevision;
-use crate::daemonset::rolling_plan::RollingLimits;
+use crate::daemonset::rolling_plan::{Blocker, RollingLimits};
 use crate::names::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_SUCCESS_REASON};
 use crate::revision_message::need_upgrade_message;
 use crate::testkit::{at, node, revision, DaemonSetBuilder, PodBuilder};
@@ -30,6 +30,12 @@ struct Given {
     another_updater: bool,
     /// The native controller has written no ControllerRevision yet.
     no_revision: bool,
+    /// Nodes whose new pod crash-loops (`CrashLoopBackOff`, not Ready).
+    crashing: &'static [&'static str],
+    /// Nodes that are NotReady.
+    not_ready: &'static [&'static str],
+    /// The controller halted this revision before.
+    halted_earlier: bool,
 }
 
 const GIVEN: Given = Given {
@@ -40,6 +46,9 @@ const GIVEN: Given = Given {
     deleting: &[],
     another_updater: false,
     no_revision: false,
+    crashing: &[],
+    not_ready: &[],
+    halted_earlier: false,
 };
 
 /// What the row expects.
@@ -83,6 +92,8 @@ fn daemonset(annotations: &[(&str, &str)]) -> DaemonSet {
             "partition" => ds.partition(value),
             "node-selector" => ds.node_selector(value),
             "pull-ahead" => ds.pull_ahead(value),
+            "failure-threshold" => ds.failure_threshold(value),
+            "on-failure" => ds.on_failure(value),
             other => panic!("no such annotation in this table: {other}"),
         };
     }
@@ -102,12 +113,19 @@ fn pulled(hash: &str) -> PodCondition {
 
 /// Observes the row's world as the controller does, and decides.
 fn decide_on(given: Given) -> Then {
+    let decision = decide_given(given);
+    then_of(decision)
+}
+
+/// The decision on the row's world.
+fn decide_given(given: Given) -> Decision {
     let ds = daemonset(given.annotations);
     let PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
         max_unavailable,
         paused,
         partition,
         node_selector,
+        failure,
     }) = policy_for(&ds)
     else {
         panic!("the row's annotations must make a valid AdvancedRollingUpdate");
@@ -125,13 +143,19 @@ fn decide_on(given: Given) -> Then {
         let hash = if i <= given.old { "old" } else { "new" };
         let mut pod = PodBuilder::new(&format!("p{i}"), &ds)
             .hash(hash)
-            .on_node(&name)
-            .ready_since(at(NOW - 3600));
+            .on_node(&name);
+        pod = if given.crashing.contains(&name.as_str()) {
+            pod.not_ready()
+                .container("main", false, Some("CrashLoopBackOff"), 2)
+        } else {
+            pod.ready_since(at(NOW - 3600))
+        };
         if given.pulled.contains(&name.as_str()) {
             pod = pod.with_condition(pulled("new"));
         }
         pods.push(Arc::new(CachedPod::from(pod.build())));
-        nodes.push(Arc::new(CachedNode::from(node(&name, true))));
+        let ready = !given.not_ready.contains(&name.as_str());
+        nodes.push(Arc::new(CachedNode::from(node(&name, ready))));
     }
     let expected_deletions: BTreeSet<String> = given
         .deleting
@@ -184,8 +208,14 @@ fn decide_on(given: Given) -> Then {
         },
         memo: &memo,
         pull_ahead_limits: PullAheadLimits::default(),
+        failure,
+        halted_earlier: given.halted_earlier,
     };
-    let decision = decide(&world);
+    decide(&world)
+}
+
+/// What a row reads of a decision.
+fn then_of(decision: Decision) -> Then {
     let nodes_of = |deletions: &[crate::daemonset::rolling_plan::PlannedDeletion]| {
         deletions.iter().map(|d| d.node.clone()).collect()
     };
@@ -193,6 +223,22 @@ fn decide_on(given: Given) -> Then {
         Step::StepBack { requeue, .. } => ("step back", vec![], vec![], vec![], Some(requeue)),
         Step::RefusePullAhead(_) => ("refuse", vec![], vec![], vec![], None),
         Step::WaitForRevision { .. } => ("wait for revision", vec![], vec![], vec![], None),
+        Step::Roll(rollout) if rollout.halt.is_some() => {
+            assert!(
+                matches!(rollout.plan.progress.blocked, Some(Blocker::Halted { .. })),
+                "a halt says so in the plan: {:?}",
+                rollout.plan.progress.blocked
+            );
+            let pulls = rollout.pulls.map(|p| p.requests.len()).unwrap_or(0);
+            assert_eq!(pulls, 0, "a halt asks for no pull");
+            (
+                "halt",
+                nodes_of(&rollout.plan.deletions),
+                vec![],
+                vec![],
+                Some(rollout.requeue),
+            )
+        }
         Step::Roll(rollout) => {
             let pulls = rollout.pulls.unwrap_or(PullAheadPlan {
                 deletions: Vec::new(),
@@ -267,8 +313,106 @@ fn the_decision_reads_like_the_docs() {
         ("no ControllerRevision yet: wait on the native controller",
             Given { old: 3, no_revision: true, ..GIVEN },
             then("wait for revision", &[], &[], &[], None, true)),
+        // Failures: the new pods are n4.. (after the old ones).
+        ("one new pod crash-loops, threshold 2: below it, the rollout goes on within the budget",
+            Given { old: 3, new: 1, crashing: &["n4"], annotations: &[("max-unavailable", "2"), ("failure-threshold", "2")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("two crash-loop, threshold 2: halted, nothing deleted",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2")], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("the default threshold 3 is capped by the budget 1: one crash-loop halts",
+            Given { old: 3, new: 1, crashing: &["n4"], annotations: &[("max-unavailable", "1")], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("a percentage: 50% of the 2 pods the revision reached is 1",
+            Given { old: 3, new: 2, crashing: &["n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "50%")], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("a crash-looping pod on a NotReady node is no failure: the rollout goes on",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], not_ready: &["n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2")], ..GIVEN },
+            then("roll", &["n1", "n2"], &[], &[], Some(RESYNC), true)),
+        ("halted earlier, a failed node gone NotReady: the halt holds while a failure is left",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], not_ready: &["n5"], halted_earlier: true, annotations: &[("max-unavailable", "3"), ("failure-threshold", "2")], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("halted earlier, no failure left (fixed outside the template): the rollout goes on",
+            Given { old: 3, new: 2, halted_earlier: true, annotations: &[("max-unavailable", "1"), ("failure-threshold", "2")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("on-failure continue: failures are reported, the rollout goes on",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("on-failure", "continue")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("on-failure rollback: not implemented, so it halts",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("on-failure", "rollback")], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("halted and pull-ahead: no deletion and no pull",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("pull-ahead", "true")], pulled: &["n1"], ..GIVEN },
+            then("halt", &[], &[], &[], Some(RESYNC), true)),
     ];
     for (says, given, expected) in rows {
         assert_eq!(decide_on(given), expected, "{says}");
+    }
+}
+
+mod budget {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Leaks a list for the row's `'static` slices (a test's few bytes).
+    fn leak(names: Vec<String>) -> &'static [&'static str] {
+        let names: Vec<&'static str> = names
+            .into_iter()
+            .map(|n| &*Box::leak(n.into_boxed_str()))
+            .collect();
+        Box::leak(names.into_boxed_slice())
+    }
+
+    proptest! {
+        /// Whatever fails where: a halt deletes nothing, and no decision leaves more
+        /// Ready nodes unavailable than the budget (the deletions of this step plus the
+        /// nodes already unavailable), NotReady nodes' failures never halting it alone.
+        #[test]
+        fn the_budget_holds_and_a_halt_deletes_nothing(
+            old in 0..6usize,
+            new in 0..6usize,
+            crashing_mask in any::<u16>(),
+            not_ready_mask in any::<u16>(),
+            budget in 1..4u32,
+            threshold in 1..4u32,
+            halted_earlier in any::<bool>(),
+        ) {
+            let total = old + new;
+            let name = |i: usize| format!("n{}", i + 1);
+            // Only new pods crash; any node may be NotReady.
+            let crashing: Vec<String> = (old..total).filter(|i| crashing_mask & (1 << i) != 0).map(name).collect();
+            let not_ready: Vec<String> = (0..total).filter(|i| not_ready_mask & (1 << i) != 0).map(name).collect();
+            let failed_on_ready = crashing.iter().filter(|n| !not_ready.contains(n)).count();
+            let annotations: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+                ("max-unavailable", &*Box::leak(budget.to_string().into_boxed_str())),
+                ("failure-threshold", &*Box::leak(threshold.to_string().into_boxed_str())),
+            ]));
+            let decision = decide_given(Given {
+                old,
+                new,
+                crashing: leak(crashing),
+                not_ready: leak(not_ready),
+                halted_earlier,
+                annotations,
+                ..GIVEN
+            });
+            let Step::Roll(rollout) = decision.step else {
+                return Err(TestCaseError::fail("a plain world rolls"));
+            };
+            let p = &rollout.plan.progress;
+            prop_assert!(rollout.plan.deletions.len() + p.unavailable <= p.budget.max(p.unavailable),
+                "{} deletions with {} unavailable, budget {}", rollout.plan.deletions.len(), p.unavailable, p.budget);
+            if rollout.halt.is_some() {
+                prop_assert!(rollout.plan.deletions.is_empty(), "a halt deleted");
+                prop_assert!(failed_on_ready > 0, "halted with no failure on a Ready node");
+            }
+            let at = (threshold as usize).min(p.budget.max(1));
+            if failed_on_ready >= at {
+                prop_assert!(rollout.halt.is_some(), "{failed_on_ready} failures, threshold {at}: not halted");
+            }
+            if !halted_earlier && failed_on_ready < at {
+                prop_assert!(rollout.halt.is_none(), "halted below the threshold");
+            }
+        }
     }
 }

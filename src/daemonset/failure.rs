@@ -1,0 +1,310 @@
+//! A revision that fails stops by itself: which pods of the current revision have
+//! failed, and whether that many failures halt the rollout. Pure: the pods, the nodes
+//! and the clock in, a report and a verdict out (`decide` takes them into its one
+//! decision; `rollgate status` reads the same).
+//!
+//! The rule, per live pod of the current revision on a Ready node:
+//! - failed when the kubelet says it cannot start: a container waiting with reason
+//!   `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`, `CreateContainerConfigError`
+//!   or `InvalidImageName`, or a container that is not ready and has restarted
+//!   [`RESTARTS_FAILED`] times or more (a crash loop between its back-offs reads
+//!   `Running` for a moment);
+//! - failed when it is not available `rollgate.io/progress-deadline` after its creation
+//!   (no deadline unless the annotation sets one: a slow image pull on an edge link is
+//!   not a bad release, and only the operator knows how slow is too slow).
+//!
+//! Never a failure:
+//! - a pod on a NotReady or missing node: the edge cut off is the model working, and
+//!   its status is what the node said last, not news about the revision;
+//! - a pod whose image is being pulled ahead (`PodImageReady` False, requested): it has
+//!   not been given its chance yet;
+//! - a pod of an old revision, or terminating.
+//!
+//! The threshold (`rollgate.io/failure-threshold`, default [`DEFAULT_FAILURE_THRESHOLD`])
+//! is a count, or a percentage of the pods the revision reached (its live pods on Ready
+//! nodes), rounded up. A threshold above the budget is the budget: a failed pod's node is
+//! unavailable, so no more failures than the budget can ever show up, and a threshold
+//! above it would never halt.
+//!
+//! The halt holds for the revision once reached: the controller remembers it
+//! (`halted_earlier`), so a failed node that goes NotReady (and stops counting) does not
+//! free a deletion while any failure is left. It ends with a new template (another
+//! revision), when no pod of the revision is failed any more (the cause was fixed outside
+//! the template, e.g. a missing ConfigMap created), or with
+//! `rollgate.io/on-failure: continue`.
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::jiff::Timestamp;
+
+use super::revision::CurrentRevision;
+use super::rolling_plan::{is_available, Blocker, RollingPlan};
+use crate::names::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
+use crate::object::{is_controlled_by, NodeFacts, PodFacts};
+
+/// Container waiting reasons with which the kubelet says a container cannot start.
+pub const FAILED_WAITING_REASONS: &[&str] = &[
+    "CrashLoopBackOff",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+];
+
+/// A container that is not ready and has restarted this many times has failed.
+pub const RESTARTS_FAILED: i32 = 3;
+
+/// Why a pod has failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureReason {
+    /// A container waits with one of [`FAILED_WAITING_REASONS`].
+    Waiting(String),
+    /// A container not ready has restarted this many times.
+    Restarts(i32),
+    /// Not available this long after its creation.
+    ProgressDeadline(Duration),
+}
+
+impl FailureReason {
+    /// The reason without the pod's own numbers, to group pods by.
+    pub fn kind(&self) -> String {
+        match self {
+            FailureReason::Waiting(reason) => reason.clone(),
+            FailureReason::Restarts(_) => format!("restarted {RESTARTS_FAILED}+ times"),
+            FailureReason::ProgressDeadline(_) => "not available by the progress deadline".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureReason::Waiting(reason) => f.write_str(reason),
+            FailureReason::Restarts(count) => write!(f, "not ready after {count} restarts"),
+            FailureReason::ProgressDeadline(deadline) => write!(
+                f,
+                "not available {}s after its creation (rollgate.io/progress-deadline)",
+                deadline.as_secs()
+            ),
+        }
+    }
+}
+
+/// A failed pod of the current revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedPod {
+    pub pod: String,
+    pub node: String,
+    pub reason: FailureReason,
+}
+
+/// What was found of the current revision's pods on Ready nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailureReport {
+    /// The current revision as the pods name it (its hash, else the template generation).
+    pub revision: String,
+    /// Live pods of the revision on Ready nodes: the base of a percentage threshold.
+    pub reached: usize,
+    /// The failed ones, in node name order.
+    pub failed: Vec<FailedPod>,
+    /// When the earliest pod not yet available reaches its progress deadline: no watch
+    /// event fires then, so the controller looks again after it.
+    pub next_deadline: Option<Duration>,
+}
+
+impl FailureReport {
+    /// The failed pods' reasons, grouped: `CrashLoopBackOff: 2, ImagePullBackOff: 1`.
+    pub fn reasons(&self) -> String {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for failed in &self.failed {
+            *counts.entry(failed.reason.kind()).or_default() += 1;
+        }
+        counts
+            .iter()
+            .map(|(kind, count)| format!("{kind}: {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The kubelet's verdict on one pod, whatever its node and revision: why it cannot
+/// start, if it says so.
+pub fn kubelet_failure(pod: &impl PodFacts) -> Option<FailureReason> {
+    let mut restarts = None;
+    for container in pod.container_states() {
+        if let Some(reason) = container
+            .waiting_reason
+            .filter(|r| FAILED_WAITING_REASONS.contains(r))
+        {
+            return Some(FailureReason::Waiting(reason.to_string()));
+        }
+        if !container.ready && container.restart_count >= RESTARTS_FAILED {
+            restarts = restarts.max(Some(container.restart_count));
+        }
+    }
+    restarts.map(FailureReason::Restarts)
+}
+
+/// Whether the pod's images are being pulled ahead: a request not answered yet.
+fn pulling_ahead(pod: &impl PodFacts) -> bool {
+    pod.condition(POD_IMAGE_READY_CONDITION)
+        .is_some_and(|c| c.status == "False" && c.reason == Some(PULL_IMAGE_REQUESTED_REASON))
+}
+
+/// Finds the failed pods of the current revision on Ready nodes (see the rule at the top
+/// of this file).
+pub fn assess<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
+    pods: impl IntoIterator<Item = &'a P>,
+    nodes: impl IntoIterator<Item = &'a N>,
+    daemonset: &DaemonSet,
+    current: Option<&CurrentRevision>,
+    policy: &FailurePolicy,
+    now: Timestamp,
+) -> FailureReport {
+    let Some(current) = current else {
+        return FailureReport::default();
+    };
+    let revision = current
+        .hash
+        .clone()
+        .or_else(|| current.template_generation.clone())
+        .unwrap_or_default();
+    let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
+    let ours: Vec<(&P, &str)> = pods
+        .into_iter()
+        .filter(|pod| is_controlled_by(*pod, ds_uid) && !pod.is_terminating())
+        .filter(|pod| current.is_pod_updated(*pod))
+        .filter_map(|pod| Some((pod, pod.node_or_affinity_node()?)))
+        .collect();
+    let mut report = FailureReport {
+        revision,
+        ..FailureReport::default()
+    };
+    if ours.is_empty() {
+        return report;
+    }
+    // Only now the nodes: a DaemonSet with no pod of its current revision yet (most of
+    // a fleet's plans) costs no walk over them.
+    let ready: HashSet<&str> = nodes
+        .into_iter()
+        .filter(|node| node.is_ready())
+        .map(|node| node.name())
+        .collect();
+    let min_ready_seconds = daemonset.spec.min_ready_seconds;
+    for (pod, node) in ours {
+        if !ready.contains(node) {
+            continue;
+        }
+        report.reached += 1;
+        if pulling_ahead(pod) {
+            continue;
+        }
+        let reason = kubelet_failure(pod).or_else(|| {
+            let deadline = policy.progress_deadline?;
+            if is_available(pod, min_ready_seconds.unwrap_or(0), now) {
+                return None;
+            }
+            let created = pod.metadata().creation_timestamp.as_ref()?.0;
+            let age = Duration::try_from(now.duration_since(created)).unwrap_or_default();
+            match deadline.checked_sub(age) {
+                Some(left) if !left.is_zero() => {
+                    report.next_deadline = Some(report.next_deadline.map_or(left, |d| d.min(left)));
+                    None
+                }
+                _ => Some(FailureReason::ProgressDeadline(deadline)),
+            }
+        });
+        if let Some(reason) = reason {
+            report.failed.push(FailedPod {
+                pod: pod.pod_name().to_string(),
+                node: node.to_string(),
+                reason,
+            });
+        }
+    }
+    report
+        .failed
+        .sort_by(|a, b| (&a.node, &a.pod).cmp(&(&b.node, &b.pod)));
+    report
+}
+
+/// A halted rollout: no more deletions for this revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Halt {
+    pub revision: String,
+    pub failed: Vec<FailedPod>,
+    pub reached: usize,
+    /// The threshold resolved against `reached` and the budget.
+    pub threshold: usize,
+    pub reasons: String,
+    /// `rollgate.io/on-failure: rollback` was asked for; it halts until rollback exists.
+    pub rollback_asked: bool,
+}
+
+impl Halt {
+    /// `plan` with its deletions dropped: the budget counts as before, and the plan says
+    /// why it stops (`Blocker::Halted`).
+    pub fn hold(&self, mut plan: RollingPlan) -> RollingPlan {
+        plan.deletions.clear();
+        plan.progress.blocked = Some(Blocker::Halted {
+            revision: self.revision.clone(),
+            failed: self.failed.len(),
+            reached: self.reached,
+            reasons: self.reasons.clone(),
+        });
+        plan
+    }
+
+    /// The Warning's message: the revision, the failed pods, their nodes and reasons.
+    pub fn message(&self) -> String {
+        let pods: Vec<String> = self
+            .failed
+            .iter()
+            .map(|f| format!("{} on {} ({})", f.pod, f.node, f.reason))
+            .collect();
+        let mut message = format!(
+            "revision {} halted: {} of {} pod(s) on Ready nodes failed (threshold {}); no more pods are deleted for it: {}. A new template goes on, or rollgate.io/on-failure=continue",
+            self.revision,
+            self.failed.len(),
+            self.reached,
+            self.threshold,
+            super::describe::shorten(&pods)
+        );
+        if self.rollback_asked {
+            message.push_str(
+                "; rollgate.io/on-failure=rollback is not implemented yet, so the rollout halts",
+            );
+        }
+        message
+    }
+}
+
+/// Whether the report halts the rollout. `budget`: max-unavailable resolved (caps the
+/// threshold); `halted_earlier`: the controller halted this revision before, under this
+/// policy (the halt then holds while any pod of it is failed).
+pub fn halt_verdict(
+    report: &FailureReport,
+    policy: &FailurePolicy,
+    budget: usize,
+    halted_earlier: bool,
+) -> Option<Halt> {
+    if policy.on_failure == OnFailure::Continue || report.failed.is_empty() {
+        return None;
+    }
+    let threshold = policy.threshold.resolve(report.reached, budget);
+    (report.failed.len() >= threshold || halted_earlier).then(|| Halt {
+        revision: report.revision.clone(),
+        failed: report.failed.clone(),
+        reached: report.reached,
+        threshold,
+        reasons: report.reasons(),
+        rollback_asked: policy.on_failure == OnFailure::Rollback,
+    })
+}
+
+pub mod settings;
+pub use settings::*;
+
+#[cfg(test)]
+mod tests;
