@@ -28,9 +28,10 @@
 //!
 //! The halt holds for the revision once reached: the controller remembers it
 //! (`halted_earlier`), so a failed node that goes NotReady (and stops counting) does not
-//! free a deletion while any failure is left. It ends with a new template (another
-//! revision), when no pod of the revision is failed any more (the cause was fixed outside
-//! the template, e.g. a missing ConfigMap created), or with
+//! free a deletion while any pod of the revision is unavailable. It ends with a new
+//! template (another revision), when every pod of the revision on a Ready node is
+//! available (the cause was fixed outside the template, e.g. a missing ConfigMap
+//! created; a crash loop between two restarts is not that), or with
 //! `rollgate.io/on-failure: continue`.
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -108,6 +109,9 @@ pub struct FailureReport {
     pub reached: usize,
     /// The failed ones, in node name order.
     pub failed: Vec<FailedPod>,
+    /// Of `reached`, the ones not available (failed or not): a halt holds while any is,
+    /// since a crash loop reads `Running` for a moment after each restart.
+    pub unavailable: usize,
     /// When the earliest pod not yet available reaches its progress deadline: no watch
     /// event fires then, so the controller looks again after it.
     pub next_deadline: Option<Duration>,
@@ -197,6 +201,9 @@ pub fn assess<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
             continue;
         }
         report.reached += 1;
+        if !is_available(pod, min_ready_seconds.unwrap_or(0), now) {
+            report.unavailable += 1;
+        }
         if pulling_ahead(pod) {
             continue;
         }
@@ -282,18 +289,22 @@ impl Halt {
 
 /// Whether the report halts the rollout. `budget`: max-unavailable resolved (caps the
 /// threshold); `halted_earlier`: the controller halted this revision before, under this
-/// policy (the halt then holds while any pod of it is failed).
+/// policy. The halt then holds until every pod of the revision on a Ready node is
+/// available: a crash-looping container reads `Running` for a moment after each restart,
+/// and a moment in which no pod reads failed is not a fix.
 pub fn halt_verdict(
     report: &FailureReport,
     policy: &FailurePolicy,
     budget: usize,
     halted_earlier: bool,
 ) -> Option<Halt> {
-    if policy.on_failure == OnFailure::Continue || report.failed.is_empty() {
+    if policy.on_failure == OnFailure::Continue {
         return None;
     }
     let threshold = policy.threshold.resolve(report.reached, budget);
-    (report.failed.len() >= threshold || halted_earlier).then(|| Halt {
+    let reached_threshold = !report.failed.is_empty() && report.failed.len() >= threshold;
+    let still_halted = halted_earlier && report.unavailable > 0;
+    (reached_threshold || still_halted).then(|| Halt {
         revision: report.revision.clone(),
         failed: report.failed.clone(),
         reached: report.reached,

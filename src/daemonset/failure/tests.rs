@@ -239,6 +239,7 @@ fn the_warning_names_the_revision_the_pods_their_nodes_and_reasons() {
                 reason: FailureReason::Waiting("ImagePullBackOff".into()),
             },
         ],
+        unavailable: 2,
         next_deadline: None,
     };
     let policy = FailurePolicy {
@@ -272,6 +273,36 @@ fn the_warning_names_the_revision_the_pods_their_nodes_and_reasons() {
         ..policy
     };
     assert_eq!(halt_verdict(&report, &go_on, 5, true), None);
+}
+
+/// Between two restarts a crash-looping container reads `Running` with fewer restarts
+/// than the rule counts: no pod reads failed for a moment. A halt reached before holds
+/// through that moment, and ends only once every pod of the revision is available.
+#[test]
+fn a_halt_holds_until_every_pod_of_the_revision_is_available() {
+    let policy = FailurePolicy {
+        threshold: FailureThreshold::Count(2),
+        on_failure: OnFailure::Halt,
+        progress_deadline: None,
+    };
+    let between_restarts = FailureReport {
+        revision: "6d4b9".into(),
+        reached: 2,
+        failed: vec![],
+        unavailable: 2,
+        next_deadline: None,
+    };
+    assert!(halt_verdict(&between_restarts, &policy, 5, true).is_some());
+    assert_eq!(
+        halt_verdict(&between_restarts, &policy, 5, false),
+        None,
+        "never halted: nothing failed, nothing to hold"
+    );
+    let fixed = FailureReport {
+        unavailable: 0,
+        ..between_restarts
+    };
+    assert_eq!(halt_verdict(&fixed, &policy, 5, true), None);
 }
 
 /// One pod of the property test: its node, whether the node is Ready, its revision, and
