@@ -65,7 +65,7 @@ pub const FAILURE_THRESHOLD_ANNOTATION: &str = "rollgate.io/failure-threshold";
 /// Warning: `rollgate.io/failure-threshold` is not a positive integer or percentage.
 pub const INVALID_FAILURE_THRESHOLD_EVENT: &str = "InvalidFailureThreshold";
 /// AdvancedRollingUpdate: what a failing revision gets: `halt` (the default: no more
-/// deletions for it), `rollback` (not implemented yet: halts, with a Warning) or
+/// deletions for it), `rollback` (the template goes back to the previous revision) or
 /// `continue` (failures are reported, the rollout goes on: how an operator resumes a
 /// halted revision without a new template).
 pub const ON_FAILURE_ANNOTATION: &str = "rollgate.io/on-failure";
@@ -80,9 +80,16 @@ pub const INVALID_PROGRESS_DEADLINE_EVENT: &str = "InvalidProgressDeadline";
 /// Warning: the current revision failed on more Ready nodes than the failure threshold
 /// allows; rollgate deletes no more pods for it.
 pub const ROLLOUT_HALTED_EVENT: &str = "RolloutHalted";
-/// Warning: `rollgate.io/on-failure: rollback` was asked for; rollback is not
-/// implemented yet, so the rollout halts instead.
-pub const ROLLBACK_NOT_IMPLEMENTED_EVENT: &str = "RollbackNotImplemented";
+/// Warning: the current revision failed and `rollgate.io/on-failure: rollback` put the
+/// template back to an earlier revision (what `kubectl rollout undo` does).
+pub const ROLLED_BACK_EVENT: &str = "RolloutRolledBack";
+/// Warning: the template is a revision rollgate rolled back from (it is in
+/// `rollgate.io/rolled-back-from`); rollgate deletes no pod for it.
+pub const REVISION_ROLLED_BACK_BEFORE_EVENT: &str = "RevisionRolledBackBefore";
+/// AdvancedRollingUpdate, written by rollgate: the hashes (`controller-revision-hash`) of
+/// the revisions it rolled back from, comma-separated, newest last. rollgate never rolls
+/// a revision in it out again; removing a hash is how an operator lets it try again.
+pub const ROLLED_BACK_FROM_ANNOTATION: &str = "rollgate.io/rolled-back-from";
 /// Pod condition type telling the node operator that the pod is out of date.
 pub const POD_NEED_UPGRADE_CONDITION: &str = "PodNeedUpgrade";
 /// Pod condition tracking the optional image pre-pull of the current revision.

@@ -116,6 +116,10 @@ impl DaemonSetBuilder {
         self.annotate(crate::names::ON_FAILURE_ANNOTATION, value)
     }
 
+    pub fn rolled_back_from(self, value: &str) -> Self {
+        self.annotate(crate::names::ROLLED_BACK_FROM_ANNOTATION, value)
+    }
+
     pub fn progress_deadline(self, value: &str) -> Self {
         self.annotate(crate::names::PROGRESS_DEADLINE_ANNOTATION, value)
     }

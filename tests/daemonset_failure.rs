@@ -12,15 +12,24 @@
 //! server's audit log, by rollgate's identity). `rollgate.io/on-failure: continue` goes
 //! on without a new template (one more deletion), and a new template is a new revision
 //! that rolls out onto every Ready node. Both toleration shapes.
+//!
+//! `rollgate.io/on-failure: rollback`: the template goes back to the previous revision,
+//! every node is back on it with the budget held all along (counted by an independent
+//! watcher), the failed revision is recorded in `rollgate.io/rolled-back-from`, and the
+//! failed template applied again (as a GitOps tool would) deletes nothing.
 //! Needs `make cluster-up`; `cargo test --test daemonset_failure -- --ignored --nocapture` narrates.
 mod support;
 
 use std::time::Duration;
 
-use kube::api::ListParams;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde_json::json;
-use support::daemonset::{image_of, node_of, rollgate_status, wait_ready_on, EdgeBed, Others};
+use support::daemonset::{
+    image_of, node_of, revision_hash, rollgate_status, wait_ready_on, EdgeBed, Others,
+};
+use support::unavailable::Watcher;
 use support::*;
 
 const NODES: usize = 5;
@@ -28,6 +37,34 @@ const NODES: usize = 5;
 /// Pod DELETE calls by rollgate's identity in `namespace` so far.
 fn rollgate_deletions(namespace: &str) -> usize {
     pod_deletes(namespace, Some(CONTROLLER_USER)).len()
+}
+
+/// Waits up to 30 s for a Warning `reason` about the DaemonSet "edge": its message.
+async fn warning(bed: &EdgeBed, reason: &str) -> String {
+    wait_for(
+        &format!("a Warning {reason}"),
+        Duration::from_secs(30),
+        || async {
+            let events = events_for(&bed.client, &bed.ns.name, "edge").await;
+            events
+                .iter()
+                .find(|(t, r, _)| t == "Warning" && r == reason)
+                .map(|(_, _, m)| m.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await
+}
+
+/// rollgate's pod deletions in the bed's namespace stay at `count` for `period`.
+async fn deletions_stay(bed: &EdgeBed, count: usize, what: &str, period: Duration) {
+    holds_for(what, period, || async {
+        match rollgate_deletions(&bed.ns.name) {
+            same if same == count => Ok(()),
+            other => Err(format!("{other} deletion(s); {count} before")),
+        }
+    })
+    .await;
 }
 
 /// How often `reason` was reported about the DaemonSet "edge", by its Events' counts.
@@ -66,33 +103,17 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
     bed.patch(json!({"metadata": {"annotations": {"rollgate.io/failure-threshold": "0"}}}))
         .await;
     bed.set_image("edge:v2-crashloop").await;
-    let refused = wait_for(
-        "a Warning InvalidFailureThreshold",
-        Duration::from_secs(30),
-        || async {
-            let events = events_for(&bed.client, &n, "edge").await;
-            events
-                .iter()
-                .find(|(t, r, _)| t == "Warning" && r == "InvalidFailureThreshold")
-                .map(|(_, _, m)| m.clone())
-                .ok_or_else(|| format!("{events:?}"))
-        },
-    )
-    .await;
+    let refused = warning(&bed, "InvalidFailureThreshold").await;
     assert!(
         refused.contains("\"0\"")
             && refused.contains("a positive integer (e.g. 3) or a whole percentage"),
         "the Warning names the value and the accepted forms: {refused}"
     );
-    holds_for(
+    deletions_stay(
+        &bed,
+        0,
         "no deletion while the threshold is bad",
         Duration::from_secs(6),
-        || async {
-            match rollgate_deletions(&n) {
-                0 => Ok(()),
-                some => Err(format!("{some} deletion(s)")),
-            }
-        },
     )
     .await;
     note("the threshold fixed: the rollout starts");
@@ -150,15 +171,11 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
     bed.nodes
         .wait_ready(&cut, false, Duration::from_secs(60))
         .await;
-    holds_for(
+    deletions_stay(
+        &bed,
+        2,
         "no deletion by rollgate while halted",
         Duration::from_secs(12),
-        || async {
-            match rollgate_deletions(&n) {
-                2 => Ok(()),
-                more => Err(format!("{more} deletion(s); 2 before the halt")),
-            }
-        },
     )
     .await;
     let v1_left = bed
@@ -172,12 +189,7 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
         .count();
     assert_eq!(v1_left, NODES - 2, "the v1 pods stay");
 
-    let events = events_for(&bed.client, &n, "edge").await;
-    let halted = events
-        .iter()
-        .find(|(t, r, _)| t == "Warning" && r == "RolloutHalted")
-        .map(|(_, _, m)| m.clone())
-        .unwrap_or_else(|| panic!("no Warning RolloutHalted: {events:?}"));
+    let halted = warning(&bed, "RolloutHalted").await;
     note(format!("RolloutHalted: {halted}"));
     for (pod, node) in &failed {
         assert!(
@@ -276,4 +288,184 @@ async fn a_crash_looping_revision_halts_and_deletes_nothing_more_tolerating_all_
 #[ignore = "needs a cluster: make test"]
 async fn a_crash_looping_revision_halts_and_deletes_nothing_more_tolerating_none() {
     a_crash_looping_revision_halts(Shape::ToleratesNone).await;
+}
+
+/// The hash of the DaemonSet's revision whose template runs `image`.
+async fn hash_of_revision_with(bed: &EdgeBed, image: &str) -> String {
+    let revisions: Api<ControllerRevision> = Api::namespaced(bed.client.clone(), &bed.ns.name);
+    revisions
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .find(|r| r.data.0.to_string().contains(&format!("\"{image}\"")))
+        .and_then(|r| r.labels().get("controller-revision-hash").cloned())
+        .unwrap_or_else(|| panic!("no ControllerRevision runs {image}"))
+}
+
+/// The DaemonSet's `rollgate.io/rolled-back-from`, if any.
+async fn rolled_back_from(bed: &EdgeBed) -> Option<String> {
+    bed.dss
+        .get("edge")
+        .await
+        .unwrap()
+        .annotations()
+        .get("rollgate.io/rolled-back-from")
+        .cloned()
+}
+
+async fn a_crash_looping_revision_rolls_back(shape: Shape) {
+    const BUDGET: usize = 2;
+    let tag = format!("rollback-{}", shape.tag());
+    let client = client().await;
+    let nodes = TestNodes::create(&client, &tag, NODES).await;
+    let annotations = json!({
+        "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
+        "apps.openyurt.io/max-unavailable": BUDGET.to_string(),
+        "rollgate.io/failure-threshold": "2",
+        "rollgate.io/on-failure": "rollback",
+    });
+    let bed = EdgeBed::start(
+        client,
+        nodes,
+        &tag,
+        "rollback",
+        &[],
+        annotations,
+        shape,
+        Duration::from_secs(90),
+    )
+    .await;
+    let n = bed.ns.name.clone();
+    let watcher = Watcher::start(
+        &bed.client,
+        &format!("{OWNER_LABEL}={}", bed.nodes.owner),
+        &n,
+    );
+    watcher.wait_armed().await;
+    let v1_hash = revision_hash(&bed.pods.list(&ListParams::default()).await.unwrap().items[0]);
+
+    note("a template whose container crash-loops: it fails on two nodes, and is rolled back");
+    bed.set_image("edge:v2-crashloop").await;
+    let recorded = wait_for(
+        "the template back on edge:v1 and the failed revision recorded",
+        Duration::from_secs(120),
+        || async {
+            let ds = bed.dss.get("edge").await.map_err(|e| e.to_string())?;
+            let image = ds
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first()?.image.clone())
+                .unwrap_or_default();
+            match ds.annotations().get("rollgate.io/rolled-back-from") {
+                Some(record) if image == "edge:v1" => Ok(record.clone()),
+                record => Err(format!("template {image}, record {record:?}")),
+            }
+        },
+    )
+    .await;
+    let v2_hash = hash_of_revision_with(&bed, "edge:v2-crashloop").await;
+    assert_eq!(recorded, v2_hash, "the record names the failed revision");
+    wait_ready_on(
+        &bed.pods,
+        &bed.nodes.names,
+        "edge:v1",
+        Others::None,
+        Duration::from_secs(120),
+    )
+    .await;
+    let hashes: Vec<String> = bed
+        .pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(revision_hash)
+        .collect();
+    assert!(
+        hashes.iter().all(|h| *h == v1_hash),
+        "every node back on the first revision {v1_hash}: {hashes:?}"
+    );
+    let (peak, at_peak) = watcher.peak();
+    assert!(
+        peak <= BUDGET,
+        "at most {BUDGET} Ready nodes without a serving pod, the rollback included: {peak} ({at_peak:?})"
+    );
+    assert_eq!(
+        rollgate_deletions(&n),
+        2 * 2,
+        "two v1 pods deleted for v2, then the two failed v2 pods for v1"
+    );
+    let rolled_back = warning(&bed, "RolloutRolledBack").await;
+    note(format!("RolloutRolledBack: {rolled_back}"));
+    assert!(
+        rolled_back.contains(&format!("revision {v2_hash} failed on 2 of 2"))
+            && rolled_back.contains(&format!("back to revision {v1_hash}"))
+            && rolled_back.contains("CrashLoopBackOff"),
+        "{rolled_back}"
+    );
+    assert_eq!(
+        occurrences(&bed, "RolloutRolledBack").await,
+        1,
+        "one rollback"
+    );
+    let halted = warning(&bed, "RolloutHalted").await;
+    assert!(
+        halted.contains(&format!("rolling back to revision {v1_hash}")),
+        "the halt says where it goes: {halted}"
+    );
+    let counter =
+        format!("rollgate_daemonset_rollbacks_total{{namespace=\"{n}\",daemonset=\"edge\"}}");
+    assert_eq!(bed.controller.metric(&counter).await, 1.0, "{counter}");
+
+    note("the failed template applied again, as a GitOps tool would: held, nothing deleted");
+    bed.set_image("edge:v2-crashloop").await;
+    let held = warning(&bed, "RevisionRolledBackBefore").await;
+    assert!(
+        held.contains(&v2_hash) && held.contains("rollgate.io/rolled-back-from"),
+        "{held}"
+    );
+    deletions_stay(
+        &bed,
+        4,
+        "no deletion for a revision rolled back from",
+        Duration::from_secs(10),
+    )
+    .await;
+    let status = rollgate_status(&n, &[]);
+    assert!(
+        status.contains(&format!("held: revision {v2_hash} was rolled back from")),
+        "rollgate status: {status}"
+    );
+    assert_eq!(rolled_back_from(&bed).await, Some(v2_hash.clone()));
+
+    note("a fixed template: a new revision, rolled out on every node");
+    bed.set_image("edge:v3").await;
+    wait_ready_on(
+        &bed.pods,
+        &bed.nodes.names,
+        "edge:v3",
+        Others::None,
+        Duration::from_secs(120),
+    )
+    .await;
+    let (peak, at_peak) = watcher.peak();
+    assert!(peak <= BUDGET, "{peak} ({at_peak:?})");
+    bed.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_crash_looping_revision_rolls_back_within_the_budget_tolerating_all_taints() {
+    a_crash_looping_revision_rolls_back(Shape::ToleratesAll).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_crash_looping_revision_rolls_back_within_the_budget_tolerating_none() {
+    a_crash_looping_revision_rolls_back(Shape::ToleratesNone).await;
 }

@@ -670,6 +670,7 @@ fn scenarios() -> Value {
     };
     let leader = |pod: &str| format!(r#"rollgate_leader{{pod="{pod}"}}"#);
     let halted = r#"rollgate_daemonset_rollout_halted{namespace="edge",daemonset="agent"}"#;
+    let rollbacks = r#"rollgate_daemonset_rollbacks_total{namespace="edge",daemonset="agent"}"#;
     let stuck = |halted_values: &'static str| {
         [
             (
@@ -730,6 +731,27 @@ fn scenarios() -> Value {
                     vec![firing("RollgateRolloutStalled", &edge)]
                 ),
                 check(25, "RollgateRolloutHalted", vec![]),
+            ],
+        ),
+        test(
+            "a rollback is said, and stops being said an hour later",
+            &[(rollbacks, "0 0 1x80")],
+            vec![
+                check(1, "RollgateRolledBack", vec![]),
+                check(
+                    3,
+                    "RollgateRolledBack",
+                    vec![firing("RollgateRolledBack", &edge)]
+                ),
+                check(70, "RollgateRolledBack", vec![]),
+            ],
+        ),
+        test(
+            "a rollback counter that does not move is no alert",
+            &[(rollbacks, "1x80")],
+            vec![
+                check(3, "RollgateRolledBack", vec![]),
+                check(70, "RollgateRolledBack", vec![])
             ],
         ),
         test(

@@ -15,6 +15,8 @@ pub enum Call {
     ReadJob,
     DeleteJob,
     PatchService,
+    ReadRevision,
+    PatchDaemonSet,
 }
 
 impl Call {
@@ -29,6 +31,8 @@ impl Call {
             Call::ReadJob => "read_job",
             Call::DeleteJob => "delete_job",
             Call::PatchService => "patch_service",
+            Call::ReadRevision => "read_revision",
+            Call::PatchDaemonSet => "patch_daemonset",
         }
     }
 
@@ -42,6 +46,8 @@ impl Call {
             Call::ReadJob => "reading Job",
             Call::DeleteJob => "deleting Job",
             Call::PatchService => "patching Service",
+            Call::ReadRevision => "reading ControllerRevision",
+            Call::PatchDaemonSet => "patching DaemonSet",
         }
     }
 }

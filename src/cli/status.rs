@@ -16,7 +16,8 @@ use kube::{Api, ResourceExt};
 use super::output::print;
 use super::StatusCommandArgs;
 use crate::daemonset::describe::{describe_pull_ahead, describe_with, shorten};
-use crate::daemonset::failure::{assess, halt_verdict};
+use crate::daemonset::failure::rollback::owned_revisions;
+use crate::daemonset::failure::{assess, hold_on_failure};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::pull_ahead::{pull_ahead_of, GaveUp, PullAheadView};
@@ -135,11 +136,12 @@ pub fn summarize(
             // halt while any pod of the revision is failed, which a look from outside
             // cannot know: it says halted from the threshold alone.
             let failures = assess(pods, nodes, ds, current.as_ref(), &failure, now);
-            let halt = halt_verdict(&failures, &failure, plan.progress.budget, false);
-            let plan = match &halt {
-                Some(halt) => halt.hold(plan),
-                None if paused => plan.paused(),
-                None => plan,
+            let revisions = owned_revisions(ds, revisions);
+            let (plan, halt) = hold_on_failure(plan, &failures, &failure, ds, current.as_ref(), &revisions, false);
+            let plan = match (&halt, &plan.progress.blocked) {
+                (None, Some(Blocker::RolledBackBefore { .. })) => plan,
+                (None, _) if paused => plan.paused(),
+                _ => plan,
             };
             let p = &plan.progress;
             let mut lines = vec![format!(
@@ -171,7 +173,7 @@ pub fn summarize(
                 lines.push(format!("blocked: {e}"));
             }
             // A halt, like a hold, waits on the operator: `--watch` stops there too.
-            let held_back = matches!(p.blocked, Some(Blocker::HeldBack | Blocker::Halted { .. })) && invalid.is_none();
+            let held_back = matches!(p.blocked, Some(Blocker::HeldBack | Blocker::Halted { .. } | Blocker::RolledBackBefore { .. })) && invalid.is_none();
             let complete = plan.is_complete();
             Summary { lines, updated: p.updated, total: p.total_nodes, complete, held_back, pull_ahead }
         }

@@ -7,6 +7,7 @@
 //! - `dispatch`: the reconcile, by the model the DaemonSet asks for;
 //! - `observe`: what a reconcile reads of the shared stores;
 //! - `rolling`: AdvancedRollingUpdate: observe, decide, execute the deletions;
+//! - `rollback`: `rollgate.io/on-failure: rollback`: the template put back, the revision recorded;
 //! - `pull_requests`: pull-ahead's requests and their Events;
 //! - `progress`: a rollout's progress in metrics and Events;
 //! - `native_waits`: waits on the native controller, and the target confirmed before deleting;
@@ -47,6 +48,7 @@ mod observe;
 mod ota;
 mod progress;
 mod pull_requests;
+mod rollback;
 mod rolling;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,8 @@
 //! | another updater deleted its pods lately | step back: no deletion, look again when it is quiet |
 //! | `rollgate.io/pull-ahead` cannot be read | refuse: a Warning, nothing deleted until it is fixed |
 //! | no current revision yet | wait on the native controller (progress said, nothing deleted) |
-//! | the current revision failed on as many Ready nodes as `rollgate.io/failure-threshold` (or failed before and still does) | halted: no deletion for it, no new pull, a Warning (`failure`) |
+//! | the current revision is one rollgate rolled back from (`rollgate.io/rolled-back-from`) | held: no deletion for it, no new pull, a Warning |
+//! | the current revision failed on as many Ready nodes as `rollgate.io/failure-threshold` (or failed before and still does) | halted: no deletion for it, no new pull, a Warning (`failure`); with `rollgate.io/on-failure: rollback`, the template goes back to the previous revision |
 //! | `rollgate.io/paused: true` | the plan is made, its deletions held, no new pull asked for |
 //! | pull-ahead on | a deletion waits for its pod's pull (or its tries running out); pulls asked for in the window |
 //! | pull-ahead on, no revision hash yet | nothing deleted, nothing pulled |
@@ -21,7 +22,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::failure::{assess, halt_verdict, FailurePolicy, FailureReport, Halt};
+use super::failure::{assess, hold_on_failure, FailurePolicy, FailureReport, Halt, RevisionRef};
 use super::other_updater::Sighting;
 use super::pull_ahead::{
     plan_pull_ahead, InvalidPullAhead, PullAheadLimits, PullAheadPlan, PullTries,
@@ -66,6 +67,9 @@ pub struct World<'a> {
     /// The controller halted this DaemonSet's current revision earlier: the halt holds
     /// while any of its pods is failed (a failed node gone NotReady frees nothing).
     pub halted_earlier: bool,
+    /// The DaemonSet's ControllerRevisions, newest first (`owned_revisions`): where
+    /// `rollgate.io/on-failure: rollback` goes back to.
+    pub revisions: Vec<RevisionRef>,
 }
 
 /// What pull-ahead reads: the pods, and what the controller counted of their pulls.
@@ -121,7 +125,8 @@ pub struct Rollout {
     /// The current revision's failed pods on Ready nodes (boxed, as `halt`: the step
     /// stays the size of its plan).
     pub failures: Box<FailureReport>,
-    /// Set when the failures halt the rollout: `plan` then deletes nothing.
+    /// Set when the failures halt the rollout: `plan` then deletes nothing. With a
+    /// rollback target (`Halt::rollback_target`), the template goes back to it first.
     pub halt: Option<Box<Halt>>,
 }
 
@@ -165,21 +170,27 @@ fn roll(world: &World, plan: RollingPlan, pull_ahead: bool) -> Rollout {
         &world.failure,
         world.plan.now,
     );
-    let halt = halt_verdict(
+    let (plan, halt) = hold_on_failure(
+        plan,
         &failures,
         &world.failure,
-        plan.progress.budget,
+        world.plan.daemonset,
+        world.plan.current,
+        &world.revisions,
         world.halted_earlier,
+    );
+    let rolled_back_before = matches!(
+        plan.progress.blocked,
+        Some(Blocker::RolledBackBefore { .. })
     );
     // Paused: the plan is made (progress, status and the budget read as usual), and its
     // deletions are held. Removing the annotation is a DaemonSet change: it re-plans.
     let mut plan = match &halt {
-        Some(halt) => halt.hold(plan),
-        None if world.paused => plan.paused(),
-        None => plan,
+        None if world.paused && !rolled_back_before => plan.paused(),
+        _ => plan,
     };
-    // Neither a halt nor a pause asks for new pulls.
-    let holding = world.paused || halt.is_some();
+    // Neither a halt, a revision rolled back from, nor a pause asks for new pulls.
+    let holding = world.paused || halt.is_some() || rolled_back_before;
     // Pull-ahead: deletions wait for their node's pull; pulls start for the nodes the
     // budget reaches next.
     let pulls = match (pull_ahead, &world.pulls) {

@@ -54,6 +54,9 @@ pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> Stri
         }) => line.push_str(&format!(
             "; halted: {failed} of {reached} failed ({reasons}); no more pods are deleted for revision {revision} until a new template, or rollgate.io/on-failure=continue"
         )),
+        Some(Blocker::RolledBackBefore { revision }) => line.push_str(&format!(
+            "; held: revision {revision} was rolled back from (rollgate.io/rolled-back-from), so no pod is deleted for it; take it out of that annotation to roll it out again"
+        )),
         Some(Blocker::HeldBack) => line.push_str(
             "; held back: every node the partition and node selector let through is upgraded",
         ),

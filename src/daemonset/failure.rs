@@ -26,6 +26,10 @@
 //! unavailable, so no more failures than the budget can ever show up, and a threshold
 //! above it would never halt.
 //!
+//! With `rollgate.io/on-failure: rollback` the halt also puts the template back to the
+//! previous revision (`rollback`); a revision rolled back from is held, not rolled out
+//! again (`rolled_back_before`).
+//!
 //! The halt holds for the revision once reached: the controller remembers it
 //! (`halted_earlier`), so a failed node that goes NotReady (and stops counting) does not
 //! free a deletion while any pod of the revision is unavailable. It ends with a new
@@ -236,6 +240,16 @@ pub fn assess<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
     report
 }
 
+/// What `rollgate.io/on-failure: rollback` does with a halt (`rollback`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackCourse {
+    /// The template goes back to this revision.
+    To(RevisionRef),
+    /// No revision to go back to (the DaemonSet's first failed, or every earlier one was
+    /// rolled back from): it halts.
+    NoTarget,
+}
+
 /// A halted rollout: no more deletions for this revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Halt {
@@ -245,8 +259,8 @@ pub struct Halt {
     /// The threshold resolved against `reached` and the budget.
     pub threshold: usize,
     pub reasons: String,
-    /// `rollgate.io/on-failure: rollback` was asked for; it halts until rollback exists.
-    pub rollback_asked: bool,
+    /// Set when `rollgate.io/on-failure: rollback` was asked for (`with_rollback`).
+    pub rollback: Option<RollbackCourse>,
 }
 
 impl Halt {
@@ -278,12 +292,84 @@ impl Halt {
             self.threshold,
             super::describe::shorten(&pods)
         );
-        if self.rollback_asked {
-            message.push_str(
-                "; rollgate.io/on-failure=rollback is not implemented yet, so the rollout halts",
-            );
+        match &self.rollback {
+            None => {}
+            Some(RollbackCourse::To(target)) => message.push_str(&format!(
+                "; rollgate.io/on-failure=rollback: rolling back to revision {} ({})",
+                target.hash, target.name
+            )),
+            Some(RollbackCourse::NoTarget) => message.push_str(
+                "; rollgate.io/on-failure=rollback found no earlier revision to go back to (this is the first, or every earlier one was rolled back from), so the rollout halts",
+            ),
         }
         message
+    }
+
+    /// The halt with its rollback, when `policy` asks for one: to the newest of
+    /// `revisions` (newest first) that is neither this revision nor in `record`.
+    pub fn with_rollback(
+        mut self,
+        policy: &FailurePolicy,
+        revisions: &[RevisionRef],
+        record: &RolledBackFrom,
+    ) -> Halt {
+        if policy.on_failure == OnFailure::Rollback {
+            self.rollback = Some(
+                rollback_target(revisions, &self.revision, record)
+                    .map_or(RollbackCourse::NoTarget, |t| RollbackCourse::To(t.clone())),
+            );
+        }
+        self
+    }
+
+    /// The revision to roll back to, when the halt rolls back.
+    pub fn rollback_target(&self) -> Option<&RevisionRef> {
+        match &self.rollback {
+            Some(RollbackCourse::To(target)) => Some(target),
+            _ => None,
+        }
+    }
+}
+
+/// The current revision when rollgate rolled back from it before (it is in
+/// `rollgate.io/rolled-back-from`): it is not rolled out again, whatever the failure
+/// annotations say.
+pub fn rolled_back_before(
+    daemonset: &DaemonSet,
+    current: Option<&CurrentRevision>,
+) -> Option<String> {
+    let hash = current?.hash.as_deref()?;
+    RolledBackFrom::of(daemonset)
+        .contains(hash)
+        .then(|| hash.to_string())
+}
+
+/// The failure rule on a plan, as the controller and `rollgate status` both apply it: a
+/// revision rolled back from before is held (`Blocker::RolledBackBefore`); else the
+/// report's halt, if any, holds the plan (with its rollback when asked for). Returns the
+/// plan as held and the halt.
+pub fn hold_on_failure(
+    plan: RollingPlan,
+    report: &FailureReport,
+    policy: &FailurePolicy,
+    daemonset: &DaemonSet,
+    current: Option<&CurrentRevision>,
+    revisions: &[RevisionRef],
+    halted_earlier: bool,
+) -> (RollingPlan, Option<Halt>) {
+    if let Some(revision) = rolled_back_before(daemonset, current) {
+        let mut plan = plan;
+        plan.deletions.clear();
+        plan.progress.blocked = Some(Blocker::RolledBackBefore { revision });
+        return (plan, None);
+    }
+    let record = RolledBackFrom::of(daemonset);
+    match halt_verdict(report, policy, plan.progress.budget, halted_earlier) {
+        Some(halt) => {
+            let halt = halt.with_rollback(policy, revisions, &record);
+            (halt.hold(plan), Some(halt))
+        }
+        None => (plan, None),
     }
 }
 
@@ -310,11 +396,13 @@ pub fn halt_verdict(
         reached: report.reached,
         threshold,
         reasons: report.reasons(),
-        rollback_asked: policy.on_failure == OnFailure::Rollback,
+        rollback: None,
     })
 }
 
+pub mod rollback;
 pub mod settings;
+pub use rollback::{rollback_target, RevisionRef, RolledBackFrom};
 pub use settings::*;
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub struct DaemonSetMetrics {
     pub rollout_halted: Family<DaemonSetLabels, Gauge>,
     /// Failed pods of the current revision on Ready nodes (`failure`).
     pub pods_failed: Family<DaemonSetLabels, Gauge>,
+    /// Templates put back to an earlier revision (`rollgate.io/on-failure: rollback`).
+    pub rollbacks: Family<DaemonSetLabels, Counter>,
     /// The budget and what uses it, so a dashboard can show the budget in use.
     pub nodes_unavailable: Family<DaemonSetLabels, Gauge>,
     /// Nodes kept on the old revision on purpose (partition, node selector): pending,
@@ -61,6 +63,7 @@ impl DaemonSetMetrics {
             rollout_paused: Family::default(),
             rollout_halted: Family::default(),
             pods_failed: Family::default(),
+            rollbacks: Family::default(),
             nodes_unavailable: Family::default(),
             nodes_held_back: Family::default(),
             max_unavailable: Family::default(),
@@ -121,6 +124,11 @@ impl DaemonSetMetrics {
                 "pods_failed",
                 "Pods of the current revision on Ready nodes that failed (a container the kubelet cannot start, restarts, or the progress deadline)",
                 m.pods_failed.clone(),
+            );
+            r.register(
+                "rollbacks",
+                "Times rollgate put the template back to an earlier revision after the current one failed (rollgate.io/on-failure=rollback)",
+                m.rollbacks.clone(),
             );
             r.register(
                 "nodes_unavailable",
@@ -193,6 +201,15 @@ impl DaemonSetMetrics {
                 progress.blocked,
                 Some(Blocker::Paused { .. })
             )));
+    }
+
+    /// Counts a rollback of the DaemonSet's template.
+    pub fn count_rollback(&self, namespace: &str, name: &str) {
+        let labels = DaemonSetLabels {
+            namespace: namespace.into(),
+            daemonset: name.into(),
+        };
+        self.rollbacks.get_or_create(&labels).inc();
     }
 
     /// Publishes the current revision's failed pods and whether they halt it.

@@ -311,6 +311,9 @@ pub enum Blocker {
         /// The failed pods' reasons, grouped (`FailureReport::reasons`).
         reasons: String,
     },
+    /// The current revision is one rollgate rolled back from (`rollgate.io/rolled-back-from`):
+    /// no deletion for it until the operator takes it out of the record.
+    RolledBackBefore { revision: String },
     /// Every node the partition and the node selector let through is done; old pods
     /// remain only on the nodes they hold back (`Progress::kept_by_partition`,
     /// `Progress::held_by_selector`). Not complete, and not waiting on anything.

@@ -7,6 +7,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 
 use super::context::{Context, Memo};
+use crate::daemonset::failure::rollback::owned_revisions;
+use crate::daemonset::failure::RevisionRef;
 use crate::daemonset::revision::CurrentRevision;
 use crate::object::{is_controlled_by, CachedPod, NodeFacts};
 use crate::watch::{for_each_in, Stores};
@@ -81,9 +83,21 @@ pub fn observe(
 
 /// The DaemonSet's current revision, from the revisions store.
 pub fn current_revision(stores: &Stores, ds: &DaemonSet) -> Option<CurrentRevision> {
-    let ns = ds.namespace();
-    let revisions: Vec<Arc<ControllerRevision>> = stores
-        .revisions
-        .state_filter(|r| r.metadata.namespace == ns);
+    let revisions = revisions_of_namespace(stores, ds);
     CurrentRevision::of(ds, revisions.iter().map(|r| &**r))
+}
+
+/// The DaemonSet's current revision and its ControllerRevisions, newest first (what a
+/// rollback goes back to).
+pub fn revisions(stores: &Stores, ds: &DaemonSet) -> (Option<CurrentRevision>, Vec<RevisionRef>) {
+    let revisions = revisions_of_namespace(stores, ds);
+    let current = CurrentRevision::of(ds, revisions.iter().map(|r| &**r));
+    (current, owned_revisions(ds, revisions.iter().map(|r| &**r)))
+}
+
+fn revisions_of_namespace(stores: &Stores, ds: &DaemonSet) -> Vec<Arc<ControllerRevision>> {
+    let ns = ds.namespace();
+    stores
+        .revisions
+        .state_filter(|r| r.metadata.namespace == ns)
 }

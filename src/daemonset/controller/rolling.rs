@@ -12,10 +12,11 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::native_waits::{confirm_target, native_wait_over, wait_on_native};
-use super::observe::{current_revision, observe};
+use super::observe::{observe, revisions};
 use super::ota::remove_stale_conditions;
 use super::progress::record_progress;
 use super::pull_requests::request_pulls;
+use super::rollback::roll_back;
 use super::warnings::warn_once;
 use crate::apply::Error;
 use crate::apply::{event, issue_together, Outcome, Topic};
@@ -24,17 +25,17 @@ use crate::daemonset::decide::{
     decide, Decision, PullsObserved, Rollout, Step, World, TARGET_RECHECK,
 };
 use crate::daemonset::describe::shorten;
-use crate::daemonset::failure::{FailurePolicy, Halt};
+use crate::daemonset::failure::FailurePolicy;
 use crate::daemonset::metrics::DeletionLabels;
 use crate::daemonset::native_wait::NativeWait;
 use crate::daemonset::other_updater::Sighting;
 use crate::daemonset::policy::MaxUnavailable;
 use crate::daemonset::pull_ahead::{pull_ahead_of, PullTries};
 use crate::daemonset::revision::{CurrentRevision, TargetCheck};
-use crate::daemonset::rolling_plan::RollingInput;
+use crate::daemonset::rolling_plan::{Blocker, RollingInput};
 use crate::names::{
-    ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, ROLLBACK_NOT_IMPLEMENTED_EVENT,
-    ROLLOUT_HALTED_EVENT, UPGRADING_PODS_EVENT,
+    ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, REVISION_ROLLED_BACK_BEFORE_EVENT,
+    ROLLED_BACK_FROM_ANNOTATION, ROLLOUT_HALTED_EVENT, UPGRADING_PODS_EVENT,
 };
 use crate::object::CachedPod;
 
@@ -63,7 +64,7 @@ pub(super) async fn rolling_update(
     // One look at the stores serves the plan and pull-ahead. The memo is taken out of
     // the map meanwhile, so plans of other DaemonSets do not wait (a DaemonSet is never
     // reconciled twice at once); it is put back if the decision keeps it.
-    let current = current_revision(&ctx.stores, ds);
+    let (current, revisions) = revisions(&ctx.stores, ds);
     let mut memo = ctx
         .plan_memos
         .lock()
@@ -127,6 +128,7 @@ pub(super) async fn rolling_update(
         pull_ahead_limits: ctx.pull_ahead,
         failure: controls.failure,
         halted_earlier,
+        revisions,
     };
     let Decision { step, keep_memo } = decide(&world);
     if keep_memo {
@@ -148,13 +150,18 @@ pub(super) async fn rolling_update(
             wait_on_native(ds, ctx, NativeWait::RevisionMissing, None).await
         }
         Step::Roll(rollout) => {
-            record_failures(
-                ds,
-                ctx,
-                rollout.failures.failed.len(),
-                rollout.halt.as_deref(),
-            );
-            execute_rollout(ds, ctx, rollout, current.as_ref()).await?
+            record_failures(ds, ctx, &rollout);
+            match rollout
+                .halt
+                .as_deref()
+                .and_then(|h| Some((h, h.rollback_target()?)))
+            {
+                Some((halt, target)) => {
+                    record_progress(ds, ctx, &rollout.plan);
+                    roll_back(ds, ctx, halt, target).await?
+                }
+                None => execute_rollout(ds, ctx, rollout, current.as_ref()).await?,
+            }
         }
     };
     remove_stale_conditions(ds, ctx, &flagged).await?;
@@ -162,12 +169,40 @@ pub(super) async fn rolling_update(
 }
 
 /// Remembers a halt (or its end) and says it: one Warning per halted revision, naming the
-/// failed pods, their nodes and the kubelet's reasons; the failure gauges.
-fn record_failures(ds: &DaemonSet, ctx: &Context, failed: usize, halt: Option<&Halt>) {
+/// failed pods, their nodes and the kubelet's reasons; one per revision held because it
+/// was rolled back from; the failure gauges.
+fn record_failures(ds: &DaemonSet, ctx: &Context, rollout: &Rollout) {
     let uid = ds.uid().unwrap_or_default();
     let (namespace, name) = (ds.namespace().unwrap_or_default(), ds.name_any());
+    let halt = rollout.halt.as_deref();
+    let rolled_back_before = match &rollout.plan.progress.blocked {
+        Some(Blocker::RolledBackBefore { revision }) => Some(revision),
+        _ => None,
+    };
+    // Both wait on the operator.
+    let holding = halt.is_some() || rolled_back_before.is_some();
     ctx.metrics
-        .set_failures(&namespace, &name, failed, halt.is_some());
+        .set_failures(&namespace, &name, rollout.failures.failed.len(), holding);
+    let reference = ds.object_ref(&());
+    if let Some(revision) = rolled_back_before {
+        if ctx
+            .said
+            .first_time(&uid, Topic::Halt, &format!("rolled back from {revision}"))
+        {
+            let message = format!(
+                "revision {revision} is one rollgate rolled back from ({ROLLED_BACK_FROM_ANNOTATION}): no pod is deleted for it, and the pods stay on the revisions they run. Push a fixed template, or take {revision} out of {ROLLED_BACK_FROM_ANNOTATION} to roll it out again"
+            );
+            tracing::warn!(%revision, %message, "revision rolled back from earlier; held");
+            let warning = event(
+                EventType::Warning,
+                REVISION_ROLLED_BACK_BEFORE_EVENT,
+                "Hold",
+                message,
+            );
+            ctx.events.publish_detached(reference, warning);
+        }
+        return;
+    }
     let Some(halt) = halt else {
         // Over: a later halt of the same revision is said again.
         if ctx.halted.lock().unwrap().remove(&uid).is_some() {
@@ -187,22 +222,8 @@ fn record_failures(ds: &DaemonSet, ctx: &Context, failed: usize, halt: Option<&H
     }
     let message = halt.message();
     tracing::warn!(revision = %halt.revision, failed = halt.failed.len(), %message, "rollout halted");
-    let reference = ds.object_ref(&());
     let warning = event(EventType::Warning, ROLLOUT_HALTED_EVENT, "Halt", message);
-    ctx.events.publish_detached(reference.clone(), warning);
-    if halt.rollback_asked {
-        let note = format!(
-            "rollgate.io/on-failure=rollback is not implemented yet: revision {} is halted instead (no more pods are deleted for it); roll back with kubectl rollout undo, or push a fixed template",
-            halt.revision
-        );
-        let warning = event(
-            EventType::Warning,
-            ROLLBACK_NOT_IMPLEMENTED_EVENT,
-            "Halt",
-            note,
-        );
-        ctx.events.publish_detached(reference, warning);
-    }
+    ctx.events.publish_detached(reference, warning);
 }
 
 /// Counts the pulls' answers into the controller's memory (`PullTries`,

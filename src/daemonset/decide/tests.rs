@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
+use crate::daemonset::failure::rollback::owned_revisions;
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::pull_ahead::pull_ahead_of;
 use crate::daemonset::revision::CurrentRevision;
@@ -36,6 +37,9 @@ struct Given {
     not_ready: &'static [&'static str],
     /// The controller halted this revision before.
     halted_earlier: bool,
+    /// The template was put back to the old revision: it is numbered newest again, and
+    /// the pods of "new" are the out-of-date ones.
+    rolled_back: bool,
 }
 
 const GIVEN: Given = Given {
@@ -49,6 +53,7 @@ const GIVEN: Given = Given {
     crashing: &[],
     not_ready: &[],
     halted_earlier: false,
+    rolled_back: false,
 };
 
 /// What the row expects.
@@ -94,6 +99,7 @@ fn daemonset(annotations: &[(&str, &str)]) -> DaemonSet {
             "pull-ahead" => ds.pull_ahead(value),
             "failure-threshold" => ds.failure_threshold(value),
             "on-failure" => ds.on_failure(value),
+            "rolled-back-from" => ds.rolled_back_from(value),
             other => panic!("no such annotation in this table: {other}"),
         };
     }
@@ -132,6 +138,8 @@ fn decide_given(given: Given) -> Decision {
     };
     let revisions = if given.no_revision {
         Vec::new()
+    } else if given.rolled_back {
+        vec![revision(&ds, "new", 2), revision(&ds, "old", 3)]
     } else {
         vec![revision(&ds, "old", 1), revision(&ds, "new", 2)]
     };
@@ -210,6 +218,7 @@ fn decide_given(given: Given) -> Decision {
         pull_ahead_limits: PullAheadLimits::default(),
         failure,
         halted_earlier: given.halted_earlier,
+        revisions: owned_revisions(&ds, &revisions),
     };
     decide(&world)
 }
@@ -223,6 +232,17 @@ fn then_of(decision: Decision) -> Then {
         Step::StepBack { requeue, .. } => ("step back", vec![], vec![], vec![], Some(requeue)),
         Step::RefusePullAhead(_) => ("refuse", vec![], vec![], vec![], None),
         Step::WaitForRevision { .. } => ("wait for revision", vec![], vec![], vec![], None),
+        Step::Roll(rollout)
+            if matches!(
+                rollout.plan.progress.blocked,
+                Some(Blocker::RolledBackBefore { .. })
+            ) =>
+        {
+            assert!(rollout.halt.is_none() && rollout.plan.deletions.is_empty());
+            let pulls = rollout.pulls.map(|p| p.requests.len()).unwrap_or(0);
+            assert_eq!(pulls, 0, "a held revision asks for no pull");
+            ("held", vec![], vec![], vec![], Some(rollout.requeue))
+        }
         Step::Roll(rollout) if rollout.halt.is_some() => {
             assert!(
                 matches!(rollout.plan.progress.blocked, Some(Blocker::Halted { .. })),
@@ -231,8 +251,9 @@ fn then_of(decision: Decision) -> Then {
             );
             let pulls = rollout.pulls.map(|p| p.requests.len()).unwrap_or(0);
             assert_eq!(pulls, 0, "a halt asks for no pull");
+            let rolls_back = rollout.halt.as_ref().unwrap().rollback_target().is_some();
             (
-                "halt",
+                if rolls_back { "roll back" } else { "halt" },
                 nodes_of(&rollout.plan.deletions),
                 vec![],
                 vec![],
@@ -338,9 +359,21 @@ fn the_decision_reads_like_the_docs() {
         ("on-failure continue: failures are reported, the rollout goes on",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("on-failure", "continue")], ..GIVEN },
             then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
-        ("on-failure rollback: not implemented, so it halts",
+        ("on-failure rollback: halted, and the template goes back to the old revision",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("on-failure", "rollback")], ..GIVEN },
+            then("roll back", &[], &[], &[], Some(RESYNC), true)),
+        ("on-failure rollback, the old revision rolled back from before: nowhere to go, halted",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("on-failure", "rollback"), ("rolled-back-from", "old")], ..GIVEN },
             then("halt", &[], &[], &[], Some(RESYNC), true)),
+        ("after the rollback: the failed pods are replaced first, within the budget",
+            Given { old: 3, new: 2, crashing: &["n4", "n5"], rolled_back: true, annotations: &[("max-unavailable", "2"), ("on-failure", "rollback"), ("rolled-back-from", "new")], ..GIVEN },
+            then("roll", &["n4", "n5"], &[], &[], Some(RESYNC), true)),
+        ("the template back on a revision rolled back from: held, nothing deleted, even with continue",
+            Given { old: 3, annotations: &[("max-unavailable", "2"), ("on-failure", "continue"), ("rolled-back-from", "new")], ..GIVEN },
+            then("held", &[], &[], &[], Some(RESYNC), true)),
+        ("held, with pull-ahead: nothing pulled either",
+            Given { old: 3, annotations: &[("max-unavailable", "2"), ("pull-ahead", "true"), ("rolled-back-from", "x,new")], ..GIVEN },
+            then("held", &[], &[], &[], Some(RESYNC), true)),
         ("halted and pull-ahead: no deletion and no pull",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("pull-ahead", "true")], pulled: &["n1"], ..GIVEN },
             then("halt", &[], &[], &[], Some(RESYNC), true)),
@@ -364,9 +397,10 @@ mod budget {
     }
 
     proptest! {
-        /// Whatever fails where: a halt deletes nothing, and no decision leaves more
-        /// Ready nodes unavailable than the budget (the deletions of this step plus the
-        /// nodes already unavailable), NotReady nodes' failures never halting it alone.
+        /// Whatever fails where, before or after a rollback: a halt (and its rollback)
+        /// deletes nothing, and no decision leaves more Ready nodes unavailable than the
+        /// budget (the deletions of this step plus the nodes already unavailable),
+        /// NotReady nodes' failures never halting it alone.
         #[test]
         fn the_budget_holds_and_a_halt_deletes_nothing(
             old in 0..6usize,
@@ -376,23 +410,33 @@ mod budget {
             budget in 1..4u32,
             threshold in 1..4u32,
             halted_earlier in any::<bool>(),
+            rolled_back in any::<bool>(),
         ) {
             let total = old + new;
             let name = |i: usize| format!("n{}", i + 1);
             // Only new pods crash; any node may be NotReady.
             let crashing: Vec<String> = (old..total).filter(|i| crashing_mask & (1 << i) != 0).map(name).collect();
             let not_ready: Vec<String> = (0..total).filter(|i| not_ready_mask & (1 << i) != 0).map(name).collect();
-            let failed_on_ready = crashing.iter().filter(|n| !not_ready.contains(n)).count();
+            // After a rollback the crashing pods are of the revision rolled back from: out of
+            // date, replaced first, and no failure of the current revision.
+            let failed_on_ready = if rolled_back {
+                0
+            } else {
+                crashing.iter().filter(|n| !not_ready.contains(n)).count()
+            };
             let annotations: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
                 ("max-unavailable", &*Box::leak(budget.to_string().into_boxed_str())),
                 ("failure-threshold", &*Box::leak(threshold.to_string().into_boxed_str())),
+                ("on-failure", "rollback"),
+                ("rolled-back-from", if rolled_back { "new" } else { "" }),
             ]));
             let decision = decide_given(Given {
                 old,
                 new,
                 crashing: leak(crashing),
                 not_ready: leak(not_ready),
-                halted_earlier,
+                halted_earlier: halted_earlier && !rolled_back,
+                rolled_back,
                 annotations,
                 ..GIVEN
             });
@@ -402,8 +446,9 @@ mod budget {
             let p = &rollout.plan.progress;
             prop_assert!(rollout.plan.deletions.len() + p.unavailable <= p.budget.max(p.unavailable),
                 "{} deletions with {} unavailable, budget {}", rollout.plan.deletions.len(), p.unavailable, p.budget);
-            if rollout.halt.is_some() {
+            if let Some(halt) = &rollout.halt {
                 prop_assert!(rollout.plan.deletions.is_empty(), "a halt deleted");
+                prop_assert!(halt.rollback_target().is_some_and(|t| t.hash == "old"), "a halt of new goes back to old");
                 prop_assert!(failed_on_ready > 0, "halted with no failure on a Ready node");
             }
             let at = (threshold as usize).min(p.budget.max(1));

@@ -13,8 +13,8 @@ pub const FAILURE_THRESHOLD_ACCEPTED_FORMS: &str = "a positive integer (e.g. 3) 
      percentage from 1% to 100% (e.g. 10%) of the pods the revision reached on Ready nodes";
 
 /// What `rollgate.io/on-failure` accepts, for error messages and docs.
-pub const ON_FAILURE_ACCEPTED_FORMS: &str = "halt (the default), rollback (not implemented \
-     yet: halts) or continue (failures are reported, the rollout goes on)";
+pub const ON_FAILURE_ACCEPTED_FORMS: &str = "halt (the default), rollback (the template \
+     goes back to the previous revision) or continue (failures are reported, the rollout goes on)";
 
 /// What `rollgate.io/progress-deadline` accepts, for error messages and docs.
 pub const PROGRESS_DEADLINE_ACCEPTED_FORMS: &str =
@@ -62,7 +62,7 @@ pub enum OnFailure {
     /// No more deletions for the revision.
     #[default]
     Halt,
-    /// Asked for, not implemented yet: halts, and says so.
+    /// Halts, and puts the template back to the previous revision (`rollback`).
     Rollback,
     /// Failures are reported; the rollout goes on as if there were none.
     Continue,

@@ -248,16 +248,31 @@ fn the_warning_names_the_revision_the_pods_their_nodes_and_reasons() {
         progress_deadline: None,
     };
     let halt = halt_verdict(&report, &policy, 5, false).expect("2 of 2 halts");
+    let earlier = RevisionRef {
+        name: "edge-5c8f7".into(),
+        hash: "5c8f7".into(),
+        number: 1,
+    };
+    let halt = halt.with_rollback(&policy, &[earlier], &RolledBackFrom::default());
     let message = halt.message();
     for part in [
         "revision 6d4b9",
         "2 of 4",
         "edge-a on n1 (CrashLoopBackOff)",
         "edge-b on n2 (ImagePullBackOff)",
-        "rollback is not implemented yet",
+        "rolling back to revision 5c8f7 (edge-5c8f7)",
     ] {
         assert!(message.contains(part), "{part:?} in {message}");
     }
+    let nowhere = halt_verdict(&report, &policy, 5, false)
+        .unwrap()
+        .with_rollback(&policy, &[], &RolledBackFrom::default());
+    assert_eq!(nowhere.rollback, Some(RollbackCourse::NoTarget));
+    assert!(
+        nowhere.message().contains("found no earlier revision"),
+        "{}",
+        nowhere.message()
+    );
     assert_eq!(halt.reasons, "CrashLoopBackOff: 1, ImagePullBackOff: 1");
     let below = FailurePolicy {
         threshold: FailureThreshold::Count(3),
