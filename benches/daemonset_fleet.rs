@@ -477,6 +477,7 @@ impl World {
             max_unavailable,
             partition,
             node_selector,
+            waves,
             ..
         }) = policy_for(&ds)
         else {
@@ -518,6 +519,7 @@ impl World {
             limits: RollingLimits::default(),
             partition,
             node_selector: node_selector.as_ref(),
+            waves: waves.as_ref(),
             list_upcoming,
         };
         let (plan, stale) = match &memo {

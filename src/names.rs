@@ -77,6 +77,20 @@ pub const INVALID_ON_FAILURE_EVENT: &str = "InvalidOnFailure";
 pub const PROGRESS_DEADLINE_ANNOTATION: &str = "rollgate.io/progress-deadline";
 /// Warning: `rollgate.io/progress-deadline` is not a duration.
 pub const INVALID_PROGRESS_DEADLINE_EVENT: &str = "InvalidProgressDeadline";
+/// AdvancedRollingUpdate: the waves a rollout goes in, node selectors (the
+/// `rollgate.io/node-selector` syntax) separated by `;`, `*` (every node left) only last.
+/// Wave k+1 starts once every Ready node of wave k runs the new revision, available, for
+/// `rollgate.io/wave-bake`.
+pub const WAVES_ANNOTATION: &str = "rollgate.io/waves";
+/// Warning: `rollgate.io/waves` is not a list of node selectors.
+pub const INVALID_WAVES_EVENT: &str = "InvalidWaves";
+/// AdvancedRollingUpdate: how long the last node of a wave runs the new revision, available,
+/// before the next wave starts (a duration; default 5m).
+pub const WAVE_BAKE_ANNOTATION: &str = "rollgate.io/wave-bake";
+/// Warning: `rollgate.io/wave-bake` is not a duration.
+pub const INVALID_WAVE_BAKE_EVENT: &str = "InvalidWaveBake";
+/// Normal: a wave of the rollout starts (the one before it is proven and baked).
+pub const WAVE_STARTED_EVENT: &str = "WaveStarted";
 /// Warning: the current revision failed on more Ready nodes than the failure threshold
 /// allows; rollgate deletes no more pods for it.
 pub const ROLLOUT_HALTED_EVENT: &str = "RolloutHalted";

@@ -116,6 +116,14 @@ impl DaemonSetBuilder {
         self.annotate(crate::names::ON_FAILURE_ANNOTATION, value)
     }
 
+    pub fn waves(self, value: &str) -> Self {
+        self.annotate(crate::names::WAVES_ANNOTATION, value)
+    }
+
+    pub fn wave_bake(self, value: &str) -> Self {
+        self.annotate(crate::names::WAVE_BAKE_ANNOTATION, value)
+    }
+
     pub fn rolled_back_from(self, value: &str) -> Self {
         self.annotate(crate::names::ROLLED_BACK_FROM_ANNOTATION, value)
     }

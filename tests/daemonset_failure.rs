@@ -27,7 +27,7 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde_json::json;
 use support::daemonset::{
-    image_of, node_of, revision_hash, rollgate_status, wait_ready_on, EdgeBed, Others,
+    image_of, node_of, revision_hash, rollgate_status, wait_ready_on, waits_in, EdgeBed, Others,
 };
 use support::unavailable::Watcher;
 use support::*;
@@ -134,18 +134,7 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
                 .filter(|p| {
                     image_of(p) == "edge:v2-crashloop" && p.metadata.deletion_timestamp.is_none()
                 })
-                .filter(|p| {
-                    p.status
-                        .iter()
-                        .flat_map(|s| s.container_statuses.iter().flatten())
-                        .any(|c| {
-                            c.state
-                                .as_ref()
-                                .and_then(|s| s.waiting.as_ref())
-                                .and_then(|w| w.reason.as_deref())
-                                == Some("CrashLoopBackOff")
-                        })
-                })
+                .filter(|p| waits_in(p, "CrashLoopBackOff"))
                 .map(|p| {
                     (
                         p.metadata.name.clone().unwrap_or_default(),

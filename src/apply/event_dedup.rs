@@ -18,6 +18,8 @@ pub enum Topic {
     Placement,
     /// A rollout halted on a failing revision (said once per revision).
     Halt,
+    /// The wave a rollout is in (said once per template and wave).
+    Wave,
 }
 
 #[derive(Default)]

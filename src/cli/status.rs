@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 
 use super::output::print;
 use super::StatusCommandArgs;
-use crate::daemonset::describe::{describe_pull_ahead, describe_with, shorten};
+use crate::daemonset::describe::{describe_pull_ahead, describe_waves, describe_with, shorten};
 use crate::daemonset::failure::rollback::owned_revisions;
 use crate::daemonset::failure::{assess, hold_on_failure};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
@@ -115,6 +115,7 @@ pub fn summarize(
             partition,
             node_selector,
             failure,
+            waves,
         }) => {
             let now = Timestamp::now();
             let plan = plan_rolling_update(&RollingInput {
@@ -129,6 +130,7 @@ pub fn summarize(
                 limits: Default::default(),
                 partition,
                 node_selector: node_selector.as_ref(),
+                waves: waves.as_ref(),
                 // The pull-ahead view below reads it.
                 list_upcoming: matches!(pull_ahead_of(ds), Ok(true)),
             });
@@ -161,6 +163,9 @@ pub fn summarize(
                 (Err(e), _) => (None, Some(e)),
             };
             lines.push(describe_with(p, pull_ahead.as_ref()));
+            if let Some(waves) = &p.waves {
+                lines.push(describe_waves(waves));
+            }
             if !failures.failed.is_empty() {
                 let failed: Vec<String> = failures.failed.iter().map(|f| format!("{} on {} ({})", f.pod, f.node, f.reason)).collect();
                 lines.push(format!("failed pods of revision {} ({} of {} on Ready nodes): {}", failures.revision, failed.len(), failures.reached, shorten(&failed)));

@@ -3,6 +3,7 @@
 //! pull-ahead that `rollgate status` adds.
 use super::pull_ahead::PullAheadView;
 use super::rolling_plan::{Blocker, Progress};
+use super::waves::{WaveProgress, WaveState};
 
 /// Most names listed in one line (an aggregated Event, a status line).
 const EVENT_NAMES_SHOWN: usize = 8;
@@ -24,6 +25,37 @@ pub fn shorten(names: &[String]) -> String {
 /// One line on where a rollout stands, naming what it waits on.
 pub fn describe(progress: &Progress) -> String {
     describe_with(progress, None)
+}
+
+/// The waves of a rollout, one clause each: `1 (pool=canary): done, 3 node(s); 2 (*):
+/// current, baking 40s left, 2 of 2 Ready node(s) proven; ...`.
+pub fn describe_waves(waves: &WaveProgress) -> String {
+    let clauses: Vec<String> = waves
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(at, (selector, look, state))| {
+            let nodes = look.nodes;
+            let proven = format!(
+                "{} of {} Ready node(s) proven",
+                look.proven,
+                look.proven + look.pending
+            );
+            let how = match (at.cmp(&waves.current), state) {
+                (std::cmp::Ordering::Less, _) => format!("done, {nodes} node(s)"),
+                (std::cmp::Ordering::Greater, _) => format!("waiting, {nodes} node(s)"),
+                (_, WaveState::Baking(left)) => {
+                    format!("current, baking {}s left, {proven}", left.as_secs())
+                }
+                (_, WaveState::NoReadyNode) => {
+                    format!("current, {nodes} node(s), none Ready with the new revision")
+                }
+                (_, _) => format!("current, rolling, {proven}"),
+            };
+            format!("{} ({selector}): {how}", at + 1)
+        })
+        .collect();
+    format!("waves: {}", clauses.join("; "))
 }
 
 /// [`describe`], with pull-ahead's view when the DaemonSet asks for it: deletions that
@@ -54,6 +86,23 @@ pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> Stri
         }) => line.push_str(&format!(
             "; halted: {failed} of {reached} failed ({reasons}); no more pods are deleted for revision {revision} until a new template, or rollgate.io/on-failure=continue"
         )),
+        Some(Blocker::Wave {
+            wave,
+            of,
+            selector,
+            state,
+        }) => line.push_str(&match state {
+            WaveState::Baking(left) => format!(
+                "; wave {wave} of {of} ({selector}) is baking: the next wave starts in {}s if no pod fails",
+                left.as_secs()
+            ),
+            WaveState::NoReadyNode => format!(
+                "; waiting: wave {wave} of {of} ({selector}) has no Ready node running the new revision to prove it on; the next wave waits for one"
+            ),
+            WaveState::Rolling | WaveState::Done => format!(
+                "; waiting: wave {wave} of {of} ({selector}) before the next wave"
+            ),
+        }),
         Some(Blocker::RolledBackBefore { revision }) => line.push_str(&format!(
             "; held: revision {revision} was rolled back from (rollgate.io/rolled-back-from), so no pod is deleted for it; take it out of that annotation to roll it out again"
         )),

@@ -37,6 +37,8 @@ pub struct DaemonSetMetrics {
     pub rollout_halted: Family<DaemonSetLabels, Gauge>,
     /// Failed pods of the current revision on Ready nodes (`failure`).
     pub pods_failed: Family<DaemonSetLabels, Gauge>,
+    /// The wave a rollout is in (`rollgate.io/waves`), 1-based; 0 without waves.
+    pub wave: Family<DaemonSetLabels, Gauge>,
     /// Templates put back to an earlier revision (`rollgate.io/on-failure: rollback`).
     pub rollbacks: Family<DaemonSetLabels, Counter>,
     /// The budget and what uses it, so a dashboard can show the budget in use.
@@ -64,6 +66,7 @@ impl DaemonSetMetrics {
             rollout_halted: Family::default(),
             pods_failed: Family::default(),
             rollbacks: Family::default(),
+            wave: Family::default(),
             nodes_unavailable: Family::default(),
             nodes_held_back: Family::default(),
             max_unavailable: Family::default(),
@@ -124,6 +127,11 @@ impl DaemonSetMetrics {
                 "pods_failed",
                 "Pods of the current revision on Ready nodes that failed (a container the kubelet cannot start, restarts, or the progress deadline)",
                 m.pods_failed.clone(),
+            );
+            r.register(
+                "wave",
+                "The wave the rollout is in (rollgate.io/waves), 1-based, the last once every wave is done; 0 without waves",
+                m.wave.clone(),
             );
             r.register(
                 "rollbacks",
@@ -195,6 +203,12 @@ impl DaemonSetMetrics {
         self.nodes_held_back
             .get_or_create(&labels)
             .set((progress.kept_by_partition.len() + progress.held_by_selector.len()) as i64);
+        self.wave.get_or_create(&labels).set(
+            progress
+                .waves
+                .as_ref()
+                .map_or(0, |w| (w.current + 1).min(w.waves.len()) as i64),
+        );
         self.rollout_paused
             .get_or_create(&labels)
             .set(i64::from(matches!(
@@ -250,6 +264,8 @@ impl DaemonSetMetrics {
         self.rollout_paused.remove(&labels);
         self.rollout_halted.remove(&labels);
         self.pods_failed.remove(&labels);
+        self.wave.remove(&labels);
+        self.rollbacks.remove(&labels);
         self.nodes_unavailable.remove(&labels);
         self.max_unavailable.remove(&labels);
         self.nodes_held_back.remove(&labels);

@@ -46,6 +46,7 @@ pub mod pull_ahead;
 pub mod revision;
 pub mod rolling_plan;
 pub mod triggers;
+pub mod waves;
 
 #[cfg(test)]
 mod same_plan_on_cached_objects;

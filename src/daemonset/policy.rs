@@ -18,6 +18,7 @@ use super::failure::settings::{
     ON_FAILURE_ACCEPTED_FORMS, PROGRESS_DEADLINE_ACCEPTED_FORMS,
 };
 use super::int_or_percent::{int_or_percent_enum, IntOrPercent, NotIntOrPercent};
+use super::waves::{Waves, DEFAULT_WAVE_BAKE, WAVES_ACCEPTED_FORMS, WAVE_BAKE_ACCEPTED_FORMS};
 use crate::duration_flag::parse_interval;
 use crate::names::{
     FAILURE_THRESHOLD_ANNOTATION, INVALID_FAILURE_THRESHOLD_EVENT, INVALID_MAX_UNAVAILABLE_EVENT,
@@ -26,6 +27,9 @@ use crate::names::{
     NODE_SELECTOR_ANNOTATION, ON_FAILURE_ANNOTATION, PARTITION_ANNOTATION, PAUSED_ANNOTATION,
     PROGRESS_DEADLINE_ANNOTATION, UNKNOWN_UPDATE_STRATEGY_EVENT, UPDATE_STRATEGY_ANNOTATION,
     UPDATE_STRATEGY_NOT_ON_DELETE_EVENT,
+};
+use crate::names::{
+    INVALID_WAVES_EVENT, INVALID_WAVE_BAKE_EVENT, WAVES_ANNOTATION, WAVE_BAKE_ANNOTATION,
 };
 /// The only `spec.updateStrategy.type` we act on: the native controller then only
 /// recreates pods we delete, so the two controllers never fight.
@@ -41,15 +45,17 @@ pub enum Policy {
     /// Delete old pods on Ready nodes, bounded by `max_unavailable`; none while
     /// `paused` (`rollgate.io/paused`); none on the nodes `partition`
     /// (`rollgate.io/partition`) keeps or `node_selector` (`rollgate.io/node-selector`)
-    /// does not match; and what a failing revision gets (`failure`:
+    /// does not match; what a failing revision gets (`failure`:
     /// `rollgate.io/failure-threshold`, `rollgate.io/on-failure`,
-    /// `rollgate.io/progress-deadline`).
+    /// `rollgate.io/progress-deadline`); and the waves it rolls out in (`waves`:
+    /// `rollgate.io/waves`, `rollgate.io/wave-bake`).
     AdvancedRollingUpdate {
         max_unavailable: MaxUnavailable,
         paused: bool,
         partition: Option<Partition>,
         node_selector: Option<NodeSelector>,
         failure: FailurePolicy,
+        waves: Option<Waves>,
     },
     /// Only mark pods with `PodNeedUpgrade`; the node operator triggers the upgrade.
     Ota,
@@ -124,6 +130,16 @@ pub enum PolicyError {
          {PROGRESS_DEADLINE_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
     )]
     InvalidProgressDeadline { value: String, why: String },
+    #[error(
+        "invalid value {value:?} for annotation {WAVES_ANNOTATION}: {why}; expected \
+         {WAVES_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidWaves { value: String, why: String },
+    #[error(
+        "invalid value {value:?} for annotation {WAVE_BAKE_ANNOTATION}: {why}; expected \
+         {WAVE_BAKE_ACCEPTED_FORMS} (no pod is deleted until it is fixed)"
+    )]
+    InvalidWaveBake { value: String, why: String },
 }
 
 impl PolicyError {
@@ -138,6 +154,8 @@ impl PolicyError {
             PolicyError::InvalidFailureThreshold { .. } => INVALID_FAILURE_THRESHOLD_EVENT,
             PolicyError::InvalidOnFailure { .. } => INVALID_ON_FAILURE_EVENT,
             PolicyError::InvalidProgressDeadline { .. } => INVALID_PROGRESS_DEADLINE_EVENT,
+            PolicyError::InvalidWaves { .. } => INVALID_WAVES_EVENT,
+            PolicyError::InvalidWaveBake { .. } => INVALID_WAVE_BAKE_EVENT,
         }
     }
 }
@@ -271,6 +289,10 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
                 Ok(failure) => failure,
                 Err(error) => return PolicyDecision::Invalid(error),
             };
+            let waves = match waves_of(&annotation) {
+                Ok(waves) => waves,
+                Err(error) => return PolicyDecision::Invalid(error),
+            };
             match MaxUnavailable::parse(annotation(MAX_UNAVAILABLE_ANNOTATION)) {
                 Ok(max_unavailable) => PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
                     max_unavailable,
@@ -278,6 +300,7 @@ pub fn policy_for(daemonset: &DaemonSet) -> PolicyDecision {
                     partition,
                     node_selector,
                     failure,
+                    waves,
                 }),
                 Err(error) => PolicyDecision::Invalid(error),
             }
@@ -312,6 +335,28 @@ fn failure_policy<'a>(
     Ok(policy)
 }
 
+/// `rollgate.io/waves` with `rollgate.io/wave-bake` (default [`DEFAULT_WAVE_BAKE`]); a
+/// bake without waves is read all the same, so a bad one is said before it matters.
+fn waves_of<'a>(
+    annotation: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Option<Waves>, PolicyError> {
+    let bake = match annotation(WAVE_BAKE_ANNOTATION) {
+        None => DEFAULT_WAVE_BAKE,
+        Some(raw) => parse_interval(raw).map_err(|why| PolicyError::InvalidWaveBake {
+            value: raw.to_string(),
+            why,
+        })?,
+    };
+    annotation(WAVES_ANNOTATION)
+        .map(|raw| {
+            Waves::parse(raw, bake).map_err(|why| PolicyError::InvalidWaves {
+                value: raw.to_string(),
+                why,
+            })
+        })
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +380,7 @@ mod tests {
                 partition: None,
                 node_selector: None,
                 failure: FailurePolicy::default(),
+                waves: None,
             })
         };
         assert_eq!(decision(None), paused(false));
@@ -421,6 +467,7 @@ mod tests {
                 partition,
                 node_selector: node_selector.map(|s| NodeSelector::parse(s).unwrap()),
                 failure: FailurePolicy::default(),
+                waves: None,
             })
         };
         let aru = "AdvancedRollingUpdate";
@@ -456,6 +503,50 @@ mod tests {
             ds(Some("ten"), Some("pool>3"), "OTA"),
             PolicyDecision::Managed(Policy::Ota)
         );
+    }
+
+    #[test]
+    fn waves_and_their_bake_parse_or_name_the_accepted_forms() {
+        let ds = |waves: Option<&str>, bake: Option<&str>| {
+            let mut builder = DaemonSetBuilder::new("edge")
+                .on_delete()
+                .strategy("AdvancedRollingUpdate");
+            if let Some(v) = waves {
+                builder = builder.waves(v);
+            }
+            if let Some(v) = bake {
+                builder = builder.wave_bake(v);
+            }
+            policy_for(&builder.build())
+        };
+        let waves_of = |d: PolicyDecision| match d {
+            PolicyDecision::Managed(Policy::AdvancedRollingUpdate { waves, .. }) => waves,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(waves_of(ds(None, None)), None);
+        let read = waves_of(ds(Some("pool=canary; *"), None)).unwrap();
+        assert_eq!((read.waves.len(), read.bake), (2, DEFAULT_WAVE_BAKE));
+        let baked = waves_of(ds(Some("pool=canary; *"), Some("90s"))).unwrap();
+        assert_eq!(baked.bake, std::time::Duration::from_secs(90));
+
+        let bad = ds(Some("*; pool=canary"), None);
+        assert_eq!(bad.warning_reason(), Some("InvalidWaves"));
+        let PolicyDecision::Invalid(e) = bad else {
+            panic!()
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("only be the last wave") && text.contains(WAVES_ACCEPTED_FORMS),
+            "{text}"
+        );
+
+        // A bad bake is said even before waves are set: it is read all the same.
+        let bad_bake = ds(None, Some("soon"));
+        assert_eq!(bad_bake.warning_reason(), Some("InvalidWaveBake"));
+        let PolicyDecision::Invalid(e) = bad_bake else {
+            panic!()
+        };
+        assert!(e.to_string().contains(WAVE_BAKE_ACCEPTED_FORMS), "{e}");
     }
 
     #[test]
@@ -579,6 +670,7 @@ mod tests {
                 partition: None,
                 node_selector: None,
                 failure: FailurePolicy::default(),
+                waves: None,
             })
         );
         assert_eq!(
@@ -594,6 +686,7 @@ mod tests {
                 partition: None,
                 node_selector: None,
                 failure: FailurePolicy::default(),
+                waves: None,
             })
         );
 

@@ -491,6 +491,7 @@ mod tests {
             limits: RollingLimits::default(),
             partition: None,
             node_selector: None,
+            waves: None,
             list_upcoming: true,
         });
         // The failures as the controller would have counted them, one answer at a time.

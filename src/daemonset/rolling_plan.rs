@@ -75,6 +75,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::controls::{HeldBack, NodeSelector, Partition};
 use super::policy::MaxUnavailable;
 use super::revision::CurrentRevision;
+use super::waves::{WaveProgress, WaveState, Waves};
 use crate::object::{CachedNode, CachedPod, NodeFacts, PodFacts};
 
 mod arranged;
@@ -83,8 +84,11 @@ mod memo;
 mod proptests;
 #[cfg(test)]
 mod state_machine;
+mod wave_gate;
 
-use arranged::{Arranged, Liveness, NodeKey, NodeLook, Placed, PodLook, ReadyLook};
+use arranged::{
+    availability, Arranged, Availability, LivePods, Liveness, NodeKey, NodeLook, PodLook, ReadyLook,
+};
 pub use memo::{PlanMemo, Refresh};
 
 /// Everything the planner looks at, borrowed from the caches. Pods and nodes are the
@@ -111,6 +115,8 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     pub partition: Option<Partition>,
     /// `rollgate.io/node-selector`: only the nodes that match are upgraded.
     pub node_selector: Option<&'a NodeSelector>,
+    /// `rollgate.io/waves`: the nodes of the waves after the current one wait.
+    pub waves: Option<&'a Waves>,
     /// Whether to list `RollingPlan::upcoming`. Only pull-ahead reads it, and it costs
     /// one `PlannedDeletion` (four strings) per old pod the plan leaves for later, which
     /// was a third of a plan's CPU at 10,000 nodes (issue 25). Off, `upcoming` is empty
@@ -273,6 +279,9 @@ pub struct Progress {
     /// Nodes still on an old revision that `rollgate.io/node-selector` does not match,
     /// by name: held back, not stalled.
     pub held_by_selector: Vec<String>,
+    /// The waves (`rollgate.io/waves`), when set: each one's state, the current one,
+    /// and the old nodes of the later ones, held back.
+    pub waves: Option<WaveProgress>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
     /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
@@ -314,6 +323,15 @@ pub enum Blocker {
     /// The current revision is one rollgate rolled back from (`rollgate.io/rolled-back-from`):
     /// no deletion for it until the operator takes it out of the record.
     RolledBackBefore { revision: String },
+    /// Every node the current wave lets through is done; the later waves' old nodes wait
+    /// for it (`rollgate.io/waves`): it bakes, or has no Ready node to prove it on.
+    Wave {
+        /// 1-based.
+        wave: usize,
+        of: usize,
+        selector: String,
+        state: WaveState,
+    },
     /// Every node the partition and the node selector let through is done; old pods
     /// remain only on the nodes they hold back (`Progress::kept_by_partition`,
     /// `Progress::held_by_selector`). Not complete, and not waiting on anything.
@@ -385,7 +403,7 @@ fn plan<P: PodFacts, N: NodeFacts>(
         let key = NodeKey::of(name);
         if let Some(group) = by_node.find(&key) {
             ours_group[group] = true;
-        } else if let Ok(at) = lonely.binary_search_by(|(k, _)| k.cmp(&key)) {
+        } else if let Ok(at) = lonely.binary_search_by(|(k, _, _)| k.cmp(&key)) {
             ours_lonely[at] = true;
         }
     }
@@ -416,7 +434,10 @@ fn plan<P: PodFacts, N: NodeFacts>(
         .collect();
     // Ready nodes with no pod in view: vacated if we emptied them, or if the DaemonSet
     // should run there (its pod is gone and the replacement not created or not seen).
-    for (&(key, look), &ours) in lonely.iter().zip(&ours_lonely) {
+    let mut vacated_lonely = vec![false; lonely.len()];
+    for ((&(key, look, _), &ours), vacated) in
+        lonely.iter().zip(&ours_lonely).zip(&mut vacated_lonely)
+    {
         let name = key.name;
         if !look.ready {
             if ours {
@@ -427,6 +448,7 @@ fn plan<P: PodFacts, N: NodeFacts>(
         let placed = look.placed;
         if placed || ours {
             progress.vacated_nodes.push(name.to_string());
+            *vacated = true;
         }
         if ours && !placed {
             // Relabelled or tainted away while empty: it left the DaemonSet.
@@ -441,7 +463,7 @@ fn plan<P: PodFacts, N: NodeFacts>(
         by_node
             .find(&key)
             .is_some_and(|group| by_node.groups[group].node.is_some())
-            || lonely.binary_search_by(|(k, _)| k.cmp(&key)).is_ok()
+            || lonely.binary_search_by(|(k, _, _)| k.cmp(&key)).is_ok()
     };
     settled.extend(
         input
@@ -579,6 +601,43 @@ fn plan<P: PodFacts, N: NodeFacts>(
         old_not_available.retain(|(node, _)| !held.holds(node));
         candidates.retain(|(node, _)| !held.holds(node));
     }
+    // Waves: the old nodes of the waves after the current one (and of no wave) are held
+    // back in the same way (`waves`).
+    let waves = input.waves.map(|waves| {
+        wave_gate::wave_progress(
+            waves,
+            &by_node,
+            &lonely,
+            &held,
+            &progress.unplaced_nodes,
+            &vacated_lonely,
+            min_ready,
+            input.now,
+        )
+    });
+    if let Some(waves) = waves.as_ref().filter(|w| !w.held.is_empty()) {
+        let wave_held: std::collections::HashSet<&str> =
+            waves.held.iter().map(String::as_str).collect();
+        skipped_with_old_pods.retain(|node| !wave_held.contains(node.as_str()));
+        replaced_not_available.retain(|(node, _)| !wave_held.contains(node));
+        old_not_available.retain(|(node, _)| !wave_held.contains(node));
+        candidates.retain(|(node, _)| !wave_held.contains(node));
+    }
+    // A bake ending fires no watch event either.
+    if let Some(WaveState::Baking(left)) = waves.as_ref().and_then(WaveProgress::current_state) {
+        progress.recheck_after = Some(progress.recheck_after.map_or(left, |w| w.min(left)));
+    }
+    // The current wave holds later ones back (rather than nodes in no wave, held for good).
+    let wave_wait = waves.as_ref().and_then(|w| {
+        let (selector, _, state) = w.waves.get(w.current).filter(|_| !w.held.is_empty())?;
+        Some(Blocker::Wave {
+            wave: w.current + 1,
+            of: w.waves.len(),
+            selector: selector.clone(),
+            state: *state,
+        })
+    });
+    let held_by_waves = waves.as_ref().is_some_and(|w| !w.held.is_empty());
 
     // Nodes left out for placement are not in the base either (a smaller base only
     // makes the budget more conservative).
@@ -644,8 +703,10 @@ fn plan<P: PodFacts, N: NodeFacts>(
         Some(Blocker::WaitingForStaleStatus {
             nodes: progress.stale_status_nodes.clone(),
         })
-    } else if skipped_with_old_pods.is_empty() && held.is_empty() {
+    } else if skipped_with_old_pods.is_empty() && held.is_empty() && !held_by_waves {
         Some(Blocker::Complete)
+    } else if skipped_with_old_pods.is_empty() && wave_wait.is_some() {
+        wave_wait
     } else if skipped_with_old_pods.is_empty() {
         Some(Blocker::HeldBack)
     } else {
@@ -658,40 +719,13 @@ fn plan<P: PodFacts, N: NodeFacts>(
     progress.partition = held.partition;
     progress.kept_by_partition = held.kept_by_partition;
     progress.held_by_selector = held.held_by_selector;
+    progress.waves = waves;
 
     RollingPlan {
         deletions,
         settled,
         progress,
         upcoming,
-    }
-}
-
-/// A Ready node's live pods, as far as the classification tells them apart.
-enum LivePods<'p, 'a, P> {
-    OnlyNew(&'p Placed<'a, P>),
-    OnlyOld(&'p Placed<'a, P>),
-    /// None, old and new together, or duplicates.
-    Other,
-}
-
-impl<'p, 'a, P> LivePods<'p, 'a, P> {
-    fn of(pods: &'p [Placed<'a, P>]) -> Self {
-        let (mut new, mut old) = ((0, None), (0, None));
-        for placed in pods.iter().filter(|p| p.look.live) {
-            let side = if placed.look.updated {
-                &mut new
-            } else {
-                &mut old
-            };
-            side.0 += 1;
-            side.1 = Some(placed);
-        }
-        match (new, old) {
-            ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
-            ((0, _), (1, Some(pod))) => LivePods::OnlyOld(pod),
-            _ => LivePods::Other,
-        }
     }
 }
 
@@ -708,32 +742,6 @@ pub fn is_available(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp)
         availability(ReadyLook::of(pod), min_ready_seconds, now),
         Availability::Available
     )
-}
-
-enum Availability {
-    Available,
-    /// Ready, but `minReadySeconds` not reached yet: available after this long.
-    AvailableIn(Duration),
-    NotAvailable,
-}
-
-/// From the pod's Ready condition (`ReadyLook::of`).
-fn availability(ready: Option<ReadyLook>, min_ready_seconds: i32, now: Timestamp) -> Availability {
-    let Some(ready) = ready.filter(|r| r.is_true) else {
-        return Availability::NotAvailable;
-    };
-    if min_ready_seconds <= 0 {
-        return Availability::Available;
-    }
-    let Some(since) = ready.since else {
-        return Availability::NotAvailable;
-    };
-    let remaining = SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since);
-    match Duration::try_from(remaining) {
-        Ok(wait) if !wait.is_zero() => Availability::AvailableIn(wait),
-        // Zero or negative: the minimum has been reached.
-        _ => Availability::Available,
-    }
 }
 
 /// How much longer an out-of-date pod's not-Ready status stays *stale*: unknown rather
@@ -786,6 +794,7 @@ pub(crate) struct OwnedInput {
     pub limits: RollingLimits,
     pub partition: Option<Partition>,
     pub node_selector: Option<NodeSelector>,
+    pub waves: Option<Waves>,
 }
 
 #[cfg(test)]
@@ -803,6 +812,7 @@ impl OwnedInput {
             limits: self.limits,
             partition: self.partition,
             node_selector: self.node_selector.as_ref(),
+            waves: self.waves.as_ref(),
             list_upcoming: true,
         }
     }

@@ -140,6 +140,7 @@ fn every_planner_decides_the_same_on_cached_objects() {
             limits: Default::default(),
             partition: None,
             node_selector: None,
+            waves: None,
             list_upcoming: true,
         })
     }

@@ -242,8 +242,11 @@ pub fn daemonsets_for_node<N: NodeFacts>(
     daemonsets
         .iter()
         .filter(|ds| {
-            let PolicyDecision::Managed(Policy::AdvancedRollingUpdate { node_selector, .. }) =
-                policy_for(ds)
+            let PolicyDecision::Managed(Policy::AdvancedRollingUpdate {
+                node_selector,
+                waves,
+                ..
+            }) = policy_for(ds)
             else {
                 return false;
             };
@@ -254,10 +257,13 @@ pub fn daemonsets_for_node<N: NodeFacts>(
             let mut due = if ready_moved {
                 placed_before || placed_after || there()
             } else {
+                // Relabelled into or out of the selector, or into another wave.
                 let selected = |n: Option<&N>| {
-                    node_selector
+                    let by_selector = node_selector
                         .as_ref()
-                        .map(|s| n.is_some_and(|n| s.matches(n)))
+                        .map(|s| n.is_some_and(|n| s.matches(n)));
+                    let wave = waves.as_ref().map(|w| n.and_then(|n| w.wave_of(n)));
+                    (by_selector, wave)
                 };
                 placed_before != placed_after || (selected(before) != selected(after) && there())
             };
@@ -475,6 +481,29 @@ mod tests {
             expected.sort();
             assert_eq!(names, expected, "{case}");
         }
+    }
+
+    /// A node relabelled into another wave of `rollgate.io/waves` re-plans its
+    /// DaemonSet; a label no wave reads does not.
+    #[test]
+    fn a_node_relabelled_into_another_wave_replans_its_daemonset() {
+        let ds = rolling("waved").waves("pool=canary; *").build();
+        let fleet = [Arc::new(ds.clone())];
+        let pods = vec![Arc::new(CachedPod::from(
+            PodBuilder::new("waved-n1", &ds).on_node("n1").build(),
+        ))];
+        let index = PodsByOwner::of(&pods);
+        let view = NodeTriggerView {
+            pods: &index,
+            current: &|_: &DaemonSet| None,
+            vacated_by_us: &|_: &str, _: &str| false,
+            deletion_expected: &|_: &str, _: &str| false,
+            now: at(0),
+        };
+        let n1 = labelled("n1", true, &[]);
+        let due = |after: Node| daemonsets_for_node(Some(&n1), Some(&after), &fleet, &view).len();
+        assert_eq!(due(labelled("n1", true, &[("pool", "canary")])), 1);
+        assert_eq!(due(labelled("n1", true, &[("team", "x")])), 0);
     }
 
     /// The fast path: a node whose only pod of the DaemonSet serves the current

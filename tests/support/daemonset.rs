@@ -153,6 +153,20 @@ pub fn revision_hash(p: &Pod) -> String {
         .unwrap_or_default()
 }
 
+/// Whether a container of the pod waits with `reason` (e.g. `CrashLoopBackOff`).
+pub fn waits_in(p: &Pod, reason: &str) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .any(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref())
+                == Some(reason)
+        })
+}
+
 /// The image of the pod's first container.
 pub fn image_of(p: &Pod) -> &str {
     p.spec

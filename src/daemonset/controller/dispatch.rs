@@ -63,6 +63,7 @@ pub(super) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
             partition,
             node_selector,
             failure,
+            waves,
         }) => {
             let controls = Controls {
                 max_unavailable,
@@ -70,6 +71,7 @@ pub(super) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
                 partition,
                 node_selector: node_selector.as_ref(),
                 failure,
+                waves: waves.as_ref(),
             };
             rolling_update(&ds, &ctx, controls).await
         }

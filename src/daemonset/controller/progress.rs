@@ -10,7 +10,7 @@ use crate::daemonset::rolling_plan::{Blocker, RollingPlan};
 use crate::names::{
     CURRENT_REVISION_UNKNOWN_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, ROLLOUT_COMPLETE_EVENT,
     ROLLOUT_HELD_BACK_EVENT, ROLLOUT_PAUSED_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
-    WAITING_FOR_STALE_STATUS_EVENT,
+    WAITING_FOR_STALE_STATUS_EVENT, WAVE_STARTED_EVENT,
 };
 
 /// Updates metrics and, when the rollout's state changes, says so in one Event.
@@ -68,6 +68,24 @@ pub(super) fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan)
                 note,
             );
             ctx.events.publish_detached(ds.object_ref(&()), warning);
+        }
+    }
+    // A wave after the first starting: the one before it is proven and baked.
+    if let Some(waves) = p.waves.as_ref().filter(|w| w.current > 0) {
+        let generation = ds.metadata.generation.unwrap_or_default();
+        let key = format!("{generation}:{}", waves.current);
+        if ctx.said.first_time(&uid, Topic::Wave, &key) {
+            let note = match waves.waves.get(waves.current) {
+                Some(_) => format!(
+                    "{} starts: the wave before it runs the new revision, available, baked for {}s",
+                    waves.describe(),
+                    waves.bake.as_secs()
+                ),
+                None => format!("{}: proven and baked", waves.describe()),
+            };
+            tracing::info!(%note, "wave");
+            let started = event(EventType::Normal, WAVE_STARTED_EVENT, "Rollout", note);
+            ctx.events.publish_detached(ds.object_ref(&()), started);
         }
     }
     if let Some((reason, note)) = said {

@@ -33,6 +33,7 @@ use crate::daemonset::policy::MaxUnavailable;
 use crate::daemonset::pull_ahead::{pull_ahead_of, PullTries};
 use crate::daemonset::revision::{CurrentRevision, TargetCheck};
 use crate::daemonset::rolling_plan::{Blocker, RollingInput};
+use crate::daemonset::waves::Waves;
 use crate::names::{
     ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, REVISION_ROLLED_BACK_BEFORE_EVENT,
     ROLLED_BACK_FROM_ANNOTATION, ROLLOUT_HALTED_EVENT, UPGRADING_PODS_EVENT,
@@ -50,6 +51,8 @@ pub(super) struct Controls<'a> {
     pub(super) node_selector: Option<&'a NodeSelector>,
     /// What a failing revision gets (`failure`).
     pub(super) failure: FailurePolicy,
+    /// `rollgate.io/waves`.
+    pub(super) waves: Option<&'a Waves>,
 }
 
 /// AdvancedRollingUpdate: observe, decide (`decide`), execute.
@@ -122,6 +125,7 @@ pub(super) async fn rolling_update(
             limits: ctx.limits,
             partition: controls.partition,
             node_selector: controls.node_selector,
+            waves: controls.waves,
             list_upcoming: false,
         },
         memo: &memo,

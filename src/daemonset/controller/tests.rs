@@ -108,6 +108,7 @@ async fn observe_holds_what_the_stores_hold_and_plans_as_a_fresh_read() {
             limits: RollingLimits::default(),
             partition: None,
             node_selector: None,
+            waves: None,
             list_upcoming: true,
         };
         assert_eq!(
@@ -270,6 +271,7 @@ async fn roll(ctx: &Context, ds: &DaemonSet) -> Action {
         paused: false,
         partition: None,
         node_selector: None,
+        waves: None,
         failure: Default::default(),
     };
     rolling_update(ds, ctx, controls).await.unwrap()

@@ -40,6 +40,8 @@ struct Given {
     /// The template was put back to the old revision: it is numbered newest again, and
     /// the pods of "new" are the out-of-date ones.
     rolled_back: bool,
+    /// Nodes labelled `pool=canary` (for `rollgate.io/waves`).
+    canary: &'static [&'static str],
 }
 
 const GIVEN: Given = Given {
@@ -54,6 +56,7 @@ const GIVEN: Given = Given {
     not_ready: &[],
     halted_earlier: false,
     rolled_back: false,
+    canary: &[],
 };
 
 /// What the row expects.
@@ -100,6 +103,8 @@ fn daemonset(annotations: &[(&str, &str)]) -> DaemonSet {
             "failure-threshold" => ds.failure_threshold(value),
             "on-failure" => ds.on_failure(value),
             "rolled-back-from" => ds.rolled_back_from(value),
+            "waves" => ds.waves(value),
+            "wave-bake" => ds.wave_bake(value),
             other => panic!("no such annotation in this table: {other}"),
         };
     }
@@ -132,6 +137,7 @@ fn decide_given(given: Given) -> Decision {
         partition,
         node_selector,
         failure,
+        waves,
     }) = policy_for(&ds)
     else {
         panic!("the row's annotations must make a valid AdvancedRollingUpdate");
@@ -163,7 +169,11 @@ fn decide_given(given: Given) -> Decision {
         }
         pods.push(Arc::new(CachedPod::from(pod.build())));
         let ready = !given.not_ready.contains(&name.as_str());
-        nodes.push(Arc::new(CachedNode::from(node(&name, ready))));
+        let mut node = node(&name, ready);
+        if given.canary.contains(&name.as_str()) {
+            node.metadata.labels = Some(BTreeMap::from([("pool".into(), "canary".into())]));
+        }
+        nodes.push(Arc::new(CachedNode::from(node)));
     }
     let expected_deletions: BTreeSet<String> = given
         .deleting
@@ -212,6 +222,7 @@ fn decide_given(given: Given) -> Decision {
             limits: RollingLimits::default(),
             partition,
             node_selector: node_selector.as_ref(),
+            waves: waves.as_ref(),
             list_upcoming: false,
         },
         memo: &memo,
@@ -374,6 +385,34 @@ fn the_decision_reads_like_the_docs() {
         ("held, with pull-ahead: nothing pulled either",
             Given { old: 3, annotations: &[("max-unavailable", "2"), ("pull-ahead", "true"), ("rolled-back-from", "x,new")], ..GIVEN },
             then("held", &[], &[], &[], Some(RESYNC), true)),
+        // Waves: `pool=canary` first, then the rest; the new pods have been Ready an hour.
+        ("waves: only the canary wave's node goes first, whatever the budget",
+            Given { old: 4, canary: &["n3"], annotations: &[("max-unavailable", "2"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &["n3"], &[], &[], Some(RESYNC), true)),
+        ("the canary on the new revision, baking: the rest waits, looked at again when the bake ends",
+            Given { old: 3, new: 1, canary: &["n4"], annotations: &[("max-unavailable", "2"), ("waves", "pool=canary; *"), ("wave-bake", "7200s")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(s(3600) + RECHECK_SLACK), true)),
+        ("the canary baked: the next wave goes within the budget",
+            Given { old: 3, new: 1, canary: &["n4"], annotations: &[("max-unavailable", "2"), ("waves", "pool=canary; *"), ("wave-bake", "30m")], ..GIVEN },
+            then("roll", &["n1", "n2"], &[], &[], Some(RESYNC), true)),
+        ("the canary crash-loops below the threshold: the next wave waits",
+            Given { old: 3, new: 1, canary: &["n4"], crashing: &["n4"], annotations: &[("max-unavailable", "2"), ("failure-threshold", "2"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), true)),
+        ("the canary wave's only node is NotReady: nothing proves the revision, the next wave waits",
+            Given { old: 3, new: 1, canary: &["n4"], not_ready: &["n4"], annotations: &[("max-unavailable", "2"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), true)),
+        ("a node in no wave stays old",
+            Given { old: 3, canary: &["n2"], annotations: &[("max-unavailable", "3"), ("waves", "pool=canary")], ..GIVEN },
+            then("roll", &["n2"], &[], &[], Some(RESYNC), true)),
+        ("waves with a partition: the partition keeps the first names, the canary goes first",
+            Given { old: 4, canary: &["n1", "n4"], annotations: &[("max-unavailable", "4"), ("partition", "1"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &["n4"], &[], &[], Some(RESYNC), true)),
+        ("waves with pull-ahead: only the current wave pulls",
+            Given { old: 3, canary: &["n3"], annotations: &[("max-unavailable", "1"), ("pull-ahead", "true"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &[], &["n3"], &["n3"], Some(RESYNC), true)),
+        ("waves and paused: nothing deleted, the wave as it was",
+            Given { old: 3, canary: &["n3"], annotations: &[("max-unavailable", "1"), ("paused", "true"), ("waves", "pool=canary; *")], ..GIVEN },
+            then("roll", &[], &[], &[], Some(RESYNC), true)),
         ("halted and pull-ahead: no deletion and no pull",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2"), ("pull-ahead", "true")], pulled: &["n1"], ..GIVEN },
             then("halt", &[], &[], &[], Some(RESYNC), true)),
@@ -457,6 +496,62 @@ mod budget {
             }
             if !halted_earlier && failed_on_ready < at {
                 prop_assert!(rollout.halt.is_none(), "halted below the threshold");
+            }
+        }
+
+        /// Waves: whatever fails or is cut off where, a node outside the canary wave is
+        /// deleted only once every Ready canary node runs the new revision, available
+        /// (at least one does), and the budget holds.
+        #[test]
+        fn a_later_wave_waits_for_a_proven_canary(
+            old in 0..6usize,
+            new in 0..6usize,
+            canary_mask in any::<u16>(),
+            crashing_mask in any::<u16>(),
+            not_ready_mask in any::<u16>(),
+            budget in 1..4u32,
+            baked in any::<bool>(),
+        ) {
+            let total = old + new;
+            let name = |i: usize| format!("n{}", i + 1);
+            let pick = |mask: u16, from: usize| -> Vec<String> {
+                (from..total).filter(|i| mask & (1 << i) != 0).map(name).collect()
+            };
+            let canary = pick(canary_mask, 0);
+            let crashing = pick(crashing_mask, old);
+            let not_ready = pick(not_ready_mask, 0);
+            let annotations: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+                ("max-unavailable", &*Box::leak(budget.to_string().into_boxed_str())),
+                ("failure-threshold", "100%"),
+                ("waves", "pool=canary; *"),
+                // The new pods have been Ready an hour.
+                ("wave-bake", if baked { "30m" } else { "7200s" }),
+            ]));
+            let decision = decide_given(Given {
+                old,
+                new,
+                canary: leak(canary.clone()),
+                crashing: leak(crashing.clone()),
+                not_ready: leak(not_ready.clone()),
+                annotations,
+                ..GIVEN
+            });
+            let Step::Roll(rollout) = decision.step else {
+                return Err(TestCaseError::fail("a plain world rolls"));
+            };
+            let p = &rollout.plan.progress;
+            prop_assert!(rollout.plan.deletions.len() + p.unavailable <= p.budget.max(p.unavailable));
+            let ready_canary: Vec<usize> = (0..total)
+                .filter(|i| canary.contains(&name(*i)) && !not_ready.contains(&name(*i)))
+                .collect();
+            let proven = !ready_canary.is_empty()
+                && ready_canary.iter().all(|i| *i >= old && !crashing.contains(&name(*i)));
+            let canary_counted = (0..total).any(|i| canary.contains(&name(i)));
+            for deletion in &rollout.plan.deletions {
+                if !canary.contains(&deletion.node) {
+                    prop_assert!(!canary_counted || (proven && baked),
+                        "{} deleted with the canary wave not proven and baked: canary {canary:?}, crashing {crashing:?}, NotReady {not_ready:?}", deletion.node);
+                }
             }
         }
     }

@@ -3,9 +3,10 @@
 //! any, in name order). Made from fresh looks here, or read off the memo that keeps
 //! them between plans (`memo`).
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::daemonset::placement::should_run_on;
 use crate::daemonset::revision::CurrentRevision;
@@ -295,7 +296,7 @@ impl<'i> Liveness<'i> {
 pub(super) struct Arranged<'a, P, N> {
     pub(super) by_node: PodsByNode<'a, P, N>,
     /// Nodes without a pod of this DaemonSet, in name order, one per name.
-    pub(super) lonely: Vec<(NodeKey<'a>, NodeLook<'a>)>,
+    pub(super) lonely: Vec<(NodeKey<'a>, NodeLook<'a>, &'a N)>,
 }
 
 impl<'a, P: PodFacts, N> Arranged<'a, P, N> {
@@ -308,14 +309,14 @@ impl<'a, P: PodFacts, N> Arranged<'a, P, N> {
     ) -> Self {
         let mut by_node = PodsByNode::of(pods, |pod, look| liveness.look(pod, look));
         // As in a map by name, the last of a repeated name wins (the store has none).
-        let mut lonely: Vec<(NodeKey<'_>, NodeLook<'_>)> = Vec::new();
+        let mut lonely: Vec<(NodeKey<'_>, NodeLook<'_>, &N)> = Vec::new();
         for (node, look) in nodes {
             let Some(key) = look.key else {
                 continue;
             };
             match by_node.find(&key) {
                 Some(group) => by_node.groups[group].node = Some((node, look)),
-                None => lonely.push((key, look)),
+                None => lonely.push((key, look, node)),
             }
         }
         lonely.sort_by(|a, b| a.0.cmp(&b.0));
@@ -323,6 +324,65 @@ impl<'a, P: PodFacts, N> Arranged<'a, P, N> {
         lonely.dedup_by(|a, b| a.0 == b.0);
         lonely.reverse();
         Arranged { by_node, lonely }
+    }
+}
+
+/// A Ready node's live pods, as far as the classification tells them apart.
+pub(super) enum LivePods<'p, 'a, P> {
+    OnlyNew(&'p Placed<'a, P>),
+    OnlyOld(&'p Placed<'a, P>),
+    /// None, old and new together, or duplicates.
+    Other,
+}
+
+impl<'p, 'a, P> LivePods<'p, 'a, P> {
+    pub(super) fn of(pods: &'p [Placed<'a, P>]) -> Self {
+        let (mut new, mut old) = ((0, None), (0, None));
+        for placed in pods.iter().filter(|p| p.look.live) {
+            let side = if placed.look.updated {
+                &mut new
+            } else {
+                &mut old
+            };
+            side.0 += 1;
+            side.1 = Some(placed);
+        }
+        match (new, old) {
+            ((1, Some(pod)), (0, _)) => LivePods::OnlyNew(pod),
+            ((0, _), (1, Some(pod))) => LivePods::OnlyOld(pod),
+            _ => LivePods::Other,
+        }
+    }
+}
+
+/// Whether a pod is available: Ready for `minReadySeconds` at a time.
+pub(super) enum Availability {
+    Available,
+    /// Ready, but `minReadySeconds` not reached yet: available after this long.
+    AvailableIn(Duration),
+    NotAvailable,
+}
+
+/// From the pod's Ready condition (`ReadyLook::of`).
+pub(super) fn availability(
+    ready: Option<ReadyLook>,
+    min_ready_seconds: i32,
+    now: Timestamp,
+) -> Availability {
+    let Some(ready) = ready.filter(|r| r.is_true) else {
+        return Availability::NotAvailable;
+    };
+    if min_ready_seconds <= 0 {
+        return Availability::Available;
+    }
+    let Some(since) = ready.since else {
+        return Availability::NotAvailable;
+    };
+    let remaining = SignedDuration::from_secs(min_ready_seconds.into()) - now.duration_since(since);
+    match Duration::try_from(remaining) {
+        Ok(wait) if !wait.is_zero() => Availability::AvailableIn(wait),
+        // Zero or negative: the minimum has been reached.
+        _ => Availability::Available,
     }
 }
 

@@ -507,7 +507,7 @@ impl<P: PodFacts, N: NodeFacts> PlanMemo<P, N> {
                 let node = Some((&*node.node, node.look()));
                 groups.push(group(&mut pods, key, node, &mut placed, liveness));
             } else {
-                lonely.push((key, node.look()));
+                lonely.push((key, node.look(), &*node.node));
             }
         }
         while let Some(missing) = pods.peek().and_then(|pod| pod.key()) {

@@ -309,6 +309,7 @@ fn to_input(model: &Model) -> OwnedInput {
         },
         partition: None,
         node_selector: None,
+        waves: None,
     }
 }
 

@@ -428,6 +428,7 @@ impl Sim {
             limits: self.limits,
             partition: None,
             node_selector: None,
+            waves: None,
             list_upcoming: true,
         });
         prop_assert!(plan.deletions.len() <= self.limits.max_deletions_per_plan);

@@ -37,6 +37,7 @@ fn input(
         limits: RollingLimits::default(),
         partition: None,
         node_selector: None,
+        waves: None,
     }
 }
 
