@@ -17,6 +17,9 @@
 //! every node is back on it with the budget held all along (counted by an independent
 //! watcher), the failed revision is recorded in `rollgate.io/rolled-back-from`, and the
 //! failed template applied again (as a GitOps tool would) deletes nothing.
+//!
+//! The bed's other failures: an image that never pulls halts as a crash loop does, and a
+//! pod that never turns Ready halts once `rollgate.io/progress-deadline` has passed.
 //! Needs `make cluster-up`; `cargo test --test daemonset_failure -- --ignored --nocapture` narrates.
 mod support;
 
@@ -457,4 +460,88 @@ async fn a_crash_looping_revision_rolls_back_within_the_budget_tolerating_all_ta
 #[ignore = "needs a cluster: make test"]
 async fn a_crash_looping_revision_rolls_back_within_the_budget_tolerating_none() {
     a_crash_looping_revision_rolls_back(Shape::ToleratesNone).await;
+}
+
+/// The bed's other two ways to fail: an image that never pulls (`ImagePullBackOff`) halts
+/// like a crash loop; a pod that runs but never turns Ready is no failure until
+/// `rollgate.io/progress-deadline` has passed since its creation, then halts.
+async fn a_pull_that_fails_and_a_pod_never_ready_halt(shape: Shape) {
+    let tag = format!("nopull-{}", shape.tag());
+    let client = client().await;
+    let nodes = TestNodes::create(&client, &tag, NODES).await;
+    let annotations = json!({
+        "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
+        "apps.openyurt.io/max-unavailable": "2",
+        "rollgate.io/failure-threshold": "2",
+    });
+    let bed = EdgeBed::start(
+        client,
+        nodes,
+        &tag,
+        "nopull",
+        &[],
+        annotations,
+        shape,
+        Duration::from_secs(90),
+    )
+    .await;
+    let n = bed.ns.name.clone();
+
+    note("an image that never pulls: halted after two");
+    bed.set_image("edge:v2-pullbackoff").await;
+    let halted = warning(&bed, "RolloutHalted").await;
+    assert!(
+        halted.contains("2 of 2") && halted.contains("ImagePullBackOff"),
+        "{halted}"
+    );
+    deletions_stay(&bed, 2, "no deletion while halted", Duration::from_secs(8)).await;
+
+    note("a pod that never turns Ready, with a progress deadline of 20s");
+    bed.patch(json!({"metadata": {"annotations": {"rollgate.io/progress-deadline": "20s"}}}))
+        .await;
+    bed.set_image("edge:v3-neverready").await;
+    // The two nodes without a working pod are replaced at once (they serve nothing);
+    // their new pods run, not Ready, and are no failure until the deadline.
+    wait_for(
+        "the failed pods replaced by never-ready ones",
+        Duration::from_secs(60),
+        || async {
+            match rollgate_deletions(&n) {
+                4 => Ok(()),
+                other => Err(format!("{other} deletion(s)")),
+            }
+        },
+    )
+    .await;
+    let status = rollgate_status(&n, &[]);
+    assert!(!status.contains("halted"), "before the deadline: {status}");
+    let deadline = wait_for(
+        "the progress deadline to halt the revision",
+        Duration::from_secs(60),
+        || async {
+            let status = rollgate_status(&n, &[]);
+            if status.contains("halted: 2 of 2 failed (not available by the progress deadline: 2)")
+            {
+                Ok(status)
+            } else {
+                Err(status)
+            }
+        },
+    )
+    .await;
+    note(format!("rollgate status: {deadline}"));
+    deletions_stay(&bed, 4, "no deletion while halted", Duration::from_secs(8)).await;
+    bed.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_pull_that_fails_and_a_pod_never_ready_halt_tolerating_all_taints() {
+    a_pull_that_fails_and_a_pod_never_ready_halt(Shape::ToleratesAll).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_pull_that_fails_and_a_pod_never_ready_halt_tolerating_none() {
+    a_pull_that_fails_and_a_pod_never_ready_halt(Shape::ToleratesNone).await;
 }
