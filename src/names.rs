@@ -100,6 +100,10 @@ pub const ROLLED_BACK_EVENT: &str = "RolloutRolledBack";
 /// Warning: the template is a revision rollgate rolled back from (it is in
 /// `rollgate.io/rolled-back-from`); rollgate deletes no pod for it.
 pub const REVISION_ROLLED_BACK_BEFORE_EVENT: &str = "RevisionRolledBackBefore";
+/// AdvancedRollingUpdate, written by rollgate: the revision (its hash, else its template
+/// generation) halted for its failures, while the halt holds; removed when it ends. A
+/// restarted controller reads it, so a halt survives a restart.
+pub const HALTED_REVISION_ANNOTATION: &str = "rollgate.io/halted-revision";
 /// AdvancedRollingUpdate, written by rollgate: the hashes (`controller-revision-hash`) of
 /// the revisions it rolled back from, comma-separated, newest last. rollgate never rolls
 /// a revision in it out again; removing a hash is how an operator lets it try again.

@@ -89,7 +89,7 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
         "apps.openyurt.io/max-unavailable": "2",
         "rollgate.io/failure-threshold": "2",
     });
-    let bed = EdgeBed::start(
+    let mut bed = EdgeBed::start(
         client,
         nodes,
         &tag,
@@ -167,6 +167,34 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
         &bed,
         2,
         "no deletion by rollgate while halted",
+        Duration::from_secs(12),
+    )
+    .await;
+
+    note("rollgate restarts while halted: the halt is read back from the DaemonSet");
+    let recorded = bed
+        .dss
+        .get("edge")
+        .await
+        .unwrap()
+        .annotations()
+        .get("rollgate.io/halted-revision")
+        .cloned();
+    let v2_revision = hash_of_revision_with(&bed, "edge:v2-crashloop").await;
+    assert_eq!(recorded, Some(v2_revision), "the halt is recorded");
+    let stopped = std::mem::replace(
+        &mut bed.controller,
+        ControllerProcess::start(&n, "failure-restarted"),
+    )
+    .stop();
+    assert!(
+        stopped.success(),
+        "the first controller exits cleanly: {stopped:?}"
+    );
+    deletions_stay(
+        &bed,
+        2,
+        "no deletion by the restarted rollgate",
         Duration::from_secs(12),
     )
     .await;

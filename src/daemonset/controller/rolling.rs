@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
+use serde_json::json;
 
 use super::context::Context;
 use super::native_waits::{confirm_target, native_wait_over, wait_on_native};
@@ -19,13 +20,13 @@ use super::pull_requests::request_pulls;
 use super::rollback::roll_back;
 use super::warnings::warn_once;
 use crate::apply::Error;
-use crate::apply::{event, issue_together, Outcome, Topic};
+use crate::apply::{event, issue_together, Outcome, Part, Topic};
 use crate::daemonset::controls::{NodeSelector, Partition};
 use crate::daemonset::decide::{
     decide, Decision, PullsObserved, Rollout, Step, World, TARGET_RECHECK,
 };
 use crate::daemonset::describe::shorten;
-use crate::daemonset::failure::FailurePolicy;
+use crate::daemonset::failure::{FailurePolicy, Halt};
 use crate::daemonset::metrics::DeletionLabels;
 use crate::daemonset::native_wait::NativeWait;
 use crate::daemonset::other_updater::Sighting;
@@ -35,10 +36,11 @@ use crate::daemonset::revision::{CurrentRevision, TargetCheck};
 use crate::daemonset::rolling_plan::{Blocker, RollingInput};
 use crate::daemonset::waves::Waves;
 use crate::names::{
-    ANOTHER_UPDATER_ACTIVE_EVENT, INVALID_PULL_AHEAD_EVENT, REVISION_ROLLED_BACK_BEFORE_EVENT,
-    ROLLED_BACK_FROM_ANNOTATION, ROLLOUT_HALTED_EVENT, UPGRADING_PODS_EVENT,
+    ANOTHER_UPDATER_ACTIVE_EVENT, HALTED_REVISION_ANNOTATION, INVALID_PULL_AHEAD_EVENT,
+    REVISION_ROLLED_BACK_BEFORE_EVENT, ROLLED_BACK_FROM_ANNOTATION, ROLLOUT_HALTED_EVENT,
+    UPGRADING_PODS_EVENT,
 };
-use crate::object::CachedPod;
+use crate::object::{annotation, CachedPod};
 
 /// The operator's controls on an AdvancedRollingUpdate, as its annotations read now
 /// (`rollgate.io/pull-ahead` is read with the rest of the world, since it can be wrong).
@@ -97,8 +99,11 @@ pub(super) async fn rolling_update(
     let revision = current
         .as_ref()
         .and_then(|c| c.hash.clone().or_else(|| c.template_generation.clone()));
-    let halted_earlier =
-        revision.is_some() && ctx.halted.lock().unwrap().get(&uid) == revision.as_ref();
+    // Remembered, and recorded on the DaemonSet: a restarted controller keeps the halt.
+    let recorded = annotation(&ds.metadata, HALTED_REVISION_ANNOTATION);
+    let halted_earlier = revision.is_some()
+        && (ctx.halted.lock().unwrap().get(&uid) == revision.as_ref()
+            || recorded == revision.as_deref());
     let world = World {
         other_updater,
         pulls: match (&counted, hash) {
@@ -155,6 +160,15 @@ pub(super) async fn rolling_update(
         }
         Step::Roll(rollout) => {
             record_failures(ds, ctx, &rollout);
+            // A rollback changes the revision at once (and its write is preconditioned on
+            // the DaemonSet as read): nothing to record.
+            let rolls_back = rollout
+                .halt
+                .as_deref()
+                .is_some_and(|h| h.rollback_target().is_some());
+            if !rolls_back {
+                record_halt(ds, ctx, rollout.halt.as_deref()).await;
+            }
             match rollout
                 .halt
                 .as_deref()
@@ -221,13 +235,37 @@ fn record_failures(ds: &DaemonSet, ctx: &Context, rollout: &Rollout) {
         .lock()
         .unwrap()
         .insert(uid.clone(), halt.revision.clone());
-    if !ctx.said.first_time(&uid, Topic::Halt, &halt.revision) {
+    // Recorded on the DaemonSet already: said by this controller before a restart.
+    let recorded = annotation(&ds.metadata, HALTED_REVISION_ANNOTATION);
+    if !ctx.said.first_time(&uid, Topic::Halt, &halt.revision)
+        || recorded == Some(halt.revision.as_str())
+    {
         return;
     }
     let message = halt.message();
     tracing::warn!(revision = %halt.revision, failed = halt.failed.len(), %message, "rollout halted");
     let warning = event(EventType::Warning, ROLLOUT_HALTED_EVENT, "Halt", message);
     ctx.events.publish_detached(reference, warning);
+}
+
+/// Records the halted revision on the DaemonSet (`rollgate.io/halted-revision`), or
+/// removes the record once no halt holds: what a restarted controller reads as "halted
+/// earlier". A failed write is logged; the controller's memory still holds the halt.
+async fn record_halt(ds: &DaemonSet, ctx: &Context, halt: Option<&Halt>) {
+    let recorded = annotation(&ds.metadata, HALTED_REVISION_ANNOTATION);
+    let wanted = halt.map(|h| h.revision.as_str());
+    if recorded == wanted {
+        return;
+    }
+    let (ns, name) = (ds.namespace().unwrap_or_default(), ds.name_any());
+    let patch = json!({"metadata": {"annotations": {HALTED_REVISION_ANNOTATION: wanted}}});
+    if let Err(error) = ctx
+        .writer
+        .merge_patch::<DaemonSet>(&ns, &name, Part::Object, &patch)
+        .await
+    {
+        tracing::warn!(%error, ?wanted, "could not record the halt on the DaemonSet");
+    }
 }
 
 /// Counts the pulls' answers into the controller's memory (`PullTries`,
