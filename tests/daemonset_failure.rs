@@ -80,26 +80,36 @@ async fn occurrences(bed: &EdgeBed, reason: &str) -> u32 {
         .sum()
 }
 
-async fn a_crash_looping_revision_halts(shape: Shape) {
-    let tag = format!("halt-{}", shape.tag());
+/// `NODES` nodes and rollgate (its log tagged `log_tag`), and the DaemonSet "edge" of
+/// edge:v1 Ready on them: AdvancedRollingUpdate, max-unavailable 2, failure threshold 2,
+/// and the annotations of `more`.
+async fn bed(tag: &str, log_tag: &str, shape: Shape, more: serde_json::Value) -> EdgeBed {
     let client = client().await;
-    let nodes = TestNodes::create(&client, &tag, NODES).await;
-    let annotations = json!({
+    let nodes = TestNodes::create(&client, tag, NODES).await;
+    let mut annotations = json!({
         "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
         "apps.openyurt.io/max-unavailable": "2",
         "rollgate.io/failure-threshold": "2",
     });
-    let mut bed = EdgeBed::start(
+    for (key, value) in more.as_object().into_iter().flatten() {
+        annotations[key] = value.clone();
+    }
+    EdgeBed::start(
         client,
         nodes,
-        &tag,
-        "failure",
+        tag,
+        log_tag,
         &[],
         annotations,
         shape,
         Duration::from_secs(90),
     )
-    .await;
+    .await
+}
+
+async fn a_crash_looping_revision_halts(shape: Shape) {
+    let tag = format!("halt-{}", shape.tag());
+    let mut bed = bed(&tag, "failure", shape, json!({})).await;
     let n = bed.ns.name.clone();
 
     note("a template whose container crash-loops, under a threshold that is no threshold");
@@ -336,25 +346,14 @@ async fn rolled_back_from(bed: &EdgeBed) -> Option<String> {
 }
 
 async fn a_crash_looping_revision_rolls_back(shape: Shape) {
+    /// The bed's max-unavailable.
     const BUDGET: usize = 2;
     let tag = format!("rollback-{}", shape.tag());
-    let client = client().await;
-    let nodes = TestNodes::create(&client, &tag, NODES).await;
-    let annotations = json!({
-        "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
-        "apps.openyurt.io/max-unavailable": BUDGET.to_string(),
-        "rollgate.io/failure-threshold": "2",
-        "rollgate.io/on-failure": "rollback",
-    });
-    let bed = EdgeBed::start(
-        client,
-        nodes,
+    let bed = bed(
         &tag,
         "rollback",
-        &[],
-        annotations,
         shape,
-        Duration::from_secs(90),
+        json!({"rollgate.io/on-failure": "rollback"}),
     )
     .await;
     let n = bed.ns.name.clone();
@@ -495,24 +494,7 @@ async fn a_crash_looping_revision_rolls_back_within_the_budget_tolerating_none()
 /// `rollgate.io/progress-deadline` has passed since its creation, then halts.
 async fn a_pull_that_fails_and_a_pod_never_ready_halt(shape: Shape) {
     let tag = format!("nopull-{}", shape.tag());
-    let client = client().await;
-    let nodes = TestNodes::create(&client, &tag, NODES).await;
-    let annotations = json!({
-        "apps.openyurt.io/update-strategy": "AdvancedRollingUpdate",
-        "apps.openyurt.io/max-unavailable": "2",
-        "rollgate.io/failure-threshold": "2",
-    });
-    let bed = EdgeBed::start(
-        client,
-        nodes,
-        &tag,
-        "nopull",
-        &[],
-        annotations,
-        shape,
-        Duration::from_secs(90),
-    )
-    .await;
+    let bed = bed(&tag, "nopull", shape, json!({})).await;
     let n = bed.ns.name.clone();
 
     note("an image that never pulls: halted after two");

@@ -28,7 +28,7 @@
 //!
 //! With `rollgate.io/on-failure: rollback` the halt also puts the template back to the
 //! previous revision (`rollback`); a revision rolled back from is held, not rolled out
-//! again (`rolled_back_before`).
+//! again (`hold_on_failure`).
 //!
 //! The halt holds for the revision once reached: the controller remembers it
 //! (`halted_earlier`), so a failed node that goes NotReady (and stops counting) does not
@@ -331,19 +331,6 @@ impl Halt {
     }
 }
 
-/// The current revision when rollgate rolled back from it before (it is in
-/// `rollgate.io/rolled-back-from`): it is not rolled out again, whatever the failure
-/// annotations say.
-pub fn rolled_back_before(
-    daemonset: &DaemonSet,
-    current: Option<&CurrentRevision>,
-) -> Option<String> {
-    let hash = current?.hash.as_deref()?;
-    RolledBackFrom::of(daemonset)
-        .contains(hash)
-        .then(|| hash.to_string())
-}
-
 /// The failure rule on a plan, as the controller and `rollgate status` both apply it: a
 /// revision rolled back from before is held (`Blocker::RolledBackBefore`); else the
 /// report's halt, if any, holds the plan (with its rollback when asked for). Returns the
@@ -357,13 +344,20 @@ pub fn hold_on_failure(
     revisions: &[RevisionRef],
     halted_earlier: bool,
 ) -> (RollingPlan, Option<Halt>) {
-    if let Some(revision) = rolled_back_before(daemonset, current) {
+    // A revision rolled back from before is not rolled out again, whatever the failure
+    // annotations say.
+    let record = RolledBackFrom::of(daemonset);
+    if let Some(hash) = current
+        .and_then(|c| c.hash.as_deref())
+        .filter(|hash| record.contains(hash))
+    {
         let mut plan = plan;
         plan.deletions.clear();
-        plan.progress.blocked = Some(Blocker::RolledBackBefore { revision });
+        plan.progress.blocked = Some(Blocker::RolledBackBefore {
+            revision: hash.to_string(),
+        });
         return (plan, None);
     }
-    let record = RolledBackFrom::of(daemonset);
     match halt_verdict(report, policy, plan.progress.budget, halted_earlier) {
         Some(halt) => {
             let halt = halt.with_rollback(policy, revisions, &record);

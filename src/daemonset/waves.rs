@@ -172,12 +172,12 @@ pub struct WaveProgress {
 impl WaveProgress {
     /// From the looks: the current wave is the first that is not done.
     pub fn of(waves: &Waves, looks: Vec<WaveLook>, now: i64) -> WaveProgress {
-        let bake_of = waves;
+        let bake = waves.bake;
         let waves: Vec<(String, WaveLook, WaveState)> = waves
             .waves
             .iter()
             .zip(looks)
-            .map(|(wave, look)| (wave.to_string(), look, look.state(waves.bake, now)))
+            .map(|(wave, look)| (wave.to_string(), look, look.state(bake, now)))
             .collect();
         let current = waves
             .iter()
@@ -187,7 +187,7 @@ impl WaveProgress {
             waves,
             current,
             held: Vec::new(),
-            bake: bake_of.bake,
+            bake,
         }
     }
 

@@ -160,20 +160,14 @@ pub(super) async fn rolling_update(
         }
         Step::Roll(rollout) => {
             record_failures(ds, ctx, &rollout);
+            let halt = rollout.halt.as_deref();
+            let rollback = halt.and_then(|h| Some((h, h.rollback_target()?)));
             // A rollback changes the revision at once (and its write is preconditioned on
             // the DaemonSet as read): nothing to record.
-            let rolls_back = rollout
-                .halt
-                .as_deref()
-                .is_some_and(|h| h.rollback_target().is_some());
-            if !rolls_back {
-                record_halt(ds, ctx, rollout.halt.as_deref()).await;
+            if rollback.is_none() {
+                record_halt(ds, ctx, halt).await;
             }
-            match rollout
-                .halt
-                .as_deref()
-                .and_then(|h| Some((h, h.rollback_target()?)))
-            {
+            match rollback {
                 Some((halt, target)) => {
                     record_progress(ds, ctx, &rollout.plan);
                     roll_back(ds, ctx, halt, target).await?
