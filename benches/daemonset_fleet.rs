@@ -478,6 +478,7 @@ impl World {
             partition,
             node_selector,
             waves,
+            failure,
             ..
         }) = policy_for(&ds)
         else {
@@ -520,6 +521,7 @@ impl World {
             partition,
             node_selector: node_selector.as_ref(),
             waves: waves.as_ref(),
+            proving: failure.proving(),
             list_upcoming,
         };
         let (plan, stale) = match &memo {

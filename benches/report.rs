@@ -62,6 +62,12 @@ fn run() -> Result<String, String> {
                     .map_err(|e| format!("drawing {}: {e}", path.display()))?;
                 files.push(path);
             }
+            if let Some(bad) = read_json(&dir.join("bad-release.json")) {
+                let path = dir.join("bad-release.png");
+                plot_bad_release(&path, &bad)
+                    .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+                files.push(path);
+            }
             if let Some(points) = fleet_flip_points(&results) {
                 let path = dir.join("gates-fleet-flip-latency.png");
                 plot_fleet_flips(&path, &points)
@@ -238,6 +244,7 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
             ),
         ],
     );
+    bad_release_section(&mut t, r);
     simple_section(
         &mut t,
         r,
@@ -771,6 +778,66 @@ fn openyurt_section(t: &mut String, r: &Results) {
 type Row<'a> = (&'a str, &'a str, &'a str, Option<(f64, bool)>);
 
 /// A section of figures another bench owns: each shown, or null with the reason.
+/// A crash-looping release: one row per controller, the figures as columns.
+fn bad_release_section(t: &mut String, r: &Results) {
+    let p = "rollout.bad_release";
+    t.push_str("\n## A release that crash-loops\n\n");
+    if section_absent(r, p) {
+        t.push_str(&format!("null: not measured{}\n", reason(r, p)));
+        return;
+    }
+    t.push_str(&format!(
+        "{} nodes, budget {}, each watched {} s, canary wave {} nodes\n\n",
+        show(r, &format!("{p}.nodes"), ""),
+        show(r, &format!("{p}.budget"), ""),
+        show(r, &format!("{p}.window_s"), ""),
+        show(r, &format!("{p}.canary_nodes"), ""),
+    ));
+    let columns = [
+        ("peak_unavailable", "peak without a working pod", ""),
+        ("node_seconds_without_pod", "node-seconds", ""),
+        ("unavailable_at_end", "at the end", ""),
+        ("failed_nodes", "failed", ""),
+        ("nodes_touched", "touched", ""),
+        ("nodes_touched_outside_canary", "outside the canary", ""),
+        ("first_failure_to_stop_s", "first failure -> stop", " s"),
+        ("every_node_serving_again_s", "all serving again", " s"),
+    ];
+    t.push('|');
+    for (_, label, _) in &columns {
+        t.push_str(&format!(" | {label}"));
+    }
+    t.push_str(" |\n|---");
+    t.push_str(&"|---".repeat(columns.len()));
+    t.push_str("|\n");
+    for (who, label) in [
+        ("native", "native RollingUpdate"),
+        ("openyurt", "yurt-manager"),
+        ("rollgate_halt", "rollgate, halt"),
+        ("rollgate_rollback", "rollgate, rollback"),
+        ("rollgate_canary", "rollgate, canary wave"),
+    ] {
+        if get(r, &format!("{p}.{who}.peak_unavailable")).is_none() {
+            continue;
+        }
+        t.push_str(&format!("| {label}"));
+        for (key, _, unit) in &columns {
+            let key = format!("{p}.{who}.{key}");
+            let shown = match get(r, &key) {
+                Some(Value::Null) | None => "-".to_string(),
+                Some(_) => show(r, &key, unit),
+            };
+            t.push_str(&format!(" | {shown}"));
+        }
+        t.push_str(" |\n");
+    }
+    t.push_str(&format!(
+        "\nA good release, the price of proving first: makespan {} with the defaults, {} with `rollgate.io/on-failure: continue`\n",
+        show(r, &format!("{p}.good_release.makespan_s"), " s"),
+        show(r, &format!("{p}.good_release.on_failure_continue_makespan_s"), " s"),
+    ));
+}
+
 fn simple_section(t: &mut String, r: &Results, section: &str, title: &str, rows: &[Row]) {
     t.push_str(&format!("\n## {title}\n\n"));
     if section_absent(r, section) {
@@ -852,6 +919,33 @@ fn steps(points: &[(f64, f64)], until: f64) -> Vec<(f64, f64)> {
     out
 }
 
+fn read_json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// A crash-looping release (`rollout.bad_release`): Ready nodes without a working pod
+/// under each controller, beside the budget.
+fn plot_bad_release(path: &Path, bad: &Value) -> DrawResult {
+    let rollouts = &bad["rollouts"];
+    let keys: Vec<(&str, &str)> = rollouts
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str(), v["label"].as_str()?)))
+        .collect();
+    let caption = format!(
+        "a release that crash-loops on {} nodes: Ready nodes without a working pod",
+        bad["nodes"]
+    );
+    plot_unavailable(
+        path,
+        caption,
+        rollouts,
+        &keys,
+        bad["budget"].as_f64().unwrap_or(1.0),
+    )
+}
+
 fn draw_plots(dir: &Path, timelines: &Value, _font: &'static [u8]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let Some(sizes) = timelines.as_object() else {
@@ -878,7 +972,9 @@ fn draw_plots(dir: &Path, timelines: &Value, _font: &'static [u8]) -> Result<Vec
             .collect();
         if notready.iter().any(|(k, _)| k.starts_with("yurt")) {
             let path = dir.join(format!("vs-openyurt-notready-{size}-nodes.png"));
-            plot_unavailable(&path, size, rollouts, &notready, budget)
+            let caption =
+                format!("10% of {size} nodes NotReady: unavailable Ready nodes during the rollout");
+            plot_unavailable(&path, caption, rollouts, &notready, budget)
                 .map_err(|e| format!("drawing {}: {e}", path.display()))?;
             files.push(path);
         }
@@ -1105,7 +1201,7 @@ fn plot_fleet_flips(path: &Path, points: &[(f64, f64, f64)]) -> DrawResult {
 
 fn plot_unavailable(
     path: &Path,
-    size: &str,
+    caption: String,
     rollouts: &Value,
     keys: &[(&str, &str)],
     budget: f64,
@@ -1124,7 +1220,7 @@ fn plot_unavailable(
     root.fill(&WHITE)?;
     let mut chart = chart(
         &root,
-        format!("10% of {size} nodes NotReady: unavailable Ready nodes during the rollout"),
+        caption,
         (until, "seconds since the new revision"),
         ((peak * 1.3).ceil(), "Ready nodes without an available pod"),
     )?;

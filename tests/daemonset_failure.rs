@@ -18,6 +18,9 @@
 //! watcher), the failed revision is recorded in `rollgate.io/rolled-back-from`, and the
 //! failed template applied again (as a GitOps tool would) deletes nothing.
 //!
+//! A revision proves itself on as many nodes as the threshold before the whole budget
+//! goes to it: with budget 4 and threshold 2, a crash-looping revision reaches 2 nodes.
+//!
 //! The bed's other failures: an image that never pulls halts as a crash loop does, and a
 //! pod that never turns Ready halts once `rollgate.io/progress-deadline` has passed.
 //! Needs `make cluster-up`; `cargo test --test daemonset_failure -- --ignored --nocapture` narrates.
@@ -321,6 +324,72 @@ async fn a_crash_looping_revision_halts_and_deletes_nothing_more_tolerating_none
 }
 
 /// The hash of the DaemonSet's revision whose template runs `image`.
+/// Budget 4 of 5 nodes, threshold 2: the crash-looping revision reaches two nodes, is
+/// halted there, and the other three never lose their pod. Before a revision had to
+/// prove itself, the whole budget went at once: four nodes dark.
+async fn a_failing_revision_reaches_no_more_nodes_than_the_threshold(shape: Shape) {
+    const THRESHOLD: usize = 2;
+    let tag = format!("prove-{}", shape.tag());
+    let bed = bed(
+        &tag,
+        "prove",
+        shape,
+        json!({"apps.openyurt.io/max-unavailable": "4"}),
+    )
+    .await;
+    let n = bed.ns.name.clone();
+    let watcher = Watcher::start(
+        &bed.client,
+        &format!("{OWNER_LABEL}={}", bed.nodes.owner),
+        &n,
+    );
+    watcher.wait_armed().await;
+
+    note("a template whose container crash-loops, budget 4, threshold 2");
+    bed.set_image("edge:v2-crashloop").await;
+    let halted = warning(&bed, "RolloutHalted").await;
+    deletions_stay(
+        &bed,
+        THRESHOLD,
+        "no deletion after the two that proved the revision bad",
+        Duration::from_secs(10),
+    )
+    .await;
+    let on_bad: Vec<String> = bed
+        .pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && image_of(p) == "edge:v2-crashloop")
+        .filter_map(node_of)
+        .collect();
+    assert_eq!(
+        on_bad.len(),
+        THRESHOLD,
+        "the failing revision reached {THRESHOLD} nodes, not the budget's 4: {on_bad:?}; {halted}"
+    );
+    let (peak, at_peak) = watcher.peak();
+    assert!(
+        peak <= THRESHOLD,
+        "at most {THRESHOLD} Ready nodes without a serving pod: {peak} ({at_peak:?})"
+    );
+    bed.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_failing_revision_reaches_no_more_nodes_than_the_threshold_tolerating_all_taints() {
+    a_failing_revision_reaches_no_more_nodes_than_the_threshold(Shape::ToleratesAll).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: make test"]
+async fn a_failing_revision_reaches_no_more_nodes_than_the_threshold_tolerating_none() {
+    a_failing_revision_reaches_no_more_nodes_than_the_threshold(Shape::ToleratesNone).await;
+}
+
 async fn hash_of_revision_with(bed: &EdgeBed, image: &str) -> String {
     let revisions: Api<ControllerRevision> = Api::namespaced(bed.client.clone(), &bed.ns.name);
     revisions

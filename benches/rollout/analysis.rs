@@ -90,6 +90,8 @@ pub fn critical_path(events: &[(Duration, Kind, String)]) -> CriticalPath {
             Kind::NewCreated => "created",
             Kind::NewBound => "bound",
             Kind::NewReady => "ready",
+            // Not on a path that ends at the last Ready.
+            Kind::NewFailed => continue,
         };
         if !node.is_empty() {
             per_node

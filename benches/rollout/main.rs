@@ -31,6 +31,11 @@
 //! missing image takes 20 s to pull (quick: 20 nodes, 5 s); per-node downtime and
 //! makespan (`pull_ahead.*`). `ROLLGATE_BENCH_PULL=0` skips them.
 //!
+//! Then a release that crash-loops (`bad_release.rs`, issue 45): native RollingUpdate,
+//! yurt-manager (not in the quick run) and rollgate (halt, rollback, a canary wave) on
+//! 200 nodes (quick: 20), each watched as long (`rollout.bad_release.*`, the plot
+//! `bad-release.png` from `bad-release.json`). `ROLLGATE_BENCH_BAD_RELEASE=0` skips it.
+//!
 //! Results: `results.json` (`rollout.*`, `vs_openyurt.*`) and `timelines.json` (for the
 //! plots) in `target/bench` (`ROLLGATE_BENCH_OUT`). A MISS is a result; the process fails
 //! only when a measurement could not be made.
@@ -38,6 +43,7 @@
 mod support;
 
 mod analysis;
+mod bad_release;
 mod controllers;
 mod pull_ahead;
 mod scenario;
@@ -66,6 +72,8 @@ struct Params {
     yurt: Result<std::path::PathBuf, String>,
     /// The pull-ahead scenarios (`pull_ahead`), after every size.
     pull: pull_ahead::PullParams,
+    /// The crash-looping release (`bad_release`), last.
+    bad: bad_release::BadParams,
 }
 
 impl Params {
@@ -103,6 +111,7 @@ impl Params {
             quick,
             yurt: controllers::yurt_manager_binary(),
             pull: pull_ahead::PullParams::from_env(quick)?,
+            bad: bad_release::BadParams::from_env(quick)?,
         })
     }
 
@@ -228,6 +237,23 @@ async fn run(params: Params) -> Result<String, String> {
             .collect();
         path = support::merge_bench_results(&borrowed)?;
         report.push_str(&pull_ahead::report(&measured));
+    }
+    if params.bad.run {
+        let b = &params.bad;
+        let budget = budget_of(&b.max_unavailable, b.nodes)?;
+        let yurt = params.yurt.is_ok() && !params.quick;
+        let measured = bad_release::measure(&client, b, budget, params.pod_delay, yurt).await?;
+        let entries = bad_release::entries(&measured);
+        let borrowed: Vec<(&str, Value)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        path = support::merge_bench_results(&borrowed)?;
+        let timelines = serde_json::to_string_pretty(&bad_release::timelines(&measured))
+            .map_err(|e| e.to_string())?;
+        std::fs::write(out_dir.join("bad-release.json"), timelines)
+            .map_err(|e| format!("writing bad-release.json: {e}"))?;
+        report.push_str(&bad_release::report(&measured));
     }
     report.push_str(&format!(
         "\nload average before {load_before}, after {load_after}; {:.0} s in all; results in {}\n",

@@ -30,6 +30,8 @@ pub enum TemplateChange {
     /// A pod-template annotation only: a new revision whose image every node already
     /// has, so no pull at all (the pull-ahead bench's ideal).
     AnnotationOnly,
+    /// The image, to one of the scenario's choosing (`Setup::prepare_to`'s target).
+    ImageTo(&'static str),
 }
 
 /// How the DaemonSet is updated.
@@ -61,6 +63,12 @@ pub struct Prepared {
     client: Client,
 }
 
+impl Prepared {
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+}
+
 pub struct Setup<'a> {
     pub client: &'a Client,
     pub owner: &'a str,
@@ -73,6 +81,19 @@ pub struct Setup<'a> {
 
 impl Setup<'_> {
     pub async fn prepare(&self, key: &str, shape: Shape) -> Result<Prepared, String> {
+        self.prepare_to(key, shape, serde_json::Map::new(), NEW_IMAGE)
+            .await
+    }
+
+    /// `prepare`, with more DaemonSet annotations and the image the rollout goes to
+    /// (what the watcher counts as new).
+    pub async fn prepare_to(
+        &self,
+        key: &str,
+        shape: Shape,
+        mut annotations: serde_json::Map<String, serde_json::Value>,
+        target_image: &str,
+    ) -> Result<Prepared, String> {
         let ns = TestNamespace::new(self.client, "bench").await;
         let update_strategy = match shape.strategy {
             Strategy::Native => json!({
@@ -83,7 +104,6 @@ impl Setup<'_> {
                 json!({"type": "OnDelete"})
             }
         };
-        let mut annotations = serde_json::Map::new();
         match shape.strategy {
             Strategy::Native => {}
             Strategy::Advanced | Strategy::AdvancedPullAhead => {
@@ -125,7 +145,8 @@ impl Setup<'_> {
         }))
         .map_err(|e| e.to_string())?;
         let watcher =
-            BudgetWatcher::start(self.client, self.owner, &ns.name, NEW_IMAGE, self.budget).await?;
+            BudgetWatcher::start(self.client, self.owner, &ns.name, target_image, self.budget)
+                .await?;
         Api::<DaemonSet>::namespaced(self.client.clone(), &ns.name)
             .create(&PostParams::default(), &ds)
             .await
@@ -211,6 +232,9 @@ impl Prepared {
             TemplateChange::AnnotationOnly => {
                 let (key, value) = NEW_REVISION_ANNOTATION;
                 json!({"spec": {"template": {"metadata": {"annotations": {key: value}}}}})
+            }
+            TemplateChange::ImageTo(image) => {
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}})
             }
         };
         let t0 = self.watcher.mark();

@@ -13,7 +13,9 @@
 //! - the peak of unavailable Ready nodes, and each episode above the budget;
 //! - timestamped per-node transitions, for the reaction gaps and the critical path;
 //! - nodes' Ready transitions (the comeback of cut-off nodes);
-//! - how many pods carry `PodNeedUpgrade=True` (OTA).
+//! - how many pods carry `PodNeedUpgrade=True` (OTA);
+//! - when a new pod first reads failed: a container waiting with a reason by which the
+//!   kubelet says it cannot start (a release that crash-loops, `bad_release`).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,6 +41,8 @@ pub enum Kind {
     NewBound,
     /// A new-image pod became available (`pod_serves`).
     NewReady,
+    /// A new-image pod first read failed (`kubelet_says_failed`).
+    NewFailed,
 }
 
 /// Counts at one moment, relative to the watcher's clock origin (`mark`).
@@ -59,6 +63,7 @@ struct PodView {
     serving: bool,
     terminating: bool,
     need_upgrade: Option<String>,
+    failed: bool,
 }
 
 #[derive(Default)]
@@ -110,6 +115,24 @@ fn is_new(p: &Pod, new_image: &str) -> bool {
             .as_ref()
             .and_then(|a| a.get(crate::scenario::NEW_REVISION_ANNOTATION.0))
             .is_some_and(|v| v == crate::scenario::NEW_REVISION_ANNOTATION.1)
+}
+
+/// Waiting reasons with which the kubelet says a container cannot start.
+const CANNOT_START: [&str; 5] = [
+    "CrashLoopBackOff",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+];
+
+/// A container of the pod waits with a reason in [`CANNOT_START`].
+fn kubelet_says_failed(p: &Pod) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .any(|reason| CANNOT_START.contains(&reason))
 }
 
 fn node_of(p: &Pod) -> String {
@@ -217,6 +240,7 @@ impl BudgetWatcher {
                             serving: pod_serves(&pod),
                             terminating: pod.metadata.deletion_timestamp.is_some(),
                             need_upgrade: pod_condition(&pod, "PodNeedUpgrade"),
+                            failed: kubelet_says_failed(&pod),
                         };
                         let before = st.pods.get(&uid).cloned();
                         if view.new && before.is_none() {
@@ -237,6 +261,9 @@ impl BudgetWatcher {
                         }
                         if view.new && view.serving && !before.as_ref().is_some_and(|b| b.serving) {
                             st.events.push((now, Kind::NewReady, view.node.clone()));
+                        }
+                        if view.new && view.failed && !before.as_ref().is_some_and(|b| b.failed) {
+                            st.events.push((now, Kind::NewFailed, view.node.clone()));
                         }
                         st.pods.insert(uid, view);
                         st.recount(now, budget);

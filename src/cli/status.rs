@@ -131,6 +131,7 @@ pub fn summarize(
                 partition,
                 node_selector: node_selector.as_ref(),
                 waves: waves.as_ref(),
+                proving: failure.proving(),
                 // The pull-ahead view below reads it.
                 list_upcoming: matches!(pull_ahead_of(ds), Ok(true)),
             });

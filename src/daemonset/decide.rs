@@ -11,6 +11,7 @@
 //! | the current revision is one rollgate rolled back from (`rollgate.io/rolled-back-from`) | held: no deletion for it, no new pull, a Warning |
 //! | the current revision failed on as many Ready nodes as `rollgate.io/failure-threshold` (or failed before and still does) | halted: no deletion for it, no new pull, a Warning (`failure`); with `rollgate.io/on-failure: rollback`, the template goes back to the previous revision |
 //! | `rollgate.io/paused: true` | the plan is made, its deletions held, no new pull asked for |
+//! | fewer pods of the current revision available than the failure threshold (below the budget) | the budget is the threshold until they are (the revision proves itself), unless `rollgate.io/on-failure: continue` |
 //! | pull-ahead on | a deletion waits for its pod's pull (or its tries running out); pulls asked for in the window |
 //! | pull-ahead on, no revision hash yet | nothing deleted, nothing pulled |
 //! | otherwise | the plan's deletions, once the target is confirmed |
@@ -134,8 +135,10 @@ pub struct Rollout {
 pub fn decide(world: &World) -> Decision {
     let pull_ahead = *world.pull_ahead.as_ref().unwrap_or(&false);
     // Only pull-ahead reads what the plan leaves for later.
+    // The failure threshold caps the budget until the revision has proven itself.
     let input = RollingInput {
         list_upcoming: pull_ahead,
+        proving: world.failure.proving(),
         ..world.plan
     };
     let plan = plan_rolling_update_memo(&input, world.memo);

@@ -2,7 +2,7 @@
 //! said in the controller's Events and printed by `rollgate status`, and the line on
 //! pull-ahead that `rollgate status` adds.
 use super::pull_ahead::PullAheadView;
-use super::rolling_plan::{Blocker, Progress};
+use super::rolling_plan::{Blocker, Progress, Proving};
 use super::waves::{WaveProgress, WaveState};
 
 /// Most names listed in one line (an aggregated Event, a status line).
@@ -58,6 +58,17 @@ pub fn describe_waves(waves: &WaveProgress) -> String {
     format!("waves: {}", clauses.join("; "))
 }
 
+/// The budget capped while the revision proves itself (`Progress::proving`).
+fn proving_clause(p: &Progress) -> String {
+    let Some(Proving { available, needed }) = p.proving else {
+        return String::new();
+    };
+    format!(
+        "; proving the revision: {available} of its pods available, and until {needed} are, no more than {needed} node(s) are replaced at once (rollgate.io/failure-threshold; then the budget of {})",
+        p.budget
+    )
+}
+
 /// [`describe`], with pull-ahead's view when the DaemonSet asks for it: deletions that
 /// wait for their pull are a wait, not "progressing".
 pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> String {
@@ -72,6 +83,9 @@ pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> Stri
                 held_for_pull.len(),
                 shorten(held_for_pull)
             ))
+        }
+        Some(Blocker::BudgetExhausted { .. }) if p.proving.is_some() => {
+            line.push_str(&proving_clause(p))
         }
         None => line.push_str("; progressing"),
         Some(Blocker::Complete) => line.push_str("; rollout complete"),

@@ -492,6 +492,7 @@ mod tests {
             partition: None,
             node_selector: None,
             waves: None,
+            proving: None,
             list_upcoming: true,
         });
         // The failures as the controller would have counted them, one answer at a time.

@@ -45,6 +45,10 @@
 //!   rewrites it or `stale_status_wait` has passed since the node's return; then it
 //!   counts as it reads. The plan names these nodes and asks for a recheck when the
 //!   wait ends (no watch event fires then).
+//! - A revision proves itself first (`RollingInput::proving`, the failure threshold):
+//!   until that many pods of the current revision are available on Ready nodes, the
+//!   budget is at most that many, so a revision that fails everywhere fails on no more
+//!   nodes than may fail before the halt. The plan says so (`Progress::proving`).
 //! - On top of the budget, at most `max_deletions_per_plan` deletions, the first ones
 //!   in the order above; the rest is left to the next plan.
 //! - Placement: a Ready node whose only live pod is out of date, but where the DaemonSet
@@ -73,6 +77,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::controls::{HeldBack, NodeSelector, Partition};
+use super::int_or_percent::IntOrPercent;
 use super::policy::MaxUnavailable;
 use super::revision::CurrentRevision;
 use super::waves::{WaveProgress, WaveState, Waves};
@@ -117,6 +122,11 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
     pub node_selector: Option<&'a NodeSelector>,
     /// `rollgate.io/waves`: the nodes of the waves after the current one wait.
     pub waves: Option<&'a Waves>,
+    /// The failure threshold while a failure stops the rollout (`rollgate.io/on-failure`
+    /// not `continue`): until this many pods of the current revision are available on
+    /// Ready nodes, the budget is at most this many (a percentage is of the base,
+    /// rounded up). `None`: the budget alone.
+    pub proving: Option<IntOrPercent>,
     /// Whether to list `RollingPlan::upcoming`. Only pull-ahead reads it, and it costs
     /// one `PlannedDeletion` (four strings) per old pod the plan leaves for later, which
     /// was a third of a plan's CPU at 10,000 nodes (issue 25). Off, `upcoming` is empty
@@ -282,12 +292,41 @@ pub struct Progress {
     /// The waves (`rollgate.io/waves`), when set: each one's state, the current one,
     /// and the old nodes of the later ones, held back.
     pub waves: Option<WaveProgress>,
+    /// Set while the current revision proves itself (`RollingInput::proving`): the
+    /// budget is capped until this many of its pods are available.
+    pub proving: Option<Proving>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
     /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
     /// the earliest stale status wait ends: no watch event fires at that moment, so the
     /// controller should requeue after it.
     pub recheck_after: Option<Duration>,
+}
+
+/// A revision proving itself: `available` of its pods are available on Ready nodes, and
+/// until `needed` are, no more than `needed` nodes are being replaced at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proving {
+    pub available: usize,
+    pub needed: usize,
+}
+
+impl Proving {
+    /// The cap in effect, if any: `proving` resolved against the base (percentages round
+    /// up, at least 1), when it is below the budget and not yet reached.
+    fn of(
+        proving: Option<IntOrPercent>,
+        total_nodes: usize,
+        budget: usize,
+        available: usize,
+    ) -> Option<Proving> {
+        let needed = match proving? {
+            IntOrPercent::Count(count) => count as usize,
+            IntOrPercent::Percent(percent) => (total_nodes * percent as usize).div_ceil(100),
+        }
+        .max(1);
+        (needed < budget && available < needed).then_some(Proving { available, needed })
+    }
 }
 
 /// Why a plan stops where it does. Every wait names the nodes it waits on.
@@ -648,9 +687,19 @@ fn plan<P: PodFacts, N: NodeFacts>(
     progress.candidates = candidates.len();
     progress.stale_status_nodes = stale_status_nodes;
 
+    // A revision proves itself on as many nodes as may fail before the halt, before the
+    // whole budget is spent on it: one pod start more per rollout, and a revision that
+    // fails everywhere fails on no more nodes than the threshold.
+    progress.proving = Proving::of(
+        input.proving,
+        progress.total_nodes,
+        progress.budget,
+        progress.ready_updated,
+    );
+    let budget = progress.proving.map_or(progress.budget, |p| p.needed);
     // The budget rule: a deletion may add a node to the unavailable ones only while
     // they stay within the budget. Pods serving nothing go first, then available ones.
-    let allowed = progress.budget.saturating_sub(progress.unavailable);
+    let allowed = budget.saturating_sub(progress.unavailable);
     let spendable = old_not_available.len() + candidates.len();
     let chosen = allowed.min(spendable);
     let old_chosen = chosen.min(old_not_available.len());
@@ -795,6 +844,7 @@ pub(crate) struct OwnedInput {
     pub partition: Option<Partition>,
     pub node_selector: Option<NodeSelector>,
     pub waves: Option<Waves>,
+    pub proving: Option<IntOrPercent>,
 }
 
 #[cfg(test)]
@@ -813,6 +863,7 @@ impl OwnedInput {
             partition: self.partition,
             node_selector: self.node_selector.as_ref(),
             waves: self.waves.as_ref(),
+            proving: self.proving,
             list_upcoming: true,
         }
     }

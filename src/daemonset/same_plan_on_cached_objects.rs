@@ -141,6 +141,7 @@ fn every_planner_decides_the_same_on_cached_objects() {
             partition: None,
             node_selector: None,
             waves: None,
+            proving: None,
             list_upcoming: true,
         })
     }

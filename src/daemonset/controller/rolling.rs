@@ -131,6 +131,8 @@ pub(super) async fn rolling_update(
             partition: controls.partition,
             node_selector: controls.node_selector,
             waves: controls.waves,
+            // `decide` sets it from the failure policy.
+            proving: None,
             list_upcoming: false,
         },
         memo: &memo,

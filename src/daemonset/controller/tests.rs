@@ -109,6 +109,7 @@ async fn observe_holds_what_the_stores_hold_and_plans_as_a_fresh_read() {
             partition: None,
             node_selector: None,
             waves: None,
+            proving: None,
             list_upcoming: true,
         };
         assert_eq!(

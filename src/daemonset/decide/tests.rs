@@ -223,6 +223,7 @@ fn decide_given(given: Given) -> Decision {
             partition,
             node_selector: node_selector.as_ref(),
             waves: waves.as_ref(),
+            proving: None,
             list_upcoming: false,
         },
         memo: &memo,
@@ -358,9 +359,21 @@ fn the_decision_reads_like_the_docs() {
         ("a percentage: 50% of the 2 pods the revision reached is 1",
             Given { old: 3, new: 2, crashing: &["n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "50%")], ..GIVEN },
             then("halt", &[], &[], &[], Some(RESYNC), true)),
-        ("a crash-looping pod on a NotReady node is no failure: the rollout goes on",
+        ("a crash-looping pod on a NotReady node is no failure: the rollout goes on, the revision still proving itself (threshold 2, one node unavailable)",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], not_ready: &["n5"], annotations: &[("max-unavailable", "3"), ("failure-threshold", "2")], ..GIVEN },
+            then("roll", &["n1"], &[], &[], Some(RESYNC), true)),
+        ("a new revision proves itself: threshold 2, budget 4, two nodes first",
+            Given { old: 6, annotations: &[("max-unavailable", "4"), ("failure-threshold", "2")], ..GIVEN },
             then("roll", &["n1", "n2"], &[], &[], Some(RESYNC), true)),
+        ("proven on two nodes: the whole budget",
+            Given { old: 6, new: 2, annotations: &[("max-unavailable", "4"), ("failure-threshold", "2")], ..GIVEN },
+            then("roll", &["n1", "n2", "n3", "n4"], &[], &[], Some(RESYNC), true)),
+        ("a percentage threshold proves itself on that share of the base: 25% of 8 is 2",
+            Given { old: 8, annotations: &[("max-unavailable", "4"), ("failure-threshold", "25%")], ..GIVEN },
+            then("roll", &["n1", "n2"], &[], &[], Some(RESYNC), true)),
+        ("on-failure continue: nothing to prove, the whole budget",
+            Given { old: 6, annotations: &[("max-unavailable", "4"), ("failure-threshold", "2"), ("on-failure", "continue")], ..GIVEN },
+            then("roll", &["n1", "n2", "n3", "n4"], &[], &[], Some(RESYNC), true)),
         ("halted earlier, a failed node gone NotReady: the halt holds while a failure is left",
             Given { old: 3, new: 2, crashing: &["n4", "n5"], not_ready: &["n5"], halted_earlier: true, annotations: &[("max-unavailable", "3"), ("failure-threshold", "2")], ..GIVEN },
             then("halt", &[], &[], &[], Some(RESYNC), true)),
@@ -497,6 +510,40 @@ mod budget {
             if !halted_earlier && failed_on_ready < at {
                 prop_assert!(rollout.halt.is_none(), "halted below the threshold");
             }
+        }
+
+        /// A revision that crash-loops on every node it reaches, each new pod failing at
+        /// once (the worst case: no plan in between sees it starting): the rollout stops
+        /// with no more nodes on it than the threshold (at most the budget), whatever
+        /// the budget. Before a revision proved itself, the whole budget went at once.
+        #[test]
+        fn a_revision_failing_everywhere_fails_on_no_more_nodes_than_the_threshold(
+            nodes in 1..40usize,
+            budget in 1..12u32,
+            threshold in 1..12u32,
+            rollback in any::<bool>(),
+        ) {
+            let annotations: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+                ("max-unavailable", &*Box::leak(budget.to_string().into_boxed_str())),
+                ("failure-threshold", &*Box::leak(threshold.to_string().into_boxed_str())),
+                ("on-failure", if rollback { "rollback" } else { "halt" }),
+            ]));
+            let (mut old, mut new) = (nodes, 0);
+            loop {
+                let crashing = leak((old + 1..=nodes).map(|i| format!("n{i}")).collect());
+                let decision = decide_given(Given { old, new, crashing, annotations, ..GIVEN });
+                let Step::Roll(rollout) = decision.step else {
+                    return Err(TestCaseError::fail("a plain world rolls"));
+                };
+                let deleted = rollout.plan.deletions.len();
+                if rollout.halt.is_some() || deleted == 0 {
+                    break;
+                }
+                old -= deleted;
+                new += deleted;
+            }
+            let most = (threshold.min(budget) as usize).min(nodes);
+            prop_assert!(new <= most, "{new} nodes on the failing revision, threshold {threshold}, budget {budget}");
         }
 
         /// Waves: whatever fails or is cut off where, a node outside the canary wave is

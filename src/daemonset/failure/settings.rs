@@ -89,6 +89,14 @@ pub struct FailurePolicy {
     pub progress_deadline: Option<Duration>,
 }
 
+impl FailurePolicy {
+    /// What the planner caps the budget with while the revision proves itself
+    /// (`RollingInput::proving`): the threshold, unless failures stop nothing.
+    pub fn proving(&self) -> Option<IntOrPercent> {
+        (self.on_failure != OnFailure::Continue).then_some(self.threshold.into())
+    }
+}
+
 impl Default for FailurePolicy {
     fn default() -> Self {
         FailurePolicy {

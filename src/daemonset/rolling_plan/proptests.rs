@@ -310,6 +310,7 @@ fn to_input(model: &Model) -> OwnedInput {
         partition: None,
         node_selector: None,
         waves: None,
+        proving: None,
     }
 }
 

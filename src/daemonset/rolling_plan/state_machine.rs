@@ -429,6 +429,7 @@ impl Sim {
             partition: None,
             node_selector: None,
             waves: None,
+            proving: None,
             list_upcoming: true,
         });
         prop_assert!(plan.deletions.len() <= self.limits.max_deletions_per_plan);

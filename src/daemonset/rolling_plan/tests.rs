@@ -38,6 +38,7 @@ fn input(
         partition: None,
         node_selector: None,
         waves: None,
+        proving: None,
     }
 }
 
@@ -63,6 +64,70 @@ fn new_available(ds: &DaemonSet, name: &str, node: &str) -> Pod {
 
 fn ready_nodes(names: &[&str]) -> Vec<Node> {
     names.iter().map(|name| node(name, true)).collect()
+}
+
+#[test]
+fn a_revision_proves_itself_on_the_threshold_before_the_whole_budget() {
+    let (ds, revisions) = upgrading(0);
+    let names = ["n1", "n2", "n3", "n4", "n5", "n6"];
+    let mut pods: Vec<Pod> = names
+        .iter()
+        .map(|node| old_available(&ds, &format!("p-{node}"), node))
+        .collect();
+    let mut case = input(
+        &ds,
+        &revisions,
+        pods.clone(),
+        ready_nodes(&names),
+        MaxUnavailable::Count(4),
+    );
+    case.proving = Some(IntOrPercent::Count(2));
+    let first = plan(&case);
+    let deleted: Vec<&str> = first.deletions.iter().map(|d| d.node.as_str()).collect();
+    assert_eq!(deleted, ["n1", "n2"], "two nodes prove the revision first");
+    assert_eq!(
+        first.progress.proving,
+        Some(Proving {
+            available: 0,
+            needed: 2
+        })
+    );
+    assert_eq!(first.progress.budget, 4, "the budget itself is unchanged");
+    assert!(
+        crate::daemonset::describe::describe(&first.progress)
+            .contains("proving the revision: 0 of its pods available, and until 2 are"),
+        "{}",
+        crate::daemonset::describe::describe(&first.progress)
+    );
+
+    // One new pod available, one starting: one more node may go, still two at most.
+    pods[0] = new_available(&ds, "p-n1-new", "n1");
+    pods[1] = PodBuilder::new("p-n2-new", &ds)
+        .hash("new")
+        .on_node("n2")
+        .not_ready()
+        .build();
+    case.pods = pods.iter().cloned().map(Arc::new).collect();
+    let one = plan(&case);
+    let deleted: Vec<&str> = one.deletions.iter().map(|d| d.node.as_str()).collect();
+    assert_eq!(deleted, ["n3"]);
+
+    // Proven on two: the whole budget.
+    pods[1] = new_available(&ds, "p-n2-new", "n2");
+    case.pods = pods.iter().cloned().map(Arc::new).collect();
+    let proven = plan(&case);
+    assert_eq!(proven.progress.proving, None);
+    assert_eq!(proven.deletions.len(), 4);
+
+    // A threshold at the budget, or no threshold: nothing to prove.
+    pods[0] = old_available(&ds, "p-n1", "n1");
+    pods[1] = old_available(&ds, "p-n2", "n2");
+    case.pods = pods.iter().cloned().map(Arc::new).collect();
+    for proving in [Some(IntOrPercent::Count(4)), None] {
+        case.proving = proving;
+        let whole = plan(&case);
+        assert_eq!((whole.deletions.len(), whole.progress.proving), (4, None));
+    }
 }
 
 #[test]
