@@ -1,6 +1,6 @@
 //! The command line: one clap tree, global logging flags plus one subcommand per mode
 //! (`controller`, `agent`, `status`, `gates`). Each part owns its flags
-//! (`telemetry::LoggingArgs`, `leader::LeaderArgs`, `gates::GateArgs`, `agent::AgentArgs`);
+//! (`telemetry::LoggingArgs`, `leader::LeaderArgs`, `gates::GateControllerArgs`, `agent::AgentArgs`);
 //! this module puts them together. [`status`] and [`gates`] are the commands for people
 //! (also `kubectl rollgate ...`, see `kubectl_plugin_name`), [`output`] their `-o`.
 pub mod gates;
@@ -15,7 +15,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use self::output::OutputFormat;
 use crate::agent::AgentArgs;
 use crate::duration_flag::parse_interval;
-use crate::gates::GateArgs;
+use crate::gates::GateControllerArgs;
 use crate::leader::LeaderArgs;
 use crate::runtime::Workers;
 use crate::telemetry::LoggingArgs;
@@ -97,7 +97,7 @@ pub struct StatusCommandArgs {
 }
 
 /// `rollgate gates`'s arguments (a read-only command; the readiness-gate controller's
-/// flags are `gates::GateArgs`, in `ControllerArgs`).
+/// flags are `gates::GateControllerArgs`, in `ControllerArgs`).
 #[derive(Debug, Args)]
 pub struct GatesCommandArgs {
     /// What to show: `svc/NAME` (every gated pod of the Service) or `pod/NAME`.
@@ -189,7 +189,7 @@ pub struct ControllerArgs {
     #[command(flatten)]
     pub leader: LeaderArgs,
     #[command(flatten)]
-    pub gates: GateArgs,
+    pub gates: GateControllerArgs,
 }
 
 impl ControllerArgs {

@@ -5,7 +5,7 @@
 //! observe (Service, shared pod store, cloud groups and health) -> `plan` (pure) ->
 //! apply (backend changes, condition writes on pods/status, Events).
 //!
-//! This module owns the controller's flags ([`GateArgs`]) and makes the cloud clients
+//! This module owns the controller's flags ([`GateControllerArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
 pub mod annotation_events;
 pub mod attached;
@@ -46,7 +46,7 @@ use service::ClassSelection;
 
 /// The load-balancer readiness gates (Alibaba Cloud CLB/NLB).
 #[derive(Debug, Clone, Args)]
-pub struct GateArgs {
+pub struct GateControllerArgs {
     /// Region of the load balancers, e.g. `cn-hangzhou`. The readiness-gate controller
     /// runs only when it is set (so no cloud call is ever made without it).
     #[arg(long, env = "ALIBABA_CLOUD_REGION_ID")]
@@ -126,7 +126,9 @@ pub type CloudClients = (Arc<dyn LoadBalancerBackends>, Arc<dyn LoadBalancerBack
 
 /// The clients and settings from the flags; `None` when no region is set (the
 /// controller is off and makes no cloud call).
-pub fn from_args(args: &GateArgs) -> anyhow::Result<Option<(CloudClients, GateSettings)>> {
+pub fn from_args(
+    args: &GateControllerArgs,
+) -> anyhow::Result<Option<(CloudClients, GateSettings)>> {
     let Some(region) = args.cloud_region.clone().filter(|r| !r.is_empty()) else {
         return Ok(None);
     };
@@ -189,7 +191,7 @@ mod tests {
     #[derive(Parser)]
     struct Flags {
         #[command(flatten)]
-        gates: GateArgs,
+        gates: GateControllerArgs,
     }
 
     #[test]
