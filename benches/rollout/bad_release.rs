@@ -141,7 +141,7 @@ pub async fn measure(
     p: &BadParams,
     budget: usize,
     pod_delay: Duration,
-    yurt: bool,
+    yurt: Result<(), String>,
 ) -> Result<BadResults, String> {
     note(format!(
         "== a crash-looping release on {} nodes, budget {budget}, watched {:?} each ==",
@@ -158,7 +158,7 @@ async fn measure_on(
     p: &BadParams,
     budget: usize,
     pod_delay: Duration,
-    yurt: bool,
+    yurt: Result<(), String>,
     nodes: &TestNodes,
 ) -> Result<BadResults, String> {
     let selector = nodes.selector();
@@ -195,10 +195,8 @@ async fn measure_on(
         good_continue: None,
     };
     for (key, label, which) in SCENARIOS {
-        if which == Some(Which::OpenYurt) && !yurt {
-            results
-                .skipped
-                .push(format!("{label}: no yurt-manager binary"));
+        if let (Some(Which::OpenYurt), Err(why)) = (which, &yurt) {
+            results.skipped.push(format!("{label}: {why}"));
             continue;
         }
         let strategy = match which {

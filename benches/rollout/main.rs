@@ -241,7 +241,11 @@ async fn run(params: Params) -> Result<String, String> {
     if params.bad.run {
         let b = &params.bad;
         let budget = budget_of(&b.max_unavailable, b.nodes)?;
-        let yurt = params.yurt.is_ok() && !params.quick;
+        let yurt = match &params.yurt {
+            _ if params.quick => Err("not in the quick run".to_string()),
+            Ok(_) => Ok(()),
+            Err(why) => Err(why.clone()),
+        };
         let measured = bad_release::measure(&client, b, budget, params.pod_delay, yurt).await?;
         let entries = bad_release::entries(&measured);
         let borrowed: Vec<(&str, Value)> = entries
