@@ -83,6 +83,17 @@ async fn occurrences(bed: &EdgeBed, reason: &str) -> u32 {
         .sum()
 }
 
+/// An independent watcher of the bed's nodes: Ready nodes without a serving pod.
+async fn watch(bed: &EdgeBed) -> Watcher {
+    let watcher = Watcher::start(
+        &bed.client,
+        &format!("{OWNER_LABEL}={}", bed.nodes.owner),
+        &bed.ns.name,
+    );
+    watcher.wait_armed().await;
+    watcher
+}
+
 /// `NODES` nodes and rollgate (its log tagged `log_tag`), and the DaemonSet "edge" of
 /// edge:v1 Ready on them: AdvancedRollingUpdate, max-unavailable 2, failure threshold 2,
 /// and the annotations of `more`.
@@ -323,7 +334,6 @@ async fn a_crash_looping_revision_halts_and_deletes_nothing_more_tolerating_none
     a_crash_looping_revision_halts(Shape::ToleratesNone).await;
 }
 
-/// The hash of the DaemonSet's revision whose template runs `image`.
 /// Budget 4 of 5 nodes, threshold 2: the crash-looping revision reaches two nodes, is
 /// halted there, and the other three never lose their pod. Before a revision had to
 /// prove itself, the whole budget went at once: four nodes dark.
@@ -337,13 +347,7 @@ async fn a_failing_revision_reaches_no_more_nodes_than_the_threshold(shape: Shap
         json!({"apps.openyurt.io/max-unavailable": "4"}),
     )
     .await;
-    let n = bed.ns.name.clone();
-    let watcher = Watcher::start(
-        &bed.client,
-        &format!("{OWNER_LABEL}={}", bed.nodes.owner),
-        &n,
-    );
-    watcher.wait_armed().await;
+    let watcher = watch(&bed).await;
 
     note("a template whose container crash-loops, budget 4, threshold 2");
     bed.set_image("edge:v2-crashloop").await;
@@ -390,6 +394,7 @@ async fn a_failing_revision_reaches_no_more_nodes_than_the_threshold_tolerating_
     a_failing_revision_reaches_no_more_nodes_than_the_threshold(Shape::ToleratesNone).await;
 }
 
+/// The hash of the DaemonSet's revision whose template runs `image`.
 async fn hash_of_revision_with(bed: &EdgeBed, image: &str) -> String {
     let revisions: Api<ControllerRevision> = Api::namespaced(bed.client.clone(), &bed.ns.name);
     revisions
@@ -426,12 +431,7 @@ async fn a_crash_looping_revision_rolls_back(shape: Shape) {
     )
     .await;
     let n = bed.ns.name.clone();
-    let watcher = Watcher::start(
-        &bed.client,
-        &format!("{OWNER_LABEL}={}", bed.nodes.owner),
-        &n,
-    );
-    watcher.wait_armed().await;
+    let watcher = watch(&bed).await;
     let v1_hash = revision_hash(&bed.pods.list(&ListParams::default()).await.unwrap().items[0]);
 
     note("a template whose container crash-loops: it fails on two nodes, and is rolled back");
