@@ -67,7 +67,7 @@ use serde_json::json;
 
 use rollgate::daemonset::controller::{current_revision, observe, owned_pods, PodLookup};
 use rollgate::daemonset::expectations::Expectations;
-use rollgate::daemonset::ota_plan::plan_stale_condition_removals;
+use rollgate::daemonset::ota_plan::plan_leftover_condition_removals;
 use rollgate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use rollgate::daemonset::pull_ahead::pull_ahead_of;
 use rollgate::daemonset::rolling_plan::{
@@ -527,11 +527,11 @@ impl World {
         let (plan, stale) = match &memo {
             Some(memo) => (
                 plan_rolling_update_memo(&input, memo),
-                plan_stale_condition_removals(&ds, &memo.with_need_upgrade()),
+                plan_leftover_condition_removals(&ds, &memo.with_need_upgrade()),
             ),
             None => (
                 plan_rolling_update(&input),
-                plan_stale_condition_removals(&ds, &pods),
+                plan_leftover_condition_removals(&ds, &pods),
             ),
         };
         std::hint::black_box(&stale);

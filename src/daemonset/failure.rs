@@ -394,10 +394,10 @@ pub fn halt_verdict(
     })
 }
 
+pub mod annotations;
 pub mod rollback;
-pub mod settings;
+pub use annotations::*;
 pub use rollback::{rollback_target, RevisionRef, RolledBackFrom};
-pub use settings::*;
 
 #[cfg(test)]
 mod tests;

@@ -25,7 +25,7 @@ pub struct ConditionUpdate {
 
 /// A pod carrying a `PodNeedUpgrade` condition that must go.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StaleCondition {
+pub struct LeftoverCondition {
     pub namespace: String,
     pub name: String,
 }
@@ -91,24 +91,24 @@ pub fn plan_need_upgrade_conditions(
 /// For a DaemonSet that is not (or no longer) OTA: the pods it controls that still
 /// carry a `PodNeedUpgrade` condition, sorted by name. The caller decides that the
 /// DaemonSet is not OTA; this function does not look at its annotations.
-pub fn plan_stale_condition_removals(
+pub fn plan_leftover_condition_removals(
     daemonset: &DaemonSet,
     pods: &[impl PodFacts],
-) -> Vec<StaleCondition> {
+) -> Vec<LeftoverCondition> {
     let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
-    let mut stale: Vec<StaleCondition> = pods
+    let mut leftover: Vec<LeftoverCondition> = pods
         .iter()
         // The condition first: nearly no pod has it, and it is the cheaper look (a
         // rolling DaemonSet checks all its pods on every plan).
         .filter(|pod| need_upgrade_condition(*pod).is_some())
         .filter(|pod| is_controlled_by(*pod, ds_uid))
-        .map(|pod| StaleCondition {
+        .map(|pod| LeftoverCondition {
             namespace: pod.pod_namespace().to_string(),
             name: pod.pod_name().to_string(),
         })
         .collect();
-    stale.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    stale
+    leftover.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    leftover
 }
 
 fn need_upgrade_condition(pod: &impl PodFacts) -> Option<ConditionView<'_>> {
@@ -259,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn stale_conditions_are_removed_and_others_kept() {
+    fn leftover_conditions_are_removed_and_others_kept() {
         let ds = DaemonSetBuilder::new("agent").on_delete().build();
         let pods = [
             PodBuilder::new("marked", &ds)
@@ -272,8 +272,8 @@ mod tests {
                 .with_condition(need_upgrade("True", "h1", 100))
                 .build(),
         ];
-        let stale = plan_stale_condition_removals(&ds, &pods);
-        assert_eq!(stale.len(), 1);
-        assert_eq!(stale[0].name, "marked");
+        let leftover = plan_leftover_condition_removals(&ds, &pods);
+        assert_eq!(leftover.len(), 1);
+        assert_eq!(leftover[0].name, "marked");
     }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use super::controls::{
     NodeSelector, Partition, NODE_SELECTOR_ACCEPTED_FORMS, PARTITION_ACCEPTED_FORMS,
 };
-use super::failure::settings::{
+use super::failure::annotations::{
     FailurePolicy, FailureThreshold, OnFailure, FAILURE_THRESHOLD_ACCEPTED_FORMS,
     ON_FAILURE_ACCEPTED_FORMS, PROGRESS_DEADLINE_ACCEPTED_FORMS,
 };
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn failure_annotations_parse_or_name_the_accepted_forms() {
-        use crate::daemonset::failure::settings::{FailureThreshold, OnFailure};
+        use crate::daemonset::failure::annotations::{FailureThreshold, OnFailure};
         use std::time::Duration;
         let decide = |f: fn(DaemonSetBuilder) -> DaemonSetBuilder| {
             policy_for(

@@ -57,7 +57,7 @@ fn inflate_node(mut n: Node) -> Node {
 
 #[test]
 fn every_planner_decides_the_same_on_cached_objects() {
-    use super::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
+    use super::ota_plan::{plan_leftover_condition_removals, plan_need_upgrade_conditions};
     use super::policy::MaxUnavailable;
     use super::revision::CurrentRevision;
     use super::rolling_plan::RollingPlan;
@@ -173,7 +173,7 @@ fn every_planner_decides_the_same_on_cached_objects() {
         })
         .collect();
     let marked_cached: Vec<CachedPod> = marked.iter().cloned().map(CachedPod::from).collect();
-    let stale = plan_stale_condition_removals(&ds, &marked);
+    let stale = plan_leftover_condition_removals(&ds, &marked);
     assert!(!stale.is_empty());
-    assert_eq!(stale, plan_stale_condition_removals(&ds, &marked_cached));
+    assert_eq!(stale, plan_leftover_condition_removals(&ds, &marked_cached));
 }

@@ -1,5 +1,5 @@
 //! The Warning Events about a Service's annotations of the Alibaba family that
-//! rollgate does not act on (`settings::not_acted_on`): one per annotation, said once
+//! rollgate does not act on (`annotations::not_acted_on`): one per annotation, said once
 //! per Service and not again on every reconcile, so a user moving a Service over from
 //! Alibaba's cloud controller learns which of its settings have no effect. (It sits
 //! below the context that holds it, so the Event's action comes in as an argument.)

@@ -8,6 +8,7 @@
 //! This module owns the controller's flags ([`GateControllerArgs`]) and makes the cloud clients
 //! and settings from them ([`from_args`]).
 pub mod annotation_events;
+pub mod annotations;
 pub mod attached;
 pub mod cleanup;
 pub mod cloud;
@@ -28,9 +29,8 @@ pub mod reasons;
 pub mod reconcile;
 pub mod service;
 pub mod service_writes;
-pub mod settings;
-pub mod stale;
 pub mod triggers;
+pub mod unwanted_wiring;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,6 +17,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 
+use super::annotations::drain_time;
 use super::attached::apply::follow_attached_move;
 use super::cleanup;
 use super::cloud;
@@ -35,8 +36,7 @@ use super::service::ServiceSnapshot;
 use super::service_writes::{
     add_finalizer, publish_address, publish_server_groups, record_created,
 };
-use super::settings::drain_time;
-use super::stale;
+use super::unwanted_wiring;
 use crate::names::INVALID_ANNOTATION_EVENT;
 use crate::object::CachedPod;
 
@@ -546,8 +546,15 @@ async fn observe_cloud(
         // The spec changed (or rollgate restarted): listeners and groups it made for
         // ports the Service no longer has go, listener first.
         let facts = &service.facts;
-        if let Err(error) =
-            stale::remove_stale(ctx, product, &lb.id, spec, &facts.name, &facts.namespace).await
+        if let Err(error) = unwanted_wiring::remove_unwanted_wiring(
+            ctx,
+            product,
+            &lb.id,
+            spec,
+            &facts.name,
+            &facts.namespace,
+        )
+        .await
         {
             ctx.cloud.forget(uid);
             return Err(error.into());

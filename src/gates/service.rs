@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::model::{ServiceFacts, ServicePort, TargetPort, IN_ROTATION_WEIGHT};
-use super::settings;
+use super::annotations;
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
@@ -61,7 +61,7 @@ pub struct ServiceSnapshot {
     /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
     pub published_address: Option<String>,
     /// `protocol-port` and `cert-id` (HTTP/HTTPS listeners), or why they are not valid.
-    pub listener_protocols: Result<settings::ListenerProtocols, String>,
+    pub listener_protocols: Result<annotations::ListenerProtocols, String>,
     /// `additional-resource-tags`, or why they are not valid.
     pub additional_tags: Result<Vec<(String, String)>, String>,
     /// `weight` (also in `facts`, where a bad value reads as the default), or why it
@@ -78,7 +78,7 @@ impl ServiceSnapshot {
         let spec = service.spec.as_ref();
         let service_facts = facts(service);
         ServiceSnapshot {
-            listener_protocols: settings::listener_protocols(
+            listener_protocols: annotations::listener_protocols(
                 service.annotations(),
                 &service_facts.ports,
             ),
@@ -101,12 +101,12 @@ impl ServiceSnapshot {
             preserve_on_delete: preserve_on_delete(service),
             zones: zone_maps(service),
             address_type: address_type(service),
-            listener_settings: settings::listener_settings(service.annotations()),
-            additional_tags: settings::additional_resource_tags(service.annotations()),
-            weight: settings::backend_weight(service.annotations()),
-            vswitch_id: settings::vswitch_id(service.annotations()),
-            clb_instance: settings::clb_instance(service.annotations()),
-            not_acted_on: settings::not_acted_on(
+            listener_settings: annotations::listener_settings(service.annotations()),
+            additional_tags: annotations::additional_resource_tags(service.annotations()),
+            weight: annotations::backend_weight(service.annotations()),
+            vswitch_id: annotations::vswitch_id(service.annotations()),
+            clb_instance: annotations::clb_instance(service.annotations()),
+            not_acted_on: annotations::not_acted_on(
                 service.annotations(),
                 product_for(service, selection),
             ),
@@ -300,7 +300,7 @@ pub fn facts(service: &Service) -> ServiceFacts {
         ports,
         flip_back: flip_back(service),
         // A bad value stops the Service at `lb_spec` (the gates say why); never 0.
-        weight: settings::backend_weight(service.annotations())
+        weight: annotations::backend_weight(service.annotations())
             .ok()
             .flatten()
             .unwrap_or(IN_ROTATION_WEIGHT),

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use super::context::Context;
 use super::native_waits::{native_wait_over, wait_on_native};
 use super::observe::owned;
-use super::ota::{mark_need_upgrade, remove_stale_conditions};
+use super::ota::{mark_need_upgrade, remove_leftover_conditions};
 use super::rolling::{rolling_update, Controls};
 use super::warnings::warn_once;
 use crate::apply::Error;
@@ -32,10 +32,12 @@ pub(super) async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<A
             .remove(&ds.uid().unwrap_or_default());
     }
     match policy {
-        PolicyDecision::Unmanaged => remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await,
+        PolicyDecision::Unmanaged => {
+            remove_leftover_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await
+        }
         PolicyDecision::NotOurs { reason } => {
             warn_once(&ds, &ctx, UPDATE_STRATEGY_NOT_ON_DELETE_EVENT, &reason).await;
-            remove_stale_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await
+            remove_leftover_conditions(&ds, &ctx, &owned(&ds, &ctx).0).await
         }
         PolicyDecision::Invalid(error) => {
             warn_once(

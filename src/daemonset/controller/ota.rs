@@ -12,7 +12,7 @@ use super::observe::owned;
 use crate::apply::ConditionPatch;
 use crate::apply::Error;
 use crate::daemonset::decide::RESYNC;
-use crate::daemonset::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
+use crate::daemonset::ota_plan::{plan_leftover_condition_removals, plan_need_upgrade_conditions};
 use crate::names::POD_NEED_UPGRADE_CONDITION;
 use crate::object::CachedPod;
 
@@ -63,22 +63,25 @@ pub(super) fn planned_from(write: ConditionPatch, pod: Option<&CachedPod>) -> Co
 }
 
 /// A DaemonSet that stopped being OTA must not leave `PodNeedUpgrade` behind.
-pub(super) async fn remove_stale_conditions(
+pub(super) async fn remove_leftover_conditions(
     ds: &DaemonSet,
     ctx: &Context,
     pods: &[Arc<CachedPod>],
 ) -> Result<Action, Error> {
     let cached = by_name(pods);
-    let writes = plan_stale_condition_removals(ds, pods)
+    let writes = plan_leftover_condition_removals(ds, pods)
         .into_iter()
-        .map(|stale| {
-            let seen = cached.get(stale.name.as_str()).copied();
-            let write =
-                ConditionPatch::remove(stale.namespace, stale.name, POD_NEED_UPGRADE_CONDITION);
+        .map(|leftover| {
+            let seen = cached.get(leftover.name.as_str()).copied();
+            let write = ConditionPatch::remove(
+                leftover.namespace,
+                leftover.name,
+                POD_NEED_UPGRADE_CONDITION,
+            );
             planned_from(write, seen)
         });
     for removed in ctx.writer.write_conditions(writes.collect()).await? {
-        tracing::info!(pod = %removed.name, "removed stale PodNeedUpgrade condition");
+        tracing::info!(pod = %removed.name, "removed a PodNeedUpgrade condition left from OTA");
     }
     Ok(Action::requeue(RESYNC))
 }

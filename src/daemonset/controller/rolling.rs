@@ -14,7 +14,7 @@ use serde_json::json;
 use super::context::Context;
 use super::native_waits::{confirm_target, native_wait_over, wait_on_native};
 use super::observe::{observe, revisions};
-use super::ota::remove_stale_conditions;
+use super::ota::remove_leftover_conditions;
 use super::progress::record_progress;
 use super::pull_requests::request_pulls;
 use super::rollback::roll_back;
@@ -178,7 +178,7 @@ pub(super) async fn rolling_update(
             }
         }
     };
-    remove_stale_conditions(ds, ctx, &flagged).await?;
+    remove_leftover_conditions(ds, ctx, &flagged).await?;
     Ok(action)
 }
 

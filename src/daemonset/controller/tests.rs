@@ -6,7 +6,7 @@ use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::ota::{mark_need_upgrade, remove_stale_conditions};
+use super::ota::{mark_need_upgrade, remove_leftover_conditions};
 use super::rolling::{rolling_update, Controls};
 use super::*;
 use crate::apply::fake_api::{fake_client, status};
@@ -209,7 +209,9 @@ async fn a_daemonset_no_longer_ota_loses_its_conditions() {
     let (client, seen) = fake_client(|_, _| (200, json!({})));
     let ctx = context(client, &pods, &[]);
     let cached: Vec<Arc<CachedPod>> = ctx.stores.pods.state();
-    remove_stale_conditions(&ds, &ctx, &cached).await.unwrap();
+    remove_leftover_conditions(&ds, &ctx, &cached)
+        .await
+        .unwrap();
     let patches = seen.calls_to("PATCH");
     assert_eq!(patches.len(), 1);
     assert_eq!(

@@ -533,7 +533,7 @@ impl<P: PodFacts, N: NodeFacts> PlanMemo<P, N> {
     }
 
     /// Of the pods observed in the DaemonSet's namespace, those with a `PodNeedUpgrade`
-    /// condition (what `ota_plan::plan_stale_condition_removals` looks for; given these
+    /// condition (what `ota_plan::plan_leftover_condition_removals` looks for; given these
     /// alone, it finds the same).
     pub fn with_need_upgrade(&self) -> Vec<Arc<P>> {
         self.pods

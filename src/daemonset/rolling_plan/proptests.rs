@@ -744,7 +744,7 @@ proptest! {
         noise in prop::collection::vec(any::<Noise>(), 1..32),
         (target, kind) in (any::<usize>(), 0u8..6),
     ) {
-        use crate::daemonset::ota_plan::{plan_need_upgrade_conditions, plan_stale_condition_removals};
+        use crate::daemonset::ota_plan::{plan_need_upgrade_conditions, plan_leftover_condition_removals};
         use crate::daemonset::triggers::pod_unchanged;
         let noise_of = |i: usize| noise[i % noise.len()];
         let mut seen = to_input(&model);
@@ -783,8 +783,8 @@ proptest! {
             plan_need_upgrade_conditions(&written.ds, written.current.as_ref(), &written.pods, now)
         );
         prop_assert_eq!(
-            plan_stale_condition_removals(&seen.ds, &seen.pods),
-            plan_stale_condition_removals(&written.ds, &written.pods)
+            plan_leftover_condition_removals(&seen.ds, &seen.pods),
+            plan_leftover_condition_removals(&written.ds, &written.pods)
         );
     }
 

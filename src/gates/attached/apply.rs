@@ -8,7 +8,7 @@ use crate::gates::cleanup::remove_own_backends;
 use crate::gates::context::{Context, Error};
 use crate::gates::service::ServiceSnapshot;
 use crate::gates::service_writes::record_served_attached;
-use crate::gates::stale::remove_unwanted;
+use crate::gates::unwanted_wiring::remove_unwanted;
 
 /// Acts on [`attached_move`] (`plan`). Returns whether the Service moved off a load balancer
 /// (the record patch brings the next reconcile, which serves the new one).

@@ -1,6 +1,6 @@
 //! Wiring rollgate no longer wants: after a Service's ports, protocols or load balancer
 //! change, the listeners and server groups rollgate made for the old ones. Pure
-//! (`stale_wiring`, table-tested) and applied by `remove_stale` (listener first, then
+//! (`unwanted_wiring`, table-tested) and applied by `remove_unwanted_wiring` (listener first, then
 //! its group, so no listener is ever left forwarding to nothing).
 //!
 //! What is rollgate's is told by the group's name alone (`k8s/<port>/<owner hash>
@@ -53,12 +53,12 @@ pub fn owned_group_name(
 
 /// What to delete, in order: listeners, then groups.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StaleWiring {
+pub struct UnwantedWiring {
     pub listeners: Vec<ListenerWiring>,
     pub groups: Vec<String>,
 }
 
-impl StaleWiring {
+impl UnwantedWiring {
     pub fn is_empty(&self) -> bool {
         self.listeners.is_empty() && self.groups.is_empty()
     }
@@ -67,11 +67,11 @@ impl StaleWiring {
 /// The listeners and groups of `wiring` that are rollgate's (`owned` by name) and not
 /// in `wanted` (the spec's listeners and group names). A wanted listener is never
 /// deleted, nor a group a listener rollgate keeps (or does not own) forwards to.
-pub fn stale_wiring(
+pub fn unwanted_wiring(
     wiring: &Wiring,
     wanted: &[(u16, ListenerProtocol, String)],
     owned: impl Fn(&str) -> bool,
-) -> StaleWiring {
+) -> UnwantedWiring {
     let name_of = |id: &str| {
         wiring
             .groups
@@ -107,19 +107,19 @@ pub fn stale_wiring(
         .filter(|g| owned(&g.name) && !wanted_names.contains(&g.name) && !still_used(&g.id))
         .map(|g| g.id.clone())
         .collect();
-    StaleWiring { listeners, groups }
+    UnwantedWiring { listeners, groups }
 }
 
-/// Reads the load balancer's wiring and deletes what `stale_wiring` says is stale.
+/// Reads the load balancer's wiring and deletes what `unwanted_wiring` says is no longer wanted.
 /// Returns what was deleted.
-pub async fn remove_stale(
+pub async fn remove_unwanted_wiring(
     ctx: &Context,
     product: Product,
     load_balancer_id: &str,
     spec: &LoadBalancerSpec,
     service: &str,
     namespace: &str,
-) -> Result<StaleWiring, CloudError> {
+) -> Result<UnwantedWiring, CloudError> {
     let wanted: Vec<_> = spec
         .listeners
         .iter()
@@ -128,7 +128,7 @@ pub async fn remove_stale(
     remove_unwanted(ctx, product, load_balancer_id, &wanted, service, namespace).await
 }
 
-/// [`remove_stale`] for the wanted listeners given as (port, protocol, group name):
+/// [`remove_unwanted_wiring`] for the wanted listeners given as (port, protocol, group name):
 /// none wanted takes every listener and group of this Service's off the load balancer
 /// (a Service moved off it).
 pub async fn remove_unwanted(
@@ -138,13 +138,13 @@ pub async fn remove_unwanted(
     wanted: &[(u16, ListenerProtocol, String)],
     service: &str,
     namespace: &str,
-) -> Result<StaleWiring, CloudError> {
+) -> Result<UnwantedWiring, CloudError> {
     let client = ctx.cloud.client(product);
     let Some(wiring) = client.wiring(load_balancer_id).await? else {
-        return Ok(StaleWiring::default());
+        return Ok(UnwantedWiring::default());
     };
     let settings = &ctx.settings;
-    let stale = stale_wiring(&wiring, wanted, |name| {
+    let unwanted = unwanted_wiring(&wiring, wanted, |name| {
         owned_group_name(
             name,
             service,
@@ -153,7 +153,7 @@ pub async fn remove_unwanted(
             settings.legacy_cluster_id.as_deref(),
         )
     });
-    for listener in &stale.listeners {
+    for listener in &unwanted.listeners {
         client.delete_listener(load_balancer_id, listener).await?;
         tracing::info!(
             load_balancer = load_balancer_id,
@@ -162,7 +162,7 @@ pub async fn remove_unwanted(
             "deleted a listener rollgate no longer wants"
         );
     }
-    for group in &stale.groups {
+    for group in &unwanted.groups {
         client.delete_server_group(group).await?;
         tracing::info!(
             load_balancer = load_balancer_id,
@@ -170,7 +170,7 @@ pub async fn remove_unwanted(
             "deleted a server group rollgate no longer wants"
         );
     }
-    Ok(stale)
+    Ok(unwanted)
 }
 
 #[cfg(test)]
@@ -255,10 +255,10 @@ mod tests {
             ],
         };
         let wanted = vec![(8080, Tcp, m(8080))];
-        let stale = stale_wiring(&wiring, &wanted, owned);
+        let unwanted = unwanted_wiring(&wiring, &wanted, owned);
         assert_eq!(
-            stale,
-            StaleWiring {
+            unwanted,
+            UnwantedWiring {
                 listeners: vec![listener(80, Tcp, "g-old"), listener(53, Udp, "g-udp")],
                 groups: vec![
                     "g-old".into(),
@@ -281,10 +281,10 @@ mod tests {
         };
         // The TCP port went away; UDP alone keeps the plain name.
         let wanted = vec![(53, Udp, m(53))];
-        let stale = stale_wiring(&wiring, &wanted, owned);
-        assert_eq!(stale.listeners, vec![listener(53, Tcp, "g-tcp")]);
+        let unwanted = unwanted_wiring(&wiring, &wanted, owned);
+        assert_eq!(unwanted.listeners, vec![listener(53, Tcp, "g-tcp")]);
         // g-udp is still used by the wanted UDP listener; g-tcp's name is wanted again.
-        assert!(stale.groups.is_empty(), "{stale:?}");
+        assert!(unwanted.groups.is_empty(), "{unwanted:?}");
     }
 
     #[test]
@@ -297,7 +297,7 @@ mod tests {
         // wanted, but the listener forwards to an owned group, so it is rollgate's...
         // unless it is wanted: then neither goes.
         let wanted = vec![(443, Tcp, m(443))];
-        let stale = stale_wiring(&wiring, &wanted, owned);
-        assert!(stale.is_empty(), "{stale:?}");
+        let unwanted = unwanted_wiring(&wiring, &wanted, owned);
+        assert!(unwanted.is_empty(), "{unwanted:?}");
     }
 }
