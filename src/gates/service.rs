@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::model::{ServiceFacts, ServicePort, TargetPort, IN_ROTATION_WEIGHT};
 use super::annotations;
+use super::model::{ServiceFacts, ServicePort, TargetPort, IN_ROTATION_WEIGHT};
 use crate::names::{
     CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
     LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,

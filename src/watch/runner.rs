@@ -136,7 +136,9 @@ pub struct Run {
     /// Reconciles wait until this flips to true (every shared cache listed once):
     /// planning on half-filled caches could count missing pods as unavailable.
     pub synced: watch::Receiver<bool>,
-    /// The controller's own errors counter (`rollgate_<controller>_reconcile_errors`).
+    /// The controller's own errors counter (`rollgate_<controller>_reconcile_errors`): an
+    /// alias of the shared family, incremented beside it here, kept for the alerts users
+    /// wrote before the shared one (docs/configuration.md says so).
     pub errors: ErrorCounter,
     /// The metrics every controller shares ([`RunMetrics::of`]).
     pub metrics: RunMetrics,
