@@ -24,9 +24,10 @@ use crate::daemonset::pull_ahead::{pull_ahead_of, GaveUp, PullAheadView};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
 use crate::daemonset::rolling_plan::{plan_rolling_update, Blocker, RollingInput};
 use crate::names::{
-    POD_NEED_UPGRADE_CONDITION, PULL_AHEAD_GAVE_UP_EVENT, UPDATE_STRATEGY_ANNOTATION,
+    HALTED_REVISION_ANNOTATION, POD_NEED_UPGRADE_CONDITION, PULL_AHEAD_GAVE_UP_EVENT,
+    UPDATE_STRATEGY_ANNOTATION,
 };
-use crate::object::is_controlled_by;
+use crate::object::{annotation, is_controlled_by};
 use crate::runtime::{self, Shutdown};
 
 /// Every object `api` lists, shared as the planner takes them.
@@ -135,12 +136,14 @@ pub fn summarize(
                 // The pull-ahead view below reads it.
                 list_upcoming: matches!(pull_ahead_of(ds), Ok(true)),
             });
-            // The failure rule as the controller applies it; the controller also keeps a
-            // halt while any pod of the revision is failed, which a look from outside
-            // cannot know: it says halted from the threshold alone.
+            // The failure rule as the controller applies it, with the halt it recorded on
+            // the DaemonSet (`rollgate.io/halted-revision`): it holds while any pod of the
+            // revision is failed, below the threshold too.
             let failures = assess(pods, nodes, ds, current.as_ref(), &failure, now);
             let revisions = owned_revisions(ds, revisions);
-            let (plan, halt) = hold_on_failure(plan, &failures, &failure, ds, current.as_ref(), &revisions, false);
+            let revision = current.as_ref().and_then(|c| c.hash.as_deref().or(c.template_generation.as_deref()));
+            let halted_earlier = revision.is_some() && annotation(&ds.metadata, HALTED_REVISION_ANNOTATION) == revision;
+            let (plan, halt) = hold_on_failure(plan, &failures, &failure, ds, current.as_ref(), &revisions, halted_earlier);
             let plan = match (&halt, &plan.progress.blocked) {
                 (None, Some(Blocker::RolledBackBefore { .. })) => plan,
                 (None, _) if paused => plan.paused(),

@@ -93,7 +93,7 @@ pub(super) async fn rolling_update(
     let counted = hash
         .filter(|_| pull_ahead_on)
         .map(|hash| observe_pulls(ctx, &uid, &pods, hash));
-    // The stale-condition check needs the pods with the condition alone (what the
+    // The leftover-condition check needs the pods with the condition alone (what the
     // memo's looks read).
     let flagged = memo.with_need_upgrade();
     let revision = current
