@@ -45,15 +45,9 @@ fn run() -> Result<String, String> {
         .map_err(|e| format!("reading {}: {e} (run the benches first)", path.display()))?;
     let results: Results = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a JSON object: {e}", path.display()))?;
-    let timelines: Value = std::fs::read_to_string(dir.join("timelines.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
+    let timelines: Value = read_json(&dir.join("timelines.json")).unwrap_or(Value::Null);
     // The gate bench's flip latencies (seconds), when it ran.
-    let gate_latencies: Vec<f64> = std::fs::read_to_string(dir.join("gates-latencies.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let gate_latencies: Vec<f64> = read_json(&dir.join("gates-latencies.json")).unwrap_or_default();
     let plots = match find_font() {
         Ok(font) => draw_plots(&dir, &timelines, font).and_then(|mut files| {
             if !gate_latencies.is_empty() {
@@ -919,7 +913,8 @@ fn steps(points: &[(f64, f64)], until: f64) -> Vec<(f64, f64)> {
     out
 }
 
-fn read_json(path: &Path) -> Option<Value> {
+/// A JSON file of the results folder, when it is there and reads as `T`.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 

@@ -73,6 +73,18 @@ async fn deletions_stay(bed: &EdgeBed, count: usize, what: &str, period: Duratio
     .await;
 }
 
+/// Waits up to `timeout` until rollgate's pod deletions in the bed's namespace are
+/// `count`.
+async fn deletions_reach(bed: &EdgeBed, count: usize, what: &str, timeout: Duration) {
+    wait_for(what, timeout, || async {
+        match rollgate_deletions(&bed.ns.name) {
+            same if same == count => Ok(()),
+            other => Err(format!("{other} deletion(s)")),
+        }
+    })
+    .await;
+}
+
 /// How often `reason` was reported about the DaemonSet "edge", by its Events' counts.
 async fn occurrences(bed: &EdgeBed, reason: &str) -> u32 {
     event_records(&bed.client, &bed.ns.name, "edge")
@@ -264,15 +276,11 @@ async fn a_crash_looping_revision_halts(shape: Shape) {
     note("on-failure continue: the rollout goes on without a new template");
     bed.patch(json!({"metadata": {"annotations": {"rollgate.io/on-failure": "continue"}}}))
         .await;
-    wait_for(
+    deletions_reach(
+        &bed,
+        3,
         "one more deletion within the budget",
         Duration::from_secs(30),
-        || async {
-            match rollgate_deletions(&n) {
-                3 => Ok(()),
-                other => Err(format!("{other} deletion(s)")),
-            }
-        },
     )
     .await;
 
@@ -581,15 +589,11 @@ async fn a_pull_that_fails_and_a_pod_never_ready_halt(shape: Shape) {
     bed.set_image("edge:v3-neverready").await;
     // The two nodes without a working pod are replaced at once (they serve nothing);
     // their new pods run, not Ready, and are no failure until the deadline.
-    wait_for(
+    deletions_reach(
+        &bed,
+        4,
         "the failed pods replaced by never-ready ones",
         Duration::from_secs(60),
-        || async {
-            match rollgate_deletions(&n) {
-                4 => Ok(()),
-                other => Err(format!("{other} deletion(s)")),
-            }
-        },
     )
     .await;
     let status = rollgate_status(&n, &[]);

@@ -42,6 +42,7 @@ use crate::controllers::{ControllerUnderTest, Which};
 use crate::scenario::{Prepared, Rollout, Setup, Shape, Strategy, TemplateChange, NEW_IMAGE};
 use crate::support::{env_or, note, TestNodes};
 use crate::watcher::Kind;
+use crate::{round, secs};
 
 /// A tag the bed's kwok stages crash-loop (hack/kwok-stages.yaml, "crashloop").
 pub const BAD_IMAGE: &str = "registry.local/edge-agent:v2-crashloop";
@@ -372,12 +373,6 @@ async fn said_at(
     Ok(said)
 }
 
-fn secs(d: Option<Duration>) -> Value {
-    d.map_or(Value::Null, |d| {
-        json!((d.as_secs_f64() * 100.0).round() / 100.0)
-    })
-}
-
 pub fn entries(r: &BadResults) -> Vec<(String, Value)> {
     let prefix = "rollout.bad_release";
     let mut e = vec![
@@ -403,10 +398,7 @@ pub fn entries(r: &BadResults) -> Vec<(String, Value)> {
         e.extend([
             (k("peak_unavailable"), json!(run.rollout.peak_unavailable)),
             (k("budget_violations"), json!(run.rollout.violations)),
-            (
-                k("node_seconds_without_pod"),
-                json!((run.node_seconds * 10.0).round() / 10.0),
-            ),
+            (k("node_seconds_without_pod"), round(run.node_seconds, 1)),
             (k("unavailable_at_end"), json!(run.unavailable_at_end)),
             (k("failed_nodes"), json!(run.failed_nodes)),
             (k("nodes_touched"), json!(run.touched)),
@@ -435,13 +427,7 @@ pub fn timelines(r: &BadResults) -> Value {
                 .rollout
                 .samples
                 .iter()
-                .map(|s| {
-                    json!([
-                        (s.at.as_secs_f64() * 1000.0).round() / 1000.0,
-                        s.updated,
-                        s.unavailable
-                    ])
-                })
+                .map(|s| json!([round(s.at.as_secs_f64(), 3), s.updated, s.unavailable]))
                 .collect();
             (
                 run.key.to_string(),

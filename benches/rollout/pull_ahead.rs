@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use crate::analysis::node_downtimes;
 use crate::controllers::{ControllerUnderTest, Which};
 use crate::scenario::{Rollout, Setup, Shape, Strategy, TemplateChange};
+use crate::secs;
 use crate::support::measure::percentile;
 use crate::support::private_kwok::{Addresses, BedImagePuller, PrivateKwok};
 use crate::support::{env_or, note, TestNodes};
@@ -170,12 +171,6 @@ pub async fn measure(
         without,
         with,
         ideal,
-    })
-}
-
-fn secs(d: Option<Duration>) -> Value {
-    d.map_or(Value::Null, |d| {
-        json!((d.as_secs_f64() * 100.0).round() / 100.0)
     })
 }
 

@@ -17,17 +17,16 @@ use super::output::print;
 use super::StatusCommandArgs;
 use crate::daemonset::describe::{describe_pull_ahead, describe_waves, describe_with, shorten};
 use crate::daemonset::failure::rollback::owned_revisions;
-use crate::daemonset::failure::{assess, hold_on_failure};
+use crate::daemonset::failure::{assess, halt_recorded, hold_on_failure};
 use crate::daemonset::other_updater::{self, OtherUpdaters, OTHER_UPDATER_DEFAULT_QUIET_SECS};
 use crate::daemonset::policy::{policy_for, Policy, PolicyDecision};
 use crate::daemonset::pull_ahead::{pull_ahead_of, GaveUp, PullAheadView};
 use crate::daemonset::revision::{generation_observed, CurrentRevision};
 use crate::daemonset::rolling_plan::{plan_rolling_update, Blocker, RollingInput};
 use crate::names::{
-    HALTED_REVISION_ANNOTATION, POD_NEED_UPGRADE_CONDITION, PULL_AHEAD_GAVE_UP_EVENT,
-    UPDATE_STRATEGY_ANNOTATION,
+    POD_NEED_UPGRADE_CONDITION, PULL_AHEAD_GAVE_UP_EVENT, UPDATE_STRATEGY_ANNOTATION,
 };
-use crate::object::{annotation, is_controlled_by};
+use crate::object::is_controlled_by;
 use crate::runtime::{self, Shutdown};
 
 /// Every object `api` lists, shared as the planner takes them.
@@ -141,8 +140,7 @@ pub fn summarize(
             // revision is failed, below the threshold too.
             let failures = assess(pods, nodes, ds, current.as_ref(), &failure, now);
             let revisions = owned_revisions(ds, revisions);
-            let revision = current.as_ref().and_then(|c| c.hash.as_deref().or(c.template_generation.as_deref()));
-            let halted_earlier = revision.is_some() && annotation(&ds.metadata, HALTED_REVISION_ANNOTATION) == revision;
+            let halted_earlier = halt_recorded(ds, current.as_ref());
             let (plan, halt) = hold_on_failure(plan, &failures, &failure, ds, current.as_ref(), &revisions, halted_earlier);
             let plan = match (&halt, &plan.progress.blocked) {
                 (None, Some(Blocker::RolledBackBefore { .. })) => plan,

@@ -45,8 +45,10 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::revision::CurrentRevision;
 use super::rolling_plan::{is_available, Blocker, RollingPlan};
-use crate::names::{POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON};
-use crate::object::{is_controlled_by, NodeFacts, PodFacts};
+use crate::names::{
+    HALTED_REVISION_ANNOTATION, POD_IMAGE_READY_CONDITION, PULL_IMAGE_REQUESTED_REASON,
+};
+use crate::object::{annotation, is_controlled_by, NodeFacts, PodFacts};
 
 /// Container waiting reasons with which the kubelet says a container cannot start.
 pub const FAILED_WAITING_REASONS: &[&str] = &[
@@ -173,11 +175,7 @@ pub fn assess<'a, P: PodFacts + 'a, N: NodeFacts + 'a>(
     let Some(current) = current else {
         return FailureReport::default();
     };
-    let revision = current
-        .hash
-        .clone()
-        .or_else(|| current.template_generation.clone())
-        .unwrap_or_default();
+    let revision = current.id().to_string();
     let ds_uid = daemonset.metadata.uid.as_deref().unwrap_or_default();
     let ours: Vec<(&P, &str)> = pods
         .into_iter()
@@ -365,6 +363,15 @@ pub fn hold_on_failure(
         }
         None => (plan, None),
     }
+}
+
+/// Whether the controller recorded a halt of the current revision on the DaemonSet
+/// (`rollgate.io/halted-revision`): what a restarted controller, and `rollgate status`,
+/// read as "halted earlier".
+pub fn halt_recorded(daemonset: &DaemonSet, current: Option<&CurrentRevision>) -> bool {
+    current.is_some_and(|current| {
+        annotation(&daemonset.metadata, HALTED_REVISION_ANNOTATION) == Some(current.id())
+    })
 }
 
 /// Whether the report halts the rollout. `budget`: max-unavailable resolved (caps the

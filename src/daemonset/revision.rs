@@ -48,6 +48,15 @@ impl CurrentRevision {
         })
     }
 
+    /// What names the revision: its hash, or (fallback) the template generation; `of`
+    /// makes a revision only when one of them is known.
+    pub fn id(&self) -> &str {
+        self.hash
+            .as_deref()
+            .or(self.template_generation.as_deref())
+            .unwrap_or_default()
+    }
+
     /// A pod is up to date when its hash label matches the current hash, or (fallback)
     /// its `pod-template-generation` label matches the DaemonSet's template generation.
     pub fn is_pod_updated(&self, pod: &impl PodFacts) -> bool {

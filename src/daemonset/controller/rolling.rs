@@ -26,7 +26,7 @@ use crate::daemonset::decide::{
     decide, Decision, PullsObserved, Rollout, Step, World, TARGET_RECHECK,
 };
 use crate::daemonset::describe::shorten;
-use crate::daemonset::failure::{FailurePolicy, Halt};
+use crate::daemonset::failure::{halt_recorded, FailurePolicy, Halt};
 use crate::daemonset::metrics::DeletionLabels;
 use crate::daemonset::native_wait::NativeWait;
 use crate::daemonset::other_updater::Sighting;
@@ -96,14 +96,11 @@ pub(super) async fn rolling_update(
     // The leftover-condition check needs the pods with the condition alone (what the
     // memo's looks read).
     let flagged = memo.with_need_upgrade();
-    let revision = current
-        .as_ref()
-        .and_then(|c| c.hash.clone().or_else(|| c.template_generation.clone()));
     // Remembered, and recorded on the DaemonSet: a restarted controller keeps the halt.
-    let recorded = annotation(&ds.metadata, HALTED_REVISION_ANNOTATION);
-    let halted_earlier = revision.is_some()
-        && (ctx.halted.lock().unwrap().get(&uid) == revision.as_ref()
-            || recorded == revision.as_deref());
+    let halted_earlier = current
+        .as_ref()
+        .is_some_and(|c| ctx.halted.lock().unwrap().get(&uid).map(String::as_str) == Some(c.id()))
+        || halt_recorded(ds, current.as_ref());
     let world = World {
         other_updater,
         pulls: match (&counted, hash) {
