@@ -50,8 +50,8 @@ export POD_START_DELAY_MS=${POD_START_DELAY_MS:-3000} POD_STOP_DELAY_MS=${POD_ST
 # (kwok renews the Leases late), which stalls every rollout on them.
 export NODE_GRACE_SECONDS=${NODE_GRACE_SECONDS:-20}
 # A real kubelet takes seconds to report its pods again after a reconnect; the bed's
-# default (0) re-readies them at once, which would hide what the stale-status wait costs
-# in the comeback rows.
+# default (0) re-readies them at once, which would flatter a controller that waits for
+# that report in the comeback rows.
 export POD_REREPORT_DELAY_MS=${POD_REREPORT_DELAY_MS:-3000}
 export ROLLGATE_BENCH_OUT=${ROLLGATE_BENCH_OUT:-$repo/target/bench}
 mkdir -p "$ROLLGATE_BENCH_OUT"

@@ -63,6 +63,13 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         Some(_) => ServiceWatch::On,
         None => ServiceWatch::Off,
     };
+    if let Some(wait) = args.stale_status_wait {
+        tracing::warn!(
+            ?wait,
+            "--stale-status-wait has no effect any more: a returning node's pod is replaced \
+             within the budget without waiting for the kubelet's report; remove the flag"
+        );
+    }
     // One set of watches for every controller; each subscribes before they start.
     let watches = Watches::new(client.clone(), args.watch_namespace.clone(), service_watch);
     let daemonsets = crate::daemonset::controller::start(
@@ -72,7 +79,6 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         crate::daemonset::controller::Settings {
             concurrency: args.daemonset_concurrency,
             limits: crate::daemonset::rolling_plan::RollingLimits {
-                stale_status_wait: args.stale_status_wait,
                 max_deletions_per_plan: args.max_deletions_per_plan as usize,
             },
             other_updater_quiet: args.other_updater_quiet,

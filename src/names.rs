@@ -237,8 +237,6 @@ pub const UPGRADING_PODS_EVENT: &str = "UpgradingPods";
 pub const ROLLOUT_COMPLETE_EVENT: &str = "RolloutComplete";
 /// The rollout waits for NotReady nodes to come back.
 pub const WAITING_FOR_NOT_READY_NODES_EVENT: &str = "WaitingForNotReadyNodes";
-/// A rollout waits only on pods whose not-Ready status predates their node's return.
-pub const WAITING_FOR_STALE_STATUS_EVENT: &str = "WaitingForStaleStatus";
 /// Warning: old pods are kept on nodes where the DaemonSet no longer places a pod.
 pub const OLD_PODS_ON_UNPLACED_NODES_EVENT: &str = "OldPodsOnUnplacedNodes";
 /// The rollout waits for the native controller's newest ControllerRevision.

@@ -64,7 +64,7 @@ impl ControllerUnderTest {
         Self::start_with(which, tag, &[]).await
     }
 
-    /// The same, rollgate with `extra` flags (e.g. `--stale-status-wait=0s`).
+    /// The same, rollgate with `extra` flags (e.g. `--max-deletions-per-plan=20`).
     pub async fn start_with(which: Which, tag: &str, extra: &[&str]) -> Result<Self, String> {
         let dir = repo_root().join("target/bench/logs");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;

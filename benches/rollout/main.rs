@@ -12,9 +12,8 @@
 //! At the first size, when yurt-manager is there (`YURT_MANAGER`, default the shared
 //! OpenYurt v1.7.0 baseline), the same under it (`vs_openyurt.*`): AdvancedRollingUpdate
 //! all Ready; 10% NotReady with a tolerate-all and a tolerate-none DaemonSet (rollgate
-//! too); the cut-off nodes coming back (a third under each controller, a third under
-//! rollgate with `--stale-status-wait=0s`: the code before that wait, for its cost, with
-//! the bed's re-report delay `POD_REREPORT_DELAY_MS`); OTA marking and what is left when a DaemonSet
+//! too); the cut-off nodes coming back (half under each controller, with the bed's
+//! re-report delay `POD_REREPORT_DELAY_MS`); OTA marking and what is left when a DaemonSet
 //! stops being OTA; each controller's memory and CPU. One controller process runs at a
 //! time. One budget watcher (watcher.rs), which knows neither controller, watches every
 //! scenario.
@@ -530,18 +529,16 @@ async fn measure_size(
         usage.cpu_s_notready = [Some(cpu1 - cpu0), Some(cpu2 - cpu1)];
     }
 
-    // ---- the cut-off nodes come back: a third with rollgate running, a third with
-    // yurt-manager, a third with rollgate without the stale-status wait (the code before
-    // it, for what the wait costs) ----
+    // ---- the cut-off nodes come back: half with rollgate running, half with
+    // yurt-manager ----
     if vs_openyurt_full {
-        let (mut first, mut second, mut third) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, node) in cut.iter().enumerate() {
-            match i % 3 {
-                0 => first.push(node.clone()),
-                1 => second.push(node.clone()),
-                _ => third.push(node.clone()),
-            }
-        }
+        let (first, second): (Vec<String>, Vec<String>) = {
+            let (a, b): (Vec<_>, Vec<_>) = cut.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+            (
+                a.into_iter().map(|(_, n)| n.clone()).collect(),
+                b.into_iter().map(|(_, n)| n.clone()).collect(),
+            )
+        };
         let comeback_timeout = Duration::from_secs(90);
         // Each controller comes back to its own DaemonSets alone. The other's are taken
         // away meanwhile: rollgate used to finish yurt-manager's stalled tolerate-none
@@ -554,35 +551,26 @@ async fn measure_size(
         }
         let rollgates_violations =
             |ps: &[&Prepared]| ps.iter().map(|p| p.watcher.violations()).sum::<usize>();
-        // Without the stale-status wait (the third third), a pod marked not Ready while
-        // its node was away is replaced as soon as the node is back, as before the wait.
-        let runs: [(&'static str, &[&str], &[String]); 2] = [
-            ("rollgate", &[], &first),
-            (
-                "rollgate_no_stale_wait",
-                &["--stale-status-wait=0s"],
-                &third,
-            ),
-        ];
-        for (who, flags, back) in runs {
-            let tag = format!("{n}-comeback-{who}");
-            let rollgate = ControllerUnderTest::start_with(Which::Rollgate, &tag, flags).await?;
+        {
+            let rollgate =
+                ControllerUnderTest::start(Which::Rollgate, &format!("{n}-comeback-rollgate"))
+                    .await?;
             let restored = Instant::now();
             note(format!(
-                "heartbeat back on {} nodes (rollgate running {flags:?})",
-                back.len()
+                "heartbeat back on {} nodes (rollgate running)",
+                first.len()
             ));
             let before = rollgates_violations(&rollgates);
-            for node in back {
+            for node in &first {
                 nodes.set_heartbeat(node, true).await;
             }
-            let mut times = c.comeback(back, restored, comeback_timeout).await;
+            let mut times = c.comeback(&first, restored, comeback_timeout).await;
             if let Some(p) = &rg_none {
-                times.extend(p.comeback(back, restored, comeback_timeout).await);
+                times.extend(p.comeback(&first, restored, comeback_timeout).await);
             }
-            r.comeback.insert(who, times);
+            r.comeback.insert("rollgate", times);
             r.comeback_violations
-                .insert(who, rollgates_violations(&rollgates) - before);
+                .insert("rollgate", rollgates_violations(&rollgates) - before);
             drop(rollgate);
         }
         for p in &rollgates {
@@ -935,9 +923,7 @@ fn result_entries(
             );
         }
     }
-    // rollgate without the stale-status wait: the comeback before it, measured in the
-    // same run, so the two figures differ by the wait alone.
-    for who in ["rollgate", "rollgate_no_stale_wait", "openyurt"] {
+    for who in ["rollgate", "openyurt"] {
         let times = first.comeback.get(who).filter(|_| measured);
         put(
             format!("{v}.comeback_budget_violations.{who}"),

@@ -142,13 +142,11 @@ pub struct ControllerArgs {
         value_parser = crate::daemonset::image_pull::deadline::parse_deadline,
     )]
     pub prepull_deadline: Duration,
-    /// AdvancedRollingUpdate: how long after a node turns Ready again a pod status
-    /// written while it was cut off (Ready=False from the node-lifecycle controller) is
-    /// taken as unknown: such a pod is neither replaced nor counted until the kubelet
-    /// reports on it again or this has passed. The kubelet syncs pod status every
-    /// 10 s; 30 s leaves it three tries.
-    #[arg(long, env = "ROLLGATE_STALE_STATUS_WAIT", default_value = "30s", value_parser = parse_interval)]
-    pub stale_status_wait: Duration,
+    /// Retired: a returning node's pod no longer waits for the kubelet's report (its
+    /// replacement spends budget instead). Still accepted, so that manifests that set
+    /// it keep starting; the controller logs a warning that it has no effect.
+    #[arg(long, env = "ROLLGATE_STALE_STATUS_WAIT", hide = true, value_parser = parse_interval)]
+    pub stale_status_wait: Option<Duration>,
     /// AdvancedRollingUpdate: most pods one plan deletes, on top of max-unavailable.
     /// It bounds the burst of deletions, re-creations and image pulls when a large
     /// budget opens at once; the next plan follows at the next pod event. 250 is
@@ -278,19 +276,22 @@ mod tests {
     }
 
     #[test]
-    fn the_rolling_limits_default_to_the_planners_defaults_and_refuse_a_zero_cap() {
+    fn the_rolling_limits_default_to_the_planners_defaults_refuse_a_zero_cap_and_still_accept_the_retired_wait(
+    ) {
         use crate::daemonset::rolling_plan::RollingLimits;
         let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
-            Ok(Command::Controller(c)) => Ok(RollingLimits {
-                stale_status_wait: c.stale_status_wait,
-                max_deletions_per_plan: c.max_deletions_per_plan as usize,
-            }),
+            Ok(Command::Controller(c)) => Ok((
+                RollingLimits {
+                    max_deletions_per_plan: c.max_deletions_per_plan as usize,
+                },
+                c.stale_status_wait,
+            )),
             Ok(other) => panic!("parsed as {other:?}"),
             Err(e) => Err(e.to_string()),
         };
         assert_eq!(
             parse(&["rollgate", "controller"]).unwrap(),
-            RollingLimits::default()
+            (RollingLimits::default(), None)
         );
         assert_eq!(
             parse(&[
@@ -302,10 +303,12 @@ mod tests {
                 "20"
             ])
             .unwrap(),
-            RollingLimits {
-                stale_status_wait: Duration::from_secs(60),
-                max_deletions_per_plan: 20
-            }
+            (
+                RollingLimits {
+                    max_deletions_per_plan: 20
+                },
+                Some(Duration::from_secs(60))
+            )
         );
         assert!(parse(&["rollgate", "controller", "--max-deletions-per-plan", "0"]).is_err());
     }

@@ -142,23 +142,10 @@ pub fn describe_with(progress: &Progress, pulls: Option<&PullAheadView>) -> Stri
             "; waiting for new pods to become available on: {}",
             shorten(nodes)
         )),
-        Some(Blocker::WaitingForStaleStatus { nodes }) => line.push_str(&format!(
-            "; waiting for the kubelet to report again on node(s) back from NotReady: {}",
-            shorten(nodes)
-        )),
         Some(Blocker::WaitingForSkippedNodes { nodes }) => line.push_str(&format!(
             "; NotReady nodes waiting (upgraded when Ready again): {}",
             shorten(nodes)
         )),
-    }
-    // Said whatever else blocks: why these nodes' pods are neither replaced nor counted.
-    if !p.stale_status_nodes.is_empty()
-        && !matches!(p.blocked, Some(Blocker::WaitingForStaleStatus { .. }))
-    {
-        line.push_str(&format!(
-            "; pod status from before the node came back, not acted on until the kubelet reports again: {}",
-            shorten(&p.stale_status_nodes)
-        ));
     }
     // Said whatever else blocks: these old pods stay by the operator's choice.
     if let Some(partition) = p.partition {

@@ -27,7 +27,6 @@ pub struct DaemonSetMetrics {
     pub pods_updated: Family<DaemonSetLabels, Gauge>,
     pub pods_pending: Family<DaemonSetLabels, Gauge>,
     pub nodes_skipped_not_ready: Family<DaemonSetLabels, Gauge>,
-    pub nodes_stale_status: Family<DaemonSetLabels, Gauge>,
     pub deletions_deferred_by_cap: Family<DaemonSetLabels, Gauge>,
     pub native_controller_stalled: Family<DaemonSetLabels, Gauge>,
     /// 1 while an operator holds the rollout (`rollgate.io/paused`): alerts on a rollout
@@ -59,7 +58,6 @@ impl DaemonSetMetrics {
             pods_updated: Family::default(),
             pods_pending: Family::default(),
             nodes_skipped_not_ready: Family::default(),
-            nodes_stale_status: Family::default(),
             deletions_deferred_by_cap: Family::default(),
             native_controller_stalled: Family::default(),
             rollout_paused: Family::default(),
@@ -97,11 +95,6 @@ impl DaemonSetMetrics {
                 "nodes_skipped_not_ready",
                 "NotReady or missing nodes whose pods wait for the node to come back",
                 m.nodes_skipped_not_ready.clone(),
-            );
-            r.register(
-                "nodes_stale_status",
-                "Ready nodes whose old pod reads not Ready from before the node came back: neither replaced nor counted until the kubelet reports again",
-                m.nodes_stale_status.clone(),
             );
             r.register(
                 "deletions_deferred_by_cap",
@@ -188,9 +181,6 @@ impl DaemonSetMetrics {
         self.nodes_skipped_not_ready.get_or_create(&labels).set(
             (progress.not_ready_nodes_skipped.len() + progress.missing_nodes_skipped.len()) as i64,
         );
-        self.nodes_stale_status
-            .get_or_create(&labels)
-            .set(progress.stale_status_nodes.len() as i64);
         self.deletions_deferred_by_cap
             .get_or_create(&labels)
             .set(progress.deferred_by_cap as i64);
@@ -258,7 +248,6 @@ impl DaemonSetMetrics {
         self.pods_updated.remove(&labels);
         self.pods_pending.remove(&labels);
         self.nodes_skipped_not_ready.remove(&labels);
-        self.nodes_stale_status.remove(&labels);
         self.deletions_deferred_by_cap.remove(&labels);
         self.native_controller_stalled.remove(&labels);
         self.rollout_paused.remove(&labels);
@@ -277,13 +266,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn progress_publishes_the_stale_status_wait_and_the_deletions_the_cap_held_back() {
+    fn progress_publishes_the_deletions_the_cap_held_back_and_the_holds() {
         let metrics = Metrics::default();
         let m = DaemonSetMetrics::register(&metrics);
         let progress = Progress {
             total_nodes: 10,
             updated: 4,
-            stale_status_nodes: vec!["n1".into(), "n2".into()],
             deferred_by_cap: 3,
             blocked: Some(Blocker::Paused { held: 1 }),
             unavailable: 2,
@@ -296,7 +284,6 @@ mod tests {
         m.set_stalled("edge", "agent", true);
         let text = metrics.render();
         for line in [
-            "rollgate_daemonset_nodes_stale_status{namespace=\"edge\",daemonset=\"agent\"} 2",
             "rollgate_daemonset_deletions_deferred_by_cap{namespace=\"edge\",daemonset=\"agent\"} 3",
             "rollgate_daemonset_native_controller_stalled{namespace=\"edge\",daemonset=\"agent\"} 1",
             "rollgate_daemonset_pods_pending{namespace=\"edge\",daemonset=\"agent\"} 6",

@@ -13,8 +13,7 @@
 //!   are not live: they are ignored when classifying and never deleted again.
 //! - Per Ready node: no live pod, an old and a new pod, or duplicates -> unavailable;
 //!   only a new pod -> unavailable unless available; only an old available pod ->
-//!   candidate; only an old pod that is not available -> replaced first (below), unless
-//!   its status is stale (below).
+//!   candidate; only an old pod that is not available -> replaced first (below).
 //! - A Ready node that shows no pod at all is *vacated* (unavailable, in the base) when
 //!   rollgate itself deleted its pod and no available replacement has been seen yet
 //!   (`vacated_by_us`), or when the DaemonSet should run there (node selector, required
@@ -38,13 +37,13 @@
 //! - Deletions are listed old pods not available first, then candidates, each in
 //!   ascending node name order, so that repeated plans agree and operators can predict
 //!   the next victims.
-//! - Stale status: the node-lifecycle controller marks every pod of a cut-off node
-//!   Ready=False, and a returning kubelet takes seconds to report its pods again. An
-//!   old pod whose not-Ready status turned before its node last turned Ready is
-//!   unknown, neither replaced nor counted as a free replacement, until the kubelet
-//!   rewrites it or `stale_status_wait` has passed since the node's return; then it
-//!   counts as it reads. The plan names these nodes and asks for a recheck when the
-//!   wait ends (no watch event fires then).
+//! - A node back from a cut: the node-lifecycle controller marked its pods Ready=False,
+//!   and the kubelet takes seconds to report them again, so an old pod there may serve
+//!   while it reads not Ready. It needs no wait for that report: replacing an old pod
+//!   that reads not Ready spends budget (its node counts from this plan on) unless its
+//!   node is ours already, so whether it served or not, the budget holds on what the
+//!   node really shows. With budget free, a returning node's old pod goes in the first
+//!   plan after its return; many returning at once go within the budget.
 //! - A revision proves itself first (`RollingInput::proving`, the failure threshold):
 //!   until that many pods of the current revision are available on Ready nodes, the
 //!   budget is at most that many, so a revision that fails everywhere fails on no more
@@ -74,7 +73,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 #[cfg(test)]
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 
 use super::controls::{HeldBack, NodeSelector, Partition};
 use super::int_or_percent::IntOrPercent;
@@ -137,17 +136,11 @@ pub struct RollingInput<'a, P = CachedPod, N = CachedNode> {
 /// Limits on a plan besides the budget, set by the controller's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RollingLimits {
-    /// How long after a node turned Ready again a not-Ready status written before that
-    /// is taken as unknown rather than as "not available" (see `stale_status`).
-    pub stale_status_wait: Duration,
     /// Most deletions one plan issues, whatever the budget allows.
     pub max_deletions_per_plan: usize,
 }
 
 impl RollingLimits {
-    /// Three of the kubelet's 10 s pod status syncs: a kubelet that is back re-reports
-    /// its pods well within this, and a pod still not Ready after it is believed.
-    pub const DEFAULT_STALE_STATUS_WAIT: Duration = Duration::from_secs(30);
     /// OpenYurt's burst, so users who migrate see no slower rollout than they had.
     pub const DEFAULT_MAX_DELETIONS_PER_PLAN: usize = 250;
 }
@@ -155,7 +148,6 @@ impl RollingLimits {
 impl Default for RollingLimits {
     fn default() -> Self {
         RollingLimits {
-            stale_status_wait: Self::DEFAULT_STALE_STATUS_WAIT,
             max_deletions_per_plan: Self::DEFAULT_MAX_DELETIONS_PER_PLAN,
         }
     }
@@ -268,10 +260,6 @@ pub struct Progress {
     pub vacated_nodes: Vec<String>,
     /// `max-unavailable` resolved against `total_nodes`.
     pub budget: usize,
-    /// Ready nodes whose only live pod is out of date and reads not Ready, but was
-    /// marked so before the node came back: unknown, neither replaced nor counted until
-    /// the kubelet reports on it again or `stale_status_wait` has passed.
-    pub stale_status_nodes: Vec<String>,
     /// Deletions the budget allowed that `max_deletions_per_plan` left to the next plan.
     pub deferred_by_cap: usize,
     /// Ready nodes whose only live pod is out of date where the DaemonSet no longer
@@ -297,9 +285,9 @@ pub struct Progress {
     pub proving: Option<Proving>,
     /// Why no more than `deletions` can happen now; `None` while progressing freely.
     pub blocked: Option<Blocker>,
-    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or
-    /// the earliest stale status wait ends: no watch event fires at that moment, so the
-    /// controller should requeue after it.
+    /// When the earliest up-to-date pod reaches `minReadySeconds` and frees budget, or a
+    /// wave's bake ends: no watch event fires at that moment, so the controller should
+    /// requeue after it.
     pub recheck_after: Option<Duration>,
 }
 
@@ -340,9 +328,6 @@ pub enum Blocker {
     /// No out-of-date available pod is left on Ready nodes; these Ready nodes are still
     /// unavailable (pod being recreated, starting, or within `minReadySeconds`).
     WaitingForAvailability { nodes: Vec<String> },
-    /// Nothing else to do now; the out-of-date pods of these Ready nodes read not Ready
-    /// from before their node came back, and wait for the kubelet to report again.
-    WaitingForStaleStatus { nodes: Vec<String> },
     /// Ready nodes are done; out-of-date pods remain on these NotReady or missing nodes
     /// and are upgraded when the nodes are Ready again.
     WaitingForSkippedNodes { nodes: Vec<String> },
@@ -536,7 +521,6 @@ fn plan<P: PodFacts, N: NodeFacts>(
     let mut old_not_available: Vec<(&str, &P)> = Vec::new();
     let mut candidates: Vec<(&str, &P)> = Vec::new();
     let mut unavailable_nodes = Vec::new();
-    let mut stale_status_nodes = Vec::new();
     let mut unplaced_nodes = Vec::new();
     for (group, &ours) in by_node.groups.iter().zip(&ours_group) {
         let (Some(true), Some((_, node_look))) = (group.ready, group.node) else {
@@ -579,26 +563,13 @@ fn plan<P: PodFacts, N: NodeFacts>(
                     }
                     candidates.push((node, old.pod));
                 }
-                _ => {
-                    let stale = stale_status(
-                        old.look.ready,
-                        node_look.ready_since,
-                        input.limits.stale_status_wait,
-                        input.now,
-                    );
-                    if let Some(wait) = stale {
-                        recheck_after(wait);
-                        stale_status_nodes.push(node.to_string());
-                        if ours {
-                            unavailable_nodes.push(node.to_string());
-                        }
-                    } else if ours {
-                        unavailable_nodes.push(node.to_string());
-                        replaced_not_available.push((node, old.pod));
-                    } else {
-                        old_not_available.push((node, old.pod));
-                    }
+                // Not available, whether it serves locally after a cut (its status not
+                // reported again yet) or not: replacing it spends budget either way.
+                _ if ours => {
+                    unavailable_nodes.push(node.to_string());
+                    replaced_not_available.push((node, old.pod));
                 }
+                _ => old_not_available.push((node, old.pod)),
             },
             // No live pod, old and new together, or duplicates: the native controller is
             // still creating or cleaning up here.
@@ -685,7 +656,6 @@ fn plan<P: PodFacts, N: NodeFacts>(
     unavailable_nodes.sort();
     progress.unavailable = unavailable_nodes.len();
     progress.candidates = candidates.len();
-    progress.stale_status_nodes = stale_status_nodes;
 
     // A revision proves itself on as many nodes as may fail before the halt, before the
     // whole budget is spent on it: one pod start more per rollout, and a revision that
@@ -748,10 +718,6 @@ fn plan<P: PodFacts, N: NodeFacts>(
         Some(Blocker::WaitingForAvailability {
             nodes: unavailable_nodes,
         })
-    } else if !progress.stale_status_nodes.is_empty() {
-        Some(Blocker::WaitingForStaleStatus {
-            nodes: progress.stale_status_nodes.clone(),
-        })
     } else if skipped_with_old_pods.is_empty() && held.is_empty() && !held_by_waves {
         Some(Blocker::Complete)
     } else if skipped_with_old_pods.is_empty() && wave_wait.is_some() {
@@ -791,32 +757,6 @@ pub fn is_available(pod: &impl PodFacts, min_ready_seconds: i32, now: Timestamp)
         availability(ReadyLook::of(pod), min_ready_seconds, now),
         Availability::Available
     )
-}
-
-/// How much longer an out-of-date pod's not-Ready status stays *stale*: unknown rather
-/// than "not available". The node-lifecycle controller marks every pod of a cut-off
-/// node Ready=False; when the node is Ready again, its kubelet needs a few seconds to
-/// report its pods, and a pod that served locally the whole time reads "not Ready"
-/// until then. A status written before the node last turned Ready is stale until the
-/// kubelet rewrites it or `wait` has passed since the node's return; `None` means it
-/// counts as it reads (no times to compare also counts as read). Read from the pod's
-/// Ready condition and when its node's Ready condition last turned.
-fn stale_status(
-    pod_ready: Option<ReadyLook>,
-    node_ready_since: Option<Timestamp>,
-    wait: Duration,
-    now: Timestamp,
-) -> Option<Duration> {
-    let marked = pod_ready.filter(|ready| !ready.is_true)?.since?;
-    let back_since = node_ready_since?;
-    if marked >= back_since {
-        return None;
-    }
-    let wait = SignedDuration::try_from(wait).ok()?;
-    let remaining = wait - now.duration_since(back_since);
-    Duration::try_from(remaining)
-        .ok()
-        .filter(|left| !left.is_zero())
 }
 
 fn planned_deletion(pod: &impl PodFacts, node: &str, reason: DeletionReason) -> PlannedDeletion {

@@ -45,9 +45,6 @@ pub struct PlannedPod<'a> {
     /// `Some(since)` while the Ready condition is True. Not-yet-Ready pods look alike
     /// whatever their other conditions say.
     ready_since: Option<Option<&'a Time>>,
-    /// When a not-Ready pod was marked so: a status older than its node's return is
-    /// stale (`rolling_plan`), and the kubelet's report after the return must replan.
-    not_ready_since: Option<&'a Time>,
     need_upgrade: Option<ConditionView<'a>>,
     /// Pull-ahead waits for the pull's answer in `PodImageReady` (`pull_ahead`).
     image_ready: Option<ConditionView<'a>>,
@@ -72,10 +69,6 @@ impl<'a> PlannedPod<'a> {
                 .condition("Ready")
                 .filter(|ready| ready.status == "True")
                 .map(|ready| ready.last_transition_time),
-            not_ready_since: pod
-                .condition("Ready")
-                .filter(|ready| ready.status != "True")
-                .and_then(|ready| ready.last_transition_time),
             need_upgrade: pod.condition(POD_NEED_UPGRADE_CONDITION),
             image_ready: pod.condition(POD_IMAGE_READY_CONDITION),
             cannot_start: cannot_start(pod),
@@ -96,23 +89,13 @@ fn cannot_start(pod: &impl PodFacts) -> (Option<&str>, bool) {
     (waiting, restarts)
 }
 
-/// A pod write the upgrade planners cannot see.
-///
-/// One write they could see is skipped on purpose: a pod's *first* not-Ready status.
-/// The kubelet writes it within a second of starting every new pod (`Ready=False`,
-/// ContainersNotReady), so seeing it cost one replan per pod of a rollout. The time in
-/// it is read only to tell a stale status (marked before the node last turned Ready)
-/// from a fresh one. A kubelet writes it on a Ready node, so it is fresh, and plans the
-/// same as no status at all. The node-lifecycle controller writes one only on a node
-/// that is not Ready, whose return replans anyway. A later rewrite of the time (the
-/// kubelet's report after a comeback) is still seen.
+/// A pod write the upgrade planners cannot see. A not-Ready status plans the same
+/// whenever it turned (a returning node's pod is replaced within the budget whether
+/// its status is the kubelet's or the node-lifecycle controller's), so the kubelet's
+/// first not-Ready status of every new pod, and its report after a comeback, replan
+/// nothing.
 pub fn pod_unchanged(before: &impl PodFacts, after: &impl PodFacts) -> bool {
-    let before = PlannedPod::of(before);
-    let mut after = PlannedPod::of(after);
-    if before.not_ready_since.is_none() && before.ready_since.is_none() {
-        after.not_ready_since = None;
-    }
-    before == after
+    PlannedPod::of(before) == PlannedPod::of(after)
 }
 
 /// Whether a pod write the planners can see (see [`pod_unchanged`]) reconciles the
@@ -197,8 +180,8 @@ pub struct NodeTriggerView<'a> {
 ///
 /// Only AdvancedRollingUpdate DaemonSets read nodes (OTA marks pods whatever their
 /// node; unmanaged and invalid ones plan nothing), and a plan reads of a node only its
-/// Ready status and when it turned (a pod status older than the node's return is
-/// stale), and, while it is Ready, whether the DaemonSet places a pod there (labels,
+/// Ready status (the time it turned is compared too: a flap shorter than a watch
+/// round-trip shows only there), and, while it is Ready, whether the DaemonSet places a pod there (labels,
 /// taints) and its labels for `rollgate.io/node-selector`. So a DaemonSet is re-planned
 /// when
 /// - the node appears, goes, or its Ready status or time changes, and the DaemonSet has
@@ -287,7 +270,7 @@ pub fn daemonsets_for_node<N: NodeFacts>(
 /// (not terminating, no deletion of it in flight), up to date, and available at `now`
 /// (so at any later time). The plan counts such a node as done whatever the node
 /// shows: Ready, it is updated; NotReady, it holds no old pod; and it is never a
-/// candidate, unavailable, stale, unplaced, held back or vacated. `current` is `None`
+/// candidate, unavailable, unplaced, held back or vacated. `current` is `None`
 /// while the revision is unknown (then nothing is up to date).
 pub fn serves_current<P: PodFacts>(
     ds: &DaemonSet,
@@ -900,10 +883,10 @@ mod tests {
     }
 
     /// After a cut: the node-lifecycle controller's Ready=False and the kubelet's own
-    /// report once the node is back differ only in when the status turned, and the
-    /// rolling planner reads that (a status older than the node's return is stale).
+    /// report once the node is back differ only in when the status turned, which no
+    /// plan reads: a returning node's pod is replaced within the budget either way.
     #[test]
-    fn a_not_ready_status_rewritten_after_a_comeback_replans() {
+    fn a_not_ready_status_rewritten_after_a_comeback_replans_nothing() {
         let ds = DaemonSetBuilder::new("edge").build();
         let not_ready_since = |since: i64, reason: &str| {
             CachedPod::from(
@@ -923,7 +906,16 @@ mod tests {
         let marked_during_cut = not_ready_since(100, "NodeNotReady");
         let reported_after = not_ready_since(300, "ContainersNotReady");
         let reworded = not_ready_since(100, "ContainersNotReady");
-        assert!(!pod_unchanged(&marked_during_cut, &reported_after));
+        assert!(pod_unchanged(&marked_during_cut, &reported_after));
         assert!(pod_unchanged(&marked_during_cut, &reworded));
+        // Turning Ready does replan: it frees the node.
+        let ready = CachedPod::from(
+            PodBuilder::new("edge-a", &ds)
+                .hash("old")
+                .on_node("n1")
+                .ready_since(at(300))
+                .build(),
+        );
+        assert!(!pod_unchanged(&marked_during_cut, &ready));
     }
 }

@@ -10,7 +10,7 @@ use crate::daemonset::rolling_plan::{Blocker, RollingPlan};
 use crate::names::{
     CURRENT_REVISION_UNKNOWN_EVENT, OLD_PODS_ON_UNPLACED_NODES_EVENT, ROLLOUT_COMPLETE_EVENT,
     ROLLOUT_HELD_BACK_EVENT, ROLLOUT_PAUSED_EVENT, WAITING_FOR_NOT_READY_NODES_EVENT,
-    WAITING_FOR_STALE_STATUS_EVENT, WAVE_STARTED_EVENT,
+    WAVE_STARTED_EVENT,
 };
 
 /// Updates metrics and, when the rollout's state changes, says so in one Event.
@@ -44,9 +44,6 @@ pub(super) fn record_progress(ds: &DaemonSet, ctx: &Context, plan: &RollingPlan)
         }
         Some(Blocker::CurrentRevisionUnknown) => {
             Some((CURRENT_REVISION_UNKNOWN_EVENT, describe(p)))
-        }
-        Some(Blocker::WaitingForStaleStatus { .. }) => {
-            Some((WAITING_FOR_STALE_STATUS_EVENT, describe(p)))
         }
         Some(Blocker::Paused { .. }) => Some((ROLLOUT_PAUSED_EVENT, describe(p))),
         Some(Blocker::HeldBack) => Some((ROLLOUT_HELD_BACK_EVENT, describe(p))),

@@ -130,8 +130,6 @@ pub(super) struct NodeLook<'a> {
     /// `None` for a node without a name (the store has none).
     pub(super) key: Option<NodeKey<'a>>,
     pub(super) ready: bool,
-    /// When its Ready condition last turned.
-    pub(super) ready_since: Option<Timestamp>,
     /// The DaemonSet places a pod there (`placement::should_run_on`).
     pub(super) placed: bool,
 }
@@ -142,7 +140,6 @@ impl<'a> NodeLook<'a> {
         NodeLook {
             key: node.metadata().name.as_deref().map(NodeKey::of),
             ready: condition.is_some_and(|(status, _)| status == "True"),
-            ready_since: condition.and_then(|(_, since)| since).map(|t| t.0),
             placed: should_run_on(daemonset, node),
         }
     }

@@ -24,7 +24,6 @@ use slab::Slab;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::PodSpec;
-use k8s_openapi::jiff::Timestamp;
 
 use crate::daemonset::revision::CurrentRevision;
 use crate::names::POD_NEED_UPGRADE_CONDITION;
@@ -131,7 +130,6 @@ struct KeptNode<N> {
     name: Option<Box<str>>,
     prefix: u128,
     ready: bool,
-    ready_since: Option<Timestamp>,
     placed: bool,
 }
 
@@ -143,7 +141,6 @@ impl<N: NodeFacts> KeptNode<N> {
             name: look.key.map(|key| key.name.into()),
             prefix: look.key.map_or(0, |key| key.prefix),
             ready: look.ready,
-            ready_since: look.ready_since,
             placed: look.placed,
         }
     }
@@ -152,7 +149,6 @@ impl<N: NodeFacts> KeptNode<N> {
         NodeLook {
             key: self.key(),
             ready: self.ready,
-            ready_since: self.ready_since,
             placed: self.placed,
         }
     }

@@ -54,7 +54,8 @@ struct ModelNode {
     state: NodeState,
     /// A `dedicated=edge:NoSchedule` taint (only a tolerate-everything DaemonSet runs here).
     dedicated: bool,
-    /// Ready again for 10 s after a cut (the stale status wait is 30 s).
+    /// Ready again for 10 s after a cut: its pods may still read the status the
+    /// node-lifecycle controller wrote during it (`ModelPod::marked_while_cut`).
     back_recently: bool,
     /// In `vacated_by_us`: rollgate deleted a pod here and saw no available one since.
     replaced_by_us: bool,
@@ -305,7 +306,6 @@ fn to_input(model: &Model) -> OwnedInput {
         vacated_by_us,
         limits: RollingLimits {
             max_deletions_per_plan: model.max_deletions_per_plan,
-            ..RollingLimits::default()
         },
         partition: None,
         node_selector: None,
@@ -336,13 +336,11 @@ struct Oracle {
     unavailable: usize,
     /// Old available pods alone on a Ready node, in node order.
     candidates: Vec<String>,
-    /// Old pods alone on a Ready node, not available, status not stale, on a node not
-    /// counted yet (replacing one spends budget), in node order.
+    /// Old pods alone on a Ready node, not available, on a node not counted yet
+    /// (replacing one spends budget), in node order.
     old_not_available: Vec<String>,
     /// The same on nodes rollgate replaced a pod on: counted already, replaced freely.
     replaced_not_available: Vec<String>,
-    /// Ready nodes whose old pod reads not Ready from before the node came back.
-    stale: Vec<String>,
     /// Pods that may be deleted at all: live, ours, old, on a Ready node.
     deletable: BTreeSet<String>,
     on_skipped_nodes: BTreeSet<String>,
@@ -356,7 +354,6 @@ fn oracle(model: &Model) -> Oracle {
     let mut candidates = Vec::new();
     let mut old_not_available = Vec::new();
     let mut replaced_not_available = Vec::new();
-    let mut stale = Vec::new();
     let mut deletable = BTreeSet::new();
     let mut on_skipped_nodes = BTreeSet::new();
     for (node_index, model_node) in model.nodes.iter().enumerate() {
@@ -414,13 +411,9 @@ fn oracle(model: &Model) -> Oracle {
             [(pod_index, p)] => {
                 let uid = pod_uid(node_index, *pod_index);
                 let ours = model_node.replaced_by_us;
+                // Marked not Ready during a cut or not: the same (`marked_while_cut`).
                 if available(p) {
                     candidates.push(uid);
-                } else if !p.ready && p.marked_while_cut && model_node.back_recently {
-                    stale.push(node_name(node_index));
-                    if ours {
-                        unavailable += 1;
-                    }
                 } else if ours {
                     unavailable += 1;
                     replaced_not_available.push(uid);
@@ -442,7 +435,6 @@ fn oracle(model: &Model) -> Oracle {
         candidates,
         old_not_available,
         replaced_not_available,
-        stale,
         deletable,
         on_skipped_nodes,
     }
@@ -575,8 +567,6 @@ proptest! {
             );
         }
 
-        prop_assert_eq!(&plan.progress.stale_status_nodes, &expected.stale);
-
         // The budget rule: deletions that make one more node unavailable (old pods not
         // available on nodes not counted yet, then candidates) never go beyond what the
         // budget leaves, and go as far as it allows (the plan must make progress).
@@ -654,7 +644,7 @@ fn unseen_writes(pod: &Pod, (bind, ip, containers, n): Noise) -> Pod {
     }
     let ready = conditions.iter().position(|c| c.type_ == "Ready");
     if ready.is_none() && n % 5 == 0 {
-        // A kubelet's first status of a pod it started: fresh (`pod_unchanged`).
+        // A kubelet's first status of a pod it started (`pod_unchanged`).
         conditions.push(PodCondition {
             type_: "Ready".into(),
             status: "False".into(),
@@ -667,13 +657,15 @@ fn unseen_writes(pod: &Pod, (bind, ip, containers, n): Noise) -> Pod {
         if conditions[ready].status == "True" {
             conditions[ready].message = Some(format!("noise {n}"));
         } else {
-            // Not Ready looks the same whether False, Unknown or not written yet; only
-            // when it turned so is read (stale status), so that time stays.
-            let marked_at = conditions[ready].last_transition_time.is_some();
+            // Not Ready looks the same whether False, Unknown or not written yet, and
+            // whenever it turned so.
             match n % 3 {
-                0 if !marked_at => drop(conditions.remove(ready)),
-                0 | 1 => conditions[ready].status = "Unknown".into(),
-                _ => conditions[ready].reason = Some("ContainersNotReady".into()),
+                0 => drop(conditions.remove(ready)),
+                1 => conditions[ready].status = "Unknown".into(),
+                _ => {
+                    conditions[ready].reason = Some("ContainersNotReady".into());
+                    conditions[ready].last_transition_time = Some(Time(at(NOW)));
+                }
             }
         }
     }

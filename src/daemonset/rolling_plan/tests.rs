@@ -1609,63 +1609,57 @@ fn comeback(ds: &DaemonSet, back_for: i64) -> OwnedInput {
     input(ds, &revisions, pods, nodes, MaxUnavailable::Count(3))
 }
 
+/// Issue 46: no wait for the kubelet's report. The returning pods may serve, but their
+/// replacement spends budget like any other, so twelve back at once go three at a time.
 #[test]
-fn pods_marked_not_ready_while_their_node_was_cut_off_are_unknown_until_the_wait_ends() {
+fn pods_marked_not_ready_while_their_node_was_cut_off_are_replaced_at_once_within_the_budget() {
     let (ds, _) = upgrading(0);
-    let plan = plan(&comeback(&ds, 10));
-    // The returning pods are neither replaced nor counted; the rest moves on.
-    assert_eq!(
-        deleted_names(&plan),
-        [
-            ("old-home-01", DeletionReason::RollingUpdate),
-            ("old-home-02", DeletionReason::RollingUpdate),
-            ("old-home-03", DeletionReason::RollingUpdate)
-        ]
-    );
-    assert_eq!(plan.progress.unavailable, 0);
-    assert_eq!(plan.progress.stale_status_nodes.len(), 12);
-    assert_eq!(plan.progress.stale_status_nodes[0], "back-01");
-    // Nothing else wakes the controller when the wait ends.
-    assert_eq!(plan.progress.recheck_after, Some(Duration::from_secs(20)));
+    for back_for in [1, 10, 40] {
+        let plan = plan(&comeback(&ds, back_for));
+        assert_eq!(
+            deleted_names(&plan),
+            [
+                ("old-back-01", DeletionReason::OldPodNotAvailable),
+                ("old-back-02", DeletionReason::OldPodNotAvailable),
+                ("old-back-03", DeletionReason::OldPodNotAvailable)
+            ],
+            "back for {back_for} s"
+        );
+        assert_eq!(plan.progress.unavailable, 0);
+        assert_eq!(
+            plan.progress.blocked,
+            Some(Blocker::BudgetExhausted {
+                unavailable: Vec::new()
+            })
+        );
+        // Nothing to wake up for: the next pod event replans.
+        assert_eq!(plan.progress.recheck_after, None);
+    }
 }
 
 #[test]
-fn after_the_wait_pods_still_not_ready_are_replaced_within_the_budget() {
-    let (ds, _) = upgrading(0);
-    let plan = plan(&comeback(&ds, 40));
-    assert!(plan.progress.stale_status_nodes.is_empty());
-    assert_eq!(
-        deleted_names(&plan),
-        [
-            ("old-back-01", DeletionReason::OldPodNotAvailable),
-            ("old-back-02", DeletionReason::OldPodNotAvailable),
-            ("old-back-03", DeletionReason::OldPodNotAvailable)
-        ]
-    );
-    assert_eq!(plan.progress.recheck_after, None);
-}
-
-#[test]
-fn a_kubelet_report_after_the_comeback_ends_the_wait_for_its_pod() {
+fn a_kubelet_report_after_the_comeback_makes_its_pod_a_candidate_like_any_other() {
     let (ds, _) = upgrading(0);
     let mut case = comeback(&ds, 10);
     // back-01's kubelet reported its pod Ready; back-02's reported it not Ready.
     case.pods[0] = Arc::new(old_available(&ds, "old-back-01", "back-01"));
     case.pods[1] = Arc::new(marked_not_ready(&ds, "old-back-02", "back-02", 5));
-    case.max_unavailable = MaxUnavailable::Count(2);
+    case.max_unavailable = MaxUnavailable::Count(12);
     let plan = plan(&case);
-    assert_eq!(
-        deleted_names(&plan),
-        [
-            ("old-back-02", DeletionReason::OldPodNotAvailable),
-            ("old-back-01", DeletionReason::RollingUpdate)
-        ]
-    );
-    assert_eq!(plan.progress.stale_status_nodes.len(), 10);
+    let deleted = deleted_names(&plan);
+    // The eleven not Ready first, whoever wrote their status, then candidates by name.
+    assert_eq!(deleted.len(), 12);
+    assert!(deleted[..11]
+        .iter()
+        .all(|(name, reason)| name.starts_with("old-back-")
+            && *reason == DeletionReason::OldPodNotAvailable));
+    assert_eq!(deleted[11], ("old-back-01", DeletionReason::RollingUpdate));
 }
 
+/// A lone node back from a cut, with budget free: its pod goes in the first plan after
+/// its return, one pod stop and start from the upgrade.
 #[test]
-fn a_rollout_that_waits_only_on_stale_status_says_so() {
+fn a_lone_returning_node_is_upgraded_in_the_first_plan_after_its_return() {
     let (ds, revisions) = upgrading(0);
     let plan = plan(&input(
         &ds,
@@ -1674,16 +1668,14 @@ fn a_rollout_that_waits_only_on_stale_status_says_so() {
             new_available(&ds, "new-n1", "n1"),
             marked_not_ready(&ds, "old-n2", "n2", 100),
         ],
-        vec![node("n1", true), back_since("n2", 10)],
+        vec![node("n1", true), back_since("n2", 0)],
         MaxUnavailable::Count(1),
     ));
-    assert!(plan.deletions.is_empty());
     assert_eq!(
-        plan.progress.blocked,
-        Some(Blocker::WaitingForStaleStatus {
-            nodes: vec!["n2".into()]
-        })
+        deleted_names(&plan),
+        [("old-n2", DeletionReason::OldPodNotAvailable)]
     );
+    assert_eq!(plan.progress.blocked, None);
 }
 
 #[test]
