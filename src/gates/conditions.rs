@@ -1,9 +1,12 @@
 //! Apply, pod side: the gate condition writes of a plan (in flight together), the flip
 //! latencies of the gates that turn True, and the one write every other path uses.
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, Error};
@@ -11,6 +14,112 @@ use super::model::{gate_condition_type, ConditionWrite, GatePlan, GatePod};
 use super::pods::containers_ready_since;
 use crate::apply::{issue_together, ConditionPatch, Outcome};
 use crate::object::CachedPod;
+
+/// Gate condition writes sent and not answered yet, by pod UID and Service name.
+#[derive(Debug, Default)]
+pub struct WritesInFlight(Mutex<HashSet<(String, String)>>);
+
+impl WritesInFlight {
+    /// The write to this pod's gate of `service`, unless one is in flight already.
+    fn claim(self: &Arc<Self>, uid: &str, service: &str) -> Option<Claim> {
+        let key = (uid.to_string(), service.to_string());
+        let claimed = self.0.lock().unwrap().insert(key.clone());
+        claimed.then(|| Claim {
+            in_flight: self.clone(),
+            key,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+
+    /// Waits until every write is answered, or `limit` has passed (on shutdown: a
+    /// write cut short is planned again by the next leader).
+    pub async fn drained(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// One write in flight; released when dropped, however its task ends.
+struct Claim {
+    in_flight: Arc<WritesInFlight>,
+    key: (String, String),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.in_flight.0.lock().unwrap().remove(&self.key);
+    }
+}
+
+/// The plan's condition writes, sent without waiting for them (issue 46). kube-runtime
+/// runs one reconcile of a Service at a time, so a reconcile that waited for 500 flips
+/// (3 s at this machine's API server rate) held the Service's next look back as long,
+/// and health was read at 0.4/s instead of the fast poll's 2/s: each backend turning
+/// healthy waited for the writes of the ones before it. A pod whose earlier write is
+/// still in flight is left out: that write's pod event, or the next look, plans it
+/// again. A failed write is logged and counted, and brings the Service's next look
+/// forward (`Poller::write_failed`), which writes it again. Returns how many were sent.
+pub fn send_conditions(
+    ctx: &Arc<Context>,
+    service: ObjectRef<Service>,
+    pods: &[(Arc<CachedPod>, GatePod)],
+    decided: &GatePlan,
+    observed_at: Timestamp,
+) -> usize {
+    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
+        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
+    // Gates turning True first: they are what a rollout waits for.
+    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
+    writes.sort_by_key(|w| !w.status);
+    let mut jobs = Vec::with_capacity(writes.len());
+    for write in writes {
+        let Some((pod, view)) = by_uid.get(write.uid.as_str()).copied() else {
+            continue;
+        };
+        if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &service.name) {
+            jobs.push((pod.clone(), view.clone(), write.clone(), claim));
+        }
+    }
+    let sent = jobs.len();
+    if sent == 0 {
+        return 0;
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let namespace = service.namespace.as_deref().unwrap_or_default();
+        // Built in a loop, not a closure over references: the future stays `Send`.
+        let mut calls = Vec::with_capacity(jobs.len());
+        for (pod, view, write, _) in &jobs {
+            calls.push(write_one(
+                &ctx,
+                namespace,
+                &service.name,
+                pod,
+                view,
+                write,
+                observed_at,
+            ));
+        }
+        let failed: Vec<Error> = issue_together(calls)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        // Released before the retry is asked for, so that its plan writes them.
+        drop(jobs);
+        if let Some(first) = failed.first() {
+            tracing::warn!(service = %service.name, namespace, failed = failed.len(), error = %first, "gate condition writes failed; looking again soon to write them again");
+            ctx.metrics.condition_write_errors.inc_by(failed.len() as u64);
+            ctx.poller.write_failed(&service);
+        }
+    });
+    sent
+}
 
 /// The plan's condition writes, in flight together (500 pods turning True in one
 /// reconcile must not wait for each other), each followed by its flip latencies.

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::annotation_events::AnnotationEvents;
 use super::cloud::Cloud;
+use super::conditions::WritesInFlight;
 use super::eni::Placer;
 use super::metrics::GateMetrics;
 use super::poller::{CloudPace, Poller};
@@ -83,6 +84,8 @@ pub struct Context {
     pub orphans: mpsc::UnboundedSender<ObjectRef<CachedPod>>,
     /// The Warnings about annotations rollgate does not act on, said once each.
     pub annotation_events: AnnotationEvents,
+    /// The gate condition writes reconciles left in flight (`conditions::send_conditions`).
+    pub writes_in_flight: Arc<WritesInFlight>,
 }
 
 /// A context for tests: the writer and Events on `client` (a fake API server), `pods`
@@ -129,5 +132,6 @@ pub fn test_context(
         settings,
         orphans: mpsc::unbounded_channel().0,
         annotation_events: AnnotationEvents::default(),
+        writes_in_flight: Default::default(),
     }
 }

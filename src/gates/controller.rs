@@ -34,6 +34,10 @@ use crate::watch::{applied, applied_unless, Watches};
 
 pub use super::context::{Error, GateSettings};
 
+/// How long shutdown waits for gate writes still in flight: 500 of them take about 3 s
+/// on a small API server.
+const WRITES_DRAIN_ON_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Subscribes to the shared Service and pod stores and returns the controller, ready
 /// to be driven. The watches must include the Services (`ServiceWatch::On`).
 pub fn start(
@@ -74,6 +78,7 @@ pub fn start(
         settings: settings.clone(),
         orphans: orphan_tx.clone(),
         annotation_events: Default::default(),
+        writes_in_flight: Default::default(),
     });
 
     // Pod events map to the Services they concern (`triggers`). Gates naming a
@@ -155,7 +160,10 @@ pub fn start(
         leadership,
         shutdown,
     );
+    let writes_in_flight = ctx.writes_in_flight.clone();
     async move {
         tokio::join!(run.drive(controller, reconcile::reconcile, ctx), orphans);
+        // The reconciles are done; the gate writes they left in flight get a moment.
+        writes_in_flight.drained(WRITES_DRAIN_ON_SHUTDOWN).await;
     }
 }

@@ -82,6 +82,9 @@ pub struct GateMetrics {
     /// `gates_pending` by the reason on each gate (a dashboard's "pending by reason").
     pub pending_by_reason: Family<ReasonLabels, Gauge>,
     pub reconcile_errors: ErrorCounter,
+    /// Gate condition writes that failed after their reconcile had ended (they are sent
+    /// without waiting: `conditions::send_conditions`); each brings a look forward.
+    pub condition_write_errors: Counter,
     /// Looks due and not granted yet, by priority (the cloud-call scheduler's queue).
     pub scheduler_waiting: Family<PriorityLabels, Gauge>,
     /// How long the Service waiting longest for a look has been due.
@@ -108,6 +111,7 @@ impl GateMetrics {
             gates_pending: Family::default(),
             pending_by_reason: Family::default(),
             reconcile_errors: Family::default(),
+            condition_write_errors: Counter::default(),
             scheduler_waiting: Family::default(),
             scheduler_oldest_wait: Gauge::default(),
             scheduler_queued_reconciles: Gauge::default(),
@@ -147,6 +151,11 @@ impl GateMetrics {
                 "reconcile_errors",
                 "Failed reconciles by kind",
                 m.reconcile_errors.clone(),
+            );
+            r.register(
+                "condition_write_errors",
+                "Gate condition writes that failed (sent without waiting for them; the Service is looked at again soon to write them again)",
+                m.condition_write_errors.clone(),
             );
             r.register(
                 "scheduler_waiting",

@@ -21,7 +21,7 @@ use super::annotations::drain_time;
 use super::attached::apply::follow_attached_move;
 use super::cleanup;
 use super::cloud;
-use super::conditions::write_conditions;
+use super::conditions::{send_conditions, write_conditions};
 use super::context::{Context, Error, EVENT_ACTION};
 use super::eni;
 use super::lb_spec::{adopt_former_groups, lb_spec};
@@ -316,12 +316,13 @@ async fn look(
     Ok(look)
 }
 
-/// Sends the plan's backend changes, then writes the gate conditions. A failed change
-/// (a failed NLB job too) holds every gate that is not True yet with the error
-/// (`decided` is re-planned on it), and is returned so the reconcile is retried.
+/// Sends the plan's backend changes, then the gate conditions, without waiting for
+/// those (`send_conditions`). A failed change (a failed NLB job too) holds every gate
+/// that is not True yet with the error (`decided` is re-planned on it), and is returned
+/// so the reconcile is retried.
 async fn apply(
     service: &ServiceSnapshot,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     product: Product,
     look: &Look,
     input: &PlanInput<'_>,
@@ -343,9 +344,7 @@ async fn apply(
         })
         .conditions;
     }
-    let facts = &service.facts;
-    let (ns, name) = (&facts.namespace, &facts.name);
-    write_conditions(ctx, ns, name, &look.pods, decided, look.observed_at).await?;
+    send_conditions(ctx, service.key(), &look.pods, decided, look.observed_at);
     Ok(apply_error)
 }
 

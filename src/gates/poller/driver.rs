@@ -94,6 +94,14 @@ impl Poller {
         self.schedule.lock().unwrap().granted(service)
     }
 
+    /// See [`Schedule::write_failed`].
+    pub fn write_failed(&self, service: &ObjectRef<Service>) {
+        self.schedule
+            .lock()
+            .unwrap()
+            .write_failed(service, Instant::now());
+    }
+
     pub fn forget(&self, service: &ObjectRef<Service>) {
         self.schedule.lock().unwrap().forget(service);
     }

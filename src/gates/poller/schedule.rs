@@ -203,6 +203,18 @@ impl Schedule {
         self.prepaid[p] = self.prepaid[p].min(outstanding);
     }
 
+    /// Gate writes a reconcile left in flight failed: the Service's next look comes at
+    /// the fast interval after `now` at the latest, first of its class, so its plan
+    /// writes them again (no write is queued here: the reconcile makes them).
+    pub fn write_failed(&mut self, service: &ObjectRef<Service>, now: Instant) {
+        let fast = self.fast;
+        if let Some(entry) = self.entries.get_mut(service) {
+            entry.priority = Priority::Pending;
+            entry.interval = fast;
+            entry.due = entry.due.min(now + fast);
+        }
+    }
+
     pub fn forget(&mut self, service: &ObjectRef<Service>) {
         self.entries.remove(service);
         self.queued.remove(service);

@@ -144,6 +144,25 @@ fn a_grant_made_while_a_reconcile_ran_outlives_that_reconcile() {
     assert!(!s.granted(&key("p")));
 }
 
+#[test]
+fn a_failed_write_brings_a_settled_services_look_forward_to_the_fast_interval() {
+    let start = Instant::now();
+    let mut s = schedule(10.0, start);
+    look(&mut s, "s", Priority::Settled, start);
+    assert!(s.grant(start + 600 * MS).is_empty(), "settled: due in 10 s");
+    s.write_failed(&key("s"), start + 600 * MS);
+    assert!(s.grant(start + 1_000 * MS).is_empty());
+    let grants = s.grant(start + 1_100 * MS);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].service, key("s"));
+    // Never later than it was due already, and nothing for a Service not polled.
+    look(&mut s, "p", Priority::Pending, start + 2_000 * MS);
+    s.write_failed(&key("p"), start + 2_400 * MS);
+    assert_eq!(s.grant(start + 2_500 * MS).len(), 1);
+    s.write_failed(&key("unknown"), start);
+    assert!(!s.granted(&key("unknown")));
+}
+
 /// `n` settled CLB Services of one listener, `s0`.., looked at at `at`.
 fn settled(s: &mut Schedule, n: usize, at: Instant) {
     for i in 0..n {
