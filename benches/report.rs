@@ -253,6 +253,24 @@ fn table(r: &Results, plots: &Result<Vec<PathBuf>, String>) -> String {
                 " s",
                 Some((2.0, true)),
             ),
+            (
+                "gates.flip_floor_p50_s",
+                "flip latency p50, the cluster's write-rate floor",
+                " s",
+                None,
+            ),
+            (
+                "gates.flip_floor_p99_s",
+                "flip latency p99, the cluster's write-rate floor",
+                " s",
+                None,
+            ),
+            (
+                "gates.health_polls_per_s",
+                "health polls per second",
+                "",
+                None,
+            ),
             ("gates.mutating_calls", "mutating cloud calls", "", None),
             (
                 "gates.min_healthy_with_gates",

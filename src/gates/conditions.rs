@@ -114,7 +114,9 @@ pub fn send_conditions(
         drop(jobs);
         if let Some(first) = failed.first() {
             tracing::warn!(service = %service.name, namespace, failed = failed.len(), error = %first, "gate condition writes failed; looking again soon to write them again");
-            ctx.metrics.condition_write_errors.inc_by(failed.len() as u64);
+            ctx.metrics
+                .condition_write_errors
+                .inc_by(failed.len() as u64);
             ctx.poller.write_failed(&service);
         }
     });
