@@ -1,8 +1,9 @@
 //! What one pod and one node cost in the shared cache, counted allocation by allocation
-//! (issue 10). No cluster needed: the objects are shaped like the ones kwok and
-//! kube-controller-manager make for a DaemonSet on a Ready node. A regression here (a
-//! field kept that no controller reads, an inline struct grown) shows at once, without
-//! the noise of a resident-memory measurement.
+//! (issues 10 and 46). No cluster needed: the objects are shaped like the ones kwok and
+//! kube-controller-manager make for a DaemonSet on a Ready node, and like a mesh-injected
+//! Deployment's pod. A regression here (a field kept that no controller reads, an inline
+//! struct grown, a shared value no longer shared) shows at once, without the noise of a
+//! resident-memory measurement.
 #[path = "support/heap.rs"]
 mod heap;
 
@@ -12,14 +13,19 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::ObjectRef;
 use rollgate::object::{CachedNode, CachedPod};
 
-/// Bytes a cached Running DaemonSet pod may cost: the object, its heap, its store key
-/// and slot. Measured 2026-11-30: 2,336 B (1,848 B while Pending; the API object is
-/// 18,016 B). Most of it is `ObjectMeta` (360 B inline, kept so the store takes it as a
-/// `kube::Resource`) and the labels' B-tree node (544 B for any label count up to 11).
-const POD_CEILING: usize = 3_000;
+/// Bytes a cached Running DaemonSet pod may cost, weighed as one of a fleet
+/// (`fleet_cost`): the object, its heap, its store key and slot, and its share of what
+/// pods share. Issue 46: at most 1.5 KiB, so 200,000 pods (10,000 nodes x 20
+/// DaemonSets) fit in 320 MB. Measured 2026-12-06: 1,509 B (1,374 B while Pending;
+/// 2,495 B for a pod alone, which pays for everything it would share; the API object is
+/// 18,016 B); 2,098 B before pods shared (2,040 B alone). Most of it is the pod's own
+/// `ObjectMeta` (360 B inline) and labels' B-tree node (544 B for any label count up
+/// to 11), and the store key's copies of name, namespace, UID and resourceVersion.
+const POD_CEILING: usize = 1_536;
 /// The same for a Running Deployment pod of three containers and an init container
-/// (`realistic_pod`).
-const REALISTIC_POD_CEILING: usize = 4_000;
+/// (`realistic_pod`): measured 2026-12-06: 1,496 B (47,277 B as the API object); 2,692 B
+/// before pods shared.
+const REALISTIC_POD_CEILING: usize = 1_536;
 /// The same for a cached Ready node: measured 1,567 B (5,313 B as the API object), most
 /// of it the nine labels a node carries.
 const NODE_CEILING: usize = 2_000;

@@ -5,14 +5,23 @@
 //! Why a type of its own: `k8s_openapi`'s `Pod` is 2.4 kB before a single field is set
 //! (its `PodSpec` alone is 1.5 kB, each `Container` 2.3 kB), so pruning fields to `None`
 //! leaves most of the memory in place. At 10,000 pods that was 9 kB per pod. A
-//! `CachedPod` holds only what a controller reads, in boxed slices and boxed strings,
-//! and spells the common condition strings without an allocation.
+//! `CachedPod` holds only what a controller reads, and what pods have in common (node
+//! names, containers, owners, container statuses, condition strings) once per process
+//! ([`Shared`]): a pointer each.
+//!
+//! What a pod costs in the store, its key and slot included (`tests/cache_cost.rs`, a
+//! pod among 1,000; 2026-12-06): 1,509 B a Running DaemonSet pod, 1,496 B a Running
+//! Deployment pod of three containers and an init container (2,098 B and 2,692 B
+//! before). Most of what is left is the pod's own: `ObjectMeta` (360 B inline, kept so
+//! the store takes it as a `kube::Resource` and planners read `metadata()`), the
+//! labels' B-tree node (544 B for up to 11 labels, a map because the gates read it as
+//! one), the store key's copies of name, namespace, UID and resourceVersion, and two
+//! conditions with their transition times.
 //!
 //! The store holds *every* pod (a readiness-gate controller needs Deployment pods too),
 //! so each controller picks its own pods, e.g. by controller owner reference.
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
-use std::ops::Deref;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -242,15 +251,16 @@ pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> 
 /// `metadata` keeps name, namespace, UID, resourceVersion, labels (Service selectors,
 /// revision hashes), creation and deletion timestamps and the deletion grace period;
 /// annotations, finalizers, generateName and managedFields are dropped, and the owner
-/// references are kept apart (`owner_references`, shared by the pods of one workload):
-/// read them with [`PodFacts::owner_references`], never from `metadata`.
+/// references are kept apart (in `workload`, shared by the pods of one workload): read
+/// them with [`PodFacts::owner_references`], never from `metadata`.
 /// Conditions are kept only of the types some controller reads (`condition_is_read`):
 /// a reader of another type must add it there.
 ///
 /// What pods have in common is [`Shared`]: one copy per process of each node name,
-/// owner list, container list (names, images, ports), container status list (in a
-/// healthy fleet, the same for every pod of a revision), readiness gates, pull secrets,
-/// service account, phase and condition string. A pod pays a pointer for each.
+/// container list (names, images, ports), container status list (in a healthy fleet,
+/// the same for every pod of a revision), readiness gates, [`FromWorkload`] (owners,
+/// service account, pull secrets), phase and condition string. A pod pays a pointer
+/// for each.
 ///
 /// It is a `kube::Resource` of kind Pod, so reflector stores and controllers take it as
 /// they take a `Pod`. Its serde form is its own (camelCase fields), not a v1 Pod.
@@ -258,12 +268,10 @@ pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> 
 #[serde(rename_all = "camelCase")]
 pub struct CachedPod {
     pub metadata: ObjectMeta,
-    pub owner_references: Shared<Owners>,
+    pub workload: Shared<FromWorkload>,
     pub node_name: Option<Atom>,
     /// See [`PodFacts::affinity_node`]; only kept while `node_name` is unset.
     pub affinity_node: Option<Atom>,
-    pub service_account_name: Option<Atom>,
-    pub image_pull_secrets: Shared<Box<[Box<str>]>>,
     pub readiness_gates: Shared<Box<[Box<str>]>>,
     pub containers: Shared<Box<[CachedContainer]>>,
     pub container_readiness: Shared<Box<[ContainerReadiness]>>,
@@ -278,17 +286,23 @@ pub struct CachedPod {
     pub eci_instance_id: Option<Box<str>>,
 }
 
-/// A pod's owner references (`k8s_openapi`'s type has no `Hash`, which a [`Shared`]
-/// value needs).
+/// What the pods of one workload carry alike and no editor of a cached pod changes, held
+/// behind one pointer for the three.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Owners(pub Box<[OwnerReference]>);
+#[serde(rename_all = "camelCase")]
+pub struct FromWorkload {
+    pub owner_references: Box<[OwnerReference]>,
+    pub service_account_name: Option<Box<str>>,
+    pub image_pull_secrets: Box<[Box<str>]>,
+}
 
-impl Eq for Owners {}
+/// `OwnerReference` is plain strings and flags, so its `PartialEq` is an equivalence.
+impl Eq for FromWorkload {}
 
-impl Hash for Owners {
+/// By hand: `k8s_openapi`'s `OwnerReference` has no `Hash`.
+impl Hash for FromWorkload {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        for owner in &self.0 {
+        for owner in &self.owner_references {
             owner.api_version.hash(state);
             owner.kind.hash(state);
             owner.name.hash(state);
@@ -296,13 +310,8 @@ impl Hash for Owners {
             owner.controller.hash(state);
             owner.block_owner_deletion.hash(state);
         }
-    }
-}
-
-impl Deref for Owners {
-    type Target = [OwnerReference];
-    fn deref(&self) -> &[OwnerReference] {
-        &self.0
+        self.service_account_name.hash(state);
+        self.image_pull_secrets.hash(state);
     }
 }
 
@@ -333,7 +342,11 @@ pub struct ContainerReadiness {
     pub restart_count: i32,
 }
 
-intern!(Owners, Box<[CachedContainer]>, Box<[ContainerReadiness]>);
+intern!(
+    FromWorkload,
+    Box<[CachedContainer]>,
+    Box<[ContainerReadiness]>
+);
 
 /// A pod condition without `lastProbeTime` and `observedGeneration` (nothing reads them).
 /// Its strings are [`Atom`]s: a handful of values across the fleet.
@@ -348,19 +361,27 @@ pub struct CachedCondition {
     pub last_transition_time: Option<Time>,
 }
 
-/// Whether some controller reads pod conditions of this type: `Ready` (the planners),
-/// `ContainersReady` (the gates), rollgate's own `PodNeedUpgrade` and `PodImageReady`,
-/// and readiness gates (the pod's own, and any of the gates' prefix, which the gates
-/// controller also reads on pods that no longer list it). Nothing reads the others a
-/// kubelet writes (`PodScheduled`, `Initialized`, `PodReadyToStartContainers`,
-/// `DisruptionTarget`...): about 110 bytes each per cached pod (issue 25: the owner
-/// index is paid for with them).
-fn condition_is_read(type_: &str, readiness_gates: &[Box<str>]) -> bool {
-    matches!(
-        type_,
-        "Ready" | "ContainersReady" | POD_NEED_UPGRADE_CONDITION | POD_IMAGE_READY_CONDITION
-    ) || type_.starts_with(GATE_PREFIX)
-        || readiness_gates.iter().any(|gate| &**gate == type_)
+/// Whether some controller reads pod conditions of this type: `Ready` of a DaemonSet's
+/// pod (the DaemonSet planners and triggers, which read no other pods),
+/// `ContainersReady` (the gates, of any pod a Service selects), rollgate's own
+/// `PodNeedUpgrade` and `PodImageReady`, and readiness gates (the pod's own, and any of
+/// the gates' prefix, which the gates controller also reads on pods that no longer list
+/// it). Nothing reads the others a kubelet writes (`PodScheduled`, `Initialized`,
+/// `PodReadyToStartContainers`, `DisruptionTarget`...), nor `Ready` of a Deployment's
+/// or a Job's pod: 56 bytes each per cached pod (issue 25: the owner index is paid for
+/// with them; issue 46: a pod within 1.5 KiB).
+fn condition_is_read(type_: &str, readiness_gates: &[Box<str>], of_daemonset: bool) -> bool {
+    match type_ {
+        "Ready" => of_daemonset,
+        "ContainersReady" | POD_NEED_UPGRADE_CONDITION | POD_IMAGE_READY_CONDITION => true,
+        _ => type_.starts_with(GATE_PREFIX) || readiness_gates.iter().any(|gate| &**gate == type_),
+    }
+}
+
+/// Whether a DaemonSet owns the pod: any owner reference of that kind, controller or
+/// not, so that `Ready` is kept of every pod a DaemonSet reader could look at.
+fn owned_by_a_daemonset(owners: &[OwnerReference]) -> bool {
+    owners.iter().any(|owner| owner.kind == "DaemonSet")
 }
 
 fn boxed(s: String) -> Box<str> {
@@ -398,14 +419,19 @@ impl From<Pod> for CachedPod {
             Some(_) => None,
             None => pod.affinity_node().map(Atom::from),
         };
-        let owner_references = Shared::new(Owners(
-            pod.metadata
-                .owner_references
-                .take()
-                .unwrap_or_default()
-                .into_boxed_slice(),
-        ));
+        let owners = pod.metadata.owner_references.take().unwrap_or_default();
+        let of_daemonset = owned_by_a_daemonset(&owners);
         let spec = pod.spec.unwrap_or_default();
+        let workload = Shared::new(FromWorkload {
+            owner_references: owners.into_boxed_slice(),
+            service_account_name: spec.service_account_name.map(boxed),
+            image_pull_secrets: spec
+                .image_pull_secrets
+                .into_iter()
+                .flatten()
+                .map(|s| boxed(s.name))
+                .collect(),
+        });
         let status = pod.status.unwrap_or_default();
         let readiness_gates: Shared<Box<[Box<str>]>> = spec
             .readiness_gates
@@ -420,16 +446,9 @@ impl From<Pod> for CachedPod {
         CachedPod {
             eci_instance_id,
             metadata: pod_meta(pod.metadata),
-            owner_references,
+            workload,
             node_name: spec.node_name.filter(|n| !n.is_empty()).map(Atom::from),
             affinity_node,
-            service_account_name: spec.service_account_name.map(Atom::from),
-            image_pull_secrets: spec
-                .image_pull_secrets
-                .into_iter()
-                .flatten()
-                .map(|s| boxed(s.name))
-                .collect(),
             containers: spec
                 .containers
                 .into_iter()
@@ -467,7 +486,7 @@ impl From<Pod> for CachedPod {
                 .conditions
                 .into_iter()
                 .flatten()
-                .filter(|c| condition_is_read(&c.type_, &readiness_gates))
+                .filter(|c| condition_is_read(&c.type_, &readiness_gates, of_daemonset))
                 .map(|c| CachedCondition {
                     type_: c.type_.into(),
                     status: c.status.into(),
@@ -515,7 +534,7 @@ impl PodFacts for CachedPod {
         &self.metadata
     }
     fn owner_references(&self) -> &[OwnerReference] {
-        &self.owner_references
+        &self.workload.owner_references
     }
     fn node_name(&self) -> Option<&str> {
         self.node_name.as_ref().map(Atom::as_str)
@@ -524,10 +543,10 @@ impl PodFacts for CachedPod {
         self.affinity_node.as_ref().map(Atom::as_str)
     }
     fn service_account_name(&self) -> Option<&str> {
-        self.service_account_name.as_ref().map(Atom::as_str)
+        self.workload.service_account_name.as_deref()
     }
     fn image_pull_secrets(&self) -> impl Iterator<Item = &str> {
-        self.image_pull_secrets.iter().map(|s| &**s)
+        self.workload.image_pull_secrets.iter().map(|s| &**s)
     }
     fn readiness_gates(&self) -> impl Iterator<Item = &str> {
         self.readiness_gates.iter().map(|s| &**s)
@@ -770,9 +789,18 @@ mod tests {
         })
     }
 
+    /// `kubelet_pod` as a DaemonSet's: every condition it carries is one a reader asks for.
+    fn daemonset_kubelet_pod() -> Pod {
+        let mut pod = kubelet_pod();
+        let owner = &mut pod.metadata.owner_references.as_mut().unwrap()[0];
+        owner.kind = "DaemonSet".into();
+        owner.name = "web".into();
+        pod
+    }
+
     #[test]
     fn a_cached_pod_answers_every_fact_as_the_full_pod_does() {
-        let full = kubelet_pod();
+        let full = daemonset_kubelet_pod();
         let cached = CachedPod::from(full.clone());
         let mut expected = facts(&full);
         // The metadata the cache drops on purpose.
@@ -800,10 +828,11 @@ mod tests {
     }
 
     /// The conditions a kubelet writes that nobody reads are not kept; every type a
-    /// controller reads is, with the pod's own readiness gates.
+    /// controller reads is, with the pod's own readiness gates. `Ready` is read only of
+    /// a DaemonSet's pods.
     #[test]
     fn only_conditions_some_reader_asks_for_are_kept() {
-        let mut full = kubelet_pod();
+        let mut full = daemonset_kubelet_pod();
         let spec = full.spec.as_mut().unwrap();
         spec.readiness_gates.get_or_insert_default().push(
             k8s_openapi::api::core::v1::PodReadinessGate {
@@ -832,20 +861,25 @@ mod tests {
                 ..Default::default()
             });
         }
-        let cached = CachedPod::from(full);
-        let kept: Vec<&str> = cached.conditions().map(|c| c.type_).collect();
+        let mut of_replica_set = full.clone();
+        of_replica_set.metadata.owner_references.as_mut().unwrap()[0].kind = "ReplicaSet".into();
+        let kept_types = |pod: Pod| -> Vec<String> {
+            let cached = CachedPod::from(pod);
+            cached.conditions().map(|c| c.type_.to_string()).collect()
+        };
+        let read_of_any_pod = [
+            "service.readiness.alibabacloud.com/web",
+            "ContainersReady",
+            POD_NEED_UPGRADE_CONDITION,
+            POD_IMAGE_READY_CONDITION,
+            "example.com/own-gate",
+            "service.readiness.alibabacloud.com/gone",
+        ];
         assert_eq!(
-            kept,
-            [
-                "Ready",
-                "service.readiness.alibabacloud.com/web",
-                "ContainersReady",
-                POD_NEED_UPGRADE_CONDITION,
-                POD_IMAGE_READY_CONDITION,
-                "example.com/own-gate",
-                "service.readiness.alibabacloud.com/gone",
-            ]
+            kept_types(full),
+            [&["Ready"][..], &read_of_any_pod].concat()
         );
+        assert_eq!(kept_types(of_replica_set), read_of_any_pod);
     }
 
     /// Two pods of one workload on one node share everything but their own name, UID,
@@ -858,10 +892,7 @@ mod tests {
         other.metadata.uid = Some("u2".into());
         other.status.as_mut().unwrap().pod_ip = Some("10.0.0.2".into());
         let second = CachedPod::from(other);
-        assert!(Shared::ptr_eq(
-            &first.owner_references,
-            &second.owner_references
-        ));
+        assert!(Shared::ptr_eq(&first.workload, &second.workload));
         assert!(Shared::ptr_eq(&first.containers, &second.containers));
         assert!(Shared::ptr_eq(
             &first.container_readiness,
@@ -877,9 +908,9 @@ mod tests {
         };
         assert!(same(&first.node_name, &second.node_name));
         assert!(same(&first.phase, &second.phase));
-        let ready = (&first.conditions[0], &second.conditions[0]);
-        assert!(Shared::ptr_eq(&ready.0.type_, &ready.1.type_));
-        assert!(same(&ready.0.reason, &ready.1.reason));
+        let gate = (&first.conditions[0], &second.conditions[0]);
+        assert!(Shared::ptr_eq(&gate.0.type_, &gate.1.type_));
+        assert!(same(&gate.0.reason, &gate.1.reason));
         assert_eq!(second.pod_name(), "web-2");
         assert_eq!(second.pod_ip(), Some("10.0.0.2"));
     }
