@@ -30,15 +30,15 @@ use k8s_openapi::NamespaceResourceScope;
 use serde::{Deserialize, Serialize};
 
 use super::meta::{controller_of, label};
-use super::shared::{Atom, Shared};
-use crate::intern;
+use super::shared::{intern, Atom, Shared};
 use crate::names::{
     GATE_PREFIX, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
     PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
 };
 
-/// A string that is usually one of a few well-known values (condition types and
-/// statuses, phases, protocols): those cost no allocation.
+/// A string that is usually one of a few well-known values (protocols, waiting reasons,
+/// a node's Ready status): those cost no allocation. A cached pod's condition strings
+/// and phase are [`Atom`]s instead: one copy per process of any value.
 pub type Text = Cow<'static, str>;
 
 /// Values common enough in pod status to be worth spelling once per process.

@@ -11,10 +11,11 @@
 //! then it sweeps the values only the pool holds. So the pool never holds more than about
 //! twice what pods share, without a timer and without a lock on every drop.
 //!
-//! Why not a crate: the interners at hand keep strings forever (node names and images
-//! come and go) or hold strings only; this one is a `HashSet` of `Arc`s behind a mutex,
-//! taken once per converted value. Pods are converted on the one task that drains the
-//! pod watch, so the mutex is not contended.
+//! Why not a crate: none is in the dependency tree, and the usual interners keep what
+//! they intern forever (node names and images come and go) or intern strings only,
+//! where here whole container lists are shared. This one is a `HashSet` of `Arc`s
+//! behind a mutex, taken once per converted value; pods are converted on the one task
+//! that drains the pod watch, so the mutex is not contended.
 use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -31,13 +32,12 @@ pub struct Shared<T: Intern>(Arc<T>);
 /// A string kept once per process (node names, condition types, statuses and reasons).
 pub type Atom = Shared<Box<str>>;
 
-/// A type with a pool of its own. Implement with [`intern!`](crate::intern).
+/// A type with a pool of its own. Implement with `intern!`.
 pub trait Intern: Hash + Eq + Sized + Send + Sync + 'static {
     fn pool() -> &'static Pool<Self>;
 }
 
 /// Declares the pool of a type: `intern!(Box<[Thing]>);` makes `Shared<Box<[Thing]>>`.
-#[macro_export]
 macro_rules! intern {
     ($($ty:ty),* $(,)?) => {$(
         impl $crate::object::shared::Intern for $ty {
@@ -49,6 +49,7 @@ macro_rules! intern {
         }
     )*};
 }
+pub(crate) use intern;
 
 intern!(Box<str>, Box<[Box<str>]>);
 
