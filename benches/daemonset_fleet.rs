@@ -77,7 +77,7 @@ use rollgate::daemonset::triggers::{daemonsets_for_node, pod_unchanged, NodeTrig
 use rollgate::names::{
     CONTROLLER_REVISION_HASH_LABEL, MAX_UNAVAILABLE_ANNOTATION, UPDATE_STRATEGY_ANNOTATION,
 };
-use rollgate::object::pod::{text, CachedCondition};
+use rollgate::object::pod::CachedCondition;
 use rollgate::object::{CachedNode, CachedPod, NodeFacts};
 use rollgate::watch::fanout::Fanout;
 use rollgate::watch::{PodsByOwner, Stores};
@@ -562,10 +562,10 @@ fn cached(pod: Pod, lookup: PodLookup) -> CachedPod {
         cached.conditions = all
             .into_iter()
             .map(|c| CachedCondition {
-                type_: text(c.type_),
-                status: text(c.status),
-                reason: c.reason.map(text),
-                message: c.message.map(String::into_boxed_str),
+                type_: c.type_.into(),
+                status: c.status.into(),
+                reason: c.reason.map(Into::into),
+                message: c.message.map(Into::into),
                 last_transition_time: c.last_transition_time,
             })
             .collect();

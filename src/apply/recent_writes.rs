@@ -143,6 +143,11 @@ impl RecentWrites {
         }
     }
 
+    /// The value last written to `key` of the object `uid`, while remembered.
+    pub fn last_value(&self, uid: &str, key: &str) -> Option<&Value> {
+        Some(&self.written.get(uid)?.get(key)?.value)
+    }
+
     /// What was remembered of `key` of the object no longer holds (not written, or
     /// refused).
     pub fn forget(&mut self, uid: &str, key: &str) {

@@ -228,6 +228,14 @@ impl Writer {
         )
     }
 
+    /// The status (`True`) of rollgate's last condition write of type `key` to the
+    /// object with this UID, while remembered (`super::recent_writes`).
+    pub fn last_written_status(&self, uid: &str, key: &str) -> Option<bool> {
+        let recent = self.recent.lock().unwrap();
+        let value = recent.last_value(uid, key)?;
+        Some(value["status"].as_str()? == "True")
+    }
+
     /// Drops what is remembered of the object with this UID (it is gone).
     pub fn forget_object(&self, uid: &str) {
         self.recent.lock().unwrap().forget_object(uid);

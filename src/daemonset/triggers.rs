@@ -25,7 +25,7 @@ use crate::names::{
     CONTROLLER_REVISION_HASH_LABEL, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION,
     POD_TEMPLATE_GENERATION_LABEL,
 };
-use crate::object::{controller_uid, ConditionView, NodeFacts, PodFacts};
+use crate::object::{ConditionView, NodeFacts, PodFacts};
 use crate::watch::PodsByOwner;
 
 /// Everything the upgrade planners (`rolling_plan`, `ota_plan`, `expectations`) read of
@@ -60,7 +60,7 @@ impl<'a> PlannedPod<'a> {
             namespace: pod.pod_namespace(),
             name: pod.pod_name(),
             uid: pod.pod_uid(),
-            controller: controller_uid(pod.metadata()),
+            controller: pod.controller_uid(),
             node: pod.node_or_affinity_node(),
             terminating: pod.is_terminating(),
             revision_hash: pod.label(CONTROLLER_REVISION_HASH_LABEL),
@@ -114,10 +114,8 @@ pub fn pod_replans_owner(
     pod: &impl PodFacts,
     owner: &dyn Fn(&str) -> Option<Arc<DaemonSet>>,
 ) -> bool {
-    pod.metadata()
-        .owner_references
+    pod.owner_references()
         .iter()
-        .flatten()
         .filter(|r| r.kind == "DaemonSet" && r.api_version == "apps/v1")
         .filter_map(|r| owner(&r.name))
         .any(|ds| match policy_for(&ds) {

@@ -8,22 +8,38 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use super::context::{Context, Error};
 use super::model::{gate_condition_type, ConditionWrite, GatePlan, GatePod};
 use super::pods::containers_ready_since;
-use crate::apply::{issue_together, ConditionPatch, Outcome};
+use crate::apply::{issue_together, ConditionPatch, Outcome, CALLS_IN_FLIGHT};
 use crate::object::CachedPod;
 
-/// Gate condition writes sent and not answered yet, by pod UID and Service name.
-#[derive(Debug, Default)]
-pub struct WritesInFlight(Mutex<HashSet<(String, String)>>);
+/// Gate condition writes sent and not answered yet, by pod UID and Service name, and
+/// the slots they take turns in: `CALLS_IN_FLIGHT` at once in all, however many
+/// reconciles left writes in flight, so that overlapping batches do not crowd the API
+/// server that every flip waits on.
+#[derive(Debug)]
+pub struct WritesInFlight {
+    claimed: Mutex<HashSet<(String, String)>>,
+    slots: Semaphore,
+}
+
+impl Default for WritesInFlight {
+    fn default() -> Self {
+        WritesInFlight {
+            claimed: Mutex::default(),
+            slots: Semaphore::new(CALLS_IN_FLIGHT),
+        }
+    }
+}
 
 impl WritesInFlight {
     /// The write to this pod's gate of `service`, unless one is in flight already.
     fn claim(self: &Arc<Self>, uid: &str, service: &str) -> Option<Claim> {
         let key = (uid.to_string(), service.to_string());
-        let claimed = self.0.lock().unwrap().insert(key.clone());
+        let claimed = self.claimed.lock().unwrap().insert(key.clone());
         claimed.then(|| Claim {
             in_flight: self.clone(),
             key,
@@ -31,7 +47,7 @@ impl WritesInFlight {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.lock().unwrap().is_empty()
+        self.claimed.lock().unwrap().is_empty()
     }
 
     /// Waits until every write is answered, or `limit` has passed (on shutdown: a
@@ -52,7 +68,7 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.in_flight.0.lock().unwrap().remove(&self.key);
+        self.in_flight.claimed.lock().unwrap().remove(&self.key);
     }
 }
 
@@ -95,15 +111,12 @@ pub fn send_conditions(
         // Built in a loop, not a closure over references: the future stays `Send`.
         let mut calls = Vec::with_capacity(jobs.len());
         for (pod, view, write, _) in &jobs {
-            calls.push(write_one(
-                &ctx,
-                namespace,
-                &service.name,
-                pod,
-                view,
-                write,
-                observed_at,
-            ));
+            let (ctx, service) = (&ctx, &service.name);
+            calls.push(async move {
+                // Never closed, so a permit always comes.
+                let _slot = ctx.writes_in_flight.slots.acquire().await;
+                write_one(ctx, namespace, service, pod, view, write, observed_at).await
+            });
         }
         let failed: Vec<Error> = issue_together(calls)
             .await

@@ -89,6 +89,7 @@ pub fn start(
     let services_for_deletions = services.clone();
     let services_for_poller = services.clone();
     let writer = ctx.writer.clone();
+    let echo_writer = ctx.writer.clone();
     let (queued_by_service, queued_by_deletion, queued_by_change) =
         (poller.clone(), poller.clone(), poller.clone());
     let service_changes = applied(watches.service_changes()).inspect(move |service| {
@@ -105,10 +106,14 @@ pub fn start(
                 .for_each(|r| queued_by_deletion.reconcile_queued(r.clone()));
             refs
         })
-        // Only updates that change what the plan reads (`triggers::same_to_the_plan`):
-        // rollgate's own condition messages, status heartbeats and the like cost nothing.
+        // Only updates that change what the plan reads (`triggers::no_news_to_the_plan`):
+        // rollgate's own condition writes, status heartbeats and the like cost nothing.
         .watches_shared_stream(
-            applied_unless(watches.pod_changes(), triggers::same_to_the_plan),
+            applied_unless(watches.pod_changes(), move |before, after| {
+                triggers::no_news_to_the_plan(before, after, |uid, type_| {
+                    echo_writer.last_written_status(uid, type_)
+                })
+            }),
             move |pod: Arc<CachedPod>| {
                 let (refs, names_a_missing_service) =
                     triggers::for_changed_pod(&pod, &services_for_pods);

@@ -5,26 +5,40 @@
 //! Why a type of its own: `k8s_openapi`'s `Pod` is 2.4 kB before a single field is set
 //! (its `PodSpec` alone is 1.5 kB, each `Container` 2.3 kB), so pruning fields to `None`
 //! leaves most of the memory in place. At 10,000 pods that was 9 kB per pod. A
-//! `CachedPod` holds only what a controller reads, in boxed slices and boxed strings,
-//! and spells the common condition strings without an allocation.
+//! `CachedPod` holds only what a controller reads, and what pods have in common (node
+//! names, containers, owners, container statuses, condition strings) once per process
+//! ([`Shared`]): a pointer each.
+//!
+//! What a pod costs in the store, its key and slot included (`tests/cache_cost.rs`, a
+//! pod among 1,000; 2026-12-06): 1,509 B a Running DaemonSet pod, 1,496 B a Running
+//! Deployment pod of three containers and an init container (2,098 B and 2,692 B
+//! before). Most of what is left is the pod's own: `ObjectMeta` (360 B inline, kept so
+//! the store takes it as a `kube::Resource` and planners read `metadata()`), the
+//! labels' B-tree node (544 B for up to 11 labels, a map because the gates read it as
+//! one), the store key's copies of name, namespace, UID and resourceVersion, and two
+//! conditions with their transition times.
 //!
 //! The store holds *every* pod (a readiness-gate controller needs Deployment pods too),
 //! so each controller picks its own pods, e.g. by controller owner reference.
 use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::NamespaceResourceScope;
 use serde::{Deserialize, Serialize};
 
-use super::meta::{controller_uid, label};
+use super::meta::{controller_of, label};
+use super::shared::{intern, Atom, Shared};
 use crate::names::{
     GATE_PREFIX, POD_IMAGE_READY_CONDITION, POD_NEED_UPGRADE_CONDITION, PULL_IMAGE_FAIL_REASON,
     PULL_IMAGE_REQUESTED_REASON, PULL_IMAGE_SUCCESS_REASON,
 };
 
-/// A string that is usually one of a few well-known values (condition types and
-/// statuses, phases, protocols): those cost no allocation.
+/// A string that is usually one of a few well-known values (protocols, waiting reasons,
+/// a node's Ready status): those cost no allocation. A cached pod's condition strings
+/// and phase are [`Atom`]s instead: one copy per process of any value.
 pub type Text = Cow<'static, str>;
 
 /// Values common enough in pod status to be worth spelling once per process.
@@ -104,7 +118,11 @@ pub struct ContainerStateView<'a> {
 /// What controllers read of a pod. Implemented for the cached [`CachedPod`] and for the
 /// API's `Pod`, so planners run on either and tests can prove they decide the same.
 pub trait PodFacts {
+    /// The pod's metadata. A [`CachedPod`]'s has no owner references (they are shared,
+    /// see [`PodFacts::owner_references`]) and only some of the rest.
     fn metadata(&self) -> &ObjectMeta;
+    /// `metadata.ownerReferences`.
+    fn owner_references(&self) -> &[OwnerReference];
     /// `spec.nodeName`, when set and not empty.
     fn node_name(&self) -> Option<&str>;
     /// The node a pending DaemonSet pod is meant for: the single value of its required
@@ -140,6 +158,10 @@ pub trait PodFacts {
     fn label(&self, key: &str) -> Option<&str> {
         label(self.metadata(), key)
     }
+    /// The UID of the pod's controller (its owner reference with `controller: true`).
+    fn controller_uid(&self) -> Option<&str> {
+        controller_of(self.owner_references())
+    }
     /// The pod's condition of this type, if any.
     fn condition(&self, type_: &str) -> Option<ConditionView<'_>> {
         self.conditions().find(|c| c.type_ == type_)
@@ -164,6 +186,9 @@ macro_rules! forward_pod_facts {
 impl<T: PodFacts> PodFacts for $wrapper {
     fn metadata(&self) -> &ObjectMeta {
         (**self).metadata()
+    }
+    fn owner_references(&self) -> &[OwnerReference] {
+        (**self).owner_references()
     }
     fn node_name(&self) -> Option<&str> {
         (**self).node_name()
@@ -208,7 +233,7 @@ forward_pod_facts!(std::sync::Arc<T>, &T);
 
 /// Whether `pod`'s controller ownerRef is the object (e.g. the DaemonSet) with this UID.
 pub fn is_controlled_by(pod: &impl PodFacts, owner_uid: &str) -> bool {
-    controller_uid(pod.metadata()) == Some(owner_uid)
+    pod.controller_uid() == Some(owner_uid)
 }
 
 /// A full pod's condition of this type, if any.
@@ -224,10 +249,18 @@ pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> 
 /// A pod as the shared cache keeps it. Build one with `CachedPod::from(pod)`.
 ///
 /// `metadata` keeps name, namespace, UID, resourceVersion, labels (Service selectors,
-/// revision hashes), owner references, creation and deletion timestamps and the
-/// deletion grace period; annotations, finalizers and managedFields are dropped.
+/// revision hashes), creation and deletion timestamps and the deletion grace period;
+/// annotations, finalizers, generateName and managedFields are dropped, and the owner
+/// references are kept apart (in `workload`, shared by the pods of one workload): read
+/// them with [`PodFacts::owner_references`], never from `metadata`.
 /// Conditions are kept only of the types some controller reads (`condition_is_read`):
 /// a reader of another type must add it there.
+///
+/// What pods have in common is [`Shared`]: one copy per process of each node name,
+/// container list (names, images, ports), container status list (in a healthy fleet,
+/// the same for every pod of a revision), readiness gates, [`FromWorkload`] (owners,
+/// service account, pull secrets), phase and condition string. A pod pays a pointer
+/// for each.
 ///
 /// It is a `kube::Resource` of kind Pod, so reflector stores and controllers take it as
 /// they take a `Pod`. Its serde form is its own (camelCase fields), not a v1 Pod.
@@ -235,17 +268,17 @@ pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> 
 #[serde(rename_all = "camelCase")]
 pub struct CachedPod {
     pub metadata: ObjectMeta,
-    pub node_name: Option<Box<str>>,
+    pub workload: Shared<FromWorkload>,
+    pub node_name: Option<Atom>,
     /// See [`PodFacts::affinity_node`]; only kept while `node_name` is unset.
-    pub affinity_node: Option<Box<str>>,
-    pub service_account_name: Option<Box<str>>,
-    pub image_pull_secrets: Box<[Box<str>]>,
-    pub readiness_gates: Box<[Box<str>]>,
-    pub containers: Box<[CachedContainer]>,
-    pub container_readiness: Box<[ContainerReadiness]>,
+    pub affinity_node: Option<Atom>,
+    pub readiness_gates: Shared<Box<[Box<str>]>>,
+    pub containers: Shared<Box<[CachedContainer]>>,
+    pub container_readiness: Shared<Box<[ContainerReadiness]>>,
+    /// The pod's own: transition times differ from pod to pod.
     pub conditions: Box<[CachedCondition]>,
     pub pod_ip: Option<Box<str>>,
-    pub phase: Option<Text>,
+    pub phase: Option<Atom>,
     /// The elastic container instance the pod runs as (its system-set annotation
     /// `names::ECI_INSTANCE_ID_ANNOTATION`), the one annotation kept: a CLB backend of
     /// such a pod is that instance.
@@ -253,7 +286,36 @@ pub struct CachedPod {
     pub eci_instance_id: Option<Box<str>>,
 }
 
+/// What the pods of one workload carry alike and no editor of a cached pod changes, held
+/// behind one pointer for the three.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FromWorkload {
+    pub owner_references: Box<[OwnerReference]>,
+    pub service_account_name: Option<Box<str>>,
+    pub image_pull_secrets: Box<[Box<str>]>,
+}
+
+/// `OwnerReference` is plain strings and flags, so its `PartialEq` is an equivalence.
+impl Eq for FromWorkload {}
+
+/// By hand: `k8s_openapi`'s `OwnerReference` has no `Hash`.
+impl Hash for FromWorkload {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for owner in &self.owner_references {
+            owner.api_version.hash(state);
+            owner.kind.hash(state);
+            owner.name.hash(state);
+            owner.uid.hash(state);
+            owner.controller.hash(state);
+            owner.block_owner_deletion.hash(state);
+        }
+        self.service_account_name.hash(state);
+        self.image_pull_secrets.hash(state);
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedContainer {
     pub name: Box<str>,
@@ -261,7 +323,7 @@ pub struct CachedContainer {
     pub ports: Box<[CachedPort]>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedPort {
     pub name: Option<Box<str>>,
@@ -269,7 +331,7 @@ pub struct CachedPort {
     pub protocol: Option<Text>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ContainerReadiness {
     pub name: Box<str>,
     pub ready: bool,
@@ -280,38 +342,53 @@ pub struct ContainerReadiness {
     pub restart_count: i32,
 }
 
+intern!(
+    FromWorkload,
+    Box<[CachedContainer]>,
+    Box<[ContainerReadiness]>
+);
+
 /// A pod condition without `lastProbeTime` and `observedGeneration` (nothing reads them).
+/// Its strings are [`Atom`]s: a handful of values across the fleet.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedCondition {
     #[serde(rename = "type")]
-    pub type_: Text,
-    pub status: Text,
-    pub reason: Option<Text>,
-    pub message: Option<Box<str>>,
+    pub type_: Atom,
+    pub status: Atom,
+    pub reason: Option<Atom>,
+    pub message: Option<Atom>,
     pub last_transition_time: Option<Time>,
 }
 
-/// Whether some controller reads pod conditions of this type: `Ready` (the planners),
-/// `ContainersReady` (the gates), rollgate's own `PodNeedUpgrade` and `PodImageReady`,
-/// and readiness gates (the pod's own, and any of the gates' prefix, which the gates
-/// controller also reads on pods that no longer list it). Nothing reads the others a
-/// kubelet writes (`PodScheduled`, `Initialized`, `PodReadyToStartContainers`,
-/// `DisruptionTarget`...): about 110 bytes each per cached pod (issue 25: the owner
-/// index is paid for with them).
-fn condition_is_read(type_: &str, readiness_gates: &[Box<str>]) -> bool {
-    matches!(
-        type_,
-        "Ready" | "ContainersReady" | POD_NEED_UPGRADE_CONDITION | POD_IMAGE_READY_CONDITION
-    ) || type_.starts_with(GATE_PREFIX)
-        || readiness_gates.iter().any(|gate| &**gate == type_)
+/// Whether some controller reads pod conditions of this type: `Ready` of a DaemonSet's
+/// pod (the DaemonSet planners and triggers, which read no other pods),
+/// `ContainersReady` (the gates, of any pod a Service selects), rollgate's own
+/// `PodNeedUpgrade` and `PodImageReady`, and readiness gates (the pod's own, and any of
+/// the gates' prefix, which the gates controller also reads on pods that no longer list
+/// it). Nothing reads the others a kubelet writes (`PodScheduled`, `Initialized`,
+/// `PodReadyToStartContainers`, `DisruptionTarget`...), nor `Ready` of a Deployment's
+/// or a Job's pod: 56 bytes each per cached pod (issue 25: the owner index is paid for
+/// with them; issue 46: a pod within 1.5 KiB).
+fn condition_is_read(type_: &str, readiness_gates: &[Box<str>], of_daemonset: bool) -> bool {
+    match type_ {
+        "Ready" => of_daemonset,
+        "ContainersReady" | POD_NEED_UPGRADE_CONDITION | POD_IMAGE_READY_CONDITION => true,
+        _ => type_.starts_with(GATE_PREFIX) || readiness_gates.iter().any(|gate| &**gate == type_),
+    }
+}
+
+/// Whether a DaemonSet owns the pod: any owner reference of that kind, controller or
+/// not, so that `Ready` is kept of every pod a DaemonSet reader could look at.
+fn owned_by_a_daemonset(owners: &[OwnerReference]) -> bool {
+    owners.iter().any(|owner| owner.kind == "DaemonSet")
 }
 
 fn boxed(s: String) -> Box<str> {
     s.into_boxed_str()
 }
 
-/// The metadata every cached object keeps (see [`CachedPod`]).
+/// The metadata every cached object keeps (see [`CachedPod`] for a pod's).
 pub(crate) fn slim_meta(meta: ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         name: meta.name,
@@ -327,15 +404,36 @@ pub(crate) fn slim_meta(meta: ObjectMeta) -> ObjectMeta {
     }
 }
 
+/// A cached pod's metadata: [`slim_meta`] without the owner references, which the pod
+/// keeps apart (shared).
+fn pod_meta(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        owner_references: None,
+        ..slim_meta(meta)
+    }
+}
+
 impl From<Pod> for CachedPod {
-    fn from(pod: Pod) -> Self {
+    fn from(mut pod: Pod) -> Self {
         let affinity_node = match pod.node_name() {
             Some(_) => None,
-            None => pod.affinity_node().map(Box::from),
+            None => pod.affinity_node().map(Atom::from),
         };
+        let owners = pod.metadata.owner_references.take().unwrap_or_default();
+        let of_daemonset = owned_by_a_daemonset(&owners);
         let spec = pod.spec.unwrap_or_default();
+        let workload = Shared::new(FromWorkload {
+            owner_references: owners.into_boxed_slice(),
+            service_account_name: spec.service_account_name.map(boxed),
+            image_pull_secrets: spec
+                .image_pull_secrets
+                .into_iter()
+                .flatten()
+                .map(|s| boxed(s.name))
+                .collect(),
+        });
         let status = pod.status.unwrap_or_default();
-        let readiness_gates: Box<[Box<str>]> = spec
+        let readiness_gates: Shared<Box<[Box<str>]>> = spec
             .readiness_gates
             .into_iter()
             .flatten()
@@ -347,16 +445,10 @@ impl From<Pod> for CachedPod {
                 .map(Box::from);
         CachedPod {
             eci_instance_id,
-            metadata: slim_meta(pod.metadata),
-            node_name: spec.node_name.filter(|n| !n.is_empty()).map(boxed),
+            metadata: pod_meta(pod.metadata),
+            workload,
+            node_name: spec.node_name.filter(|n| !n.is_empty()).map(Atom::from),
             affinity_node,
-            service_account_name: spec.service_account_name.map(boxed),
-            image_pull_secrets: spec
-                .image_pull_secrets
-                .into_iter()
-                .flatten()
-                .map(|s| boxed(s.name))
-                .collect(),
             containers: spec
                 .containers
                 .into_iter()
@@ -394,17 +486,17 @@ impl From<Pod> for CachedPod {
                 .conditions
                 .into_iter()
                 .flatten()
-                .filter(|c| condition_is_read(&c.type_, &readiness_gates))
+                .filter(|c| condition_is_read(&c.type_, &readiness_gates, of_daemonset))
                 .map(|c| CachedCondition {
-                    type_: text(c.type_),
-                    status: text(c.status),
-                    reason: c.reason.map(text),
-                    message: c.message.map(boxed),
+                    type_: c.type_.into(),
+                    status: c.status.into(),
+                    reason: c.reason.map(Atom::from),
+                    message: c.message.map(Atom::from),
                     last_transition_time: c.last_transition_time,
                 })
                 .collect(),
             pod_ip: status.pod_ip.map(boxed),
-            phase: status.phase.map(text),
+            phase: status.phase.map(Atom::from),
             readiness_gates,
         }
     }
@@ -441,17 +533,20 @@ impl PodFacts for CachedPod {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
+    fn owner_references(&self) -> &[OwnerReference] {
+        &self.workload.owner_references
+    }
     fn node_name(&self) -> Option<&str> {
-        self.node_name.as_deref()
+        self.node_name.as_ref().map(Atom::as_str)
     }
     fn affinity_node(&self) -> Option<&str> {
-        self.affinity_node.as_deref()
+        self.affinity_node.as_ref().map(Atom::as_str)
     }
     fn service_account_name(&self) -> Option<&str> {
-        self.service_account_name.as_deref()
+        self.workload.service_account_name.as_deref()
     }
     fn image_pull_secrets(&self) -> impl Iterator<Item = &str> {
-        self.image_pull_secrets.iter().map(|s| &**s)
+        self.workload.image_pull_secrets.iter().map(|s| &**s)
     }
     fn readiness_gates(&self) -> impl Iterator<Item = &str> {
         self.readiness_gates.iter().map(|s| &**s)
@@ -484,10 +579,10 @@ impl PodFacts for CachedPod {
     }
     fn conditions(&self) -> impl Iterator<Item = ConditionView<'_>> {
         self.conditions.iter().map(|c| ConditionView {
-            type_: &c.type_,
-            status: &c.status,
-            reason: c.reason.as_deref(),
-            message: c.message.as_deref(),
+            type_: c.type_.as_str(),
+            status: c.status.as_str(),
+            reason: c.reason.as_ref().map(Atom::as_str),
+            message: c.message.as_ref().map(Atom::as_str),
             last_transition_time: c.last_transition_time.as_ref(),
         })
     }
@@ -495,13 +590,19 @@ impl PodFacts for CachedPod {
         self.pod_ip.as_deref()
     }
     fn phase(&self) -> Option<&str> {
-        self.phase.as_deref()
+        self.phase.as_ref().map(Atom::as_str)
     }
 }
 
 impl PodFacts for Pod {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
+    }
+    fn owner_references(&self) -> &[OwnerReference] {
+        self.metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
     }
     fn node_name(&self) -> Option<&str> {
         self.spec
@@ -673,6 +774,8 @@ mod tests {
             .collect();
         serde_json::json!({
             "meta": p.metadata(),
+            "owners": p.owner_references(),
+            "controller": p.controller_uid(),
             "node": p.node_name(), "affinity_node": p.affinity_node(),
             "account": p.service_account_name(),
             "secrets": p.image_pull_secrets().collect::<Vec<_>>(),
@@ -686,13 +789,22 @@ mod tests {
         })
     }
 
+    /// `kubelet_pod` as a DaemonSet's: every condition it carries is one a reader asks for.
+    fn daemonset_kubelet_pod() -> Pod {
+        let mut pod = kubelet_pod();
+        let owner = &mut pod.metadata.owner_references.as_mut().unwrap()[0];
+        owner.kind = "DaemonSet".into();
+        owner.name = "web".into();
+        pod
+    }
+
     #[test]
     fn a_cached_pod_answers_every_fact_as_the_full_pod_does() {
-        let full = kubelet_pod();
+        let full = daemonset_kubelet_pod();
         let cached = CachedPod::from(full.clone());
         let mut expected = facts(&full);
         // The metadata the cache drops on purpose.
-        expected["meta"] = serde_json::to_value(slim_meta(full.metadata.clone())).unwrap();
+        expected["meta"] = serde_json::to_value(pod_meta(full.metadata.clone())).unwrap();
         assert_eq!(facts(&cached), expected);
         assert_eq!(cached.pod_name(), "web-1");
         assert_eq!(cached.label("app"), Some("web"));
@@ -701,6 +813,10 @@ mod tests {
         assert!(cached.metadata.annotations.is_none());
         assert!(cached.metadata.managed_fields.is_none());
         assert!(cached.metadata.finalizers.is_none());
+        // Kept apart, shared: read through `PodFacts`, never `metadata`.
+        assert!(cached.metadata.owner_references.is_none());
+        assert_eq!(cached.controller_uid(), Some("rs"));
+        assert!(is_controlled_by(&cached, "rs"));
         assert_eq!(
             cached.container_ports().nth(1).map(|p| p.protocol),
             Some("UDP")
@@ -712,10 +828,11 @@ mod tests {
     }
 
     /// The conditions a kubelet writes that nobody reads are not kept; every type a
-    /// controller reads is, with the pod's own readiness gates.
+    /// controller reads is, with the pod's own readiness gates. `Ready` is read only of
+    /// a DaemonSet's pods.
     #[test]
     fn only_conditions_some_reader_asks_for_are_kept() {
-        let mut full = kubelet_pod();
+        let mut full = daemonset_kubelet_pod();
         let spec = full.spec.as_mut().unwrap();
         spec.readiness_gates.get_or_insert_default().push(
             k8s_openapi::api::core::v1::PodReadinessGate {
@@ -744,33 +861,72 @@ mod tests {
                 ..Default::default()
             });
         }
-        let cached = CachedPod::from(full);
-        let kept: Vec<&str> = cached.conditions().map(|c| c.type_).collect();
+        let mut of_replica_set = full.clone();
+        of_replica_set.metadata.owner_references.as_mut().unwrap()[0].kind = "ReplicaSet".into();
+        let kept_types = |pod: Pod| -> Vec<String> {
+            let cached = CachedPod::from(pod);
+            cached.conditions().map(|c| c.type_.to_string()).collect()
+        };
+        let read_of_any_pod = [
+            "service.readiness.alibabacloud.com/web",
+            "ContainersReady",
+            POD_NEED_UPGRADE_CONDITION,
+            POD_IMAGE_READY_CONDITION,
+            "example.com/own-gate",
+            "service.readiness.alibabacloud.com/gone",
+        ];
         assert_eq!(
-            kept,
-            [
-                "Ready",
-                "service.readiness.alibabacloud.com/web",
-                "ContainersReady",
-                POD_NEED_UPGRADE_CONDITION,
-                POD_IMAGE_READY_CONDITION,
-                "example.com/own-gate",
-                "service.readiness.alibabacloud.com/gone",
-            ]
+            kept_types(full),
+            [&["Ready"][..], &read_of_any_pod].concat()
         );
+        assert_eq!(kept_types(of_replica_set), read_of_any_pod);
     }
 
+    /// Two pods of one workload on one node share everything but their own name, UID,
+    /// IP and condition times.
     #[test]
-    fn common_condition_strings_are_not_allocated() {
-        let cached = CachedPod::from(kubelet_pod());
-        let ready = &cached.conditions[0];
-        assert!(matches!(ready.type_, Cow::Borrowed("Ready")));
-        assert!(matches!(ready.status, Cow::Borrowed("False")));
-        assert!(matches!(
-            ready.reason,
-            Some(Cow::Borrowed("ReadinessGatesNotReady"))
+    fn what_pods_have_in_common_is_kept_once() {
+        let first = CachedPod::from(kubelet_pod());
+        let mut other = kubelet_pod();
+        other.metadata.name = Some("web-2".into());
+        other.metadata.uid = Some("u2".into());
+        other.status.as_mut().unwrap().pod_ip = Some("10.0.0.2".into());
+        let second = CachedPod::from(other);
+        assert!(Shared::ptr_eq(&first.workload, &second.workload));
+        assert!(Shared::ptr_eq(&first.containers, &second.containers));
+        assert!(Shared::ptr_eq(
+            &first.container_readiness,
+            &second.container_readiness
         ));
-        assert!(matches!(cached.conditions[1].type_, Cow::Owned(_)));
+        assert!(Shared::ptr_eq(
+            &first.readiness_gates,
+            &second.readiness_gates
+        ));
+        let same = |a: &Option<Atom>, b: &Option<Atom>| match (a, b) {
+            (Some(a), Some(b)) => Shared::ptr_eq(a, b),
+            _ => false,
+        };
+        assert!(same(&first.node_name, &second.node_name));
+        assert!(same(&first.phase, &second.phase));
+        let gate = (&first.conditions[0], &second.conditions[0]);
+        assert!(Shared::ptr_eq(&gate.0.type_, &gate.1.type_));
+        assert!(same(&gate.0.reason, &gate.1.reason));
+        assert_eq!(second.pod_name(), "web-2");
+        assert_eq!(second.pod_ip(), Some("10.0.0.2"));
+    }
+
+    /// A pod edited in place (tests, simulations) gets a copy of its own: the other pods
+    /// sharing the value do not change.
+    #[test]
+    fn editing_a_shared_field_leaves_the_other_pods_alone() {
+        let first = CachedPod::from(kubelet_pod());
+        let mut second = first.clone();
+        second.containers[0].ports[0].container_port = 8080;
+        assert_eq!(first.container_ports().next().unwrap().container_port, 80);
+        assert_eq!(
+            second.container_ports().next().unwrap().container_port,
+            8080
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
-use crate::object::{controller_uid, CachedPod, PodFacts};
+use crate::object::{CachedPod, PodFacts};
 
 /// Pods by controller owner UID, then by node; cheap to clone (one shared index).
 #[derive(Clone, Default)]
@@ -97,7 +97,7 @@ fn same_pod(a: &CachedPod, b: &CachedPod) -> bool {
 
 impl Owners {
     fn insert(&mut self, pod: &Arc<CachedPod>) {
-        let Some(owner) = controller_uid(&pod.metadata) else {
+        let Some(owner) = pod.controller_uid() else {
             return;
         };
         let by_node = match self.0.get_mut(owner) {
@@ -116,7 +116,7 @@ impl Owners {
     }
 
     fn remove(&mut self, pod: &CachedPod) {
-        let Some(owner) = controller_uid(&pod.metadata) else {
+        let Some(owner) = pod.controller_uid() else {
             return;
         };
         let Some(by_node) = self.0.get_mut(owner) else {
@@ -371,10 +371,7 @@ mod tests {
                 assert_eq!(index.has_pod_on(&uid, node), on_node, "{owner} on {node}");
             }
         }
-        let owned = all
-            .iter()
-            .filter(|p| controller_uid(&p.metadata).is_some())
-            .count();
+        let owned = all.iter().filter(|p| p.controller_uid().is_some()).count();
         assert_eq!(index.len(), owned);
     }
 

@@ -32,7 +32,7 @@ use crate::names::{
     PULL_IMAGE_JOB_NAME_CONFLICT_EVENT, PULL_IMAGE_STARTED_EVENT, PULL_IMAGE_SUCCESS_REASON,
     PULL_JOB_POD_UID_LABEL, PULL_JOB_REVISION_LABEL,
 };
-use crate::object::{is_controlled_by, label, CachedPod};
+use crate::object::{is_controlled_by, label, CachedPod, PodFacts};
 use crate::runtime::Shutdown;
 use crate::watch::runner::{ErrorCounter, Run, RunMetrics};
 use crate::watch::{applied, applied_unless, Stores, Watches};
@@ -63,8 +63,8 @@ struct Observed {
 
 fn observe(pod: &CachedPod, stores: &Stores) -> Observed {
     let ns = pod.namespace().unwrap_or_default();
-    let daemonset = pod
-        .owner_references()
+    // Not `ResourceExt::owner_references`: a cached pod keeps its owners apart.
+    let daemonset = PodFacts::owner_references(pod)
         .iter()
         .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")
         .and_then(|o| stores.daemonsets.get(&ObjectRef::new(&o.name).within(&ns)));

@@ -330,10 +330,8 @@ pub fn has_pending_request(pod: &impl PodFacts) -> bool {
 }
 
 fn has_daemonset_owner(pod: &impl PodFacts) -> bool {
-    pod.metadata()
-        .owner_references
+    pod.owner_references()
         .iter()
-        .flatten()
         .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
 }
 
