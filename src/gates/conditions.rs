@@ -87,16 +87,8 @@ pub fn send_conditions(
     decided: &GatePlan,
     observed_at: Timestamp,
 ) -> usize {
-    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
-        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
-    // Gates turning True first: they are what a rollout waits for.
-    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
-    writes.sort_by_key(|w| !w.status);
-    let mut jobs = Vec::with_capacity(writes.len());
-    for write in writes {
-        let Some((pod, view)) = by_uid.get(write.uid.as_str()).copied() else {
-            continue;
-        };
+    let mut jobs = Vec::new();
+    for (pod, view, write) in in_order(pods, decided) {
         if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &service.name) {
             jobs.push((pod.clone(), view.clone(), write.clone(), claim));
         }
@@ -146,30 +138,42 @@ pub async fn write_conditions(
     decided: &GatePlan,
     observed_at: Timestamp,
 ) -> Result<(), Error> {
-    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
-        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
-    // Gates turning True first: they are what a rollout waits for.
-    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
-    writes.sort_by_key(|w| !w.status);
     // Built in a loop, not a closure over references: the future stays `Send` for any
     // lifetime the runner needs.
-    let mut calls = Vec::with_capacity(writes.len());
-    for write in writes {
-        if let Some((pod, view)) = by_uid.get(write.uid.as_str()).copied() {
-            calls.push(write_one(
-                ctx,
-                namespace,
-                service,
-                pod,
-                view,
-                write,
-                observed_at,
-            ));
-        }
+    let mut calls = Vec::new();
+    for (pod, view, write) in in_order(pods, decided) {
+        calls.push(write_one(
+            ctx,
+            namespace,
+            service,
+            pod,
+            view,
+            write,
+            observed_at,
+        ));
     }
     // Every write is tried; the first failure is returned after all were.
     let outcomes: Result<Vec<Outcome>, Error> = issue_together(calls).await.into_iter().collect();
     outcomes.map(drop)
+}
+
+/// The plan's condition writes with the pods they are for (a pod no longer listed is
+/// skipped), gates turning True first: they are what a rollout waits for.
+fn in_order<'a>(
+    pods: &'a [(Arc<CachedPod>, GatePod)],
+    decided: &'a GatePlan,
+) -> Vec<(&'a Arc<CachedPod>, &'a GatePod, &'a ConditionWrite)> {
+    let by_uid: HashMap<&str, &(Arc<CachedPod>, GatePod)> =
+        pods.iter().map(|p| (p.1.uid.as_str(), p)).collect();
+    let mut writes: Vec<&ConditionWrite> = decided.conditions.iter().collect();
+    writes.sort_by_key(|w| !w.status);
+    writes
+        .into_iter()
+        .filter_map(|write| {
+            let (pod, view) = by_uid.get(write.uid.as_str())?;
+            Some((pod, view, write))
+        })
+        .collect()
 }
 
 /// One condition write, and the flip latencies when it turns the gate True.
