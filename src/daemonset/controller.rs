@@ -29,7 +29,8 @@ use super::other_updater::{self, OtherUpdaters};
 use super::pull_ahead::PullAheadLimits;
 use super::rolling_plan::RollingLimits;
 use super::triggers::{
-    daemonset_unchanged, daemonsets_for_node, pod_replans_owner, pod_unchanged, NodeTriggerView,
+    daemonset_owners, daemonset_unchanged, daemonsets_for_node, pod_replans_owner, pod_unchanged,
+    NodeTriggerView,
 };
 use crate::apply::{EventDedup, Events, Writer};
 use crate::leader::Leadership;
@@ -172,7 +173,9 @@ pub fn start(
         })
     };
     let controller = Controller::for_shared_stream(daemonsets, stores.daemonsets.clone())
-        .owns_shared_stream(pods)
+        // Not `owns_shared_stream`: it reads `metadata.ownerReferences`, which a cached
+        // pod keeps apart from its metadata (`CachedPod::workload`).
+        .watches_shared_stream(pods, |pod| daemonset_owners(&*pod))
         .owns_shared_stream(applied(watches.revision_changes()))
         .reconcile_on(node_triggers)
         .reconcile_on(sightings);

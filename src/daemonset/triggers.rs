@@ -89,6 +89,17 @@ fn cannot_start(pod: &impl PodFacts) -> (Option<&str>, bool) {
     (waiting, restarts)
 }
 
+/// The DaemonSets that own a pod (any `apps/v1` owner reference of that kind), as
+/// kube-runtime's `owns` would find them in `metadata.ownerReferences`: read through
+/// [`PodFacts::owner_references`], since a cached pod keeps its owners apart.
+pub fn daemonset_owners(pod: &impl PodFacts) -> Vec<ObjectRef<DaemonSet>> {
+    pod.owner_references()
+        .iter()
+        .filter(|owner| owner.kind == "DaemonSet" && owner.api_version == "apps/v1")
+        .map(|owner| ObjectRef::new(&owner.name).within(pod.pod_namespace()))
+        .collect()
+}
+
 /// A pod write the upgrade planners cannot see. A not-Ready status plans the same
 /// whenever it turned (a returning node's pod is replaced within the budget whether
 /// its status is the kubelet's or the node-lifecycle controller's), so the kubelet's
@@ -878,6 +889,21 @@ mod tests {
             let after = CachedPod::from(after.clone());
             assert_eq!(!pod_unchanged(&before, &after), replans, "{step}");
         }
+    }
+
+    /// The pod events reach their DaemonSet from a cached pod too, whose metadata has no
+    /// owner references (kube-runtime's `owns` would find none: issue 46's first try).
+    #[test]
+    fn a_cached_pod_maps_to_the_daemonset_that_owns_it() {
+        let ds = DaemonSetBuilder::new("edge").build();
+        let full = PodBuilder::new("edge-a", &ds).on_node("n1").build();
+        let cached = CachedPod::from(full.clone());
+        let want = vec![ObjectRef::<DaemonSet>::new("edge").within(full.pod_namespace())];
+        assert_eq!(daemonset_owners(&full), want);
+        assert_eq!(daemonset_owners(&cached), want);
+        let mut orphan = full;
+        orphan.metadata.owner_references = None;
+        assert!(daemonset_owners(&CachedPod::from(orphan)).is_empty());
     }
 
     /// After a cut: the node-lifecycle controller's Ready=False and the kubelet's own
