@@ -1,76 +1,18 @@
 //! Apply, pod side: the gate condition writes of a plan (in flight together), the flip
 //! latencies of the gates that turn True, and the one write every other path uses.
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use tokio::sync::Semaphore;
 
 use super::context::{Context, Error};
 use super::model::{gate_condition_type, ConditionWrite, GatePlan, GatePod};
 use super::pods::containers_ready_since;
-use crate::apply::{issue_together, ConditionPatch, Outcome, CALLS_IN_FLIGHT};
+use crate::apply::{issue_together, ConditionPatch, Outcome};
 use crate::object::CachedPod;
-
-/// Gate condition writes sent and not answered yet, by pod UID and Service name, and
-/// the slots they take turns in: `CALLS_IN_FLIGHT` at once in all, however many
-/// reconciles left writes in flight, so that overlapping batches do not crowd the API
-/// server that every flip waits on.
-#[derive(Debug)]
-pub struct WritesInFlight {
-    claimed: Mutex<HashSet<(String, String)>>,
-    slots: Semaphore,
-}
-
-impl Default for WritesInFlight {
-    fn default() -> Self {
-        WritesInFlight {
-            claimed: Mutex::default(),
-            slots: Semaphore::new(CALLS_IN_FLIGHT),
-        }
-    }
-}
-
-impl WritesInFlight {
-    /// The write to this pod's gate of `service`, unless one is in flight already.
-    fn claim(self: &Arc<Self>, uid: &str, service: &str) -> Option<Claim> {
-        let key = (uid.to_string(), service.to_string());
-        let claimed = self.claimed.lock().unwrap().insert(key.clone());
-        claimed.then(|| Claim {
-            in_flight: self.clone(),
-            key,
-        })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.claimed.lock().unwrap().is_empty()
-    }
-
-    /// Waits until every write is answered, or `limit` has passed (on shutdown: a
-    /// write cut short is planned again by the next leader).
-    pub async fn drained(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while !self.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// One write in flight; released when dropped, however its task ends.
-struct Claim {
-    in_flight: Arc<WritesInFlight>,
-    key: (String, String),
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.in_flight.claimed.lock().unwrap().remove(&self.key);
-    }
-}
 
 /// The plan's condition writes, sent without waiting for them (issue 46). kube-runtime
 /// runs one reconcile of a Service at a time, so a reconcile that waited for 500 flips
@@ -105,8 +47,7 @@ pub fn send_conditions(
         for (pod, view, write, _) in &jobs {
             let (ctx, service) = (&ctx, &service.name);
             calls.push(async move {
-                // Never closed, so a permit always comes.
-                let _slot = ctx.writes_in_flight.slots.acquire().await;
+                let _slot = ctx.writes_in_flight.slot().await;
                 write_one(ctx, namespace, service, pod, view, write, observed_at).await
             });
         }

@@ -11,11 +11,11 @@ use tokio::sync::mpsc;
 
 use super::annotation_events::AnnotationEvents;
 use super::cloud::Cloud;
-use super::conditions::WritesInFlight;
 use super::eni::Placer;
 use super::metrics::GateMetrics;
 use super::poller::{CloudPace, Poller};
 use super::service::ClassSelection;
+use super::writes_in_flight::WritesInFlight;
 use crate::apply::{EventDedup, Events, Writer};
 use crate::object::CachedPod;
 use crate::watch::runner::ReconcileError;

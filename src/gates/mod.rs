@@ -31,6 +31,7 @@ pub mod service;
 pub mod service_writes;
 pub mod triggers;
 pub mod unwanted_wiring;
+pub mod writes_in_flight;
 
 use std::sync::Arc;
 use std::time::Duration;
