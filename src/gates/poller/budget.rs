@@ -22,6 +22,8 @@ const RECOVERY_PER_SECOND: f64 = 0.1;
 pub(super) struct Budget {
     /// Calls per second when not throttled.
     per_second: f64,
+    /// What each bucket holds at most: `[main, reserve]`.
+    bursts: [u32; 2],
     /// Taken in priority order.
     pub(super) main: Tokens,
     /// Kept for settled Services while one waits.
@@ -31,18 +33,18 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    pub(super) fn new(per_second: f64, now: Instant) -> Self {
-        let full = |share: f64| {
-            let burst = (per_second * share).ceil().max(2.0);
-            Tokens {
-                level: burst,
-                at: now,
-            }
-        };
+    /// `burst`: what both buckets hold together (see [`bursts`]). The reserve holds a
+    /// second of its share, the main bucket the rest, and at least a second of its own.
+    pub(super) fn new(per_second: f64, burst: f64, now: Instant) -> Self {
+        let second_of = |share: f64| (per_second * share).ceil().max(2.0);
+        let reserve = second_of(SETTLED_SHARE);
+        let main = (burst.ceil() - reserve).max(second_of(1.0 - SETTLED_SHARE));
+        let full = |level: f64| Tokens { level, at: now };
         Budget {
             per_second,
-            main: full(1.0 - SETTLED_SHARE),
-            reserve: full(SETTLED_SHARE),
+            bursts: [main as u32, reserve as u32],
+            main: full(main),
+            reserve: full(reserve),
             throttled: None,
         }
     }
@@ -57,24 +59,22 @@ impl Budget {
         }
     }
 
-    /// One bucket's limit at `now`: its share of the rate, a second's worth of burst.
-    fn limit(&self, share: f64, now: Instant) -> RateLimit {
-        let per_second = self.per_second * share * self.pace(now);
+    /// One bucket's limit at `now`: its share of the rate, and its burst.
+    fn limit(&self, reserve: bool, now: Instant) -> RateLimit {
+        let (share, burst) = match reserve {
+            true => (SETTLED_SHARE, self.bursts[1]),
+            false => (1.0 - SETTLED_SHARE, self.bursts[0]),
+        };
         RateLimit {
-            per_second,
-            burst: (self.per_second * share).ceil().max(2.0) as u32,
+            per_second: self.per_second * share * self.pace(now),
+            burst,
         }
     }
 
     /// Takes `cost` from a bucket if it holds it (or, for a look dearer than the
     /// whole burst, if the bucket is full: the rest becomes debt).
     pub(super) fn take(&mut self, reserve: bool, cost: f64, now: Instant) -> bool {
-        let share = if reserve {
-            SETTLED_SHARE
-        } else {
-            1.0 - SETTLED_SHARE
-        };
-        let limit = self.limit(share, now);
+        let limit = self.limit(reserve, now);
         let bucket = if reserve {
             &mut self.reserve
         } else {
@@ -94,17 +94,14 @@ impl Budget {
     /// against 94 s while the load balancers were being made). The client's own rate
     /// limiter still holds all the product's calls to `--cloud-rate-limit`.
     pub(super) fn charge(&mut self, cost: f64, now: Instant) {
-        let main = self.limit(1.0 - SETTLED_SHARE, now);
+        let main = self.limit(false, now);
         self.main.charge(main, cost, now);
     }
 
     pub(super) fn throttle(&mut self, now: Instant) {
         let share = (self.pace(now) / 2.0).max(SLOWEST);
         // Refill at the old pace up to now, then stop: nothing more goes at once.
-        let (main, reserve) = (
-            self.limit(1.0 - SETTLED_SHARE, now),
-            self.limit(SETTLED_SHARE, now),
-        );
+        let (main, reserve) = (self.limit(false, now), self.limit(true, now));
         self.main.refill(main, now);
         self.reserve.refill(reserve, now);
         self.main.level = self.main.level.min(0.0);
@@ -137,9 +134,30 @@ impl CloudPace {
 /// (10/s) holds its looks to about 8 a second, CLB's reads (20/s) to about 16.
 pub fn budgets(pace: CloudPace) -> (f64, f64) {
     let rate = pace.per_second.max(0.1);
-    let cap = |product| match pace.action_quotas {
+    (
+        rate.min(look_cap(pace, Product::Clb)),
+        rate.min(look_cap(pace, Product::Nlb)),
+    )
+}
+
+/// What each product's buckets hold together: what the client's own bucket holds
+/// (two seconds of `--cloud-rate-limit`), capped by a second of the looks the
+/// actions' quotas allow (their buckets in the client hold a second each). Less
+/// would make the scheduler slower than the client after a burst of writes: 25
+/// backend adds left its buckets (11 calls at 10/s) in debt for 1 s longer than the
+/// client's (20 calls), and a pending Service's looks came every 1.2 s meanwhile.
+pub(super) fn bursts(pace: CloudPace) -> (f64, f64) {
+    let client = (pace.per_second.max(0.1) * 2.0).ceil();
+    (
+        client.min(look_cap(pace, Product::Clb)),
+        client.min(look_cap(pace, Product::Nlb)),
+    )
+}
+
+/// Calls per second the quotas of a look's actions allow (none without quotas).
+fn look_cap(pace: CloudPace, product: Product) -> f64 {
+    match pace.action_quotas {
         true => look_cost(1) * looks_per_second(product) * LOOK_SHARE,
         false => f64::INFINITY,
-    };
-    (rate.min(cap(Product::Clb)), rate.min(cap(Product::Nlb)))
+    }
 }

@@ -31,7 +31,10 @@
 //!   listener, one of each (the group's backends, their health, and which group the
 //!   listener forwards to), so NLB, whose `GetListenerHealthStatus` allows 10/s, looks
 //!   about 8 times a second at most. The client paces each action under its quota
-//!   besides; the cap keeps granted looks from waiting in those buckets.
+//!   besides; the cap keeps granted looks from waiting in those buckets. The budget's
+//!   two buckets hold together what the client's own bucket holds (two seconds of
+//!   the rate, capped by a second of the looks the quotas allow), so a burst of writes
+//!   delays the looks no longer than it delays the client.
 //! - **No starvation.** A quarter of each budget is reserved for settled Services
 //!   whenever one is waiting; pending ones take it only when none is. Writes never
 //!   draw on it, and a settled look it pays for is not held back by the slot cap of

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
-use super::budget::{budgets, Budget, CloudPace};
+use super::budget::{budgets, bursts, Budget, CloudPace};
 use super::look::{look_cost, Outcome, Priority};
 
 #[derive(Clone, Debug)]
@@ -83,11 +83,12 @@ impl Schedule {
         now: Instant,
     ) -> Self {
         let (clb, nlb) = budgets(pace);
+        let (clb_burst, nlb_burst) = bursts(pace);
         Schedule {
             fast,
             slow: slow.max(fast),
-            clb: Budget::new(clb, now),
-            nlb: Budget::new(nlb, now),
+            clb: Budget::new(clb, clb_burst, now),
+            nlb: Budget::new(nlb, nlb_burst, now),
             entries: HashMap::new(),
             prepaid: [0.0; 2],
             queued: HashSet::new(),

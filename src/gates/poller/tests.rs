@@ -174,10 +174,11 @@ fn settled(s: &mut Schedule, n: usize, at: Instant) {
 fn while_a_reconcile_is_queued_settled_looks_keep_to_their_reserve() {
     let start = Instant::now();
     let due = start + Duration::from_secs(10);
-    // 10 calls/s: a main bucket of 8 calls, a reserve of 3; a look costs 3.
+    // 10 calls/s: a main bucket of 17 calls, a reserve of 3 (the client's burst of
+    // 20 between them); a look costs 3.
     let mut free = schedule(10.0, start);
     settled(&mut free, 10, start);
-    assert_eq!(free.grant(due).len(), 3, "both buckets: 1 + 2 looks");
+    assert_eq!(free.grant(due).len(), 6, "both buckets: 5 + 1 looks");
 
     let mut held = schedule(10.0, start);
     settled(&mut held, 10, start);
@@ -252,7 +253,7 @@ fn a_queued_reconcile_of_a_service_gone_holds_nothing_back() {
     assert_eq!(s.queue(start).queued_reconciles, 1);
     s.forget(&key("there"));
     assert_eq!(s.queue(start).queued_reconciles, 0);
-    assert_eq!(s.grant(start + Duration::from_secs(10)).len(), 3);
+    assert_eq!(s.grant(start + Duration::from_secs(10)).len(), 6);
 }
 
 #[test]
@@ -267,9 +268,11 @@ fn a_lost_reconcile_is_granted_again_after_the_slow_interval() {
 #[test]
 fn looks_go_pending_first_then_draining_then_settled_oldest_first_within_a_class() {
     let start = Instant::now();
-    // A budget of 4 calls/s: 3 in the main bucket (burst 3), 1 reserved (burst 2).
+    // A budget of 4 calls/s: 3 in the main bucket (burst 6), 1 reserved (burst 2).
     let mut s = schedule(4.0, start);
     let later = start + Duration::from_secs(30);
+    // Other calls took half the main bucket: it holds one look.
+    s.charge(Product::Clb, 3.0, later - MS);
     // Due times: the settled ones longest, so order is by class first.
     look(&mut s, "settled-old", Priority::Settled, start);
     look(
@@ -292,7 +295,7 @@ fn looks_go_pending_first_then_draining_then_settled_oldest_first_within_a_class
     );
     let grants = s.grant(later);
     let names: Vec<&str> = grants.iter().map(|g| g.service.name.as_str()).collect();
-    // 2 calls a look: the main bucket (3) takes one pending look; the second does
+    // 3 calls a look: the main bucket (3) takes one pending look; the second does
     // not fit, so neither does the draining one; the reserve (2) serves the
     // settled one, which waits on its own quarter.
     assert_eq!(names, ["pending-old", "settled-old"]);
@@ -318,8 +321,11 @@ fn with_no_settled_service_waiting_pending_ones_use_the_reserve_too() {
             start,
         );
     }
-    // Main: 3 tokens (one look), reserve: 2 (one more).
-    assert_eq!(s.grant(start + Duration::from_secs(1)).len(), 2);
+    // Main: 6 tokens (two looks), reserve: 2 (one more, as dear as the whole burst).
+    for name in ["d", "e"] {
+        look(&mut s, name, Priority::Pending, start);
+    }
+    assert_eq!(s.grant(start + Duration::from_secs(1)).len(), 3);
 }
 
 #[test]
@@ -424,12 +430,12 @@ fn throttling_slows_the_product_and_keeps_the_order() {
 /// the reserve to the settled ones.
 #[test]
 fn calls_outside_a_grant_delay_pending_looks_and_leave_the_reserve_to_settled_ones() {
-    // How the 6 calls are spent.
+    // How the 9 calls are spent.
     type Spend = fn(&mut Schedule, Instant);
     let cases: [(&str, Spend); 2] = [
-        ("charged", |s, at| s.charge(Product::Clb, 6.0, at)),
+        ("charged", |s, at| s.charge(Product::Clb, 9.0, at)),
         ("made outside a grant", |s, at| {
-            s.calls_made(Product::Clb, 6.0, at)
+            s.calls_made(Product::Clb, 9.0, at)
         }),
     ];
     let names = |grants: Vec<Grant>| -> Vec<String> {
@@ -437,12 +443,12 @@ fn calls_outside_a_grant_delay_pending_looks_and_leave_the_reserve_to_settled_on
     };
     for (what, spend) in cases {
         let start = Instant::now();
-        // 4 calls/s: main 3 calls/s (burst 3), reserve 1 call/s (burst 2).
+        // 4 calls/s: main 3 calls/s (burst 6), reserve 1 call/s (burst 2).
         let mut s = schedule(4.0, start);
         look(&mut s, "s0", Priority::Settled, start);
         look(&mut s, "p", Priority::Pending, start + 9500 * MS);
         let at = start + Duration::from_secs(10);
-        // Main 3 - 6 = -3; the reserve keeps its 2.
+        // Main 6 - 9 = -3; the reserve keeps its 2.
         spend(&mut s, at - MS);
         assert_eq!(
             names(s.grant(at)),
@@ -457,6 +463,58 @@ fn calls_outside_a_grant_delay_pending_looks_and_leave_the_reserve_to_settled_on
             "{what}: main's, after 2 s"
         );
     }
+}
+
+/// After a burst of writes (a Service's 500 backends added: 25 calls), a pending
+/// Service is looked at as often as the client's own bucket (`--cloud-rate-limit`
+/// 10/s, bursts of 20) could make the looks without waiting: the scheduler's buckets
+/// hold together what the client's holds. With a second's worth in them (11 calls),
+/// it looked twice in the 3 s after the adds where the client could have 4 times.
+#[test]
+fn after_a_burst_of_writes_a_pending_service_is_looked_at_as_often_as_the_client_allows() {
+    use alibaba_lb::{RateLimit, Tokens};
+    let start = Instant::now();
+    let window = Duration::from_secs(3);
+    let tick = 50 * MS;
+    let fast = 500 * MS;
+
+    // The client alone: its first look and the adds at `start`, then a look whenever
+    // one is due and its bucket holds the calls.
+    let client = RateLimit {
+        per_second: 10.0,
+        burst: 20,
+    };
+    let mut bucket = Tokens::full(client, start);
+    bucket.charge(client, 3.0 + 25.0, start);
+    let (mut client_looks, mut last, mut t) = (0, start, start);
+    while t < start + window {
+        t += tick;
+        if t >= last + fast && bucket.try_take(client, 3.0, t) {
+            client_looks += 1;
+            last = t;
+        }
+    }
+
+    // The scheduler: the same first look, the same adds seen in the client's count.
+    let mut s = schedule(10.0, start);
+    look(&mut s, "p", Priority::Pending, start - fast);
+    assert_eq!(s.grant(start).len(), 1);
+    look(&mut s, "p", Priority::Pending, start);
+    s.calls_made(Product::Clb, 3.0 + 25.0, start);
+    let (mut looks, mut t) = (0, start);
+    while t < start + window {
+        t += tick;
+        for g in s.grant(t) {
+            looks += 1;
+            s.calls_made(Product::Clb, 3.0, t);
+            look(&mut s, &g.service.name, Priority::Pending, t);
+        }
+    }
+    assert!(client_looks >= 4, "{client_looks}");
+    assert!(
+        looks >= client_looks,
+        "{looks} looks in {window:?} after the adds; the client could make {client_looks}"
+    );
 }
 
 #[test]
@@ -501,8 +559,10 @@ fn an_advance_is_not_kept_past_the_look_it_paid_for() {
     // Six calls of something else: none of them is the look's, all are paid by the
     // main bucket (had the advance absorbed the look's three, it would hold -3).
     s.calls_made(Product::Clb, 6.0, t1 + MS);
+    // The main bucket held 6 (the client's burst of 8, less the reserve's 2), the look
+    // took 3 of them.
     let main = s.budget(Product::Clb).main.level;
-    assert!((-6.0..-5.9).contains(&main), "main bucket at {main}");
+    assert!((-3.0..-2.9).contains(&main), "main bucket at {main}");
 }
 
 #[test]
@@ -610,8 +670,11 @@ proptest! {
         }
         let secs = run.as_secs_f64();
         for (i, per_second) in [clb_rate, nlb_rate].into_iter().enumerate() {
-            // The rate, both buckets' bursts, and one dear look's debt per bucket.
-            let bursts = (per_second * 0.75).ceil().max(2.0) + (per_second * 0.25).ceil().max(2.0);
+            // The rate, both buckets' bursts (together the client's own burst of two
+            // seconds of `rate`, or a second of each bucket's share if that is more),
+            // and one dear look's debt per bucket.
+            let second = (per_second * 0.75).ceil().max(2.0) + (per_second * 0.25).ceil().max(2.0);
+            let bursts = (rate * 2.0).ceil().max(second);
             let allowed = per_second * secs + bursts + 12.0;
             prop_assert!(spent[i] <= allowed, "product {i}: {} > {allowed}", spent[i]);
         }
