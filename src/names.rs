@@ -183,6 +183,9 @@ pub const PULL_DEADLINE_ANNOTATION: &str = "rollgate.io/image-pull-deadline";
 /// Opt-in Service annotation: a True gate goes back to False when its backend is lost
 /// or unhealthy.
 pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";
+/// Opt-in Service annotation (a duration): a gate still not True that long after its
+/// pod's containers turned ready turns True with reason `GateTimedOut` (fail-open).
+pub const GATE_TIMEOUT_ANNOTATION: &str = "rollgate.io/readiness-gate-timeout";
 /// Where rollgate records a load balancer it created (and so may delete).
 pub const CREATED_ID_ANNOTATION: &str = "rollgate.io/created-load-balancer-id";
 /// Where rollgate records the load balancer the user named (`...-loadbalancer-id`) that
@@ -279,6 +282,10 @@ pub const CLOUD_QUOTA_EXCEEDED_EVENT: &str = "CloudQuotaExceeded";
 /// Warning on a Service being let go of: its cloud cleanup cannot proceed (the cloud
 /// unreachable, credentials refused, ...), so the finalizer stays. Once per cause.
 pub const CLEANUP_BLOCKED_EVENT: &str = "LoadBalancerCleanupBlocked";
+/// Warning on a pod and on its Service: the pod's gate timed out
+/// (`rollgate.io/readiness-gate-timeout`) and turned True without a healthy backend;
+/// the note names the reason it last waited on.
+pub const GATE_TIMED_OUT_EVENT: &str = "GateTimedOut";
 
 // ---------------------------------------------------------------------------------------
 // Readiness-gate condition reasons
@@ -346,6 +353,10 @@ gate_reasons! {
     /// maps): nothing is asked of the cloud. The message names the annotation and the
     /// accepted forms. A gate already True stays True.
     InvalidLoadBalancerAnnotation,
+    /// True without a healthy backend: the Service's `rollgate.io/readiness-gate-timeout`
+    /// passed since the pod's containers turned ready (the message names the reason it
+    /// last waited on). Opt-in.
+    GateTimedOut,
 }
 
 #[cfg(test)]

@@ -3,15 +3,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
+use kube::Resource;
 use serde_json::json;
 
-use super::context::{Context, Error};
+use super::context::{Context, Error, EVENT_ACTION};
 use super::model::{gate_condition_type, ConditionWrite, GatePlan, GatePod};
 use super::pods::containers_ready_since;
-use crate::apply::{issue_together, ConditionPatch, Outcome};
+use crate::apply::{event, issue_together, ConditionPatch, Outcome};
+use crate::names::{GateReason, GATE_TIMED_OUT_EVENT};
 use crate::object::CachedPod;
 
 /// The plan's condition writes, sent without waiting for them (issue 46). kube-runtime
@@ -21,34 +24,35 @@ use crate::object::CachedPod;
 /// healthy waited for the writes of the ones before it. A pod whose earlier write is
 /// still in flight is left out: that write's pod event, or the next look, plans it
 /// again. A failed write is logged and counted, and brings the Service's next look
-/// forward (`Poller::write_failed`), which writes it again. Returns how many were sent.
+/// forward (`Poller::write_failed`), which writes it again.
 pub fn send_conditions(
     ctx: &Arc<Context>,
-    service: ObjectRef<Service>,
+    service: &ObjectReference,
     pods: &[(Arc<CachedPod>, GatePod)],
     decided: &GatePlan,
     observed_at: Timestamp,
-) -> usize {
+) {
+    let key = ObjectRef::<Service>::new(service.name.as_deref().unwrap_or_default())
+        .within(service.namespace.as_deref().unwrap_or_default());
     let mut jobs = Vec::new();
     for (pod, view, write) in in_order(pods, decided) {
-        if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &service.name) {
+        if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &key.name) {
             jobs.push((pod.clone(), view.clone(), write.clone(), claim));
         }
     }
-    let sent = jobs.len();
-    if sent == 0 {
-        return 0;
+    if jobs.is_empty() {
+        return;
     }
     let ctx = ctx.clone();
+    let service = service.clone();
     tokio::spawn(async move {
-        let namespace = service.namespace.as_deref().unwrap_or_default();
         // Built in a loop, not a closure over references: the future stays `Send`.
         let mut calls = Vec::with_capacity(jobs.len());
         for (pod, view, write, _) in &jobs {
-            let (ctx, service) = (&ctx, &service.name);
+            let (ctx, service) = (&ctx, &service);
             calls.push(async move {
                 let _slot = ctx.writes_in_flight.slot().await;
-                write_one(ctx, namespace, service, pod, view, write, observed_at).await
+                write_one(ctx, service, pod, view, write, observed_at).await
             });
         }
         let failed: Vec<Error> = issue_together(calls)
@@ -59,22 +63,20 @@ pub fn send_conditions(
         // Released before the retry is asked for, so that its plan writes them.
         drop(jobs);
         if let Some(first) = failed.first() {
-            tracing::warn!(service = %service.name, namespace, failed = failed.len(), error = %first, "gate condition writes failed; looking again soon to write them again");
+            tracing::warn!(service = %key.name, namespace = ?key.namespace, failed = failed.len(), error = %first, "gate condition writes failed; looking again soon to write them again");
             ctx.metrics
                 .condition_write_errors
                 .inc_by(failed.len() as u64);
-            ctx.poller.write_failed(&service);
+            ctx.poller.write_failed(&key);
         }
     });
-    sent
 }
 
 /// The plan's condition writes, in flight together (500 pods turning True in one
 /// reconcile must not wait for each other), each followed by its flip latencies.
 pub async fn write_conditions(
     ctx: &Context,
-    namespace: &str,
-    service: &str,
+    service: &ObjectReference,
     pods: &[(Arc<CachedPod>, GatePod)],
     decided: &GatePlan,
     observed_at: Timestamp,
@@ -83,15 +85,7 @@ pub async fn write_conditions(
     // lifetime the runner needs.
     let mut calls = Vec::new();
     for (pod, view, write) in in_order(pods, decided) {
-        calls.push(write_one(
-            ctx,
-            namespace,
-            service,
-            pod,
-            view,
-            write,
-            observed_at,
-        ));
+        calls.push(write_one(ctx, service, pod, view, write, observed_at));
     }
     // Every write is tried; the first failure is returned after all were.
     let outcomes: Result<Vec<Outcome>, Error> = issue_together(calls).await.into_iter().collect();
@@ -117,16 +111,18 @@ fn in_order<'a>(
         .collect()
 }
 
-/// One condition write, and the flip latencies when it turns the gate True.
+/// One condition write to the gate of `service`, and the flip latencies when it turns
+/// the gate True.
 async fn write_one(
     ctx: &Context,
-    ns: &str,
-    name: &str,
+    service: &ObjectReference,
     pod: &CachedPod,
     view: &GatePod,
     write: &ConditionWrite,
     observed_at: Timestamp,
 ) -> Result<Outcome, Error> {
+    let ns = service.namespace.as_deref().unwrap_or_default();
+    let name = service.name.as_deref().unwrap_or_default();
     let flipped = view.gate.as_ref().map(|g| g.status) != Some(write.status);
     let outcome = write_condition(ctx, ns, name, pod, write, flipped).await?;
     if outcome.landed() && flipped && write.status {
@@ -138,8 +134,34 @@ async fn write_one(
         let seconds = done.duration_since(observed_at).as_secs_f64();
         ctx.metrics.flip(ns, name, "load_balancer_healthy", seconds);
         tracing::info!(pod = %write.pod, reason = write.reason.as_str(), "gate True");
+        if write.reason == GateReason::GateTimedOut {
+            warn_timed_out(ctx, service, pod, write);
+        }
     }
     Ok(outcome)
+}
+
+/// A gate timed out: one Warning on the pod and one on its Service (each names the
+/// reason the gate last waited on), and the count an alert fires on. Once per flip:
+/// the gate stays True while the backend stays unhealthy.
+fn warn_timed_out(
+    ctx: &Context,
+    service: &ObjectReference,
+    pod: &CachedPod,
+    write: &ConditionWrite,
+) {
+    let ns = service.namespace.as_deref().unwrap_or_default();
+    let name = service.name.as_deref().unwrap_or_default();
+    ctx.metrics.timed_out(ns, name);
+    tracing::warn!(pod = %write.pod, service = name, message = %write.message, "gate timed out");
+    let warning =
+        |note: String| event(EventType::Warning, GATE_TIMED_OUT_EVENT, EVENT_ACTION, note);
+    let on_pod = format!("the gate of Service {name}: {}", write.message);
+    let on_service = format!("the gate of pod {}: {}", write.pod, write.message);
+    ctx.events
+        .publish_detached(pod.object_ref(&()), warning(on_pod));
+    ctx.events
+        .publish_detached(service.clone(), warning(on_service));
 }
 
 /// Strategic merge on the conditions list (merge key `type`): only our condition is

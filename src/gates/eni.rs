@@ -287,6 +287,7 @@ mod tests {
             selected: true,
             gated: true,
             containers_ready: ready,
+            containers_ready_since: None,
             deletion: None,
             ports: vec![PodPort {
                 name: None,

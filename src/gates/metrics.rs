@@ -85,6 +85,10 @@ pub struct GateMetrics {
     /// Gate condition writes that failed after their reconcile had ended (they are sent
     /// without waiting: `conditions::send_conditions`); each brings a look forward.
     pub condition_write_errors: Counter,
+    /// Gates that timed out (`rollgate.io/readiness-gate-timeout`) and turned True
+    /// without a healthy backend: each is a pod in rotation the load balancer may not
+    /// serve, so an alert fires on any.
+    pub gate_timeouts: Family<ServiceLabels, Counter>,
     /// Looks due and not granted yet, by priority (the cloud-call scheduler's queue).
     pub scheduler_waiting: Family<PriorityLabels, Gauge>,
     /// How long the Service waiting longest for a look has been due.
@@ -112,6 +116,7 @@ impl GateMetrics {
             pending_by_reason: Family::default(),
             reconcile_errors: Family::default(),
             condition_write_errors: Counter::default(),
+            gate_timeouts: Family::default(),
             scheduler_waiting: Family::default(),
             scheduler_oldest_wait: Gauge::default(),
             scheduler_queued_reconciles: Gauge::default(),
@@ -156,6 +161,11 @@ impl GateMetrics {
                 "condition_write_errors",
                 "Gate condition writes that failed (sent without waiting for them; the Service is looked at again soon to write them again)",
                 m.condition_write_errors.clone(),
+            );
+            r.register(
+                "timeouts",
+                "Gates that timed out (rollgate.io/readiness-gate-timeout) and turned True without a healthy backend",
+                m.gate_timeouts.clone(),
             );
             r.register(
                 "scheduler_waiting",
@@ -262,6 +272,16 @@ impl GateMetrics {
                 since: since.into(),
             })
             .observe(seconds.max(0.0));
+    }
+
+    /// A gate of the Service timed out and turned True.
+    pub fn timed_out(&self, namespace: &str, service: &str) {
+        self.gate_timeouts
+            .get_or_create(&ServiceLabels {
+                namespace: namespace.into(),
+                service: service.into(),
+            })
+            .inc();
     }
 
     /// Publishes the Service's backends by state and its pending gates.

@@ -184,6 +184,9 @@ pub struct ServiceFacts {
     /// The weight each backend in rotation carries (`weight`, else
     /// `IN_ROTATION_WEIGHT`); a drained one has 0 whatever this says.
     pub weight: u32,
+    /// Opt-in fail-open: a gate still not True this long after its pod's containers
+    /// turned ready turns True (`GateTimedOut`).
+    pub gate_timeout: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,6 +223,8 @@ pub struct GatePod {
     pub gated: bool,
     /// `ContainersReady` is True: the pod is ready but for its gates.
     pub containers_ready: bool,
+    /// When `ContainersReady` last turned True (the gate timeout counts from it).
+    pub containers_ready_since: Option<Timestamp>,
     pub deletion: Option<Deletion>,
     pub ports: Vec<PodPort>,
     /// This Service's gate condition, if present.

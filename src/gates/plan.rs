@@ -32,8 +32,7 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
         CloudState::NotReady { load_balancer_id } => {
             let message = reasons::load_balancer_not_ready(load_balancer_id.as_deref());
             out.conditions = hold_gates(input, GateReason::LoadBalancerNotReady, &message);
-            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
-            return out;
+            return finish(input, out);
         }
         CloudState::Failed(failure) => {
             let (reason, message) = match &failure.quota {
@@ -44,8 +43,7 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
                 None => (GateReason::CloudApiError, reasons::cloud_api_error(failure)),
             };
             out.conditions = hold_gates(input, reason, &message);
-            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
-            return out;
+            return finish(input, out);
         }
         CloudState::PodBackendsRefused {
             load_balancer_id,
@@ -54,8 +52,7 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
             let message = reasons::load_balancer_takes_no_pod_backends(load_balancer_id, instance);
             let reason = GateReason::LoadBalancerTakesNoPodBackends;
             out.conditions = hold_gates(input, reason, &message);
-            (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
-            return out;
+            return finish(input, out);
         }
     };
     // Keyed by port and protocol: TCP and UDP on one port are two listeners and groups.
@@ -78,8 +75,48 @@ pub fn plan(input: &PlanInput<'_>) -> GatePlan {
         }
     }
     out.conditions = plan_conditions(input, groups);
+    finish(input, out)
+}
+
+/// The gates still pending after the plan's writes, and the earliest moment one of
+/// them times out (its reconcile comes then, however slow the looks are).
+fn finish(input: &PlanInput<'_>, mut out: GatePlan) -> GatePlan {
     (out.pending_gates, out.pending_reasons) = pending_after(input, &out.conditions);
+    let timeouts = pending_pods(input, &out.conditions)
+        .filter_map(|pod| timeout_at(input, pod))
+        .filter(|at| *at > input.now);
+    for at in timeouts {
+        out.next_deadline = Some(out.next_deadline.map_or(at, |d| d.min(at)));
+    }
     out
+}
+
+/// When the pod's gate times out: the Service's `gate_timeout` after its containers
+/// turned ready (`None`: no timeout, or containers not ready).
+fn timeout_at(input: &PlanInput<'_>, pod: &GatePod) -> Option<Timestamp> {
+    let timeout = SignedDuration::try_from(input.service.gate_timeout?).ok()?;
+    if !pod.containers_ready {
+        return None;
+    }
+    pod.containers_ready_since?.checked_add(timeout).ok()
+}
+
+/// A gate that would stay not True turns True once its timeout has passed (the
+/// fail-open of `rollgate.io/readiness-gate-timeout`), naming what it waited on.
+fn fail_open(
+    input: &PlanInput<'_>,
+    pod: &GatePod,
+    decided: (bool, GateReason, String),
+) -> (bool, GateReason, String) {
+    let (status, reason, message) = decided;
+    match (status, input.service.gate_timeout, timeout_at(input, pod)) {
+        (false, Some(timeout), Some(at)) if input.now >= at => (
+            true,
+            GateReason::GateTimedOut,
+            reasons::gate_timed_out(timeout, reason, &message),
+        ),
+        _ => (status, reason, message),
+    }
 }
 
 fn plan_group(
@@ -299,6 +336,7 @@ fn plan_conditions(input: &PlanInput<'_>, groups: &[GroupState]) -> Vec<Conditio
                 }
             }
         };
+        let (status, reason, message) = fail_open(input, pod, (status, reason, message));
         // A True gate follows the flip-back setting whatever the cause, the pod's own
         // containers included: left True (the peers' default), a pod whose containers
         // blip is Ready again the moment they are, not a health cycle later. The
@@ -390,7 +428,8 @@ fn hold_gates(input: &PlanInput<'_>, reason: GateReason, message: &str) -> Vec<C
         if pod.gate.as_ref().is_some_and(|g| g.status) {
             continue;
         }
-        push_if_changed(&mut writes, pod, false, reason, message.to_string());
+        let (status, reason, message) = fail_open(input, pod, (false, reason, message.into()));
+        push_if_changed(&mut writes, pod, status, reason, message);
     }
     writes
 }
@@ -467,26 +506,45 @@ fn pending_after(
     input: &PlanInput<'_>,
     writes: &[ConditionWrite],
 ) -> (usize, BTreeMap<String, usize>) {
+    let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, (_, reason)) in gated_pods_after(input, writes).filter(|(_, (status, _))| !status) {
+        *by_reason.entry(reason.to_string()).or_default() += 1;
+    }
+    (by_reason.values().sum(), by_reason)
+}
+
+/// The live gated pods whose gate is not True after `writes`.
+fn pending_pods<'a>(
+    input: &'a PlanInput<'_>,
+    writes: &'a [ConditionWrite],
+) -> impl Iterator<Item = &'a GatePod> + 'a {
+    gated_pods_after(input, writes)
+        .filter(|(_, (status, _))| !status)
+        .map(|(pod, _)| pod)
+}
+
+/// Each live gated pod with its gate after `writes`: status and reason (the written
+/// ones, else those on the pod; `none` for a gate with no condition yet).
+fn gated_pods_after<'a>(
+    input: &'a PlanInput<'_>,
+    writes: &'a [ConditionWrite],
+) -> impl Iterator<Item = (&'a GatePod, (bool, &'a str))> + 'a {
     let written: HashMap<&str, (bool, &str)> = writes
         .iter()
         .map(|w| (w.uid.as_str(), (w.status, w.reason.as_str())))
         .collect();
-    let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
-    for pod in input
+    input
         .pods
         .iter()
         .filter(|p| p.gated && p.deletion.is_none())
-    {
-        let (status, reason) = written.get(pod.uid.as_str()).copied().unwrap_or_else(|| {
-            pod.gate
-                .as_ref()
-                .map_or((false, "none"), |g| (g.status, g.reason.as_str()))
-        });
-        if !status {
-            *by_reason.entry(reason.to_string()).or_default() += 1;
-        }
-    }
-    (by_reason.values().sum(), by_reason)
+        .map(move |pod| {
+            let gate = written.get(pod.uid.as_str()).copied().unwrap_or_else(|| {
+                pod.gate
+                    .as_ref()
+                    .map_or((false, "none"), |g| (g.status, g.reason.as_str()))
+            });
+            (pod, gate)
+        })
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ pub fn gate_pod(pod: &impl PodFacts, service_name: &str, selected: bool) -> Gate
         selected,
         gated: has_gate(pod, service_name),
         containers_ready: pod.condition_is_true("ContainersReady"),
+        containers_ready_since: containers_ready_since(pod),
         deletion: deletion(pod),
         ports: pod
             .container_ports()
@@ -101,7 +102,7 @@ fn deletion(pod: &impl PodFacts) -> Option<Deletion> {
     })
 }
 
-/// When the pod's containers turned ready (for the flip latency histogram).
+/// When the pod's containers turned ready (the flip latency histogram, the gate timeout).
 pub fn containers_ready_since(pod: &impl PodFacts) -> Option<Timestamp> {
     pod.condition("ContainersReady")
         .filter(|c| c.status == "True")

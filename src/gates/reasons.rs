@@ -1,7 +1,11 @@
 //! The messages that go with a gate condition's reasons (the reasons themselves are
 //! public names: `crate::names::GateReason`, listed in docs/configuration.md).
+use std::time::Duration;
+
 use super::model::{CloudFailure, GroupState, ServiceFacts, ServicePort};
-use crate::names::{GateReason, FLIP_BACK_ANNOTATION, LOAD_BALANCER_FINALIZER};
+use crate::names::{
+    GateReason, FLIP_BACK_ANNOTATION, GATE_TIMEOUT_ANNOTATION, LOAD_BALANCER_FINALIZER,
+};
 
 pub fn service_not_found(namespace: &str, service: &str) -> String {
     format!(
@@ -60,6 +64,24 @@ pub fn cloud_quota_exceeded(failure: &CloudFailure, quota: &str) -> String {
         "cloud API call {} hit an account quota ({}, RequestId {}): {quota} Raise the quota in Quota Center (CLB: slb_quota_instances_num; NLB: nlb_quota_loadbalancers_num, nlb_quota_servergroup_noeci_servers_num) or free what uses it; retried on the slow poll",
         failure.action, failure.code, failure.request_id
     )
+}
+
+/// A gate that timed out: how long it waited, and on what.
+pub fn gate_timed_out(timeout: Duration, waited_on: GateReason, details: &str) -> String {
+    format!(
+        "no healthy backend {} after the containers turned ready ({GATE_TIMEOUT_ANNOTATION}): the gate is True without it; it last waited on {}: {details}",
+        duration_text(timeout),
+        waited_on.as_str(),
+    )
+}
+
+/// `600s`, `1500ms`: as the annotation's own forms.
+fn duration_text(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }
 
 pub fn lost_after_ready(now: GateReason, details: &str) -> String {

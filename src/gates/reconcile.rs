@@ -140,7 +140,12 @@ async fn prepare(
         .await;
     let settings = &ctx.settings;
     let vpc_id = settings.vpc_id.as_deref();
-    match lb_spec(service, product, &settings.cluster_id, vpc_id) {
+    // A timeout that cannot be read is not silently off: the gates say so instead.
+    let spec = match &service.gate_timeout {
+        Err(problem) => Err(problem.clone()),
+        Ok(_) => lb_spec(service, product, &settings.cluster_id, vpc_id),
+    };
+    match spec {
         Ok(mut spec) => {
             let legacy = settings.legacy_cluster_id.as_deref();
             adopt_former_groups(&mut spec, &service.facts, legacy);
@@ -175,9 +180,8 @@ async fn say_invalid_annotation(
         conditions: plan_invalid_annotation(&gate_pods, problem),
         ..GatePlan::default()
     };
-    let facts = &service.facts;
     let now = Timestamp::now();
-    write_conditions(ctx, &facts.namespace, &facts.name, &pods, &decided, now).await
+    write_conditions(ctx, &service.reference, &pods, &decided, now).await
 }
 
 /// What one look saw: the cloud side, the pods and where their backends live.
@@ -344,7 +348,13 @@ async fn apply(
         })
         .conditions;
     }
-    send_conditions(ctx, service.key(), &look.pods, decided, look.observed_at);
+    send_conditions(
+        ctx,
+        &service.reference,
+        &look.pods,
+        decided,
+        look.observed_at,
+    );
     Ok(apply_error)
 }
 

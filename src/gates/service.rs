@@ -3,6 +3,7 @@
 //! A reconcile reads its Service once, here, into a [`ServiceSnapshot`]; nothing after
 //! that looks at the API object again.
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use alibaba_lb::{AddressType, ListenerSettings, Product, ZoneVSwitch};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
@@ -12,10 +13,12 @@ use kube::{Resource, ResourceExt};
 
 use super::annotations;
 use super::model::{ServiceFacts, ServicePort, TargetPort, IN_ROTATION_WEIGHT};
+use crate::duration_flag::parse_interval;
 use crate::names::{
-    CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, LOAD_BALANCER_ANNOTATION_PREFIXES,
-    LOAD_BALANCER_FINALIZER, NLB_CLASS, PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS,
-    ROLLGATE_NLB_CLASS, SERVED_ATTACHED_ID_ANNOTATION, SERVER_GROUPS_ANNOTATION,
+    CREATED_ID_ANNOTATION, FLIP_BACK_ANNOTATION, GATE_TIMEOUT_ANNOTATION,
+    LOAD_BALANCER_ANNOTATION_PREFIXES, LOAD_BALANCER_FINALIZER, NLB_CLASS,
+    PRESERVE_LB_ON_DELETE_ANNOTATION, ROLLGATE_CLB_CLASS, ROLLGATE_NLB_CLASS,
+    SERVED_ATTACHED_ID_ANNOTATION, SERVER_GROUPS_ANNOTATION,
 };
 
 /// Everything a reconcile needs of its Service, read once at its top.
@@ -56,6 +59,8 @@ pub struct ServiceSnapshot {
     pub listener_settings: Result<ListenerSettings, String>,
     /// Annotations of the family rollgate does not act on, each with its Warning.
     pub not_acted_on: Vec<(String, String)>,
+    /// `rollgate.io/readiness-gate-timeout`, or why it is not valid.
+    pub gate_timeout: Result<Option<Duration>, String>,
     /// `spec.selector`; `None` (absent or empty) selects no pod.
     pub selector: Option<BTreeMap<String, String>>,
     /// The first `status.loadBalancer.ingress` entry (IP, else hostname), as published.
@@ -110,6 +115,7 @@ impl ServiceSnapshot {
                 service.annotations(),
                 product_for(service, selection),
             ),
+            gate_timeout: gate_timeout(service),
             selector: selector(service).cloned(),
             published_address: service
                 .status
@@ -209,6 +215,25 @@ fn own_annotation<'a>(service: &'a Service, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// `rollgate.io/readiness-gate-timeout`: how long a gate may wait after its pod's
+/// containers turned ready before it turns True anyway. `None`: not set (the default:
+/// a gate that times out is the outage the gate exists to prevent, so it is opt-in).
+pub fn gate_timeout(service: &Service) -> Result<Option<Duration>, String> {
+    let Some(raw) = own_annotation(service, GATE_TIMEOUT_ANNOTATION) else {
+        return Ok(None);
+    };
+    let invalid = |why: &str| {
+        format!(
+            "annotation {GATE_TIMEOUT_ANNOTATION}: {why}; accepted: a duration of at least 1s, as 600, 600s, 10m or 90000ms"
+        )
+    };
+    match parse_interval(raw) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(Some(d)),
+        Ok(_) => Err(invalid(&format!("{raw:?} is shorter than a second"))),
+        Err(e) => Err(invalid(&e)),
+    }
+}
+
 pub fn flip_back(service: &Service) -> bool {
     service
         .annotations()
@@ -299,6 +324,8 @@ pub fn facts(service: &Service) -> ServiceFacts {
         name: service.name_any(),
         ports,
         flip_back: flip_back(service),
+        // A bad value stops the Service before the plan (`prepare`); never used then.
+        gate_timeout: gate_timeout(service).ok().flatten(),
         // A bad value stops the Service at `lb_spec` (the gates say why); never 0.
         weight: annotations::backend_weight(service.annotations())
             .ok()
@@ -464,6 +491,39 @@ mod tests {
             &[(FLIP_BACK_ANNOTATION, "True")],
         ));
         assert!(f.flip_back);
+    }
+
+    #[test]
+    fn the_gate_timeout_is_a_duration_of_a_second_or_more_and_off_by_default() {
+        let with = |value: &str| {
+            gate_timeout(&service(
+                "LoadBalancer",
+                None,
+                &[(GATE_TIMEOUT_ANNOTATION, value)],
+            ))
+        };
+        assert_eq!(gate_timeout(&service("LoadBalancer", None, &[])), Ok(None));
+        assert_eq!(
+            facts(&service("LoadBalancer", None, &[])).gate_timeout,
+            None
+        );
+        assert_eq!(with("10m"), Ok(Some(Duration::from_secs(600))));
+        assert_eq!(with("90s"), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(with("1500ms"), Ok(Some(Duration::from_millis(1500))));
+        for bad in ["0", "500ms", "10 minutes", "1h", "-5m"] {
+            let error = with(bad).unwrap_err();
+            assert!(error.contains(GATE_TIMEOUT_ANNOTATION), "{bad}: {error}");
+            assert!(
+                error.contains("accepted: a duration of at least 1s"),
+                "{bad}: {error}"
+            );
+        }
+        let timed = facts(&service(
+            "LoadBalancer",
+            None,
+            &[(GATE_TIMEOUT_ANNOTATION, "2m")],
+        ));
+        assert_eq!(timed.gate_timeout, Some(Duration::from_secs(120)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(super) fn svc(flip_back: bool) -> ServiceFacts {
         }],
         flip_back,
         weight: IN_ROTATION_WEIGHT,
+        gate_timeout: None,
     }
 }
 
@@ -32,6 +33,7 @@ pub(super) fn pod(name: &str, ip: &str) -> GatePod {
         selected: true,
         gated: true,
         containers_ready: true,
+        containers_ready_since: Some(at(NOW - 30)),
         deletion: None,
         ports: vec![PodPort {
             name: Some("http".into()),
@@ -939,4 +941,132 @@ fn legacy_markers_of_another_id_or_with_adoption_off_are_never_touched() {
         now: at(NOW),
     });
     assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+}
+
+/// [`svc`] with `rollgate.io/readiness-gate-timeout` of `seconds`.
+fn svc_timing_out(seconds: u64) -> ServiceFacts {
+    ServiceFacts {
+        gate_timeout: Some(Duration::from_secs(seconds)),
+        ..svc(false)
+    }
+}
+
+fn unhealthy() -> HealthState {
+    HealthState::Unhealthy {
+        reason: "CONNECT_TIMEOUT".into(),
+    }
+}
+
+#[test]
+fn a_gate_times_out_only_once_its_timeout_has_passed_since_the_containers_turned_ready() {
+    // Containers ready 30 s before NOW (see `pod`); the backend unhealthy all along.
+    let cloud = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", unhealthy())],
+    )]);
+    let pods = [pod("a", "10.0.0.1")];
+
+    // No timeout set: it waits, however long.
+    let w = only_write(&run(&svc(false), &pods, &cloud)).clone();
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::BackendUnhealthy);
+
+    // 31 s: not yet; the plan asks to be back when it is due.
+    let waiting = run(&svc_timing_out(31), &pods, &cloud);
+    let w = only_write(&waiting);
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::BackendUnhealthy);
+    assert_eq!(waiting.pending_gates, 1);
+    assert_eq!(waiting.next_deadline, Some(at(NOW + 1)));
+
+    // 30 s: due now. True, naming what it waited on, and pending no more.
+    let timed_out = run(&svc_timing_out(30), &pods, &cloud);
+    let w = only_write(&timed_out);
+    assert!(w.status);
+    assert_eq!(w.reason, GateReason::GateTimedOut);
+    for part in [
+        "30s",
+        "rollgate.io/readiness-gate-timeout",
+        "BackendUnhealthy",
+        "CONNECT_TIMEOUT",
+    ] {
+        assert!(w.message.contains(part), "{part}: {}", w.message);
+    }
+    assert_eq!(timed_out.pending_gates, 0);
+    assert_eq!(timed_out.next_deadline, None);
+}
+
+#[test]
+fn a_timed_out_gate_stays_true_without_rewrites_and_a_healthy_backend_takes_over() {
+    let sick = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", unhealthy())],
+    )]);
+    let first = run(&svc_timing_out(10), &[pod("a", "10.0.0.1")], &sick);
+    let w = only_write(&first).clone();
+    let mut timed_out = pod("a", "10.0.0.1");
+    timed_out.gate = Some(GateCondition {
+        status: true,
+        reason: w.reason.as_str().into(),
+        message: w.message.clone(),
+    });
+    // The same look again: nothing to write (so one Warning per flip, not per look).
+    let again = run(&svc_timing_out(10), std::slice::from_ref(&timed_out), &sick);
+    assert!(again.conditions.is_empty(), "{:#?}", again.conditions);
+    // With flip-back on, still True: the timeout holds as long as the containers are ready.
+    let flip_back = ServiceFacts {
+        flip_back: true,
+        ..svc_timing_out(10)
+    };
+    assert!(run(&flip_back, std::slice::from_ref(&timed_out), &sick)
+        .conditions
+        .is_empty());
+    // Healthy at last: the reason says so.
+    let well = CloudState::Ready(vec![group(
+        vec![owned("10.0.0.1", 100)],
+        &[("10.0.0.1", HealthState::Healthy)],
+    )]);
+    let w = only_write(&run(&svc_timing_out(10), &[timed_out], &well)).clone();
+    assert!(w.status);
+    assert_eq!(w.reason, GateReason::LoadBalancerHealthy);
+}
+
+#[test]
+fn no_timeout_runs_while_the_containers_are_not_ready() {
+    let cloud = CloudState::Ready(vec![group(vec![], &[])]);
+    let mut starting = pod("a", "10.0.0.1");
+    starting.containers_ready = false;
+    let plan = run(&svc_timing_out(1), &[starting], &cloud);
+    let w = only_write(&plan);
+    assert!(!w.status);
+    assert_eq!(w.reason, GateReason::ContainersNotReady);
+    assert_eq!(plan.next_deadline, None);
+}
+
+/// The fail-open exists for a cloud that does not answer: a failed read or a load
+/// balancer never ready times out like an unhealthy backend.
+#[test]
+fn gates_held_by_a_cloud_failure_time_out_too() {
+    let failed = CloudState::Failed(CloudFailure {
+        action: "DescribeHealthStatus".into(),
+        code: "ServiceUnavailable".into(),
+        request_id: "req-1".into(),
+        quota: None,
+    });
+    let not_ready = CloudState::NotReady {
+        load_balancer_id: None,
+    };
+    for (cloud, held) in [
+        (failed, GateReason::CloudApiError),
+        (not_ready, GateReason::LoadBalancerNotReady),
+    ] {
+        let pods = [pod("a", "10.0.0.1")];
+        let waiting = run(&svc_timing_out(60), &pods, &cloud);
+        let w = only_write(&waiting);
+        assert_eq!((w.status, w.reason), (false, held));
+        assert_eq!(waiting.next_deadline, Some(at(NOW + 30)));
+        let w = only_write(&run(&svc_timing_out(20), &pods, &cloud)).clone();
+        assert_eq!((w.status, w.reason), (true, GateReason::GateTimedOut));
+        assert!(w.message.contains(held.as_str()), "{}", w.message);
+    }
 }
