@@ -3,11 +3,13 @@
 //!
 //! This file: the listener and load-balancer annotations (health check, protocols and
 //! certificates, ACL, weight, vswitch, spec) reaching the cloud and following changes,
-//! and refused ones said on every gated pod.
+//! refused ones said on every gated pod, and the opt-in fail-open timeout.
 mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use serde_json::{json, Value};
 use support::gated::*;
 use support::*;
@@ -518,5 +520,114 @@ async fn spec_and_charge_type_shape_the_created_clb() {
     }
 
     assert_eq!(load_balancer_ids(&bed, "clb").await.len(), 2);
+    bed.cleanup().await;
+}
+
+/// `rollgate.io/readiness-gate-timeout`: a backend the emulator holds unhealthy keeps
+/// its gate False until the timeout has passed since the pod's containers turned ready
+/// (never before: the condition's own transition time is compared), then the gate turns
+/// True with reason `GateTimedOut` naming what it waited on, the pod and the Service
+/// each get one Warning, and the metric counts one timeout. Healthy at last, the reason
+/// says so. Without the annotation (today's code) the gate would wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
+async fn a_gate_held_unhealthy_times_out_after_the_timeout_and_never_before() {
+    const TIMEOUT_S: i64 = 20;
+    let gate = format!("{GATE_PREFIX}web");
+    // Health checks that never pass by themselves: the test decides.
+    let emulator = lb_emulator::EmulatorConfig {
+        health_delay: Duration::from_secs(3600),
+        ..fast_emulator()
+    };
+    let bed = Bed::new("gates-timeout", 1, emulator, &[]).await;
+    let timeout = json!({"rollgate.io/readiness-gate-timeout": format!("{TIMEOUT_S}s")});
+    bed.create_service("web", "web", None, timeout).await;
+    bed.create_deployment("web", "web", 1, &["web"], 1, 0).await;
+    let pods = wait_gate(&bed, "web", "web", "the backend registered", |s, r| {
+        s == "False" && r == "HealthCheckPending"
+    })
+    .await;
+    let ip = pod_ip(&pods[0]).expect("the pod has an IP");
+    let held = bed
+        .emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": false}))
+        .await;
+    assert_eq!(held["matched"], 1, "{held}");
+
+    let transition = |pod: &Pod, type_: &str| -> Option<(String, i64)> {
+        let c = pod
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == type_)?;
+        Some((
+            c.status.clone(),
+            c.last_transition_time.as_ref()?.0.as_second(),
+        ))
+    };
+    // Watched until it turns True: never True while the timeout runs.
+    let (flipped, ready_at) = wait_for(
+        "the gate to time out",
+        Duration::from_secs(TIMEOUT_S as u64 + 45),
+        || async {
+            let pods = bed.live_pods("web").await;
+            let pod = pods.first().ok_or("no pod")?;
+            let (_, ready_at) = transition(pod, "ContainersReady").ok_or("no ContainersReady")?;
+            match transition(pod, &gate) {
+                Some((status, at)) if status == "True" => Ok((at, ready_at)),
+                other => Err(format!("gate {other:?}: {}", describe_gates(&pods, "web"))),
+            }
+        },
+    )
+    .await;
+    assert!(
+        flipped - ready_at >= TIMEOUT_S,
+        "the gate turned True {} s after the containers turned ready, before its {TIMEOUT_S} s timeout",
+        flipped - ready_at
+    );
+    let pods = bed.live_pods("web").await;
+    let (status, reason, message) = gate_status(&pods[0], "web").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "GateTimedOut"));
+    for part in [
+        "rollgate.io/readiness-gate-timeout",
+        "20s",
+        "BackendUnhealthy",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+
+    // Looks go on (and the gate stays True without a rewrite): one Warning each.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pod_name = pods[0].name_any();
+    for regarding in [pod_name.as_str(), "web"] {
+        let records = event_records(&bed.client, &bed.ns.name, regarding).await;
+        let warnings: Vec<_> = records
+            .iter()
+            .filter(|r| r.reason == "GateTimedOut")
+            .collect();
+        assert_eq!(warnings.len(), 1, "{regarding}: {records:?}");
+        assert_eq!(warnings[0].occurrences, 1, "{regarding}: {records:?}");
+        assert_eq!(warnings[0].type_, "Warning");
+        assert!(
+            warnings[0].note.contains("BackendUnhealthy"),
+            "{:?}",
+            warnings[0]
+        );
+    }
+    let metrics = bed.metrics().await;
+    let counted = metrics
+        .lines()
+        .find(|l| l.starts_with("rollgate_gate_timeouts_total{") && l.contains("service=\"web\""))
+        .unwrap_or_else(|| panic!("no timeout counted:\n{metrics}"));
+    assert!(counted.ends_with(" 1"), "{counted}");
+
+    // Healthy at last: the gate says so.
+    bed.emulator_post("health", json!({"ip": ip, "port": 8080, "healthy": true}))
+        .await;
+    wait_gate(&bed, "web", "web", "the gate healthy", |s, r| {
+        s == "True" && r == "LoadBalancerHealthy"
+    })
+    .await;
     bed.cleanup().await;
 }
