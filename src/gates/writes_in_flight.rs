@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 
 use crate::apply::CALLS_IN_FLIGHT;
 
@@ -16,6 +16,8 @@ use crate::apply::CALLS_IN_FLIGHT;
 pub struct WritesInFlight {
     claimed: Mutex<HashSet<(String, String)>>,
     slots: Semaphore,
+    /// Told each time the last write in flight is answered (`drained` waits on it).
+    emptied: Notify,
 }
 
 impl Default for WritesInFlight {
@@ -23,6 +25,7 @@ impl Default for WritesInFlight {
         WritesInFlight {
             claimed: Mutex::default(),
             slots: Semaphore::new(CALLS_IN_FLIGHT),
+            emptied: Notify::new(),
         }
     }
 }
@@ -52,8 +55,15 @@ impl WritesInFlight {
     /// write cut short is planned again by the next leader).
     pub async fn drained(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
-        while !self.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        loop {
+            // Registered before the check, so an answer in between is not missed.
+            let emptied = self.emptied.notified();
+            if self.is_empty() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, emptied).await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -66,6 +76,49 @@ pub(super) struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.in_flight.claimed.lock().unwrap().remove(&self.key);
+        let mut claimed = self.in_flight.claimed.lock().unwrap();
+        claimed.remove(&self.key);
+        if claimed.is_empty() {
+            self.in_flight.emptied.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_the_last_write_and_no_longer_than_the_limit() {
+        let writes = Arc::new(WritesInFlight::default());
+        let (a, b) = (writes.claim("uid-a", "web"), writes.claim("uid-b", "web"));
+        assert!(
+            writes.claim("uid-a", "web").is_none(),
+            "one write per gate at a time"
+        );
+        let answered = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(a);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(b);
+        });
+        let start = tokio::time::Instant::now();
+        writes.drained(Duration::from_secs(5)).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(2),
+            "back when the last is answered"
+        );
+        answered.await.unwrap();
+
+        let stuck = writes.claim("uid-c", "web");
+        let start = tokio::time::Instant::now();
+        writes.drained(Duration::from_secs(5)).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(5),
+            "not past the limit"
+        );
+        drop(stuck);
     }
 }
