@@ -101,6 +101,13 @@ fn run(service: &ServiceFacts, pods: &[GatePod], cloud: &CloudState) -> GatePlan
     })
 }
 
+/// The message names each of `parts`.
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+}
+
 fn only_write(plan: &GatePlan) -> &ConditionWrite {
     assert_eq!(plan.conditions.len(), 1, "{:#?}", plan.conditions);
     &plan.conditions[0]
@@ -256,14 +263,15 @@ fn a_used_up_quota_holds_waiting_gates_with_its_own_reason() {
     let w = only_write(&plan);
     assert_eq!(w.pod, "waiting");
     assert_eq!(w.reason, GateReason::CloudQuotaExceeded);
-    for part in [
-        "CreateLoadBalancer",
-        "slb_quota_instances_num (30)",
-        "Quota Center",
-        "RID-8",
-    ] {
-        assert!(w.message.contains(part), "{}", w.message);
-    }
+    assert_mentions(
+        &w.message,
+        &[
+            "CreateLoadBalancer",
+            "slb_quota_instances_num (30)",
+            "Quota Center",
+            "RID-8",
+        ],
+    );
 }
 
 #[test]
@@ -281,9 +289,10 @@ fn cloud_errors_and_a_load_balancer_not_ready_never_move_a_true_gate() {
     let w = only_write(&plan);
     assert_eq!(w.pod, "waiting");
     assert_eq!(w.reason, GateReason::CloudApiError);
-    for part in ["DescribeHealthStatus", "Throttling.User", "RID-7"] {
-        assert!(w.message.contains(part), "{}", w.message);
-    }
+    assert_mentions(
+        &w.message,
+        &["DescribeHealthStatus", "Throttling.User", "RID-7"],
+    );
     let not_ready = CloudState::NotReady {
         load_balancer_id: Some("nlb-9".into()),
     };
@@ -312,14 +321,15 @@ fn a_clb_instance_that_takes_no_pod_backends_holds_every_gate_with_its_own_reaso
     for w in &plan.conditions {
         assert!(!w.status);
         assert_eq!(w.reason, GateReason::LoadBalancerTakesNoPodBackends);
-        for part in [
-            "lb-shared",
-            "no LoadBalancerSpec",
-            "PayBySpec",
-            "slb.s1.small",
-        ] {
-            assert!(w.message.contains(part), "{}", w.message);
-        }
+        assert_mentions(
+            &w.message,
+            &[
+                "lb-shared",
+                "no LoadBalancerSpec",
+                "PayBySpec",
+                "slb.s1.small",
+            ],
+        );
     }
     assert_eq!(plan.pending_gates, 2);
     // The same pods with a usable instance are registered: the reason is the instance.
@@ -984,14 +994,15 @@ fn a_gate_times_out_only_once_its_timeout_has_passed_since_the_containers_turned
     let w = only_write(&timed_out);
     assert!(w.status);
     assert_eq!(w.reason, GateReason::GateTimedOut);
-    for part in [
-        "30s",
-        "rollgate.io/readiness-gate-timeout",
-        "BackendUnhealthy",
-        "CONNECT_TIMEOUT",
-    ] {
-        assert!(w.message.contains(part), "{part}: {}", w.message);
-    }
+    assert_mentions(
+        &w.message,
+        &[
+            "30s",
+            "rollgate.io/readiness-gate-timeout",
+            "BackendUnhealthy",
+            "CONNECT_TIMEOUT",
+        ],
+    );
     assert_eq!(timed_out.pending_gates, 0);
     assert_eq!(timed_out.next_deadline, None);
 }
