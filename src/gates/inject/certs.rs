@@ -1,0 +1,255 @@
+//! The webhook's certificates: a CA of its own and a serving certificate it signs
+//! (rcgen), and when the serving one is due for renewal. No I/O but the key generation.
+//!
+//! The CA lives ten times as long as the serving certificate, which is renewed at two
+//! thirds of its life under the same CA: the API server's CA bundle does not change when
+//! a serving certificate does, so a replica still serving the previous certificate for
+//! a few seconds is still trusted.
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use time::OffsetDateTime;
+
+/// How much longer than a serving certificate the CA lives.
+const CA_LIFETIMES: u32 = 10;
+/// The CA's common name (its subject, and the issuer of every serving certificate).
+const CA_COMMON_NAME: &str = "rollgate readiness-gate injection webhook CA";
+/// Clocks of the API server and of rollgate may differ a little.
+const CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+/// A CA and the serving certificate it signed, PEM-encoded, with the serving
+/// certificate's validity and names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertBundle {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    /// The serving certificate's subject alternative names, as asked for.
+    pub sans: Vec<String>,
+}
+
+impl CertBundle {
+    /// At two thirds of the serving certificate's life (or past its end): a new one is
+    /// made well before any client could see it expire.
+    pub fn renewal_due(&self, now: OffsetDateTime) -> bool {
+        let life = self.not_after - self.not_before;
+        now >= self.not_before + life * 2 / 3
+    }
+
+    /// When `renewal_due` turns true.
+    pub fn renewal_at(&self) -> OffsetDateTime {
+        self.not_before + (self.not_after - self.not_before) * 2 / 3
+    }
+}
+
+/// The names the serving certificate must carry: the webhook Service's DNS names in
+/// `namespace` and 127.0.0.1 (the API server of the local test bed calls it there).
+pub fn serving_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        "127.0.0.1".to_string(),
+    ]
+}
+
+/// A new CA and a serving certificate for `sans`, valid `validity` from `now`.
+pub fn new_ca_and_serving(
+    sans: &[String],
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<CertBundle, rcgen::Error> {
+    let ca_key = KeyPair::generate()?;
+    let ca_params = ca_params(now, validity)?;
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca_key_pem = ca_key.serialize_pem();
+    serving(ca_cert.pem(), ca_key_pem, &ca_key, sans, validity, now)
+}
+
+/// A new serving certificate under `existing`'s CA (renewal: the CA bundle stays).
+pub fn renew_serving(
+    existing: &CertBundle,
+    sans: &[String],
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<CertBundle, rcgen::Error> {
+    let ca_key = KeyPair::from_pem(&existing.ca_key_pem)?;
+    serving(
+        existing.ca_cert_pem.clone(),
+        existing.ca_key_pem.clone(),
+        &ca_key,
+        sans,
+        validity,
+        now,
+    )
+}
+
+/// The CA's parameters. Rebuilt the same from its key to sign later certificates: an
+/// issuer is its subject name and its key (the key identifier is the key's hash).
+fn ca_params(now: OffsetDateTime, validity: Duration) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = distinguished_name(CA_COMMON_NAME);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.not_before = now - CLOCK_SKEW;
+    params.not_after = now + to_time(validity) * CA_LIFETIMES;
+    Ok(params)
+}
+
+fn serving(
+    ca_cert_pem: String,
+    ca_key_pem: String,
+    ca_key: &KeyPair,
+    sans: &[String],
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<CertBundle, rcgen::Error> {
+    // Only its name, key usages and key identifier method matter to an issuer.
+    let issuer = Issuer::new(ca_params(now, validity)?, ca_key);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(sans.to_vec())?;
+    params.distinguished_name = distinguished_name(sans.first().map_or("rollgate", |s| s));
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = now - CLOCK_SKEW;
+    params.not_after = now + to_time(validity);
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(CertBundle {
+        ca_cert_pem,
+        ca_key_pem,
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        not_before: params.not_before,
+        not_after: params.not_after,
+        sans: sans.to_vec(),
+    })
+}
+
+fn distinguished_name(common_name: &str) -> DistinguishedName {
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name);
+    name
+}
+
+fn to_time(duration: Duration) -> time::Duration {
+    time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+    }
+
+    /// Whether a TLS client trusting only `ca_pem` accepts `bundle`'s serving
+    /// certificate for `name` at `at`.
+    fn verifies(ca_pem: &str, bundle: &CertBundle, name: &str, at: OffsetDateTime) -> bool {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        let leaf = CertificateDer::from_pem_slice(bundle.cert_pem.as_bytes()).unwrap();
+        let at = UnixTime::since_unix_epoch(Duration::from_secs(at.unix_timestamp() as u64));
+        verifier
+            .verify_server_cert(
+                &leaf,
+                &[],
+                &ServerName::try_from(name.to_string()).unwrap(),
+                &[],
+                at,
+            )
+            .is_ok()
+    }
+
+    #[test]
+    fn the_serving_certificate_is_trusted_by_its_ca_for_the_service_names_and_loopback() {
+        let sans = serving_names("rollgate-webhook", "rollgate-system");
+        let bundle = new_ca_and_serving(&sans, DAY, now()).unwrap();
+        for name in [
+            "rollgate-webhook.rollgate-system.svc",
+            "rollgate-webhook.rollgate-system.svc.cluster.local",
+            "127.0.0.1",
+        ] {
+            assert!(
+                verifies(&bundle.ca_cert_pem, &bundle, name, now()),
+                "{name}"
+            );
+        }
+        assert!(!verifies(
+            &bundle.ca_cert_pem,
+            &bundle,
+            "other.rollgate-system.svc",
+            now()
+        ));
+        // Another CA does not vouch for it.
+        let other = new_ca_and_serving(&sans, DAY, now()).unwrap();
+        assert!(!verifies(&other.ca_cert_pem, &bundle, "127.0.0.1", now()));
+        // Nor is it good past its validity.
+        assert!(!verifies(
+            &bundle.ca_cert_pem,
+            &bundle,
+            "127.0.0.1",
+            now() + time::Duration::days(2)
+        ));
+    }
+
+    #[test]
+    fn a_renewed_serving_certificate_is_trusted_by_the_same_ca_bundle() {
+        let sans = serving_names("rollgate-webhook", "rollgate-system");
+        let first = new_ca_and_serving(&sans, DAY, now()).unwrap();
+        let later = now() + time::Duration::hours(20);
+        let renewed = renew_serving(&first, &sans, DAY, later).unwrap();
+        assert_eq!(renewed.ca_cert_pem, first.ca_cert_pem);
+        assert_ne!(renewed.cert_pem, first.cert_pem);
+        assert_ne!(renewed.key_pem, first.key_pem);
+        let after_first_expired = now() + time::Duration::hours(30);
+        assert!(verifies(
+            &first.ca_cert_pem,
+            &renewed,
+            "127.0.0.1",
+            after_first_expired
+        ));
+        assert!(!verifies(
+            &first.ca_cert_pem,
+            &first,
+            "127.0.0.1",
+            after_first_expired
+        ));
+    }
+
+    #[test]
+    fn renewal_is_due_at_two_thirds_of_the_serving_certificates_life() {
+        let bundle = new_ca_and_serving(&["127.0.0.1".into()], DAY * 3, now()).unwrap();
+        // not_before is 5 minutes before `now` (clock skew).
+        let two_thirds = bundle.renewal_at();
+        assert!(!bundle.renewal_due(now()));
+        assert!(!bundle.renewal_due(two_thirds - time::Duration::seconds(1)));
+        assert!(bundle.renewal_due(two_thirds));
+        assert!(bundle.renewal_due(bundle.not_after + time::Duration::days(1)));
+        assert!(two_thirds > now() + time::Duration::hours(47));
+        assert!(two_thirds < now() + time::Duration::hours(48));
+    }
+}
