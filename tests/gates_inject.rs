@@ -193,21 +193,48 @@ async fn wait_webhook_answers<F>(bed: &GateWorld<F>, app: &str, want: &[String])
     .await;
 }
 
+async fn delete_cert_secret(client: &Client) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "rollgate-system");
+    let _ = secrets.delete(CERT_SECRET, &DeleteParams::default()).await;
+}
+
+/// The serving certificate in rollgate's Secret, if any.
+async fn serving_cert(client: &Client) -> Option<Vec<u8>> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "rollgate-system");
+    secrets
+        .get_opt(CERT_SECRET)
+        .await
+        .ok()
+        .flatten()?
+        .data?
+        .get("tls.crt")
+        .map(|b| b.0.clone())
+}
+
 /// A bed whose controller serves the webhook, a configuration sending it this bed's
 /// namespace, the namespace opted in, and the CA bundle in place.
 async fn webhook_bed(prefix: &str, nodes: usize, emulator: EmulatorConfig) -> (Bed, String) {
+    webhook_bed_with(prefix, nodes, emulator, &[]).await
+}
+
+/// [`webhook_bed`] with more controller settings.
+async fn webhook_bed_with(
+    prefix: &str,
+    nodes: usize,
+    emulator: EmulatorConfig,
+    env: &[(&str, &str)],
+) -> (Bed, String) {
     let client = client().await;
+    // The Secret is shared by every run: each test starts from none, so the controller
+    // makes it (and a test's short validity holds).
+    delete_cert_secret(&client).await;
     let port = free_port();
     let token = unique_name("inject");
     create_configuration(&client, port, &token).await;
     let listen = format!("127.0.0.1:{port}");
-    let bed = Bed::new(
-        prefix,
-        nodes,
-        emulator,
-        &[("ROLLGATE_WEBHOOK_LISTEN", listen.as_str())],
-    )
-    .await;
+    let mut env = env.to_vec();
+    env.push(("ROLLGATE_WEBHOOK_LISTEN", listen.as_str()));
+    let bed = Bed::new(prefix, nodes, emulator, &env).await;
     label_namespace(
         &client,
         &bed.ns.name,
@@ -407,4 +434,71 @@ async fn opted_out_pods_other_namespaces_and_a_dead_webhook_get_no_gates() {
     wait_webhook_answers(&bed, "web", &[gate("web")]).await;
     delete_configuration(&bed.client).await;
     bed.cleanup().await;
+}
+
+/// Serving certificates valid 30 s, renewed at two thirds of that under the same CA:
+/// for a minute (two lifetimes) every pod creation the API server sends is still
+/// answered, over TLS it verifies with the one CA bundle, so each replacement
+/// certificate was picked up without a restart; the Secret shows the renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
+async fn admissions_keep_working_through_certificate_renewals() {
+    let _owner = CONFIGURATION_OWNER.lock().await;
+    let client = client().await;
+    let (bed, _) = webhook_bed_with(
+        "inject-renewal",
+        1,
+        fast_emulator(),
+        &[("ROLLGATE_WEBHOOK_CERT_VALIDITY", "30s")],
+    )
+    .await;
+    bed.create_service("web", "web", None, json!({})).await;
+    wait_webhook_answers(&bed, "web", &[gate("web")]).await;
+    let first_ca = secret_ca(&client).await;
+
+    let mut certificates = vec![serving_cert(&client).await.expect("a serving certificate")];
+    let started = std::time::Instant::now();
+    let mut admissions = 0;
+    while started.elapsed() < Duration::from_secs(60) {
+        let pod = bed
+            .pods()
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &bare_pod(&bed, "probe", "web", json!({})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            gates_of(&pod),
+            vec![gate("web")],
+            "an admission {:?} into the run went unanswered ({} renewals seen)",
+            started.elapsed(),
+            certificates.len() - 1
+        );
+        admissions += 1;
+        if let Some(cert) = serving_cert(&client).await {
+            if certificates.last() != Some(&cert) {
+                certificates.push(cert);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    note(format!(
+        "{admissions} admissions answered through {} renewals",
+        certificates.len() - 1
+    ));
+    assert!(
+        certificates.len() >= 3,
+        "expected at least two renewals in a minute of 30 s certificates, saw {}",
+        certificates.len() - 1
+    );
+    assert_eq!(secret_ca(&client).await, first_ca, "renewals keep the CA");
+
+    delete_configuration(&bed.client).await;
+    bed.cleanup().await;
+    // The next controller makes a certificate of its own validity.
+    delete_cert_secret(&client).await;
 }

@@ -17,8 +17,14 @@ use time::OffsetDateTime;
 const CA_LIFETIMES: u32 = 10;
 /// The CA's common name (its subject, and the issuer of every serving certificate).
 const CA_COMMON_NAME: &str = "rollgate readiness-gate injection webhook CA";
-/// Clocks of the API server and of rollgate may differ a little.
+/// Clocks of the API server and of rollgate may differ a little: certificates start
+/// this long before they are made (a tenth of a short test validity at most, so that
+/// renewal still comes at two thirds of the time ahead).
 const CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+fn backdate(validity: Duration) -> time::Duration {
+    CLOCK_SKEW.min(to_time(validity) / 10)
+}
 
 /// A CA and the serving certificate it signed, PEM-encoded, with the serving
 /// certificate's validity and names.
@@ -98,7 +104,7 @@ fn ca_params(now: OffsetDateTime, validity: Duration) -> Result<CertificateParam
     params.distinguished_name = distinguished_name(CA_COMMON_NAME);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    params.not_before = now - CLOCK_SKEW;
+    params.not_before = now - backdate(validity);
     params.not_after = now + to_time(validity) * CA_LIFETIMES;
     Ok(params)
 }
@@ -119,7 +125,7 @@ fn serving(
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
-    params.not_before = now - CLOCK_SKEW;
+    params.not_before = now - backdate(validity);
     params.not_after = now + to_time(validity);
     let cert = params.signed_by(&key, &issuer)?;
     Ok(CertBundle {
@@ -251,5 +257,14 @@ mod tests {
         assert!(bundle.renewal_due(bundle.not_after + time::Duration::days(1)));
         assert!(two_thirds > now() + time::Duration::hours(47));
         assert!(two_thirds < now() + time::Duration::hours(48));
+    }
+
+    #[test]
+    fn a_short_lived_certificate_is_not_due_the_moment_it_is_made() {
+        let bundle =
+            new_ca_and_serving(&["127.0.0.1".into()], Duration::from_secs(30), now()).unwrap();
+        assert!(!bundle.renewal_due(now()));
+        assert!(!bundle.renewal_due(now() + time::Duration::seconds(15)));
+        assert!(bundle.renewal_due(now() + time::Duration::seconds(20)));
     }
 }
