@@ -153,3 +153,119 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.local)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Service;
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::TlsConnector;
+
+    use super::*;
+    use crate::gates::inject::certs::{new_ca_and_serving, renew_serving};
+    use crate::gates::inject::metrics::InjectionMetrics;
+    use crate::gates::inject::plan::Scope;
+    use crate::gates::service::ClassSelection;
+    use crate::metrics::Metrics;
+    use crate::testkit::store_of;
+    use crate::watch::NamespaceLabels;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn injector() -> Injector {
+        Injector {
+            scope: Arc::new(Scope {
+                own_namespace: "rollgate-system".into(),
+                classes: ClassSelection::Standard,
+            }),
+            namespaces: store_of(Vec::<NamespaceLabels>::new()),
+            services: store_of(Vec::<Service>::new()),
+            metrics: InjectionMetrics::register(&Metrics::default()),
+        }
+    }
+
+    /// One HTTPS POST of `body` to `addr` trusting only `ca_pem`: the status line and
+    /// the certificate the server presented.
+    async fn post(addr: SocketAddr, ca_pem: &str, body: &str) -> (String, Vec<u8>) {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut tls = TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .expect("the handshake verifies against the CA");
+        let presented = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        let request = format!(
+            "POST {MUTATE_PODS_PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        let _ = tls.read_to_string(&mut answer).await;
+        (answer, presented)
+    }
+
+    fn leaf(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    /// Over TLS: a body that is no AdmissionReview is answered 400 with the problem; a
+    /// certificate swapped in place is presented from the next connection on.
+    #[tokio::test]
+    async fn a_malformed_body_gets_400_and_a_renewed_certificate_is_served_without_a_restart() {
+        let now = time::OffsetDateTime::now_utc();
+        let sans = vec!["127.0.0.1".to_string()];
+        let first = new_ca_and_serving(&sans, DAY, now).unwrap();
+        let cert = Arc::new(ServingCert::default());
+        cert.set(&first).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(
+            listener,
+            tls_config(cert.clone()).unwrap(),
+            injector(),
+            Shutdown::from_receiver(stopped),
+        ));
+
+        let (answer, presented) = post(addr, &first.ca_cert_pem, "{\"kind\": 3}").await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            answer.contains("not an admission.k8s.io/v1 AdmissionReview"),
+            "{answer}"
+        );
+        assert_eq!(presented, leaf(&first.cert_pem));
+
+        let renewed = renew_serving(&first, &sans, DAY, now).unwrap();
+        cert.set(&renewed).unwrap();
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "shop", "operation": "CREATE",
+                "userInfo": {},
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {}}, "spec": {"containers": []}},
+            }
+        });
+        let (answer, presented) = post(addr, &first.ca_cert_pem, &review.to_string()).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("\"allowed\":true"), "{answer}");
+        assert_eq!(presented, leaf(&renewed.cert_pem));
+
+        let _ = stop.send(true);
+        server.await.unwrap().unwrap();
+    }
+}
