@@ -16,10 +16,12 @@ use kube::Api;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::certs::{new_ca_and_serving, renew_serving, CertBundle};
+use super::certs::{new_ca_and_serving, new_ca_beside, renew_serving, CertBundle};
 use crate::names::FIELD_MANAGER;
 
 const CA_CERT_KEY: &str = "ca.crt";
+/// The CA the current one replaced, still in the bundle.
+const PREVIOUS_CA_CERT_KEY: &str = "ca-previous.crt";
 const CA_KEY_KEY: &str = "ca.key";
 const CERT_KEY: &str = "tls.crt";
 const KEY_KEY: &str = "tls.key";
@@ -28,6 +30,8 @@ const KEY_KEY: &str = "tls.key";
 const NOT_BEFORE_ANNOTATION: &str = "rollgate.io/webhook-cert-not-before";
 const NOT_AFTER_ANNOTATION: &str = "rollgate.io/webhook-cert-not-after";
 const SANS_ANNOTATION: &str = "rollgate.io/webhook-cert-names";
+const CA_NOT_BEFORE_ANNOTATION: &str = "rollgate.io/webhook-ca-not-before";
+const CA_NOT_AFTER_ANNOTATION: &str = "rollgate.io/webhook-ca-not-after";
 
 /// Rounds of read-then-write before giving up (each lost race costs one).
 const TRIES: usize = 5;
@@ -71,6 +75,9 @@ pub fn read_bundle(secret: &Secret) -> Option<CertBundle> {
     Some(CertBundle {
         ca_cert_pem: text(CA_CERT_KEY)?,
         ca_key_pem: text(CA_KEY_KEY)?,
+        ca_not_before: time(CA_NOT_BEFORE_ANNOTATION)?,
+        ca_not_after: time(CA_NOT_AFTER_ANNOTATION)?,
+        previous_ca_pem: text(PREVIOUS_CA_CERT_KEY),
         cert_pem: text(CERT_KEY)?,
         key_pem: text(KEY_KEY)?,
         not_before: time(NOT_BEFORE_ANNOTATION)?,
@@ -94,16 +101,30 @@ fn secret_of(name: &str, bundle: &CertBundle) -> Secret {
                 (NOT_BEFORE_ANNOTATION.to_string(), stamp(bundle.not_before)),
                 (NOT_AFTER_ANNOTATION.to_string(), stamp(bundle.not_after)),
                 (SANS_ANNOTATION.to_string(), bundle.sans.join(",")),
+                (
+                    CA_NOT_BEFORE_ANNOTATION.to_string(),
+                    stamp(bundle.ca_not_before),
+                ),
+                (
+                    CA_NOT_AFTER_ANNOTATION.to_string(),
+                    stamp(bundle.ca_not_after),
+                ),
             ])),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (CA_CERT_KEY.to_string(), bytes(&bundle.ca_cert_pem)),
-            (CA_KEY_KEY.to_string(), bytes(&bundle.ca_key_pem)),
-            (CERT_KEY.to_string(), bytes(&bundle.cert_pem)),
-            (KEY_KEY.to_string(), bytes(&bundle.key_pem)),
-        ])),
+        data: Some(
+            [
+                (CA_CERT_KEY, Some(&bundle.ca_cert_pem)),
+                (CA_KEY_KEY, Some(&bundle.ca_key_pem)),
+                (PREVIOUS_CA_CERT_KEY, bundle.previous_ca_pem.as_ref()),
+                (CERT_KEY, Some(&bundle.cert_pem)),
+                (KEY_KEY, Some(&bundle.key_pem)),
+            ]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_string(), bytes(value?))))
+            .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -131,6 +152,11 @@ fn plan(
     };
     let version = secret.metadata.resource_version.clone();
     match read_bundle(secret) {
+        // A new CA joins the bundle first; the serving certificate stays a while.
+        Some(bundle) if bundle.ca_renewal_due(now) => Ok(Step::Replace(
+            new_ca_beside(&bundle, wanted.validity, now)?,
+            version,
+        )),
         Some(bundle) if bundle.sans == wanted.sans && !bundle.renewal_due(now) => {
             Ok(Step::Use(bundle))
         }
@@ -303,6 +329,34 @@ mod tests {
         };
         assert_eq!(renamed.sans, other_names.sans);
         assert_eq!(renamed.ca_cert_pem, bundle.ca_cert_pem);
+    }
+
+    #[test]
+    fn a_ca_due_is_replaced_beside_the_previous_one_which_stays_in_the_secret() {
+        let Step::Create(bundle) = plan(None, &wanted(), now()).unwrap() else {
+            panic!()
+        };
+        let ca_due = now() + time::Duration::days(7);
+        let Step::Replace(rotated, _) = plan(Some(&stored(&bundle)), &wanted(), ca_due).unwrap()
+        else {
+            panic!("CA due: a new one")
+        };
+        assert_ne!(rotated.ca_cert_pem, bundle.ca_cert_pem);
+        assert_eq!(rotated.cert_pem, bundle.cert_pem);
+        let read = read_bundle(&stored(&rotated)).unwrap();
+        assert_eq!(read, rotated);
+        assert_eq!(
+            read.ca_bundle_pem(),
+            format!("{}{}", rotated.ca_cert_pem, bundle.ca_cert_pem)
+        );
+        // Next, the serving certificate (due by then) is renewed under the new CA.
+        let Step::Replace(renewed, _) = plan(Some(&stored(&read)), &wanted(), ca_due).unwrap()
+        else {
+            panic!("serving due: renew")
+        };
+        assert_eq!(renewed.ca_cert_pem, rotated.ca_cert_pem);
+        assert_eq!(renewed.previous_ca_pem, rotated.previous_ca_pem);
+        assert_ne!(renewed.cert_pem, bundle.cert_pem);
     }
 
     #[test]

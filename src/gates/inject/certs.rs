@@ -5,6 +5,11 @@
 //! thirds of its life under the same CA: the API server's CA bundle does not change when
 //! a serving certificate does, so a replica still serving the previous certificate for
 //! a few seconds is still trusted.
+//!
+//! The CA is replaced at two thirds of its own life in two steps, so no replica ever
+//! serves a certificate the API server does not trust: first a new CA joins the bundle
+//! beside the previous one while the serving certificate stays (it is the previous
+//! CA's); the next serving renewal, months later, is the new CA's.
 use std::time::Duration;
 
 use rcgen::{
@@ -32,6 +37,10 @@ fn backdate(validity: Duration) -> time::Duration {
 pub struct CertBundle {
     pub ca_cert_pem: String,
     pub ca_key_pem: String,
+    pub ca_not_before: OffsetDateTime,
+    pub ca_not_after: OffsetDateTime,
+    /// The CA this one replaced, still trusted: the serving certificate may be its.
+    pub previous_ca_pem: Option<String>,
     pub cert_pem: String,
     pub key_pem: String,
     pub not_before: OffsetDateTime,
@@ -51,6 +60,20 @@ impl CertBundle {
     /// When `renewal_due` turns true.
     pub fn renewal_at(&self) -> OffsetDateTime {
         self.not_before + (self.not_after - self.not_before) * 2 / 3
+    }
+
+    /// At two thirds of the CA's life: a new CA is due.
+    pub fn ca_renewal_due(&self, now: OffsetDateTime) -> bool {
+        let life = self.ca_not_after - self.ca_not_before;
+        now >= self.ca_not_before + life * 2 / 3
+    }
+
+    /// What the API server must trust: the CA, and the one it replaced.
+    pub fn ca_bundle_pem(&self) -> String {
+        match &self.previous_ca_pem {
+            Some(previous) => format!("{}{previous}", self.ca_cert_pem),
+            None => self.ca_cert_pem.clone(),
+        }
     }
 }
 
@@ -72,11 +95,47 @@ pub fn new_ca_and_serving(
     validity: Duration,
     now: OffsetDateTime,
 ) -> Result<CertBundle, rcgen::Error> {
+    let ca = new_ca(validity, now)?;
+    let ca_key = KeyPair::from_pem(&ca.ca_key_pem)?;
+    serving(ca, &ca_key, sans, validity, now)
+}
+
+/// A new CA beside `existing`'s, which stays in the bundle as the previous one; the
+/// serving certificate stays too (it is the previous CA's, and still trusted).
+pub fn new_ca_beside(
+    existing: &CertBundle,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<CertBundle, rcgen::Error> {
+    let ca = new_ca(validity, now)?;
+    Ok(CertBundle {
+        previous_ca_pem: Some(existing.ca_cert_pem.clone()),
+        cert_pem: existing.cert_pem.clone(),
+        key_pem: existing.key_pem.clone(),
+        not_before: existing.not_before,
+        not_after: existing.not_after,
+        sans: existing.sans.clone(),
+        ..ca
+    })
+}
+
+/// A CA alone: the serving fields are empty until `serving` fills them.
+fn new_ca(validity: Duration, now: OffsetDateTime) -> Result<CertBundle, rcgen::Error> {
     let ca_key = KeyPair::generate()?;
-    let ca_params = ca_params(now, validity)?;
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let ca_key_pem = ca_key.serialize_pem();
-    serving(ca_cert.pem(), ca_key_pem, &ca_key, sans, validity, now)
+    let params = ca_params(now, validity)?;
+    let ca_cert = params.self_signed(&ca_key)?;
+    Ok(CertBundle {
+        ca_cert_pem: ca_cert.pem(),
+        ca_key_pem: ca_key.serialize_pem(),
+        ca_not_before: params.not_before,
+        ca_not_after: params.not_after,
+        previous_ca_pem: None,
+        cert_pem: String::new(),
+        key_pem: String::new(),
+        not_before: now,
+        not_after: now,
+        sans: Vec::new(),
+    })
 }
 
 /// A new serving certificate under `existing`'s CA (renewal: the CA bundle stays).
@@ -87,14 +146,7 @@ pub fn renew_serving(
     now: OffsetDateTime,
 ) -> Result<CertBundle, rcgen::Error> {
     let ca_key = KeyPair::from_pem(&existing.ca_key_pem)?;
-    serving(
-        existing.ca_cert_pem.clone(),
-        existing.ca_key_pem.clone(),
-        &ca_key,
-        sans,
-        validity,
-        now,
-    )
+    serving(existing.clone(), &ca_key, sans, validity, now)
 }
 
 /// The CA's parameters. Rebuilt the same from its key to sign later certificates: an
@@ -109,9 +161,9 @@ fn ca_params(now: OffsetDateTime, validity: Duration) -> Result<CertificateParam
     Ok(params)
 }
 
+/// `ca` with a new serving certificate for `sans` that its key signed.
 fn serving(
-    ca_cert_pem: String,
-    ca_key_pem: String,
+    ca: CertBundle,
     ca_key: &KeyPair,
     sans: &[String],
     validity: Duration,
@@ -129,13 +181,12 @@ fn serving(
     params.not_after = now + to_time(validity);
     let cert = params.signed_by(&key, &issuer)?;
     Ok(CertBundle {
-        ca_cert_pem,
-        ca_key_pem,
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
         not_before: params.not_before,
         not_after: params.not_after,
         sans: sans.to_vec(),
+        ..ca
     })
 }
 
@@ -169,9 +220,9 @@ mod tests {
     /// certificate for `name` at `at`.
     fn verifies(ca_pem: &str, bundle: &CertBundle, name: &str, at: OffsetDateTime) -> bool {
         let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-            .unwrap();
+        for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(ca.unwrap()).unwrap();
+        }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier =
             rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -257,6 +308,46 @@ mod tests {
         assert!(bundle.renewal_due(bundle.not_after + time::Duration::days(1)));
         assert!(two_thirds > now() + time::Duration::hours(47));
         assert!(two_thirds < now() + time::Duration::hours(48));
+    }
+
+    #[test]
+    fn a_new_ca_joins_the_bundle_first_and_signs_from_the_next_serving_renewal_on() {
+        let sans = serving_names("rollgate-webhook", "rollgate-system");
+        let first = new_ca_and_serving(&sans, DAY, now()).unwrap();
+        assert!(!first.ca_renewal_due(now() + time::Duration::days(6)));
+        let ca_due = now() + time::Duration::days(7);
+        assert!(first.ca_renewal_due(ca_due));
+
+        let rotated = new_ca_beside(&first, DAY, ca_due).unwrap();
+        assert_ne!(rotated.ca_cert_pem, first.ca_cert_pem);
+        assert_eq!(
+            rotated.previous_ca_pem.as_deref(),
+            Some(first.ca_cert_pem.as_str())
+        );
+        // Still serving the previous CA's certificate, trusted through the bundle.
+        assert_eq!(rotated.cert_pem, first.cert_pem);
+        assert!(verifies(
+            &rotated.ca_bundle_pem(),
+            &first,
+            "127.0.0.1",
+            now()
+        ));
+        assert!(!rotated.ca_renewal_due(ca_due));
+
+        let renewed = renew_serving(&rotated, &sans, DAY, ca_due).unwrap();
+        assert!(verifies(
+            &rotated.ca_bundle_pem(),
+            &renewed,
+            "127.0.0.1",
+            ca_due
+        ));
+        assert!(verifies(
+            &rotated.ca_cert_pem,
+            &renewed,
+            "127.0.0.1",
+            ca_due
+        ));
+        assert!(!verifies(&first.ca_cert_pem, &renewed, "127.0.0.1", ca_due));
     }
 
     #[test]

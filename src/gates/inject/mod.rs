@@ -213,7 +213,7 @@ impl CertKeeper {
                     None => None,
                 },
                 _ = tick.tick() => {
-                    match ensure_ca_bundle(&self.configs, &self.configuration, &current.ca_cert_pem).await {
+                    match ensure_ca_bundle(&self.configs, &self.configuration, &current.ca_bundle_pem()).await {
                         Ok(true) => {}
                         Ok(false) => tracing::debug!(configuration = %self.configuration, "webhook certificate: no MutatingWebhookConfiguration yet"),
                         Err(error) => tracing::warn!(%error, configuration = %self.configuration, "webhook certificate: writing the CA bundle failed"),
@@ -231,11 +231,11 @@ impl CertKeeper {
                 match self.cert.set(&bundle) {
                     Ok(()) => {
                         tracing::info!(not_after = %bundle.not_after, "webhook certificate: serving the Secret's new certificate");
-                        if bundle.ca_cert_pem != current.ca_cert_pem {
+                        if bundle.ca_bundle_pem() != current.ca_bundle_pem() {
                             if let Err(error) = ensure_ca_bundle(
                                 &self.configs,
                                 &self.configuration,
-                                &bundle.ca_cert_pem,
+                                &bundle.ca_bundle_pem(),
                             )
                             .await
                             {
