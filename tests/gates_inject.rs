@@ -351,8 +351,9 @@ async fn a_deployment_without_gates_gets_both_services_gates_and_keeps_capacity(
 
 /// An opted-out pod and a namespace without the label get no gate, though a managed
 /// Service selects them; a pod created while no replica answers is created, without
-/// gates (failurePolicy Ignore), and is counted nowhere by rollgate. The first pod
-/// shows the webhook did answer (it fails on code without the webhook).
+/// gates (failurePolicy Ignore), and once a replica is back it counts the pods lacking
+/// their gate. The first pod shows the webhook did answer (it fails on code without
+/// the webhook).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: make test"]
 async fn opted_out_pods_other_namespaces_and_a_dead_webhook_get_no_gates() {
@@ -429,9 +430,25 @@ async fn opted_out_pods_other_namespaces_and_a_dead_webhook_get_no_gates() {
     assert_eq!(gates_of(&orphan), Vec::<String>::new());
     assert!(took < Duration::from_secs(5), "creation took {took:?}");
 
-    // Back up: new pods get their gate again.
+    // Back up: new pods get their gate again, and the pods that lack it are counted:
+    // the one created while down, and the one created while the label was off.
     bed.start_controller("controller-again");
     wait_webhook_answers(&bed, "web", &[gate("web")]).await;
+    let controller = bed.controller.as_ref().unwrap();
+    wait_for(
+        "the pods lacking their gate counted",
+        Duration::from_secs(60),
+        || async {
+            match controller
+                .metric("rollgate_gate_injection_missing_pods")
+                .await
+            {
+                2.0 => Ok(()),
+                other => Err(format!("rollgate_gate_injection_missing_pods {other}")),
+            }
+        },
+    )
+    .await;
     delete_configuration(&bed.client).await;
     bed.cleanup().await;
 }

@@ -6,10 +6,12 @@
 //! Every replica serves it (not only the leader): admissions read the shared stores and
 //! write nothing. observe (the stores) -> `plan` (pure) -> the admission answer
 //! (`review`), over HTTPS (`server`), with certificates rollgate makes and renews itself
-//! (`certs`, pure; `cert_secret`, the Secret and the CA bundle).
+//! (`certs`, pure; `cert_secret`, the Secret and the CA bundle); `missing` counts the
+//! pods that lack a gate it would have given them.
 pub mod cert_secret;
 pub mod certs;
 pub mod metrics;
+pub mod missing;
 pub mod plan;
 pub mod review;
 pub mod server;
@@ -127,6 +129,7 @@ pub fn start(
         cert: Arc::new(ServingCert::default()),
     };
     let mut synced = watches.synced();
+    let pods = watches.pods();
     let serving = async move {
         let Some(bundle) = keeper.first_bundle(&shutdown).await else {
             return Ok(());
@@ -142,9 +145,10 @@ pub fn start(
             .with_context(|| format!("binding the injection webhook on {addr}"))?;
         tracing::info!(addr = %listener.local_addr()?, path = server::MUTATE_PODS_PATH, "serving the readiness-gate injection webhook");
         let _ = listening_tx.send(true);
-        let (served, ()) = tokio::join!(
-            server::serve(listener, tls, injector, shutdown.clone()),
-            keeper.keep(bundle, shutdown)
+        let (served, (), ()) = tokio::join!(
+            server::serve(listener, tls, injector.clone(), shutdown.clone()),
+            keeper.keep(bundle, shutdown.clone()),
+            count_missing_pods(injector, pods, shutdown)
         );
         let _ = listening_tx.send(false);
         served.context("the injection webhook's server")
@@ -153,6 +157,33 @@ pub fn start(
         serving: Box::pin(serving),
         listening,
     })
+}
+
+/// How often the pods lacking an injected gate are counted.
+const MISSING_EVERY: Duration = Duration::from_secs(30);
+
+/// Until shutdown, `rollgate_gate_injection_missing_pods` from the shared stores.
+async fn count_missing_pods(
+    injector: review::Injector,
+    pods: kube::runtime::reflector::Store<crate::object::CachedPod>,
+    shutdown: Shutdown,
+) {
+    let mut tick = tokio::time::interval(MISSING_EVERY);
+    let stop = shutdown.requested();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {}
+        }
+        let count = missing::count_missing(
+            &pods,
+            &injector.namespaces,
+            &injector.services,
+            &injector.scope,
+        );
+        injector.metrics.missing_pods.set(count as i64);
+    }
 }
 
 /// Keeps the served certificate, the Secret and the configuration's CA bundle in step.

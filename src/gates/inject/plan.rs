@@ -7,7 +7,7 @@
 //! its namespace opted in and the pod did not opt out.
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use serde_json::{json, Value};
 
 use crate::gates::service::{product_for, selector, selects, ClassSelection};
@@ -66,7 +66,7 @@ impl Decision {
 /// Deployment has none of its own yet), gets. `namespace_labels` is `None` for a
 /// namespace not known (yet); `services` may hold other namespaces' Services.
 pub fn decide<'s>(
-    pod: &Pod,
+    pod: &impl PodFacts,
     namespace: &str,
     namespace_labels: Option<&BTreeMap<String, String>>,
     services: impl IntoIterator<Item = &'s Service>,
@@ -85,7 +85,7 @@ pub fn decide<'s>(
         return Decision::Skipped(Skip::PodOptedOut);
     }
     let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels = pod.metadata().labels.as_ref().unwrap_or(&empty);
     let present: BTreeSet<&str> = pod.readiness_gates().collect();
     let gates: BTreeSet<String> = services
         .into_iter()
@@ -102,19 +102,16 @@ pub fn decide<'s>(
         return Decision::NothingToAdd;
     }
     let gates: Vec<String> = gates.into_iter().collect();
-    let patch = patch_adding(pod, &gates);
+    let patch = patch_adding(!present.is_empty(), &gates);
     Decision::Inject { gates, patch }
 }
 
 /// RFC 6902 operations adding `gates` to `spec.readinessGates`: the whole list when the
-/// pod has none (a path into an absent list does not apply), else one append each.
-fn patch_adding(pod: &Pod, gates: &[String]) -> Value {
+/// pod has no gate (a path into an absent list does not apply; an empty one is
+/// replaced, as `add` does to a member that exists), else one append each.
+fn patch_adding(has_gates: bool, gates: &[String]) -> Value {
     let entry = |gate: &String| json!({ "conditionType": gate });
-    let has_list = pod
-        .spec
-        .as_ref()
-        .is_some_and(|s| s.readiness_gates.is_some());
-    if has_list {
+    if has_gates {
         Value::Array(
             gates
                 .iter()
@@ -132,7 +129,7 @@ fn patch_adding(pod: &Pod, gates: &[String]) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodReadinessGate, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
@@ -239,6 +236,19 @@ mod tests {
             json!([{"op": "add", "path": "/spec/readinessGates", "value": [
                 {"conditionType": gate("a")}, {"conditionType": gate("b")}]}])
         );
+
+        // An empty list is replaced by the whole one.
+        let empty = decide(
+            &pod(&[("app", "web")], Some(&[])),
+            NS,
+            Some(&enabled()),
+            &services,
+            &scope(),
+        );
+        let Decision::Inject { patch, .. } = empty else {
+            panic!("{empty:?}")
+        };
+        assert_eq!(patch[0]["path"], "/spec/readinessGates");
 
         let other = decide(
             &pod(&[("app", "web")], Some(&["example.com/other"])),
