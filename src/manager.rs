@@ -12,7 +12,7 @@ use crate::cli::ControllerArgs;
 use crate::leader::{Election, Leadership};
 use crate::metrics::Metrics;
 use crate::runtime::{self, Shutdown};
-use crate::watch::{ServiceWatch, Watches};
+use crate::watch::{NamespaceWatch, ServiceWatch, Watches};
 
 #[derive(Clone)]
 struct Health {
@@ -22,7 +22,7 @@ struct Health {
     ready: Arc<AtomicBool>,
 }
 
-pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(mut args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let client = runtime::connect(&format!("controller; {}", args.leader.identity())).await?;
     tracing::info!(namespace = ?args.watch_namespace, "controller-manager connected to the API server, starting controllers");
     let metrics = Metrics::default();
@@ -63,6 +63,16 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         Some(_) => ServiceWatch::On,
         None => ServiceWatch::Off,
     };
+    // The injection webhook reads the namespaces' labels and the gates' Services; it
+    // needs the gates (a gate nobody turns True would hold its pod unready forever).
+    if args.webhook.webhook_listen.is_some() && gates.is_none() {
+        tracing::warn!("{}", crate::gates::inject::WEBHOOK_WITHOUT_GATES);
+        args.webhook.webhook_listen = None;
+    }
+    let namespace_watch = match args.webhook.webhook_listen {
+        Some(_) => NamespaceWatch::On,
+        None => NamespaceWatch::Off,
+    };
     if let Some(wait) = args.stale_status_wait {
         tracing::warn!(
             ?wait,
@@ -71,7 +81,28 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         );
     }
     // One set of watches for every controller; each subscribes before they start.
-    let watches = Watches::new(client.clone(), args.watch_namespace.clone(), service_watch);
+    let watches = Watches::new(
+        client.clone(),
+        args.watch_namespace.clone(),
+        service_watch,
+        namespace_watch,
+    );
+    // Every replica answers admissions, leader or not.
+    let webhook = crate::gates::inject::start(
+        &args.webhook,
+        &args.leader.lease_namespace,
+        args.gates.load_balancer_classes,
+        &watches,
+        client.clone(),
+        &metrics,
+        shutdown.clone(),
+    );
+    let webhook_listening = webhook.as_ref().map(|w| w.listening.clone());
+    let webhook: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
+        match webhook {
+            Some(webhook) => webhook.serving,
+            None => Box::pin(std::future::ready(Ok(()))),
+        };
     let daemonsets = crate::daemonset::controller::start(
         &watches,
         client.clone(),
@@ -117,12 +148,19 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
     );
     {
         // /readyz: true once every shared cache holds its first full list (the
-        // Services' too when the gates run; a standby is ready: it can take over),
-        // false again as soon as shutdown starts.
+        // Services' too when the gates run; a standby is ready: it can take over) and
+        // the injection webhook, when on, listens; false again as soon as shutdown starts.
         let (mut synced, ready, stop) = (watches.synced(), ready.clone(), shutdown.clone());
         tokio::spawn(async move {
+            let listening = async {
+                match webhook_listening {
+                    Some(mut listening) => listening.wait_for(|l| *l).await.is_ok(),
+                    None => true,
+                }
+            };
+            let synced = async { synced.wait_for(|s| *s).await.is_ok() };
             let synced = tokio::select! {
-                synced = synced.wait_for(|s| *s) => synced.is_ok(),
+                (synced, listening) = futures::future::join(synced, listening) => synced && listening,
                 _ = stop.clone().requested() => false,
             };
             if synced {
@@ -133,14 +171,14 @@ pub async fn run(args: ControllerArgs, shutdown: Shutdown) -> anyhow::Result<()>
         });
     }
     let work = async {
-        let (http_result, (), (), (), ()) = tokio::join!(
-            http,
-            watches.run(shutdown.clone()),
-            daemonsets,
-            image_pull,
-            gates
-        );
-        http_result
+        let controllers = async {
+            tokio::join!(watches.run(shutdown.clone()), daemonsets, image_pull, gates);
+            Ok(())
+        };
+        // A webhook that cannot serve (its port taken) ends the process, as the HTTP
+        // endpoints do: a replica that looks ready but answers nothing helps nobody.
+        let http = async { http.await.map_err(anyhow::Error::from) };
+        tokio::try_join!(http, controllers, webhook).map(|_| ())
     };
     let mut work = std::pin::pin!(work);
     let finished = match election.as_mut() {

@@ -180,6 +180,16 @@ pub const PULL_JOB_NODE_ANNOTATION: &str = "rollgate.io/image-pull-node";
 /// OpenYurt has no such setting, and an `apps.openyurt.io` name would suggest it does.
 pub const PULL_DEADLINE_ANNOTATION: &str = "rollgate.io/image-pull-deadline";
 
+/// Label of the readiness-gate injection webhook, on a namespace (`enabled`: its new pods
+/// get a gate per managed Service that selects them) and on a pod (`disabled`: left alone).
+pub const GATE_INJECT_LABEL: &str = "rollgate.io/readiness-gate-inject";
+/// [`GATE_INJECT_LABEL`] on a namespace: inject gates into its new pods.
+pub const GATE_INJECT_ENABLED: &str = "enabled";
+/// [`GATE_INJECT_LABEL`] on a pod: no gate injected into it.
+pub const GATE_INJECT_DISABLED: &str = "disabled";
+/// The namespace of Kubernetes' own components, never injected into.
+pub const KUBE_SYSTEM_NAMESPACE: &str = "kube-system";
+
 /// Opt-in Service annotation: a True gate goes back to False when its backend is lost
 /// or unhealthy.
 pub const FLIP_BACK_ANNOTATION: &str = "rollgate.io/readiness-gate-flip-back";

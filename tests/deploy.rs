@@ -81,6 +81,7 @@ async fn the_install_is_accepted_by_the_api_server() {
         "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
         "Deployment",
         "PodDisruptionBudget",
         "Service",

@@ -593,6 +593,51 @@ fn every_value_reaches_the_object_it_names() {
         json!([{"key": "edge", "operator": "Exists"}])
     );
     assert_eq!(agent_set["metadata"]["annotations"][MAX_UNAVAILABLE], "2");
+
+    // The injection webhook: its port reaches the flag, the container and nothing else
+    // changes; its names are the release's, in the flags and in the RBAC alike; off,
+    // neither its objects nor its flag are rendered.
+    let o = r(&["webhook.port=9555"]);
+    let c = controller_container(&o, "edge-controller");
+    let args = args_of(&c);
+    for (flag, value) in [
+        ("--webhook-listen", "0.0.0.0:9555"),
+        ("--webhook-service", "edge-webhook"),
+        ("--webhook-configuration", "edge-readiness-gate-injector"),
+        ("--webhook-cert-secret", "edge-webhook-cert"),
+    ] {
+        assert!(has_flag(&args, flag, value), "{flag} {value} in {args:?}");
+    }
+    assert!(c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "webhook" && p["containerPort"] == 9555));
+    let config = find(
+        &o,
+        "MutatingWebhookConfiguration",
+        "edge-readiness-gate-injector",
+    );
+    assert_eq!(
+        config["webhooks"][0]["clientConfig"]["service"],
+        json!({"name": "edge-webhook", "namespace": "ops", "path": "/mutate-pods", "port": 443})
+    );
+    find(&o, "Service", "edge-webhook");
+    let rules =
+        serde_json::to_string(&find(&o, "ClusterRole", "edge-controller")["rules"]).unwrap();
+    assert!(
+        rules.contains("\"edge-readiness-gate-injector\""),
+        "{rules}"
+    );
+    let role = serde_json::to_string(&find(&o, "Role", "edge-controller-leader-election")["rules"])
+        .unwrap();
+    assert!(role.contains("\"edge-webhook-cert\""), "{role}");
+    let off = r(&["webhook.enabled=false"]);
+    assert!(!off
+        .iter()
+        .any(|o| kind_of(o) == "MutatingWebhookConfiguration"));
+    let args = args_of(&controller_container(&off, "edge-controller"));
+    assert!(!args.iter().any(|a| a.starts_with("--webhook")), "{args:?}");
 }
 
 /// Kinds the chart creates, and those its workloads make (ReplicaSets, pods,
@@ -606,6 +651,7 @@ const RELEASE_KINDS: &[&str] = &[
     "rolebindings.rbac.authorization.k8s.io",
     "validatingadmissionpolicies.admissionregistration.k8s.io",
     "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io",
     "deployments.apps",
     "replicasets.apps",
     "daemonsets.apps",
@@ -849,7 +895,13 @@ async fn helm_install_runs_a_rollout_and_upgrade_and_uninstall_leave_nothing_beh
             &format!("the RBAC of {release}/{account} to equal {snapshot}"),
             Duration::from_secs(30),
             || async {
-                let actual = can_i_list(&release, &account);
+                // The webhook's resourceNames are the release's names of deploy/'s.
+                let actual = can_i_list(&release, &account)
+                    .replace(
+                        &format!("{release}-readiness-gate-injector"),
+                        "rollgate-readiness-gate-injector",
+                    )
+                    .replace(&format!("{release}-webhook-cert"), "rollgate-webhook-cert");
                 if actual == committed {
                     Ok(())
                 } else {

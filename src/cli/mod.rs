@@ -15,6 +15,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use self::output::OutputFormat;
 use crate::agent::AgentArgs;
 use crate::duration_flag::parse_interval;
+use crate::gates::inject::InjectArgs;
 use crate::gates::GateControllerArgs;
 use crate::leader::LeaderArgs;
 use crate::runtime::Workers;
@@ -188,6 +189,8 @@ pub struct ControllerArgs {
     pub leader: LeaderArgs,
     #[command(flatten)]
     pub gates: GateControllerArgs,
+    #[command(flatten)]
+    pub webhook: InjectArgs,
 }
 
 impl ControllerArgs {

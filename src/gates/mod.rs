@@ -17,6 +17,7 @@ pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod eni;
+pub mod inject;
 pub mod lb_spec;
 pub mod metrics;
 pub mod model;

@@ -11,6 +11,8 @@
 //!
 //! Services are watched only when a controller needs them (the readiness gates, see
 //! [`ServiceWatch`]); then they are pruned, shared and waited for like every other kind.
+//! Namespaces likewise, and only their labels (the gate injection webhook's opt-in,
+//! [`NamespaceWatch`]).
 pub mod fanout;
 pub mod pod_index;
 pub mod prune;
@@ -21,10 +23,11 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 
 pub use fanout::Change;
 use fanout::Fanout;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -84,6 +87,17 @@ pub enum ServiceWatch {
     On,
 }
 
+/// Whether the namespaces' labels are watched: only the gate injection webhook reads
+/// them (a namespace's opt-in), so a process without it needs no namespace permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceWatch {
+    Off,
+    On,
+}
+
+/// A namespace as the cache keeps it: its metadata, of which only the labels are kept.
+pub type NamespaceLabels = PartialObjectMeta<Namespace>;
+
 pub struct Watches {
     client: Client,
     namespace: Option<String>,
@@ -91,13 +105,17 @@ pub struct Watches {
     /// Every Service in the watched namespaces ([`Watches::services`]); not in
     /// [`Stores`], which the DaemonSet controllers' test contexts build whole.
     service_store: Store<Service>,
+    /// Every namespace's labels ([`Watches::namespaces`]), when watched.
+    namespace_store: Store<NamespaceLabels>,
     daemonsets: Writer<DaemonSet>,
     pods: Writer<CachedPod>,
     revisions: Writer<ControllerRevision>,
     nodes: Writer<CachedNode>,
     jobs: Writer<Job>,
     services: Writer<Service>,
+    namespaces: Writer<NamespaceLabels>,
     service_watch: ServiceWatch,
+    namespace_watch: NamespaceWatch,
     daemonset_fanout: Fanout<DaemonSet>,
     pod_fanout: Fanout<CachedPod>,
     revision_fanout: Fanout<ControllerRevision>,
@@ -109,14 +127,23 @@ pub struct Watches {
 }
 
 impl Watches {
-    pub fn new(client: Client, namespace: Option<String>, service_watch: ServiceWatch) -> Self {
+    pub fn new(
+        client: Client,
+        namespace: Option<String>,
+        service_watch: ServiceWatch,
+        namespace_watch: NamespaceWatch,
+    ) -> Self {
         let (ds_store, daemonsets) = reflector::store();
         let (pod_store, pods) = reflector::store();
         let (rev_store, revisions) = reflector::store();
         let (node_store, nodes) = reflector::store();
         let (job_store, jobs) = reflector::store();
         let (service_store, services) = reflector::store();
-        let (gate, synced) = SyncGate::new("shared watches", &synced_streams(service_watch));
+        let (namespace_store, namespaces) = reflector::store();
+        let (gate, synced) = SyncGate::new(
+            "shared watches",
+            &synced_streams(service_watch, namespace_watch),
+        );
         Watches {
             client,
             namespace,
@@ -129,13 +156,16 @@ impl Watches {
                 jobs: job_store,
             },
             service_store,
+            namespace_store,
             daemonsets,
             pods,
             revisions,
             nodes,
             jobs,
             services,
+            namespaces,
             service_watch,
+            namespace_watch,
             daemonset_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             pod_fanout: Fanout::new(SUBSCRIBER_BUFFER),
             revision_fanout: Fanout::new(SUBSCRIBER_BUFFER),
@@ -180,6 +210,12 @@ impl Watches {
     /// Services are not watched ([`ServiceWatch::Off`]).
     pub fn services(&self) -> Store<Service> {
         self.service_store.clone()
+    }
+
+    /// Every namespace's labels, cluster-wide; empty when namespaces are not watched
+    /// ([`NamespaceWatch::Off`]).
+    pub fn namespaces(&self) -> Store<NamespaceLabels> {
+        self.namespace_store.clone()
     }
 
     /// Every Service change. Call before `run`, and keep consuming it; Services must
@@ -289,6 +325,18 @@ impl Watches {
             drain(nodes),
             drain(jobs),
         ];
+        if self.namespace_watch == NamespaceWatch::On {
+            // Metadata only, and of that only the labels are kept; nobody subscribes.
+            let namespaces = watcher(
+                Api::<NamespaceLabels>::all(self.client.clone()),
+                cfg.clone(),
+            )
+            .default_backoff()
+            .modify(prune::namespace);
+            let namespaces = reflector::reflector(self.namespaces, namespaces)
+                .inspect(gate.observe("namespaces"));
+            streams.push(drain(namespaces));
+        }
         if self.service_watch == ServiceWatch::On {
             let services = watcher(scoped::<Service>(&self.client, ns), cfg)
                 .default_backoff()
@@ -309,10 +357,16 @@ impl Watches {
 }
 
 /// The watches `synced` waits for.
-fn synced_streams(service_watch: ServiceWatch) -> Vec<&'static str> {
+fn synced_streams(
+    service_watch: ServiceWatch,
+    namespace_watch: NamespaceWatch,
+) -> Vec<&'static str> {
     let mut streams = vec!["daemonsets", "pods", "controllerrevisions", "nodes", "jobs"];
     if service_watch == ServiceWatch::On {
         streams.push("services");
+    }
+    if namespace_watch == NamespaceWatch::On {
+        streams.push("namespaces");
     }
     streams
 }
@@ -457,7 +511,7 @@ mod tests {
     async fn synced_waits_for_the_service_watch_to_list() {
         let services_up = Arc::new(AtomicBool::new(false));
         let (client, seen) = empty_cluster(services_up.clone());
-        let watches = Watches::new(client, None, ServiceWatch::On);
+        let watches = Watches::new(client, None, ServiceWatch::On, NamespaceWatch::Off);
         let mut synced = watches.synced();
         let (stop, shutdown) = stop_signal();
         let run = tokio::spawn(watches.run(shutdown));
@@ -490,7 +544,7 @@ mod tests {
     #[tokio::test]
     async fn services_are_neither_listed_nor_waited_for_when_not_watched() {
         let (client, seen) = empty_cluster(Arc::new(AtomicBool::new(false)));
-        let watches = Watches::new(client, None, ServiceWatch::Off);
+        let watches = Watches::new(client, None, ServiceWatch::Off, NamespaceWatch::Off);
         let mut synced = watches.synced();
         let (stop, shutdown) = stop_signal();
         let run = tokio::spawn(watches.run(shutdown));

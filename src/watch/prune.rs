@@ -8,8 +8,9 @@
 //! reconcile reads the same of a pruned Service as of the full one.
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
 
 /// Metadata every reader may use; annotations and managedFields are dropped.
 fn slim_meta(meta: &mut ObjectMeta) {
@@ -53,4 +54,15 @@ pub fn service(service: &mut Service) {
     if let Some(annotations) = service.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED_ANNOTATION);
     }
+}
+
+/// Namespaces (for the gate injection webhook): only the labels are read.
+pub fn namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    let labels = namespace.metadata.labels.take();
+    namespace.metadata = ObjectMeta {
+        name: namespace.metadata.name.take(),
+        resource_version: namespace.metadata.resource_version.take(),
+        labels,
+        ..Default::default()
+    };
 }
