@@ -7,7 +7,9 @@
 #      (127.0.0.1:10267) which pods need an upgrade, pre-pulls, and triggers it.
 #   3. Load-balancer readiness gates: the CLB walk-through against the lb-emulator
 #      (simulated health: registration 1 s, health check 3 s), and a rollout with gates
-#      beside one without, with the lowest healthy backend count of each.
+#      beside one without, with the lowest healthy backend count of each. The gates are
+#      injected: the namespace carries rollgate.io/readiness-gate-inject=enabled and the
+#      Deployment has no readinessGates (part 4 shows the hand-written form).
 #   4. Both together: an ingress DaemonSet on every node behind a load balancer, gated
 #      on it, upgraded by AdvancedRollingUpdate while 3 nodes are cut off; the load
 #      balancer keeps (Ready nodes - max-unavailable) healthy backends throughout.
@@ -15,8 +17,8 @@
 # started (their pid files live next to the cluster's).
 # Every table the narration promises is checked (`promised`, hack/lb-server-group.py,
 # hack/lb-capacity.py's floors): the demo stops when one is empty or says otherwise.
-# Ports: APISERVER_PORT and ETCD_PORT (hack/cluster-up.sh), AGENT_PORT, DEMO_METRICS_PORT;
-# CLUSTER_DIR for a cluster of its own.
+# Ports: APISERVER_PORT and ETCD_PORT (hack/cluster-up.sh), AGENT_PORT, DEMO_METRICS_PORT,
+# DEMO_WEBHOOK_PORT; CLUSTER_DIR for a cluster of its own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -29,6 +31,8 @@ export CLUSTER_DIR
 AGENT_PORT=${AGENT_PORT:-10267}
 # The controller's metrics and probes (its /readyz says when the demo can go on).
 METRICS_PORT=${DEMO_METRICS_PORT:-18080}
+# The readiness-gate injection webhook (HTTPS on loopback; the API server calls it).
+WEBHOOK_PORT=${DEMO_WEBHOOK_PORT:-18443}
 NS=rollgate-demo
 BIN=${ROLLGATE_BIN:-$repo/target/release/rollgate}
 EMU_BIN=${LB_EMULATOR_BIN:-$repo/target/release/lb-emulator}
@@ -102,7 +106,25 @@ start_bg controller env KUBECONFIG="$CLUSTER_DIR/demo-controller.kubeconfig" \
   ROLLGATE_CLOUD_SCHEME=http ALIBABA_CLOUD_ACCESS_KEY_ID=emulator-access-key-id \
   ALIBABA_CLOUD_ACCESS_KEY_SECRET=emulator-access-key-secret ALIBABA_CLOUD_ECS_METADATA_DISABLED=true \
   ROLLGATE_CLUSTER_ID=demo ROLLGATE_GATE_DRAIN_TIME=3s \
-  "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:$METRICS_PORT
+  "$BIN" controller --watch-namespace "$NS" --metrics-addr 127.0.0.1:$METRICS_PORT \
+  --webhook-listen 127.0.0.1:$WEBHOOK_PORT
+# deploy/'s injection webhook, calling the controller on loopback instead of its Service
+# (no caBundle: the controller writes its own CA there).
+cat <<EOF | kubectl apply -f - >/dev/null
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: rollgate-readiness-gate-injector}
+webhooks:
+  - name: readiness-gates.rollgate.io
+    clientConfig: {url: "https://127.0.0.1:$WEBHOOK_PORT/mutate-pods"}
+    failurePolicy: Ignore
+    timeoutSeconds: 3
+    sideEffects: None
+    admissionReviewVersions: [v1]
+    rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}]
+    namespaceSelector: {matchLabels: {rollgate.io/readiness-gate-inject: enabled}}
+    objectSelector: {matchExpressions: [{key: rollgate.io/readiness-gate-inject, operator: NotIn, values: [disabled]}]}
+EOF
 # Terway's part on a real cluster: every pod IP is on an ENI of the VPC. Here a loop
 # gives each new pod IP an ENI in the emulator's inventory (its VPC vpc-emulator).
 start_bg terway-enis bash -c 'given=" "; while sleep 0.3; do
@@ -114,6 +136,10 @@ start_bg terway-enis bash -c 'given=" "; while sleep 0.3; do
 done' "$NS" "$EMU"
 for _ in $(seq 1 50); do curl -sf 127.0.0.1:$METRICS_PORT/readyz >/dev/null && break; sleep 0.2; done
 echo "controller ready: $(curl -s 127.0.0.1:$METRICS_PORT/readyz); log: $CLUSTER_DIR/logs/demo-controller.log"
+ca_bundle() { kubectl get mutatingwebhookconfiguration rollgate-readiness-gate-injector -o jsonpath='{.webhooks[0].clientConfig.caBundle}'; }
+for _ in $(seq 1 100); do [ -n "$(ca_bundle)" ] && break; sleep 0.2; done
+[ -n "$(ca_bundle)" ] ||
+  { echo "the controller did not write the webhook's CA bundle; see $CLUSTER_DIR/logs/demo-controller.log" >&2; exit 1; }
 
 # ---------------------------------------------------------------- AdvancedRollingUpdate
 say "1. AdvancedRollingUpdate: an edge DaemonSet with max-unavailable 30%"
@@ -222,9 +248,11 @@ run curl -s -X GET "127.0.0.1:$AGENT_PORT/openyurt.io/v1/namespaces/$NS/pods/$po
 # ---------------------------------------------------------------- readiness gates
 say "3. Load-balancer readiness gates: a pod is Ready only once the CLB has it registered AND healthy"
 echo "(the lb-emulator on $EMU stands in for the cloud: registration 1 s, then the health check takes 3 s)"
-lb_app() { # name, gated (yes|no)
-  local gates=""
-  [ "$2" = yes ] && gates="readinessGates: [{conditionType: service.readiness.alibabacloud.com/$1}]"
+say "No readinessGates in the Deployment: the namespace label lets rollgate's webhook add them at pod creation"
+run kubectl label namespace "$NS" rollgate.io/readiness-gate-inject=enabled --overwrite
+lb_app() { # name, gated (yes|no): no opts the pods out of injection
+  local labels="app: $1"
+  [ "$2" = no ] && labels="$labels, rollgate.io/readiness-gate-inject: disabled"
   cat <<EOF
 apiVersion: v1
 kind: Service
@@ -242,10 +270,9 @@ spec:
   selector: {matchLabels: {app: $1}}
   strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 1}}
   template:
-    metadata: {labels: {app: $1}}
+    metadata: {labels: {$labels}}
     spec:
       nodeSelector: {rollgate.test/bed-node: "true"}
-      $gates
       containers: [{name: nginx, image: "nginx:1.14", ports: [{containerPort: 80}]}]
 EOF
 }
@@ -260,6 +287,10 @@ sleep 3
 say "Step 2: the pods run, but READINESS GATES stay 0/1 until the load balancer has them healthy"
 run kubectl -n "$NS" get pod -o wide -l app=my-svc | promised "my-svc's pods"
 pod=$(kubectl -n "$NS" get pod -l app=my-svc -o jsonpath='{.items[0].metadata.name}')
+injected=$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.spec.readinessGates[*].conditionType}')
+echo "$pod's readinessGates, injected: $injected"
+[ "$injected" = service.readiness.alibabacloud.com/my-svc ] ||
+  { echo "demo: the webhook did not inject my-svc's gate (got '$injected')" >&2; exit 1; }
 gate_of "$pod"
 kubectl -n "$NS" rollout status deploy/my-svc --timeout=180s >/dev/null
 run kubectl -n "$NS" get pod -o wide -l app=my-svc | promised "my-svc's pods"
@@ -282,6 +313,7 @@ echo "With gates the Service kept replicas - maxUnavailable = 5 healthy backends
 
 # ---------------------------------------------------------------- both halves together
 say "4. Both halves: an ingress DaemonSet on every node, behind a load balancer and gated on it"
+echo "(its gate is written by hand, the form for clusters without the webhook; the webhook adds no second one)"
 cat <<'EOF' | tee >(cat >&2) | kubectl -n "$NS" apply -f - >/dev/null
 apiVersion: v1
 kind: Service
