@@ -105,6 +105,9 @@ pub fn start(
     metrics: &Metrics,
     shutdown: Shutdown,
 ) -> Option<Webhook> {
+    // Registered whether the webhook serves or not, so the alert on the missing pods
+    // reads a series that exists (0 without the webhook).
+    let injection_metrics = metrics::InjectionMetrics::register(metrics);
     let addr = args.webhook_listen?;
     let (listening_tx, listening) = watch::channel(false);
     let injector = review::Injector {
@@ -114,7 +117,7 @@ pub fn start(
         }),
         namespaces: watches.namespaces(),
         services: watches.services(),
-        metrics: metrics::InjectionMetrics::register(metrics),
+        metrics: injection_metrics,
     };
     let wanted = Wanted {
         secret: args.webhook_cert_secret.clone(),
