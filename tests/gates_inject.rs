@@ -293,39 +293,7 @@ async fn a_deployment_without_gates_gets_both_services_gates_and_keeps_capacity(
     assert!(injected >= 6.0, "injections counted: {injected}");
 
     // The capacity proof on the Service `web`, through a restart of the Deployment.
-    wait_for(
-        "all 6 backends healthy",
-        Duration::from_secs(30),
-        || async {
-            let owner = owner(80, "web", &bed.ns.name);
-            let healthy = bed
-                .backends()
-                .await
-                .into_iter()
-                .filter(|b| b.description == owner && b.healthy && b.weight > 0)
-                .count();
-            if healthy == 6 {
-                Ok(())
-            } else {
-                Err(format!("{healthy} healthy"))
-            }
-        },
-    )
-    .await;
-    let group = bed
-        .backends()
-        .await
-        .into_iter()
-        .find(|b| b.description == owner(80, "web", &bed.ns.name))
-        .unwrap()
-        .group;
-    let start = bed.emulator("timeline").await["events"]
-        .as_array()
-        .unwrap()
-        .len();
-    restart(&bed, "web").await;
-    wait_rollout(&bed, "web", "web", "web", Duration::from_secs(180)).await;
-    wait_no_orphans(&bed, "web", "web").await;
+    let (min, trace) = lowest_healthy_through_a_restart(&bed, "web", 6).await;
     for pod in bed.live_pods("web").await {
         assert_eq!(
             gates_of(&pod),
@@ -334,9 +302,6 @@ async fn a_deployment_without_gates_gets_both_services_gates_and_keeps_capacity(
             pod.name_any()
         );
     }
-    let timeline = bed.emulator("timeline").await;
-    let events = &timeline["events"].as_array().unwrap()[start..];
-    let (min, trace) = min_healthy(events, &group, 6);
     note(format!(
         "injected gates: lowest healthy backends during the rollout {min} (replicas 6, maxUnavailable 1)"
     ));

@@ -377,42 +377,7 @@ async fn gates_keep_capacity_during_a_rollout_and_their_absence_does_not() {
         let gates: &[&str] = if gated { &[app] } else { &[] };
         bed.create_deployment(app, app, 6, gates, 1, 1).await;
         wait_rollout(&bed, app, app, app, Duration::from_secs(120)).await;
-        wait_for(
-            "all 6 backends healthy",
-            Duration::from_secs(30),
-            || async {
-                let owner = owner(80, app, &bed.ns.name);
-                let healthy = bed
-                    .backends()
-                    .await
-                    .into_iter()
-                    .filter(|b| b.description == owner && b.healthy && b.weight > 0)
-                    .count();
-                if healthy == 6 {
-                    Ok(())
-                } else {
-                    Err(format!("{healthy} healthy"))
-                }
-            },
-        )
-        .await;
-        let group = bed
-            .backends()
-            .await
-            .into_iter()
-            .find(|b| b.description == owner(80, app, &bed.ns.name))
-            .unwrap()
-            .group;
-        let start = bed.emulator("timeline").await["events"]
-            .as_array()
-            .unwrap()
-            .len();
-        restart(&bed, app).await;
-        wait_rollout(&bed, app, app, app, Duration::from_secs(180)).await;
-        wait_no_orphans(&bed, app, app).await;
-        let timeline = bed.emulator("timeline").await;
-        let events = &timeline["events"].as_array().unwrap()[start..];
-        let (min, trace) = min_healthy(events, &group, 6);
+        let (min, trace) = lowest_healthy_through_a_restart(&bed, app, 6).await;
         note(format!("{app}: lowest healthy registered backends during the rollout: {min} (replicas 6, maxUnavailable 1)"));
         results.push((gated, min, trace));
     }

@@ -799,6 +799,53 @@ pub fn describe_gates(pods: &[Pod], service: &str) -> String {
         .join("\n  ")
 }
 
+/// The capacity proof through a rollout: once the `replicas` backends of Service `app`
+/// (port 80, its Deployment of the same name) are all healthy, `kubectl rollout
+/// restart`, wait until it rolled out and no backend is left over, and return the
+/// lowest count of healthy backends in rotation during it, with its trace.
+pub async fn lowest_healthy_through_a_restart<F>(
+    bed: &GateWorld<F>,
+    app: &str,
+    replicas: usize,
+) -> (usize, Vec<String>) {
+    let owner = owner(80, app, &bed.ns.name);
+    wait_for(
+        &format!("all {replicas} backends healthy"),
+        Duration::from_secs(30),
+        || async {
+            let healthy = bed
+                .backends()
+                .await
+                .into_iter()
+                .filter(|b| b.description == owner && b.healthy && b.weight > 0)
+                .count();
+            if healthy == replicas {
+                Ok(())
+            } else {
+                Err(format!("{healthy} healthy"))
+            }
+        },
+    )
+    .await;
+    let group = bed
+        .backends()
+        .await
+        .into_iter()
+        .find(|b| b.description == owner)
+        .unwrap()
+        .group;
+    let start = bed.emulator("timeline").await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    restart(bed, app).await;
+    wait_rollout(bed, app, app, app, Duration::from_secs(180)).await;
+    wait_no_orphans(bed, app, app).await;
+    let timeline = bed.emulator("timeline").await;
+    let events = &timeline["events"].as_array().unwrap()[start..];
+    min_healthy(events, &group, replicas)
+}
+
 /// `kubectl rollout restart` of Deployment `name`.
 pub async fn restart<F>(bed: &GateWorld<F>, name: &str) {
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": format!("{:?}", std::time::SystemTime::now())}}}}});
