@@ -204,22 +204,27 @@ async fn an_eci_pod_is_registered_as_its_instance() {
         json!({ECI_INSTANCE_ID_ANNOTATION: eci_id}),
     )
     .await;
-    let ip = wait_for("the pod's IP", Duration::from_secs(60), || async {
-        let pods = bed.app_pods("web").await;
-        pods.first()
-            .and_then(pod_ip)
-            .ok_or_else(|| "no IP yet".to_string())
-    })
-    .await;
-    // What the virtual node's instance is in the cloud: running, with the pod's IP.
-    bed.emulator_post(
-        "ecis",
-        json!({"ip": ip, "container_group_id": eci_id, "vpc_id": VPC_ID}),
+    // What the virtual node's instance is in the cloud: running, with the pod's IP. Said
+    // again whenever the live pod's IP is another (under load the bed has been seen to
+    // give the pod a second IP after the first read), until its gate is True.
+    let ip = wait_for(
+        "the ECI pod's gate True",
+        Duration::from_secs(90),
+        || async {
+            let pods = bed.live_pods("web").await;
+            let pod = pods.first().ok_or("no pod yet")?;
+            let ip = pod_ip(pod).ok_or("no IP yet")?;
+            bed.emulator_post(
+                "ecis",
+                json!({"ip": ip, "container_group_id": eci_id, "vpc_id": VPC_ID}),
+            )
+            .await;
+            match gate_status(pod, "web") {
+                Some((status, _, _)) if status == "True" => Ok(ip),
+                other => Err(format!("{ip}: gate {other:?}")),
+            }
+        },
     )
-    .await;
-    wait_gate(&bed, "web", "web", "the ECI pod's gate True", |s, _| {
-        s == "True"
-    })
     .await;
     let backends = bed.backends().await;
     let ours: Vec<&EmuBackend> = backends.iter().filter(|b| b.ip == ip).collect();
