@@ -484,3 +484,223 @@ async fn admissions_keep_working_through_certificate_renewals() {
     // The next controller makes a certificate of its own validity.
     delete_cert_secret(&client).await;
 }
+
+/// The ServiceAccount the cert-manager test's controller runs as.
+const CERT_MANAGER_ACCOUNT: &str = "rollgate-controller-cert-manager";
+
+/// A kubeconfig with the RBAC of `deploy/with-cert-manager`: deploy/'s ClusterRole and
+/// the component's Role (the webhook's Secret read-only), bound to an account of its
+/// own, so the other tests' controllers keep deploy/'s Role.
+fn cert_manager_kubeconfig() -> std::path::PathBuf {
+    // Applies deploy/'s RBAC (the ClusterRole, the namespace) first.
+    controller_kubeconfig();
+    let layout = kustomize_build(&repo_root().join("deploy/with-cert-manager"));
+    let controllers = |kind: &str, name: &str| {
+        layout
+            .iter()
+            .find(|o| kind_of(o) == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("the layout's {kind} {name}"))
+            .clone()
+    };
+    let mut role = controllers("Role", "rollgate-controller-leader-election");
+    role["metadata"]["name"] = json!(CERT_MANAGER_ACCOUNT);
+    let cluster_role =
+        controllers("ClusterRole", "rollgate-controller")["metadata"]["name"].clone();
+    let subject = json!([{"kind": "ServiceAccount", "name": CERT_MANAGER_ACCOUNT, "namespace": "rollgate-system"}]);
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": CERT_MANAGER_ACCOUNT, "namespace": "rollgate-system"}},
+        role,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": CERT_MANAGER_ACCOUNT, "namespace": "rollgate-system"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CERT_MANAGER_ACCOUNT},
+         "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": CERT_MANAGER_ACCOUNT},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+         "subjects": subject},
+    ]});
+    let dir = temp_dir("cert-manager-rbac");
+    let file = dir.join("rbac.json");
+    std::fs::write(&file, serde_json::to_vec(&objects).unwrap()).unwrap();
+    kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let token = kubectl(&[
+        "-n",
+        "rollgate-system",
+        "create",
+        "token",
+        CERT_MANAGER_ACCOUNT,
+        "--duration",
+        "1h",
+    ]);
+    derived_kubeconfig(&dir, "controller.kubeconfig", None, Some(token.trim()))
+}
+
+/// What a cert-manager Certificate writes: a `kubernetes.io/tls` Secret with the serving
+/// certificate (for 127.0.0.1, where the test configuration calls), its key and the CA.
+fn issued_secret(bundle: &rollgate::gates::inject::certs::CertBundle) -> Secret {
+    let bytes = |s: &str| k8s_openapi::ByteString(s.as_bytes().to_vec());
+    serde_json::from_value(json!({
+        "metadata": {"name": CERT_SECRET},
+        "type": "kubernetes.io/tls",
+    }))
+    .map(|mut secret: Secret| {
+        secret.data = Some(
+            [
+                ("tls.crt", &bundle.cert_pem),
+                ("tls.key", &bundle.key_pem),
+                ("ca.crt", &bundle.ca_cert_pem),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), bytes(v)))
+            .collect(),
+        );
+        secret
+    })
+    .unwrap()
+}
+
+fn new_issued_certificate() -> rollgate::gates::inject::certs::CertBundle {
+    rollgate::gates::inject::certs::new_ca_and_serving(
+        &["127.0.0.1".to_string()],
+        Duration::from_secs(3600),
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+}
+
+/// Sets the configuration's caBundle, as cert-manager's cainjector does from the
+/// Secret's `ca.crt`; returns the configuration's resourceVersion after.
+async fn inject_ca(client: &Client, ca_pem: &str) -> String {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let patched = api
+        .patch(
+            CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(
+                    json!([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
+                    "value": k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    patched.resource_version().unwrap()
+}
+
+/// With `--webhook-cert-source cert-manager` (and deploy/with-cert-manager's read-only
+/// Role), the controller makes no Secret and writes no CA bundle: it waits for the
+/// Secret a Certificate writes, serves it, and serves a renewed one (a new CA's, the
+/// bundle replaced as cainjector would) from the next connection on. A controller that
+/// made its own certificate would have a Secret before the test writes one; one that
+/// kept serving the first certificate would fail every admission once the bundle holds
+/// only the new CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: make test"]
+async fn with_cert_manager_it_serves_the_issued_secret_and_writes_neither_it_nor_the_bundle() {
+    let _owner = CONFIGURATION_OWNER.lock().await;
+    let client = client().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "rollgate-system");
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    delete_cert_secret(&client).await;
+    let port = free_port();
+    let token = unique_name("inject");
+    create_configuration(&client, port, &token).await;
+    let kubeconfig = cert_manager_kubeconfig();
+    let listen = format!("127.0.0.1:{port}");
+    let bed = Bed::new(
+        "inject-cert-manager",
+        1,
+        fast_emulator(),
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("ROLLGATE_WEBHOOK_LISTEN", &listen),
+            ("ROLLGATE_WEBHOOK_CERT_SOURCE", "cert-manager"),
+        ],
+    )
+    .await;
+    label_namespace(
+        &client,
+        &bed.ns.name,
+        json!({INJECT_LABEL: "enabled", TEST_LABEL: token}),
+    )
+    .await;
+    bed.create_service("web", "web", None, json!({})).await;
+
+    // Before cert-manager issues: the controller waits, and says so; no Secret, and a
+    // pod is created without gates (nobody answers, failurePolicy Ignore).
+    let log = bed.controller.as_ref().unwrap().log.clone();
+    wait_for(
+        "the controller waiting for cert-manager",
+        Duration::from_secs(60),
+        || async {
+            let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+            text.contains("waiting for cert-manager to issue the Secret")
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        secrets.get_opt(CERT_SECRET).await.unwrap().is_none(),
+        "the controller made a Secret of its own"
+    );
+    let unanswered = bed
+        .pods()
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &bare_pod(&bed, "probe", "web", json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(gates_of(&unanswered), Vec::<String>::new());
+
+    // cert-manager issues; cainjector fills the bundle.
+    let first = new_issued_certificate();
+    let created = secrets
+        .create(&PostParams::default(), &issued_secret(&first))
+        .await
+        .unwrap();
+    let config_version = inject_ca(&client, &first.ca_cert_pem).await;
+    wait_webhook_answers(&bed, "web", &[gate("web")]).await;
+    // The keeper's first round is at once: a controller writing the bundle or the
+    // Secret would have done so by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        configs.get(CONFIGURATION).await.unwrap().resource_version(),
+        Some(config_version),
+        "the controller wrote the configuration cainjector owns"
+    );
+    assert_eq!(
+        secrets.get(CERT_SECRET).await.unwrap().resource_version(),
+        created.resource_version(),
+        "the controller wrote the Secret cert-manager owns"
+    );
+
+    // A renewal under a new CA: the bundle then trusts only the new CA, so admissions
+    // succeed again only once the controller serves the renewed certificate.
+    let renewed = new_issued_certificate();
+    let mut secret = issued_secret(&renewed);
+    secret.metadata.resource_version = created.resource_version();
+    secrets
+        .replace(CERT_SECRET, &PostParams::default(), &secret)
+        .await
+        .unwrap();
+    inject_ca(&client, &renewed.ca_cert_pem).await;
+    wait_webhook_answers(&bed, "web", &[gate("web")]).await;
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log_text.contains("serving the certificate cert-manager renewed"),
+        "no renewal in the controller's log"
+    );
+
+    delete_configuration(&bed.client).await;
+    bed.cleanup().await;
+    delete_cert_secret(&client).await;
+}

@@ -271,6 +271,7 @@ const NOTABLE_VALUES: &[&[&str]] = &[
         "controller.replicas=1",
         "controller.leaderElection.enabled=false",
     ],
+    &["webhook.certManager.enabled=true"],
 ];
 
 #[test]
@@ -344,6 +345,28 @@ fn default_values_render_deploys_objects() {
         "helm template: {} objects equal to deploy/'s",
         rendered.len()
     ));
+}
+
+/// `webhook.certManager.enabled`: deploy/with-cert-manager (deploy/ with the
+/// cert-manager component), object for object: the CA, Issuers and Certificate, the
+/// configuration's cainjector annotation, the controller's flag and the read-only Role.
+#[test]
+#[ignore = "needs a cluster: make test"]
+fn with_cert_manager_it_renders_the_cert_manager_component() {
+    let Some(helm_bin) = helm_or_skip("with_cert_manager_it_renders_the_cert_manager_component")
+    else {
+        return;
+    };
+    let rendered = assert_renders_like(
+        &helm_bin,
+        "deploy/with-cert-manager",
+        &["webhook.certManager.enabled=true"],
+    );
+    let certificates = rendered
+        .iter()
+        .filter(|o| kind_of(o) == "Certificate")
+        .count();
+    assert_eq!(certificates, 2, "the CA and the serving certificate");
 }
 
 #[test]
@@ -632,10 +655,60 @@ fn every_value_reaches_the_object_it_names() {
     let role = serde_json::to_string(&find(&o, "Role", "edge-controller-leader-election")["rules"])
         .unwrap();
     assert!(role.contains("\"edge-webhook-cert\""), "{role}");
+    assert!(!o.iter().any(|o| kind_of(o) == "Certificate"));
+    assert!(config["metadata"]["annotations"].is_null(), "{config}");
+    assert!(
+        !args.iter().any(|a| a == "--webhook-cert-source"),
+        "{args:?}"
+    );
+
+    // cert-manager makes the certificate: the release's Certificate, Secret and
+    // annotation agree with the controller's flag, and the Role only reads the Secret.
+    let o = r(&["webhook.certManager.enabled=true"]);
+    let args = args_of(&controller_container(&o, "edge-controller"));
+    assert!(
+        has_flag(&args, "--webhook-cert-source", "cert-manager")
+            && has_flag(&args, "--webhook-cert-secret", "edge-webhook-cert"),
+        "{args:?}"
+    );
+    let config = find(
+        &o,
+        "MutatingWebhookConfiguration",
+        "edge-readiness-gate-injector",
+    );
+    assert_eq!(
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "ops/edge-webhook-cert"
+    );
+    let serving = find(&o, "Certificate", "edge-webhook-cert");
+    assert_eq!(serving["spec"]["secretName"], "edge-webhook-cert");
+    assert!(serving["spec"]["dnsNames"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("edge-webhook.ops.svc")));
+    let ca_issuer = &serving["spec"]["issuerRef"]["name"];
+    assert_eq!(
+        find(&o, "Issuer", ca_issuer.as_str().unwrap())["spec"]["ca"]["secretName"],
+        find(&o, "Certificate", "edge-webhook-ca")["spec"]["secretName"]
+    );
+    let role = &find(&o, "Role", "edge-controller-leader-election")["rules"];
+    let secret_verbs: Vec<&Value> = role
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"] == json!(["secrets"]))
+        .collect();
+    assert_eq!(
+        secret_verbs,
+        vec![
+            &json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["edge-webhook-cert"], "verbs": ["get", "list", "watch"]})
+        ]
+    );
+
     let off = r(&["webhook.enabled=false"]);
     assert!(!off
         .iter()
-        .any(|o| kind_of(o) == "MutatingWebhookConfiguration"));
+        .any(|o| kind_of(o) == "MutatingWebhookConfiguration" || kind_of(o) == "Certificate"));
     let args = args_of(&controller_container(&off, "edge-controller"));
     assert!(!args.iter().any(|a| a.starts_with("--webhook")), "{args:?}");
 }

@@ -2,21 +2,14 @@
 //! the effective RBAC of a ServiceAccount, and tokens bound to a pod.
 use super::*;
 
-/// The objects `kubectl apply -k dir` would send, as JSON (`create --dry-run=client`
-/// prints them as built, without merging anything from the cluster).
+/// The objects `kubectl apply -k dir` would send, as built (`kubectl kustomize`: no
+/// lookup of their kinds in the cluster, so the cert-manager layout's Certificates build
+/// where cert-manager is not installed).
 pub fn kustomize_build(dir: &std::path::Path) -> Vec<serde_json::Value> {
-    let out = kubectl(&[
-        "create",
-        "-k",
-        dir.to_str().unwrap(),
-        "--dry-run=client",
-        "-o",
-        "json",
-    ]);
-    serde_json::Deserializer::from_str(&out)
-        .into_iter::<serde_json::Value>()
-        .map(|object| object.expect("kubectl printed JSON objects"))
-        .collect()
+    let out = kubectl(&["kustomize", dir.to_str().unwrap()]);
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out)
+        .unwrap_or_else(|e| panic!("kubectl kustomize {}: {e}\n{out}", dir.display()));
+    documents.into_iter().filter(|d| !d.is_null()).collect()
 }
 
 pub fn kind_of(object: &serde_json::Value) -> &str {

@@ -6,10 +6,12 @@
 //! Every replica serves it (not only the leader): admissions read the shared stores and
 //! write nothing. observe (the stores) -> `plan` (pure) -> the admission answer
 //! (`review`), over HTTPS (`server`), with certificates rollgate makes and renews itself
-//! (`certs`, pure; `cert_secret`, the Secret and the CA bundle); `missing` counts the
-//! pods that lack a gate it would have given them.
+//! (`certs`, pure; `cert_secret`, the Secret and the CA bundle) or that cert-manager
+//! issues (`issued`); `missing` counts the pods that lack a gate it would have given
+//! them.
 pub mod cert_secret;
 pub mod certs;
+pub mod issued;
 pub mod metrics;
 pub mod missing;
 pub mod plan;
@@ -64,14 +66,25 @@ pub struct InjectArgs {
         default_value = "rollgate-readiness-gate-injector"
     )]
     pub webhook_configuration: String,
-    /// The Secret in rollgate's namespace holding the webhook's CA and serving
-    /// certificate (made by rollgate when absent).
+    /// The Secret in rollgate's namespace holding the webhook's serving certificate
+    /// (with `--webhook-cert-source rollgate`, made by rollgate when absent).
     #[arg(
         long,
         env = "ROLLGATE_WEBHOOK_CERT_SECRET",
         default_value = "rollgate-webhook-cert"
     )]
     pub webhook_cert_secret: String,
+    /// Who makes the webhook's certificate: `rollgate` (a CA and serving certificate of
+    /// its own in the Secret, renewed, and the configuration's CA bundle written) or
+    /// `cert-manager` (a Certificate writes the Secret and the CA injector the bundle;
+    /// rollgate only serves what the Secret holds).
+    #[arg(
+        long,
+        env = "ROLLGATE_WEBHOOK_CERT_SOURCE",
+        value_enum,
+        default_value_t = CertSource::Rollgate
+    )]
+    pub webhook_cert_source: CertSource,
     /// How long a serving certificate is valid (renewed at two thirds of it; the CA
     /// lives ten times as long). Default one year; short values are for tests.
     #[arg(
@@ -82,6 +95,15 @@ pub struct InjectArgs {
         hide = true
     )]
     pub webhook_cert_validity: Duration,
+}
+
+/// Who makes the webhook's certificate and its CA bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertSource {
+    /// rollgate: its own CA, serving certificate and CA bundle, renewed by itself.
+    Rollgate,
+    /// cert-manager: a Certificate's Secret and the CA injector's bundle.
+    CertManager,
 }
 
 /// The webhook, started: its work, and whether it is listening (for `/readyz`).
@@ -124,25 +146,33 @@ pub fn start(
         sans: serving_names(&args.webhook_service, own_namespace),
         validity: args.webhook_cert_validity,
     };
-    let keeper = CertKeeper {
-        secrets: Api::namespaced(client.clone(), own_namespace),
-        configs: Api::all(client),
-        configuration: args.webhook_configuration.clone(),
-        wanted,
-        cert: Arc::new(ServingCert::default()),
+    let cert = Arc::new(ServingCert::default());
+    let secrets = Api::namespaced(client.clone(), own_namespace);
+    let supply = match args.webhook_cert_source {
+        CertSource::Rollgate => CertSupply::Own(CertKeeper {
+            secrets,
+            configs: Api::all(client),
+            configuration: args.webhook_configuration.clone(),
+            wanted,
+            cert: cert.clone(),
+        }),
+        CertSource::CertManager => CertSupply::Issued(issued::IssuedCert {
+            secrets,
+            secret: args.webhook_cert_secret.clone(),
+            cert: cert.clone(),
+        }),
     };
     let mut synced = watches.synced();
     let pods = watches.pods();
     let serving = async move {
-        let Some(bundle) = keeper.first_bundle(&shutdown).await else {
+        let Some(certs) = supply.serve_first(&shutdown).await? else {
             return Ok(());
         };
-        keeper.cert.set(&bundle)?;
         tokio::select! {
             _ = synced.wait_for(|s| *s) => {}
             _ = shutdown.clone().requested() => return Ok(()),
         }
-        let tls = server::tls_config(keeper.cert.clone())?;
+        let tls = server::tls_config(cert)?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding the injection webhook on {addr}"))?;
@@ -150,7 +180,7 @@ pub fn start(
         let _ = listening_tx.send(true);
         let (served, (), ()) = tokio::join!(
             server::serve(listener, tls, injector.clone(), shutdown.clone()),
-            keeper.keep(bundle, shutdown.clone()),
+            certs.keep(shutdown.clone()),
             count_missing_pods(injector, pods, shutdown)
         );
         let _ = listening_tx.send(false);
@@ -160,6 +190,55 @@ pub fn start(
         serving: Box::pin(serving),
         listening,
     })
+}
+
+/// Where the served certificate comes from.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per process, moved once: boxing would only add an allocation"
+)]
+enum CertSupply {
+    Own(CertKeeper),
+    Issued(issued::IssuedCert),
+}
+
+/// A supply serving its first certificate, which it compares the next ones with.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per process, moved once: boxing would only add an allocation"
+)]
+enum Serving {
+    Own(CertKeeper, CertBundle),
+    Issued(issued::IssuedCert, issued::IssuedPair),
+}
+
+impl CertSupply {
+    /// Waits for the first certificate and serves it; `None` when shutdown came first.
+    async fn serve_first(self, shutdown: &Shutdown) -> anyhow::Result<Option<Serving>> {
+        Ok(match self {
+            CertSupply::Own(keeper) => match keeper.first_bundle(shutdown).await {
+                Some(bundle) => {
+                    keeper.cert.set(&bundle)?;
+                    Some(Serving::Own(keeper, bundle))
+                }
+                None => None,
+            },
+            CertSupply::Issued(issued) => issued
+                .serve_first(shutdown)
+                .await
+                .map(|pair| Serving::Issued(issued, pair)),
+        })
+    }
+}
+
+impl Serving {
+    /// Until shutdown, serves each new certificate of the supply.
+    async fn keep(self, shutdown: Shutdown) {
+        match self {
+            Serving::Own(keeper, bundle) => keeper.keep(bundle, shutdown).await,
+            Serving::Issued(issued, pair) => issued.keep(pair, shutdown).await,
+        }
+    }
 }
 
 /// How often the pods lacking an injected gate are counted.

@@ -39,14 +39,30 @@ pub struct ServingCert(RwLock<Option<Arc<CertifiedKey>>>);
 impl ServingCert {
     /// Serves `bundle`'s certificate from the next handshake on.
     pub fn set(&self, bundle: &CertBundle) -> anyhow::Result<()> {
-        let chain = CertificateDer::pem_slice_iter(bundle.cert_pem.as_bytes())
+        self.set_pem(&bundle.cert_pem, &bundle.key_pem)
+    }
+
+    /// Serves the certificate chain `cert_pem` with the key `key_pem` from the next
+    /// handshake on; refused (the one in force stays) when either is unreadable, the
+    /// chain is empty or the key is not the certificate's.
+    pub fn set_pem(&self, cert_pem: &str, key_pem: &str) -> anyhow::Result<()> {
+        let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow::anyhow!("the serving certificate's PEM: {e}"))?;
-        let key = PrivateKeyDer::from_pem_slice(bundle.key_pem.as_bytes())
+        anyhow::ensure!(
+            !chain.is_empty(),
+            "the serving certificate's PEM holds no CERTIFICATE block"
+        );
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
             .map_err(|e| anyhow::anyhow!("the serving key's PEM: {e}"))?;
         let key = rustls::crypto::ring::sign::any_supported_type(&key)?;
-        *self.0.write().expect("serving certificate lock poisoned") =
-            Some(Arc::new(CertifiedKey::new(chain, key)));
+        let certified = CertifiedKey::new(chain, key);
+        match certified.keys_match() {
+            // A key type that cannot tell its public key is let through, as rustls does.
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+            Err(e) => anyhow::bail!("the serving key is not the certificate's: {e}"),
+        }
+        *self.0.write().expect("serving certificate lock poisoned") = Some(Arc::new(certified));
         Ok(())
     }
 }
