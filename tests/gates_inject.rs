@@ -164,6 +164,18 @@ fn gate(service: &str) -> String {
     format!("{GATE_PREFIX}{service}")
 }
 
+/// A pod of `app` created in dry run: sent to the mutating webhooks like a real one, as
+/// they answered, and never stored.
+async fn dry_run_pod<F>(bed: &GateWorld<F>, app: &str) -> Result<Pod, kube::Error> {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    bed.pods()
+        .create(&dry_run, &bare_pod(bed, "probe", app, json!({})))
+        .await
+}
+
 /// Waits until the API server calls the webhook with the controller's CA: a dry-run
 /// pod of `app` (sent to mutating webhooks like a real one) comes back with `want`.
 async fn wait_webhook_answers<F>(bed: &GateWorld<F>, app: &str, want: &[String]) {
@@ -171,17 +183,7 @@ async fn wait_webhook_answers<F>(bed: &GateWorld<F>, app: &str, want: &[String])
         "the API server's calls to the webhook",
         Duration::from_secs(60),
         || async {
-            let pod = bed
-                .pods()
-                .create(
-                    &PostParams {
-                        dry_run: true,
-                        ..Default::default()
-                    },
-                    &bare_pod(bed, "probe", app, json!({})),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+            let pod = dry_run_pod(bed, app).await.map_err(|e| e.to_string())?;
             let gates = gates_of(&pod);
             if gates == want {
                 Ok(())
@@ -442,17 +444,7 @@ async fn admissions_keep_working_through_certificate_renewals() {
     let started = std::time::Instant::now();
     let mut admissions = 0;
     while started.elapsed() < Duration::from_secs(60) {
-        let pod = bed
-            .pods()
-            .create(
-                &PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-                &bare_pod(&bed, "probe", "web", json!({})),
-            )
-            .await
-            .unwrap();
+        let pod = dry_run_pod(&bed, "web").await.unwrap();
         assert_eq!(
             gates_of(&pod),
             vec![gate("web")],
@@ -648,17 +640,7 @@ async fn with_cert_manager_it_serves_the_issued_secret_and_writes_neither_it_nor
         secrets.get_opt(CERT_SECRET).await.unwrap().is_none(),
         "the controller made a Secret of its own"
     );
-    let unanswered = bed
-        .pods()
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &bare_pod(&bed, "probe", "web", json!({})),
-        )
-        .await
-        .unwrap();
+    let unanswered = dry_run_pod(&bed, "web").await.unwrap();
     assert_eq!(gates_of(&unanswered), Vec::<String>::new());
 
     // cert-manager issues; cainjector fills the bundle.
