@@ -94,12 +94,12 @@ impl Poller {
         self.schedule.lock().unwrap().granted(service)
     }
 
-    /// See [`Schedule::write_failed`].
-    pub fn write_failed(&self, service: &ObjectRef<Service>) {
+    /// See [`Schedule::look_again_soon`].
+    pub fn look_again_soon(&self, service: &ObjectRef<Service>) {
         self.schedule
             .lock()
             .unwrap()
-            .write_failed(service, Instant::now());
+            .look_again_soon(service, Instant::now());
     }
 
     pub fn forget(&self, service: &ObjectRef<Service>) {

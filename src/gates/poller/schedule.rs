@@ -22,6 +22,8 @@ struct Entry {
     due: Instant,
     /// When the look was granted, until the reconcile reports back.
     granted: Option<Instant>,
+    /// When a look was last asked for soon ([`Schedule::look_again_soon`]).
+    soon: Option<Instant>,
 }
 
 impl Entry {
@@ -123,7 +125,8 @@ impl Schedule {
     /// after the reading the plan used (`looked`), not after the reconcile's writes,
     /// so 500 condition writes do not stretch the interval between two looks. A look
     /// granted after the reconcile `started` stays granted: its reconcile is still to
-    /// come, and must read the cloud.
+    /// come, and must read the cloud. A look asked for soon after it started stays
+    /// soon: the reconcile's plan may have left out the write that asked for it.
     pub fn polled(
         &mut self,
         service: ObjectRef<Service>,
@@ -133,13 +136,17 @@ impl Schedule {
         looked: Instant,
         started: Instant,
     ) {
-        let (priority, fast) = outcome.next_look();
-        let interval = if fast { self.fast } else { self.slow };
-        let granted = self
-            .entries
-            .get(&service)
-            .and_then(|e| e.granted)
-            .filter(|at| *at > started);
+        let (mut priority, fast) = outcome.next_look();
+        let mut interval = if fast { self.fast } else { self.slow };
+        let mut due = looked + interval;
+        let before = self.entries.get(&service);
+        let granted = before.and_then(|e| e.granted).filter(|at| *at > started);
+        let soon = before.and_then(|e| e.soon).filter(|at| *at > started);
+        if let Some(asked) = soon {
+            priority = Priority::Pending;
+            interval = self.fast;
+            due = due.min(asked + self.fast);
+        }
         self.entries.insert(
             service,
             Entry {
@@ -147,8 +154,9 @@ impl Schedule {
                 listeners,
                 priority,
                 interval,
-                due: looked + interval,
+                due,
                 granted,
+                soon,
             },
         );
     }
@@ -204,15 +212,17 @@ impl Schedule {
         self.prepaid[p] = self.prepaid[p].min(outstanding);
     }
 
-    /// Gate writes a reconcile left in flight failed: the Service's next look comes at
-    /// the fast interval after `now` at the latest, first of its class, so its plan
-    /// writes them again (no write is queued here: the reconcile makes them).
-    pub fn write_failed(&mut self, service: &ObjectRef<Service>, now: Instant) {
+    /// Gate writes a reconcile left in flight failed, or a later plan's write waited
+    /// for one of them: the Service's next look comes at the fast interval after `now`
+    /// at the latest, first of its class, so its plan writes them (no write is queued
+    /// here: the reconcile makes them).
+    pub fn look_again_soon(&mut self, service: &ObjectRef<Service>, now: Instant) {
         let fast = self.fast;
         if let Some(entry) = self.entries.get_mut(service) {
             entry.priority = Priority::Pending;
             entry.interval = fast;
             entry.due = entry.due.min(now + fast);
+            entry.soon = Some(now);
         }
     }
 

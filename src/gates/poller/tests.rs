@@ -150,17 +150,55 @@ fn a_failed_write_brings_a_settled_services_look_forward_to_the_fast_interval() 
     let mut s = schedule(10.0, start);
     look(&mut s, "s", Priority::Settled, start);
     assert!(s.grant(start + 600 * MS).is_empty(), "settled: due in 10 s");
-    s.write_failed(&key("s"), start + 600 * MS);
+    s.look_again_soon(&key("s"), start + 600 * MS);
     assert!(s.grant(start + 1_000 * MS).is_empty());
     let grants = s.grant(start + 1_100 * MS);
     assert_eq!(grants.len(), 1);
     assert_eq!(grants[0].service, key("s"));
     // Never later than it was due already, and nothing for a Service not polled.
     look(&mut s, "p", Priority::Pending, start + 2_000 * MS);
-    s.write_failed(&key("p"), start + 2_400 * MS);
+    s.look_again_soon(&key("p"), start + 2_400 * MS);
     assert_eq!(s.grant(start + 2_500 * MS).len(), 1);
-    s.write_failed(&key("unknown"), start);
+    s.look_again_soon(&key("unknown"), start);
     assert!(!s.granted(&key("unknown")));
+}
+
+#[test]
+fn a_look_asked_for_soon_during_a_reconcile_outlasts_that_reconciles_report() {
+    let start = Instant::now();
+    let mut s = schedule(10.0, start);
+    look(&mut s, "s", Priority::Settled, start);
+    // A reconcile starts at 1 s; a write its plan left out waited for one in flight,
+    // answered at 1.1 s; the reconcile reports a settled Service at 1.2 s.
+    s.look_again_soon(&key("s"), start + 1_100 * MS);
+    s.polled(
+        key("s"),
+        Product::Clb,
+        1,
+        outcome(Priority::Settled),
+        start + 1_000 * MS,
+        start + 1_000 * MS,
+    );
+    assert!(s.grant(start + 1_500 * MS).is_empty());
+    assert_eq!(
+        s.grant(start + 1_600 * MS).len(),
+        1,
+        "due the fast interval after the ask, not the slow one after the look"
+    );
+    // An ask before the reconcile started was served by it.
+    s.look_again_soon(&key("s"), start + 2_000 * MS);
+    s.polled(
+        key("s"),
+        Product::Clb,
+        1,
+        outcome(Priority::Settled),
+        start + 2_100 * MS,
+        start + 2_050 * MS,
+    );
+    assert!(
+        s.grant(start + 5_000 * MS).is_empty(),
+        "settled: due in 10 s"
+    );
 }
 
 /// `n` settled CLB Services of one listener, `s0`.., looked at at `at`.
