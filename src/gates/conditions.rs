@@ -55,7 +55,7 @@ pub fn send_conditions(
             let (ctx, service, key) = (&ctx, &service, &key);
             calls.push(async move {
                 let written = {
-                    let _slot = ctx.writes_in_flight.slot(write.status).await;
+                    let _slot = ctx.writes_in_flight.slot().await;
                     write_one(ctx, service, &pod, &view, &write, observed_at).await
                 };
                 // Released before the look is asked for, so that its plan writes it.

@@ -12,20 +12,13 @@ use crate::apply::CALLS_IN_FLIGHT;
 
 /// Gate condition writes sent and not answered yet, by pod UID and Service name (with
 /// whether a later plan's write to the same gate was left out meanwhile), and the
-/// slots they take turns in: `CALLS_IN_FLIGHT` at once for the writes that turn a gate
-/// True and as many for the others (a pending gate's new reason), however many
-/// reconciles left writes in flight, so that overlapping batches do not crowd the API
-/// server that every flip waits on, and a flip never queues behind the reasons of
-/// gates still pending: with one queue, 500 pods' "registered, not healthy yet" writes
-/// of the looks before held the flips of the 500-pod bench back by seconds (issue 46).
+/// slots they take turns in: `CALLS_IN_FLIGHT` at once in all, however many reconciles
+/// left writes in flight, so that overlapping batches do not crowd the API server that
+/// every flip waits on.
 #[derive(Debug)]
 pub struct WritesInFlight {
     claimed: Mutex<HashMap<(String, String), Superseded>>,
-    /// Writes that do not turn a gate True.
     slots: Semaphore,
-    /// Writes of a True status: flips, but for the rare new message of a gate that
-    /// stays True.
-    flip_slots: Semaphore,
     /// Told each time the last write in flight is answered (`drained` waits on it).
     emptied: Notify,
 }
@@ -35,7 +28,6 @@ impl Default for WritesInFlight {
         WritesInFlight {
             claimed: Mutex::default(),
             slots: Semaphore::new(CALLS_IN_FLIGHT),
-            flip_slots: Semaphore::new(CALLS_IN_FLIGHT),
             emptied: Notify::new(),
         }
     }
@@ -63,15 +55,10 @@ impl WritesInFlight {
         }
     }
 
-    /// One of the shared slots, held for one write: of the flips' when it writes True.
-    pub(super) async fn slot(&self, writes_true: bool) -> Option<SemaphorePermit<'_>> {
-        let slots = if writes_true {
-            &self.flip_slots
-        } else {
-            &self.slots
-        };
+    /// One of the shared slots, held for one write.
+    pub(super) async fn slot(&self) -> Option<SemaphorePermit<'_>> {
         // Never closed, so a permit always comes.
-        slots.acquire().await.ok()
+        self.slots.acquire().await.ok()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -172,19 +159,6 @@ mod tests {
             "not past the limit"
         );
         drop(stuck);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_flip_never_waits_for_a_slot_behind_pending_reasons() {
-        let writes = WritesInFlight::default();
-        let mut reasons = Vec::new();
-        for _ in 0..CALLS_IN_FLIGHT {
-            reasons.push(writes.slot(false).await);
-        }
-        let queued = tokio::time::timeout(Duration::from_secs(1), writes.slot(false)).await;
-        assert!(queued.is_err(), "the reasons' slots are all taken");
-        let flip = tokio::time::timeout(Duration::from_secs(1), writes.slot(true)).await;
-        assert!(flip.is_ok(), "a flip has slots of its own");
     }
 
     #[test]
