@@ -13,6 +13,7 @@ use serde_json::json;
 use super::context::{Context, Error, EVENT_ACTION};
 use super::model::{gate_condition_type, ConditionWrite, GatePlan, GatePod};
 use super::pods::containers_ready_since;
+use super::writes_in_flight::PlannedWrite;
 use crate::apply::{event, issue_together, ConditionPatch, Outcome};
 use crate::names::{GateReason, GATE_TIMED_OUT_EVENT};
 use crate::object::CachedPod;
@@ -21,11 +22,13 @@ use crate::object::CachedPod;
 /// runs one reconcile of a Service at a time, so a reconcile that waited for 500 flips
 /// (3 s at this machine's API server rate) held the Service's next look back as long,
 /// and health was read at 0.4/s instead of the fast poll's 2/s: each backend turning
-/// healthy waited for the writes of the ones before it. A pod whose earlier write is
-/// still in flight is left out, and once that write is answered the Service's next
-/// look is brought forward (`Poller::look_again_soon`) so that a plan writes it: its
-/// echo triggers nothing, and this plan counted the gate as written, so without that
-/// the gate waited for the slow look (8 s in the 500-pod bench, issue 46). A failed
+/// healthy waited for the writes of the ones before it. A pod whose earlier write
+/// still waits for its slot has it replaced by this plan's (`WritesInFlight::claim`);
+/// one whose earlier write is being sent is left out, and once that write is answered
+/// the Service's next look is brought forward (`Poller::look_again_soon`) so that a
+/// plan writes it: its echo triggers nothing, and this plan counted the gate as
+/// written, so without that the gate waited for the slow look (8 s in the 500-pod
+/// bench, issue 46). A failed
 /// write is logged and counted, and brings the next look forward too, which writes it
 /// again.
 pub fn send_conditions(
@@ -37,30 +40,44 @@ pub fn send_conditions(
 ) {
     let key = ObjectRef::<Service>::new(service.name.as_deref().unwrap_or_default())
         .within(service.namespace.as_deref().unwrap_or_default());
-    let mut jobs = Vec::new();
+    let mut claims = Vec::new();
     for (pod, view, write) in in_order(pods, decided) {
-        if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &key.name) {
-            jobs.push((pod.clone(), view.clone(), write.clone(), claim));
+        let planned = PlannedWrite {
+            pod: pod.clone(),
+            view: view.clone(),
+            write: write.clone(),
+            observed_at,
+        };
+        if let Some(claim) = ctx.writes_in_flight.claim(&write.uid, &key.name, planned) {
+            claims.push(claim);
         }
     }
-    if jobs.is_empty() {
+    if claims.is_empty() {
         return;
     }
     let ctx = ctx.clone();
     let service = service.clone();
     tokio::spawn(async move {
         // Built in a loop, not a closure over references: the future stays `Send`.
-        let mut calls = Vec::with_capacity(jobs.len());
-        for (pod, view, write, claim) in jobs {
+        let mut calls = Vec::with_capacity(claims.len());
+        for claim in claims {
             let (ctx, service, key) = (&ctx, &service, &key);
             calls.push(async move {
                 let written = {
                     let _slot = ctx.writes_in_flight.slot().await;
-                    write_one(ctx, service, &pod, &view, &write, observed_at).await
+                    // The latest plan's write for this gate, which may have replaced
+                    // the one this plan queued.
+                    match claim.take() {
+                        Some(p) => {
+                            write_one(ctx, service, &p.pod, &p.view, &p.write, p.observed_at)
+                                .await
+                        }
+                        None => Ok(Outcome::Repeat),
+                    }
                 };
                 // Released before the look is asked for, so that its plan writes it.
                 if claim.release() {
-                    tracing::debug!(pod = %write.pod, "a later plan's gate write waited for this one; looking again soon to write it");
+                    tracing::debug!(service = %key.name, "a later plan's gate write came while this one was being sent; looking again soon to write it");
                     ctx.poller.look_again_soon(key);
                 }
                 written

@@ -1,14 +1,38 @@
 //! The gate condition writes reconciles left in flight (`conditions::send_conditions`):
-//! which pods' gates have a write on its way, whether a later plan wanted to write one
-//! of them meanwhile, and the slots all such writes share.
+//! which pods' gates have a write on its way, what a write still waiting for its slot
+//! will send (the latest plan's: a later plan replaces it), whether a later plan wanted
+//! to write a gate whose write was already being sent, and the slots all such writes
+//! share.
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 
+use super::model::{ConditionWrite, GatePod};
 use crate::apply::CALLS_IN_FLIGHT;
+use crate::object::CachedPod;
+
+/// A write as a plan decided it: the pod as the plan read it, the condition, and when
+/// the cloud reading behind it was taken (the flip latency counts from it).
+#[derive(Clone, Debug)]
+pub struct PlannedWrite {
+    pub pod: Arc<CachedPod>,
+    pub view: GatePod,
+    pub write: ConditionWrite,
+    pub observed_at: Timestamp,
+}
+
+/// One gate's write in flight.
+#[derive(Debug)]
+struct InFlight {
+    /// What it will send, until it takes its slot (`None` from then on).
+    queued: Option<PlannedWrite>,
+    /// A later plan's write came while this one was being sent (too late to replace).
+    superseded: bool,
+}
 
 /// Gate condition writes sent and not answered yet, by pod UID and Service name (with
 /// whether a later plan's write to the same gate was left out meanwhile), and the
@@ -17,7 +41,7 @@ use crate::apply::CALLS_IN_FLIGHT;
 /// every flip waits on.
 #[derive(Debug)]
 pub struct WritesInFlight {
-    claimed: Mutex<HashMap<(String, String), Superseded>>,
+    claimed: Mutex<HashMap<(String, String), InFlight>>,
     slots: Semaphore,
     /// Told each time the last write in flight is answered (`drained` waits on it).
     emptied: Notify,
@@ -34,18 +58,32 @@ impl Default for WritesInFlight {
 }
 
 impl WritesInFlight {
-    /// The write to this pod's gate of `service`, unless one is in flight already:
-    /// then this later write is left out, and the one in flight is marked superseded
+    /// The write to this pod's gate of `service`, unless one is in flight already.
+    /// Then this later write replaces the one in flight if that one still waits for
+    /// its slot (a gate whose "not registered" reason waits behind 500 others is sent
+    /// True at once, not False and then True), or else marks it superseded
     /// ([`Claim::release`] says so when it is answered).
-    pub(super) fn claim(self: &Arc<Self>, uid: &str, service: &str) -> Option<Claim> {
+    pub(super) fn claim(
+        self: &Arc<Self>,
+        uid: &str,
+        service: &str,
+        planned: PlannedWrite,
+    ) -> Option<Claim> {
         let key = (uid.to_string(), service.to_string());
         match self.claimed.lock().unwrap().entry(key.clone()) {
             Entry::Occupied(mut in_flight) => {
-                *in_flight.get_mut() = Superseded(true);
+                let in_flight = in_flight.get_mut();
+                match &mut in_flight.queued {
+                    Some(queued) => *queued = planned,
+                    None => in_flight.superseded = true,
+                }
                 None
             }
             Entry::Vacant(free) => {
-                free.insert(Superseded(false));
+                free.insert(InFlight {
+                    queued: Some(planned),
+                    superseded: false,
+                });
                 Some(Claim {
                     in_flight: self.clone(),
                     key,
@@ -82,10 +120,6 @@ impl WritesInFlight {
     }
 }
 
-/// Whether a later plan's write to a gate was left out while one was in flight.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Superseded(bool);
-
 /// One write in flight; released when answered ([`Claim::release`]) or dropped,
 /// however its task ends.
 pub(super) struct Claim {
@@ -95,11 +129,18 @@ pub(super) struct Claim {
 }
 
 impl Claim {
+    /// What to send, once the write has its slot: the latest plan's write for this
+    /// gate. From then on a later plan's write no longer replaces it.
+    pub(super) fn take(&self) -> Option<PlannedWrite> {
+        let mut claimed = self.in_flight.claimed.lock().unwrap();
+        claimed.get_mut(&self.key)?.queued.take()
+    }
+
     /// Ends the claim once the write is answered: true when a later plan wanted to
-    /// write this gate meanwhile and was left out. Nothing else would plan it again
-    /// soon: the pod event of the write in flight is rollgate's own echo, which
-    /// triggers no reconcile, and the plan that left it out counted the gate as
-    /// written. The caller brings the Service's next look forward.
+    /// write this gate while it was being sent, and was left out. Nothing else would
+    /// plan it again soon: the pod event of the write in flight is rollgate's own
+    /// echo, which triggers no reconcile, and the plan that left it out counted the
+    /// gate as written. The caller brings the Service's next look forward.
     pub(super) fn release(mut self) -> bool {
         self.end()
     }
@@ -109,11 +150,11 @@ impl Claim {
             return false;
         }
         let mut claimed = self.in_flight.claimed.lock().unwrap();
-        let superseded = claimed.remove(&self.key).unwrap_or_default();
+        let superseded = claimed.remove(&self.key).is_some_and(|w| w.superseded);
         if claimed.is_empty() {
             self.in_flight.emptied.notify_waiters();
         }
-        superseded.0
+        superseded
     }
 }
 
@@ -130,9 +171,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shutdown_waits_for_the_last_write_and_no_longer_than_the_limit() {
         let writes = Arc::new(WritesInFlight::default());
-        let (a, b) = (writes.claim("uid-a", "web"), writes.claim("uid-b", "web"));
+        let (a, b) = (
+            writes.claim("uid-a", "web", planned(false)),
+            writes.claim("uid-b", "web", planned(false)),
+        );
         assert!(
-            writes.claim("uid-a", "web").is_none(),
+            writes.claim("uid-a", "web", planned(false)).is_none(),
             "one write per gate at a time"
         );
         let answered = tokio::spawn(async move {
@@ -150,7 +194,7 @@ mod tests {
         );
         answered.await.unwrap();
 
-        let stuck = writes.claim("uid-c", "web");
+        let stuck = writes.claim("uid-c", "web", planned(false));
         let start = tokio::time::Instant::now();
         writes.drained(Duration::from_secs(5)).await;
         assert_eq!(
@@ -161,20 +205,49 @@ mod tests {
         drop(stuck);
     }
 
+    fn planned(status: bool) -> PlannedWrite {
+        let pod = CachedPod::default();
+        PlannedWrite {
+            view: crate::gates::pods::gate_pod(&pod, "web", true),
+            pod: Arc::new(pod),
+            write: ConditionWrite {
+                pod: "web-1".into(),
+                uid: "uid-a".into(),
+                status,
+                reason: crate::names::GateReason::BackendNotRegistered,
+                message: String::new(),
+            },
+            observed_at: Timestamp::UNIX_EPOCH,
+        }
+    }
+
     #[test]
-    fn a_write_left_out_while_one_is_in_flight_marks_it_superseded_until_released() {
+    fn a_later_write_replaces_one_waiting_for_its_slot_and_supersedes_one_being_sent() {
         let writes = Arc::new(WritesInFlight::default());
-        let first = writes.claim("uid-a", "web").unwrap();
-        let alone = writes.claim("uid-b", "web").unwrap();
-        let other_service = writes.claim("uid-a", "api").unwrap();
-        assert!(writes.claim("uid-a", "web").is_none(), "left out");
-        assert!(first.release(), "a later write was left out meanwhile");
+        let first = writes.claim("uid-a", "web", planned(false)).unwrap();
+        let alone = writes.claim("uid-b", "web", planned(false)).unwrap();
+        let other_service = writes.claim("uid-a", "api", planned(false)).unwrap();
+        assert!(writes.claim("uid-a", "web", planned(true)).is_none());
+        let sent = first.take().expect("the write to send");
+        assert!(
+            sent.write.status,
+            "the later plan's write replaced the queued one"
+        );
+        assert!(first.take().is_none(), "taken once");
+        assert!(writes.claim("uid-a", "web", planned(false)).is_none());
+        assert!(
+            first.release(),
+            "a later write came while it was being sent"
+        );
+        assert!(alone.take().is_some());
         assert!(!alone.release(), "nothing wanted uid-b's gate meanwhile");
         assert!(
             !other_service.release(),
             "another Service's gate is another write"
         );
-        let next = writes.claim("uid-a", "web").expect("free once released");
+        let next = writes
+            .claim("uid-a", "web", planned(false))
+            .expect("free once released");
         assert!(!next.release(), "the mark went with the write it was on");
         assert!(writes.is_empty());
     }
