@@ -171,14 +171,7 @@ fn a_look_asked_for_soon_during_a_reconcile_outlasts_that_reconciles_report() {
     // A reconcile starts at 1 s; a write its plan left out waited for one in flight,
     // answered at 1.1 s; the reconcile reports a settled Service at 1.2 s.
     s.look_again_soon(&key("s"), start + 1_100 * MS);
-    s.polled(
-        key("s"),
-        Product::Clb,
-        1,
-        outcome(Priority::Settled),
-        start + 1_000 * MS,
-        start + 1_000 * MS,
-    );
+    look(&mut s, "s", Priority::Settled, start + 1_000 * MS);
     assert!(s.grant(start + 1_500 * MS).is_empty());
     assert_eq!(
         s.grant(start + 1_600 * MS).len(),
@@ -187,14 +180,7 @@ fn a_look_asked_for_soon_during_a_reconcile_outlasts_that_reconciles_report() {
     );
     // An ask before the reconcile started was served by it.
     s.look_again_soon(&key("s"), start + 2_000 * MS);
-    s.polled(
-        key("s"),
-        Product::Clb,
-        1,
-        outcome(Priority::Settled),
-        start + 2_100 * MS,
-        start + 2_050 * MS,
-    );
+    look(&mut s, "s", Priority::Settled, start + 2_050 * MS);
     assert!(
         s.grant(start + 5_000 * MS).is_empty(),
         "settled: due in 10 s"
