@@ -2060,13 +2060,6 @@ async fn an_nlb_group_token_answers_its_first_request_even_after_the_delete() {
         }
     };
     let first = create("token-a").await;
-    bed.call(
-        Service::Nlb,
-        "DeleteServerGroup",
-        &[("ServerGroupId", first.as_str())],
-    )
-    .await
-    .unwrap();
     let gone = || async {
         bed.call(
             Service::Nlb,
@@ -2079,6 +2072,21 @@ async fn an_nlb_group_token_answers_its_first_request_even_after_the_delete() {
             .unwrap()
             .is_empty()
     };
+    // The emulator makes the group when its creation job is done: wait for it, so the
+    // delete is of a group that exists (CI deleted it a moment too early once).
+    for _ in 0..100 {
+        if !gone().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bed.call(
+        Service::Nlb,
+        "DeleteServerGroup",
+        &[("ServerGroupId", first.as_str())],
+    )
+    .await
+    .unwrap();
     for _ in 0..100 {
         if gone().await {
             break;
