@@ -569,6 +569,16 @@ fn rollout_section(t: &mut String, r: &Results, p: &str) {
         show(r, &k("vs_native_ratio"), ""),
         verdict(vs_native, 1.0, true),
     ));
+    if let Some(ratio) = num(r, &k("continue_vs_native_ratio")) {
+        t.push_str(&format!(
+            "| (b) with `rollgate.io/on-failure: continue` (no proving wave, as native) vs (a); batch gap p50 | {}; {} | {} | {} | ≤ 1.0 | {} |\n",
+            show(r, &k("continue_makespan_s"), " s"),
+            show(r, &k("continue_batch_gap_p50_ms"), " ms"),
+            show(r, &k("native_makespan_s"), " s"),
+            show(r, &k("continue_vs_native_ratio"), ""),
+            verdict(Some(ratio), 1.0, true),
+        ));
+    }
     let runs = |key: &str| match get(r, &k(key)).and_then(Value::as_array) {
         Some(runs) if runs.len() > 1 => Some(
             runs.iter()
@@ -581,6 +591,11 @@ fn rollout_section(t: &mut String, r: &Results, p: &str) {
     if let (Some(b_runs), Some(a_runs)) = (runs("makespans_s"), runs("native_makespans_s")) {
         t.push_str(&format!(
             "| (a) and (b) alternated, the medians above: every run (s) | {b_runs} | {a_runs} | | | |\n",
+        ));
+    }
+    if let Some(c_runs) = runs("continue_makespans_s") {
+        t.push_str(&format!(
+            "| (b) with on-failure continue, every run (s) | {c_runs} | | | | |\n",
         ));
     }
     let vs_ideal = num(r, &k("makespan_ratio"));

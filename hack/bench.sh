@@ -99,8 +99,11 @@ export ROLLGATE_BENCH_STOP_DELAY_MS=$POD_STOP_DELAY_MS
   echo
 } >"$results"
 status=0
+bench_started=$SECONDS
+timings=()
 for bench in $BENCHES; do
   log "running $bench (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  started=$SECONDS
   # Only the bench's report goes to the results (stdout); its narrative stays on stderr.
   if ! cargo bench --locked --bench "$bench" | tee -a "$results"; then
     log "$bench FAILED"
@@ -111,15 +114,28 @@ for bench in $BENCHES; do
     # The capacity proof (6 replicas, maxUnavailable 1, maxSurge 1, with and without
     # gates) is the e2e test's scenario; run here, it records gates.min_healthy_*.
     log "gates: the capacity proof (tests/gates_walk_through.rs), recorded"
-    if ! ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates_walk_through \
-      gates_keep_capacity -- --include-ignored --nocapture 2>&1 | grep 'capacity proof' | tee -a "$results"; then
-      log "gates capacity proof FAILED"
-      echo "gates capacity proof: FAILED" >>"$results"
+    # Its whole output goes to a log of its own; the results keep its figures, and a
+    # failure shows the log's end, where the reason is.
+    proof_log=$ROLLGATE_BENCH_OUT/capacity-proof.log
+    if ROLLGATE_BENCH_RECORD=1 cargo test --release --locked -p rollgate --test gates_walk_through \
+      gates_keep_capacity -- --include-ignored --nocapture >"$proof_log" 2>&1; then
+      grep 'capacity proof' "$proof_log" | tee -a "$results" || true
+    else
+      log "gates capacity proof FAILED; the end of $proof_log:"
+      tail -n 40 "$proof_log" >&2
+      echo "gates capacity proof: FAILED (see $proof_log)" >>"$results"
       status=1
     fi
   fi
+  timings+=("$bench $((SECONDS - started)) s")
   echo >>"$results"
 done
+{
+  echo "# time per bench (with its cluster set-up; the release build before them is not counted):"
+  for timing in "${timings[@]}"; do echo "#   $timing"; done
+  echo "#   all benches $((SECONDS - bench_started)) s"
+  echo
+} | tee -a "$results" >&2
 log "the table and the plots"
 cargo bench --locked --bench report | tee -a "$results" || status=1
 log "results in $ROLLGATE_BENCH_OUT (results.json, results.md, results.txt, *.png)"

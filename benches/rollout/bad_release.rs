@@ -39,7 +39,9 @@ use kube::{Api, Client};
 use serde_json::{json, Map, Value};
 
 use crate::controllers::{ControllerUnderTest, Which};
-use crate::scenario::{Prepared, Rollout, Setup, Shape, Strategy, TemplateChange, NEW_IMAGE};
+use crate::scenario::{
+    Prepared, Rollout, Setup, Shape, Strategy, TemplateChange, NEW_IMAGE, ON_FAILURE,
+};
 use crate::support::{env_or, note, TestNodes};
 use crate::watcher::Kind;
 use crate::{round, secs};
@@ -47,7 +49,6 @@ use crate::{round, secs};
 /// A tag the bed's kwok stages crash-loop (hack/kwok-stages.yaml, "crashloop").
 pub const BAD_IMAGE: &str = "registry.local/edge-agent:v2-crashloop";
 const WAVE_LABEL: &str = "rollgate.test/bench-wave";
-const ON_FAILURE: &str = "rollgate.io/on-failure";
 const WAVES: &str = "rollgate.io/waves";
 /// Events rollgate says when it stops a revision.
 const HALTED: &str = "RolloutHalted";

@@ -4,7 +4,9 @@
 //! At every size (`ROLLGATE_BENCH_SIZES`, default "200 1000"), on the same nodes, with the
 //! same budget and pod start/stop delays:
 //! - (a) Kubernetes' own RollingUpdate, `maxUnavailable` = the budget, all nodes Ready;
-//! - (b) rollgate AdvancedRollingUpdate, all nodes Ready;
+//! - (b) rollgate AdvancedRollingUpdate, all nodes Ready, with the defaults (a new
+//!   revision proves itself on the failure threshold's nodes first, issue 45), and again
+//!   with `rollgate.io/on-failure: continue` (no proof, the configuration (a) has);
 //! - (c) rollgate with 10% of the nodes NotReady (heartbeat loss), tolerate-all DaemonSet;
 //! - (d) the native rolling update with the same NotReady nodes, watched as long as (c)
 //!   took: how far it got.
@@ -57,7 +59,7 @@ use serde_json::{json, Value};
 use support::{bench_main, env_or, note, TestNodes};
 
 use controllers::{ControllerUnderTest, Usage, Which};
-use scenario::{Prepared, Rollout, Setup, Shape, Strategy};
+use scenario::{Prepared, Rollout, Setup, Shape, Strategy, NEW_IMAGE, ON_FAILURE};
 
 struct Params {
     sizes: Vec<usize>,
@@ -151,6 +153,10 @@ struct SizeResults {
     rollgate: Option<Rollout>,
     native_makespans: Vec<Option<Duration>>,
     rollgate_makespans: Vec<Option<Duration>>,
+    /// (b) with `rollgate.io/on-failure: continue`: no proving wave, the configuration
+    /// native RollingUpdate has (median, and every run).
+    rollgate_continue: Option<Rollout>,
+    rollgate_continue_makespans: Vec<Option<Duration>>,
     rollgate_not_ready: Option<Rollout>,
     native_not_ready: Option<Rollout>,
     rollgate_not_ready_none: Option<Rollout>,
@@ -366,6 +372,9 @@ async fn measure_size(
     // decide the ratio; each reports its median run.
     let mut natives = Vec::new();
     let mut rollgates = Vec::new();
+    let mut continues = Vec::new();
+    let mut no_proof = serde_json::Map::new();
+    no_proof.insert(ON_FAILURE.into(), json!("continue"));
     let mut aru_cpu = 0.0;
     let mut aru_reconciles = None;
     let mut rollgate = None;
@@ -392,6 +401,18 @@ async fn measure_size(
         aru_cpu = running.usage().cpu_s - cpu0;
         aru_reconciles = reconciles_since(reconciles0, running.reconciles().await);
         b.cleanup().await;
+        // (b) without the proving wave, by the same controller process: what rollgate's
+        // own batching costs beside native's, apart from the proof (issue 46).
+        let b2 = setup
+            .prepare_to(
+                &format!("{n}/b-rollgate-continue{tag}"),
+                aru(true),
+                no_proof.clone(),
+                NEW_IMAGE,
+            )
+            .await?;
+        continues.push(b2.roll(timeout, None).await?);
+        b2.cleanup().await;
         if round < params.repeats {
             running.stop();
         } else {
@@ -402,6 +423,8 @@ async fn measure_size(
     r.rollgate_makespans = rollgates.iter().map(|run| run.makespan).collect();
     r.native = Some(median_run(natives));
     r.rollgate = Some(median_run(rollgates));
+    r.rollgate_continue_makespans = continues.iter().map(|run| run.makespan).collect();
+    r.rollgate_continue = Some(median_run(continues));
     let rollgate = rollgate.expect("at least one round");
     if vs_openyurt_full {
         let ota = setup
@@ -720,6 +743,29 @@ fn result_entries(
                 .iter()
                 .map(|m| secs(*m))
                 .collect::<Vec<_>>()),
+        );
+        let c_make = s.rollgate_continue.as_ref().and_then(|r| r.makespan);
+        put(format!("{prefix}.continue_makespan_s"), secs(c_make));
+        put(
+            format!("{prefix}.continue_vs_native_ratio"),
+            ratio(c_make, a_make),
+        );
+        put(
+            format!("{prefix}.continue_makespans_s"),
+            json!(s
+                .rollgate_continue_makespans
+                .iter()
+                .map(|m| secs(*m))
+                .collect::<Vec<_>>()),
+        );
+        let continue_gaps = s
+            .rollgate_continue
+            .as_ref()
+            .map(|r| analysis::batch_gaps(&r.events))
+            .unwrap_or_default();
+        put(
+            format!("{prefix}.continue_batch_gap_p50_ms"),
+            ms_percentile(&continue_gaps, 50.0),
         );
         put(format!("{prefix}.ideal_s"), secs(Some(ideal)));
         put(
@@ -1088,6 +1134,7 @@ fn report(params: &Params, all: &[SizeResults]) -> String {
         for r in [
             &s.native,
             &s.rollgate,
+            &s.rollgate_continue,
             &s.yurt,
             &s.rollgate_not_ready,
             &s.native_not_ready,

@@ -15,6 +15,8 @@ use crate::watcher::{BudgetWatcher, Kind, Sample};
 pub const STRATEGY: &str = "apps.openyurt.io/update-strategy";
 pub const MAX_UNAVAILABLE: &str = "apps.openyurt.io/max-unavailable";
 pub const PULL_AHEAD: &str = "rollgate.io/pull-ahead";
+/// `continue`: no proving wave (issue 45).
+pub const ON_FAILURE: &str = "rollgate.io/on-failure";
 pub const OLD_IMAGE: &str = "registry.local/edge-agent:v1";
 pub const NEW_IMAGE: &str = "registry.local/edge-agent:v2";
 

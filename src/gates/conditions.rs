@@ -28,9 +28,8 @@ use crate::object::CachedPod;
 /// the Service's next look is brought forward (`Poller::look_again_soon`) so that a
 /// plan writes it: its echo triggers nothing, and this plan counted the gate as
 /// written, so without that the gate waited for the slow look (8 s in the 500-pod
-/// bench, issue 46). A failed
-/// write is logged and counted, and brings the next look forward too, which writes it
-/// again.
+/// bench, issue 46). A failed write is logged and counted, and brings the next look
+/// forward too, which writes it again.
 pub fn send_conditions(
     ctx: &Arc<Context>,
     service: &ObjectReference,

@@ -8,10 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::Stream;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -23,8 +25,9 @@ const CA_CERT_KEY: &str = "ca.crt";
 /// The CA the current one replaced, still in the bundle.
 const PREVIOUS_CA_CERT_KEY: &str = "ca-previous.crt";
 const CA_KEY_KEY: &str = "ca.key";
-const CERT_KEY: &str = "tls.crt";
-const KEY_KEY: &str = "tls.key";
+/// The keys of a `kubernetes.io/tls` Secret, which cert-manager writes too.
+pub const CERT_KEY: &str = "tls.crt";
+pub const KEY_KEY: &str = "tls.key";
 /// The serving certificate's validity and names, so a replica knows when to renew it
 /// and whether it still covers the names asked for without parsing X.509.
 const NOT_BEFORE_ANNOTATION: &str = "rollgate.io/webhook-cert-not-before";
@@ -58,14 +61,34 @@ pub struct Wanted {
     pub validity: Duration,
 }
 
+/// The text under `key` in `secret`, or `None` when it is absent, blank or not UTF-8
+/// (a Secret cert-manager has not issued yet exists with empty values).
+pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// Every version of the Secret `name` from now on: a watch on that one object, retried
+/// with backoff.
+pub fn one_secret_changes(
+    secrets: Api<Secret>,
+    name: &str,
+) -> impl Stream<Item = Result<Secret, watcher::Error>> + Send {
+    watcher(
+        secrets,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+    .applied_objects()
+}
+
 /// The bundle in `secret`, or `None` when it is absent, incomplete or unreadable.
 pub fn read_bundle(secret: &Secret) -> Option<CertBundle> {
-    let data = secret.data.as_ref()?;
-    let text = |key: &str| {
-        data.get(key)
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|s| !s.is_empty())
-    };
+    let text = |key: &str| secret_text(secret, key);
     let annotations = secret.metadata.annotations.as_ref()?;
     let time = |key: &str| {
         annotations

@@ -8,15 +8,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
+use super::cert_secret::{one_secret_changes, secret_text, CERT_KEY, KEY_KEY};
 use super::server::ServingCert;
 use crate::runtime::Shutdown;
-
-/// The keys of a `kubernetes.io/tls` Secret, as cert-manager writes them.
-const CERT_KEY: &str = "tls.crt";
-const KEY_KEY: &str = "tls.key";
 
 /// How often an absent or not yet issued Secret is read again.
 const RETRY: Duration = Duration::from_secs(5);
@@ -31,15 +27,9 @@ pub struct IssuedPair {
 /// The key pair in `secret`, or `None` while cert-manager has not issued it (the Secret
 /// exists with empty data while a request is pending).
 pub fn read_issued(secret: &Secret) -> Option<IssuedPair> {
-    let data = secret.data.as_ref()?;
-    let text = |key: &str| {
-        data.get(key)
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|s| !s.trim().is_empty())
-    };
     Some(IssuedPair {
-        cert_pem: text(CERT_KEY)?,
-        key_pem: text(KEY_KEY)?,
+        cert_pem: secret_text(secret, CERT_KEY)?,
+        key_pem: secret_text(secret, KEY_KEY)?,
     })
 }
 
@@ -87,12 +77,7 @@ impl IssuedCert {
     /// Until shutdown: each pair cert-manager writes into the Secret is served from the
     /// next handshake on. A deleted Secret leaves the last pair served.
     pub async fn keep(&self, mut current: IssuedPair, shutdown: Shutdown) {
-        let changes = watcher(
-            self.secrets.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={}", self.secret)),
-        )
-        .default_backoff()
-        .applied_objects();
+        let changes = one_secret_changes(self.secrets.clone(), &self.secret);
         let mut changes = std::pin::pin!(changes);
         let stop = shutdown.requested();
         let mut stop = std::pin::pin!(stop);

@@ -29,7 +29,6 @@ use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -38,7 +37,7 @@ use crate::gates::service::ClassSelection;
 use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 use crate::watch::Watches;
-use cert_secret::{ensure_ca_bundle, get_or_create, read_bundle, Wanted};
+use cert_secret::{ensure_ca_bundle, get_or_create, one_secret_changes, read_bundle, Wanted};
 use certs::{serving_names, CertBundle};
 use server::ServingCert;
 
@@ -304,12 +303,7 @@ impl CertKeeper {
     /// configuration's CA bundle set (it may be created or re-applied after rollgate
     /// started).
     async fn keep(&self, mut current: CertBundle, shutdown: Shutdown) {
-        let changes = watcher(
-            self.secrets.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={}", self.wanted.secret)),
-        )
-        .default_backoff()
-        .applied_objects();
+        let changes = one_secret_changes(self.secrets.clone(), &self.wanted.secret);
         let mut changes = std::pin::pin!(changes);
         let mut tick = tokio::time::interval(refresh_every(self.wanted.validity));
         let stop = shutdown.requested();
