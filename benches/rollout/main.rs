@@ -649,6 +649,11 @@ fn secs(d: Option<Duration>) -> Value {
     })
 }
 
+/// Every run's makespan, in run order, as `secs` writes one.
+fn secs_each(runs: &[Option<Duration>]) -> Value {
+    json!(runs.iter().map(|m| secs(*m)).collect::<Vec<_>>())
+}
+
 fn round(v: f64, digits: i32) -> Value {
     let f = 10f64.powi(digits);
     json!((v * f).round() / f)
@@ -730,19 +735,11 @@ fn result_entries(
         // are the medians.
         put(
             format!("{prefix}.native_makespans_s"),
-            json!(s
-                .native_makespans
-                .iter()
-                .map(|m| secs(*m))
-                .collect::<Vec<_>>()),
+            secs_each(&s.native_makespans),
         );
         put(
             format!("{prefix}.makespans_s"),
-            json!(s
-                .rollgate_makespans
-                .iter()
-                .map(|m| secs(*m))
-                .collect::<Vec<_>>()),
+            secs_each(&s.rollgate_makespans),
         );
         let c_make = s.rollgate_continue.as_ref().and_then(|r| r.makespan);
         put(format!("{prefix}.continue_makespan_s"), secs(c_make));
@@ -752,11 +749,7 @@ fn result_entries(
         );
         put(
             format!("{prefix}.continue_makespans_s"),
-            json!(s
-                .rollgate_continue_makespans
-                .iter()
-                .map(|m| secs(*m))
-                .collect::<Vec<_>>()),
+            secs_each(&s.rollgate_continue_makespans),
         );
         let continue_gaps = s
             .rollgate_continue
