@@ -3,9 +3,9 @@
 //! agent's node-scope policy still holds when installed through an overlay into another
 //! namespace with another name prefix.
 //!
-//! Workloads (the Deployment and the DaemonSet) are server-side dry-run only: their
-//! simulated pods would land on other tests' nodes. Needs `make cluster-up`; run by
-//! `make test` (or `cargo test --test deploy -- --ignored --nocapture`).
+//! The workloads (the Deployment and the DaemonSet) and the injection webhook's
+//! configuration are server-side dry-run only (`DRY_RUN_ONLY_KINDS` says why). Needs
+//! `make cluster-up`; run by `make test` (or `cargo test --test deploy -- --ignored --nocapture`).
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -20,8 +20,12 @@ use kube::Api;
 use serde_json::{json, Value};
 use support::*;
 
-/// Kinds that start pods; everything else in the install is applied for real.
-const WORKLOAD_KINDS: &[&str] = &["Deployment", "DaemonSet"];
+/// Kinds only ever dry-run (server side); everything else in the install is applied for
+/// real. The workloads would start pods on other tests' nodes. The webhook configuration
+/// would send every pod created in a namespace labelled for injection (other tests make
+/// them) to its Service, which the bed's API server dials at the Service's ClusterIP:
+/// off loopback (`webhooks_stay_on_loopback` in hack/test.sh checks the bed for it).
+const DRY_RUN_ONLY_KINDS: &[&str] = &["Deployment", "DaemonSet", "MutatingWebhookConfiguration"];
 
 const UPDATE_SNAPSHOT_ENV: &str = "ROLLGATE_UPDATE_RBAC_SNAPSHOT";
 
@@ -35,12 +39,12 @@ fn apply_objects(dir: &Path, file: &str, objects: &[Value], extra: &[&str]) -> S
     kubectl(&args)
 }
 
-/// Applies the namespace and everything but the workloads of a kustomization; returns
-/// the objects applied.
-fn install_without_workloads(dir: &Path, work: &Path, tag: &str) -> Vec<Value> {
+/// Applies the namespace and everything but the `DRY_RUN_ONLY_KINDS` of a kustomization;
+/// returns the objects applied.
+fn install_for_real(dir: &Path, work: &Path, tag: &str) -> Vec<Value> {
     let objects: Vec<Value> = kustomize_build(dir)
         .into_iter()
-        .filter(|o| !WORKLOAD_KINDS.contains(&kind_of(o)))
+        .filter(|o| !DRY_RUN_ONLY_KINDS.contains(&kind_of(o)))
         .collect();
     let namespaces: Vec<Value> = objects
         .iter()
@@ -52,12 +56,12 @@ fn install_without_workloads(dir: &Path, work: &Path, tag: &str) -> Vec<Value> {
     objects
 }
 
-/// The base install (deploy/ without workloads), applied once per test binary: two
+/// The base install (deploy/ but the `DRY_RUN_ONLY_KINDS`), applied once per test binary: two
 /// concurrent client-side applies of the same new object race to create it.
 fn install_base() -> Vec<Value> {
     static BASE: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
-        install_without_workloads(
+        install_for_real(
             &repo_root().join("deploy"),
             &temp_dir("deploy-base"),
             "base",
@@ -337,7 +341,7 @@ async fn an_overlay_into_another_namespace_keeps_the_agent_confined_to_its_node(
     )
     .unwrap();
     let base_objects = install_base();
-    let overlay_objects = install_without_workloads(&work, &work, "overlay");
+    let overlay_objects = install_for_real(&work, &work, "overlay");
     let agent_account = format!("{prefix}rollgate-agent");
     assert!(
         overlay_objects
