@@ -20,6 +20,8 @@ pub enum Topic {
     Halt,
     /// The wave a rollout is in (said once per template and wave).
     Wave,
+    /// A rollout's first deletions (said once per revision).
+    Deleting,
 }
 
 #[derive(Default)]

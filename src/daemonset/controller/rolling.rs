@@ -378,6 +378,14 @@ pub(super) async fn execute_rollout(
     if !deleted.is_empty() {
         // A rollout is under way: its completion is worth an Event.
         ctx.said.first_time(&uid, Topic::Progress, "rolling");
+    }
+    // Said once per revision, for its first deletions: kube's recorder would merge every
+    // later one into that Event (same reason and action; the note users see stays the
+    // first), so each further publish was a write that only raised a count, about one
+    // for every two pods of a 1,000-node rollout. The deletions stay in the log and in
+    // `rollgate_daemonset_pods_deleted_total`; `rollgate status` shows the progress.
+    let revision = current.and_then(|c| c.hash.as_ref().or(c.template_generation.as_ref()));
+    if !deleted.is_empty() && revision.is_some_and(|r| ctx.said.first_time(&uid, Topic::Deleting, r)) {
         let names: Vec<String> = deleted
             .iter()
             .map(|d| format!("{} on {}", d.name, d.node))

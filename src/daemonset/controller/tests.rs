@@ -404,3 +404,25 @@ async fn a_wait_on_the_native_controller_past_the_threshold_says_so_once() {
     reconcile(Arc::new(ds.clone()), ctx.clone()).await.unwrap();
     assert_eq!(seen.events().len(), 2, "{:?}", seen.events());
 }
+
+/// A rollout's deletions are said once per revision: kube's recorder would fold every
+/// later UpgradingPods Event into the first (the note users see stays the first), so
+/// each further one was an API write that only raised a count.
+#[tokio::test]
+async fn a_revisions_deletions_are_said_in_one_event() {
+    let ds = DaemonSetBuilder::new("agent").generations(3, 3).build();
+    let fresh = [revision(&ds, "a", 1), revision(&ds, "b", 2)];
+    let (ctx, ds, seen) = rollback_bed(revision_list(&fresh));
+    roll(&ctx, &ds).await;
+    assert_eq!(seen.calls_to("DELETE").len(), 2, "{:?}", seen.calls());
+    assert_eq!(seen.events(), ["Normal UpgradingPods"]);
+    // The next plan of the same revision deletes again (the pods still read old once
+    // the expectations are forgotten), and says nothing more.
+    ctx.expectations
+        .lock()
+        .unwrap()
+        .forget_daemonset(&ds.uid().unwrap());
+    roll(&ctx, &ds).await;
+    assert_eq!(seen.calls_to("DELETE").len(), 4, "{:?}", seen.calls());
+    assert_eq!(seen.events(), ["Normal UpgradingPods"]);
+}
