@@ -820,6 +820,7 @@ async fn fleet_phases(
     let pid = controller.pid();
     let cpu = || cpu_seconds(pid).unwrap_or(f64::NAN);
     let started = Instant::now();
+    let started_epoch = now_epoch();
     let settle_timeout = if is_today(&f.label) {
         p.today_settle_timeout
     } else {
@@ -1085,6 +1086,8 @@ async fn fleet_phases(
         }
         latest
     };
+    // Per product, the Service that waited longest: (wait, name, gap start, gap end).
+    let mut longest: [Option<(f64, String, f64, f64)>; 2] = [None, None];
     for i in 0..p.services {
         let name = service_name(i);
         let Some(from) = initial_pods_true(&name) else {
@@ -1099,10 +1102,42 @@ async fn fleet_phases(
         };
         if until > from {
             let product = usize::from(p.is_nlb(i));
-            f.settled_wait_run[product] =
-                f.settled_wait_run[product].max(longest_gap(looks_of(&name), from, until));
+            let (gap_from, gap_to) = longest_gap_at(looks_of(&name), from, until);
+            if gap_to - gap_from > f.settled_wait_run[product] {
+                f.settled_wait_run[product] = gap_to - gap_from;
+                longest[product] = Some((gap_to - gap_from, name.clone(), gap_from, gap_to));
+            }
             f.settled_window_max = f.settled_window_max.max(until - from);
         }
+    }
+    // What the cloud saw of the Service that waited longest, around its wait: its
+    // writes tell whether rollgate held it settled or confirming a change.
+    for (wait, name, gap_from, gap_to) in longest.iter().flatten() {
+        let lb = service_lb.get(name).cloned().unwrap_or_default();
+        let on_lb: Vec<String> = calls
+            .iter()
+            .filter(|c| c.at >= gap_from - 30.0 && c.at <= gap_to + 2.0)
+            .filter(|c| {
+                c.load_balancer.as_deref() == Some(lb.as_str())
+                    || c.listener.as_ref().and_then(|l| listener_lb.get(l)) == Some(&lb)
+            })
+            .map(|c| {
+                let throttled = if c.throttled { " (throttled)" } else { "" };
+                format!("{:.1} {}{throttled}", c.at - started_epoch, c.action)
+            })
+            .collect();
+        let at = |t: f64| t - started_epoch;
+        note(format!(
+            "{}: the longest settled wait, {name} ({lb}): {wait:.1} s, from {:.1} to {:.1} s after the controller started (settled at {:.1}, A from {:.1}, B {:.1} to {:.1}); its calls from 30 s before: {}",
+            f.label,
+            at(*gap_from),
+            at(*gap_to),
+            f.settle_s,
+            at(a_start),
+            at(b_start),
+            at(b_end),
+            on_lb.join(", ")
+        ));
     }
 
     // Calls by action against the limits.

@@ -85,13 +85,25 @@ pub fn longest_pending_wait(looks: &[f64], pending: &[(f64, f64)]) -> f64 {
 /// The longest gap between two looks in [start, end], the window's edges counting as
 /// looks (so a lower bound of the real wait); the whole window when there is none.
 pub fn longest_gap(looks: &[f64], start: f64, end: f64) -> f64 {
+    let (from, to) = longest_gap_at(looks, start, end);
+    to - from
+}
+
+/// Where [`longest_gap`] is: its first and last moment.
+pub fn longest_gap_at(looks: &[f64], start: f64, end: f64) -> (f64, f64) {
     let mut previous = start;
-    let mut longest: f64 = 0.0;
-    for &t in looks.iter().filter(|&&t| t >= start && t <= end) {
-        longest = longest.max(t - previous);
+    let mut longest = (start, start);
+    for &t in looks
+        .iter()
+        .filter(|&&t| t >= start && t <= end)
+        .chain([&end])
+    {
+        if t - previous > longest.1 - longest.0 {
+            longest = (previous, t);
+        }
         previous = t;
     }
-    longest.max(end - previous)
+    longest
 }
 
 /// Per action in [start, end]: (admitted + throttled calls, throttled, busiest second).
@@ -163,6 +175,10 @@ mod tests {
         );
         assert_eq!(longest_gap(&[], 10.0, 40.0), 30.0);
         assert_eq!(longest_gap(&[12.0, 15.0], 10.0, 40.0), 25.0);
+        assert_eq!(
+            longest_gap_at(&[12.0, 30.0, 35.0], 10.0, 40.0),
+            (12.0, 30.0)
+        );
     }
 
     fn pod(app: &str, ip: &str, first_seen: f64, gate_true: Option<f64>) -> PodSeen {
