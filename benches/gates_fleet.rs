@@ -1086,8 +1086,8 @@ async fn fleet_phases(
         }
         latest
     };
-    // Per product, the Service that waited longest: (wait, name, gap start, gap end).
-    let mut longest: [Option<(f64, String, f64, f64)>; 2] = [None, None];
+    // Per product, the Service that waited longest: (name, gap start, gap end).
+    let mut longest: [Option<(String, f64, f64)>; 2] = [None, None];
     for i in 0..p.services {
         let name = service_name(i);
         let Some(from) = initial_pods_true(&name) else {
@@ -1105,14 +1105,16 @@ async fn fleet_phases(
             let (gap_from, gap_to) = longest_gap_at(looks_of(&name), from, until);
             if gap_to - gap_from > f.settled_wait_run[product] {
                 f.settled_wait_run[product] = gap_to - gap_from;
-                longest[product] = Some((gap_to - gap_from, name.clone(), gap_from, gap_to));
+                longest[product] = Some((name.clone(), gap_from, gap_to));
             }
             f.settled_window_max = f.settled_window_max.max(until - from);
         }
     }
-    // What the cloud saw of the Service that waited longest, around its wait: its
-    // writes tell whether rollgate held it settled or confirming a change.
-    for (wait, name, gap_from, gap_to) in longest.iter().flatten() {
+    // What the cloud saw of the Service that waited longest, around its wait: the
+    // calls that name its load balancer or a listener of it (those that name only a
+    // group, backend writes among them, are not matched).
+    for (name, gap_from, gap_to) in longest.iter().flatten() {
+        let wait = gap_to - gap_from;
         let lb = service_lb.get(name).cloned().unwrap_or_default();
         let on_lb: Vec<String> = calls
             .iter()

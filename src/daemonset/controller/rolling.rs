@@ -384,7 +384,7 @@ pub(super) async fn execute_rollout(
     // first), so each further publish was a write that only raised a count, about one
     // for every two pods of a 1,000-node rollout. The deletions stay in the log and in
     // `rollgate_daemonset_pods_deleted_total`; `rollgate status` shows the progress.
-    let revision = current.and_then(|c| c.hash.as_ref().or(c.template_generation.as_ref()));
+    let revision = current.map(CurrentRevision::id);
     if !deleted.is_empty()
         && revision.is_some_and(|r| ctx.said.first_time(&uid, Topic::Deleting, r))
     {
