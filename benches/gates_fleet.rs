@@ -44,7 +44,8 @@
 //! `PODS` per Service (10), `NODES` (100), `BATCH` parallel creations (25), `A` (2),
 //! `B` (100), `IDLE_S` (30), `MAX_SURGE` ("25%"), `REGISTRATION_MS` (500), `HEALTH_MS`
 //! (2000), `SETTLE_TIMEOUT_S` (3600), `TODAY_SETTLE_TIMEOUT_S` (600), `RATE_LIMITS` (extra emulator limits,
-//! comma-separated `product:Action=N/SECONDS`). `..._QUICK=1`: the reduced run of
+//! comma-separated `product:Action=N/SECONDS`), `LOG` (the controllers' `ROLLGATE_LOG`, `info`;
+//! `info,rollgate::gates=debug` traces each look granted and each reconcile). `..._QUICK=1`: the reduced run of
 //! `make test` (20 Services x 2 pods, 6 nodes, A 1, B 6, idle 5 s, the new binary only)
 //! that fails when a throttling error reaches a gate, a gate is not True at the end, a
 //! rollout does not finish, or something stalls: a flip, or a pending Service's wait for
@@ -115,6 +116,8 @@ struct Params {
     /// then is compared with what the new code made by the same time.
     today_settle_timeout: Duration,
     rate_limits: Vec<String>,
+    /// The controllers' log filter (`ROLLGATE_LOG`).
+    log: String,
     /// (label, binary) in the order they run: today's code first.
     binaries: Vec<(String, PathBuf)>,
 }
@@ -188,6 +191,10 @@ impl Params {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
                 .collect(),
+            log: std::env::var("ROLLGATE_BENCH_GATES_FLEET_LOG")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "info".into()),
             binaries,
         };
         if p.a >= p.sizes[0] {
@@ -810,7 +817,7 @@ async fn fleet_phases(
     for (k, v) in [
         ("ROLLGATE_CLOUD_VPC_ID", VPC),
         ("ROLLGATE_CLUSTER_ID", "bench"),
-        ("ROLLGATE_LOG", "info"),
+        ("ROLLGATE_LOG", p.log.as_str()),
     ] {
         env.push((k.into(), v.into()));
     }
