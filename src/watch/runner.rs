@@ -1,9 +1,20 @@
 //! The one way a controller runs here: wait for the shared caches, reconcile only while
 //! this replica leads (and everything when it becomes the leader), with a bounded
-//! concurrency, count runs, failures (by kind) and duration of every reconcile under
-//! one set of metric names labelled by controller ([`RunMetrics`]), log failures, retry
-//! them after a pause, and stop gracefully (in-flight reconciles finish) when shutdown
-//! is requested.
+//! concurrency served first come, first served, count runs, failures (by kind) and
+//! duration of every reconcile under one set of metric names labelled by controller
+//! ([`RunMetrics`]), log failures, retry them after a pause, and stop gracefully
+//! (in-flight reconciles finish) when shutdown is requested.
+//!
+//! **Why the concurrency is bounded here and not in kube-runtime.** kube-runtime's
+//! runner, once its slots are full, moves every due reconcile into a hash set and
+//! starts the first one the set's iteration finds. The order is the hash order, so
+//! while the queue never empties (pods changing on many Services at once) an object
+//! whose hash lies late waits until it does: with 100 Services settling, looks the
+//! gates' scheduler granted waited up to 130 s for their reconcile to start, and one
+//! object in a queue kept full is never served (the test below). Here kube-runtime
+//! starts every due reconcile at once (it still never runs two of one object) and
+//! each waits for one of `concurrency` permits of a fair semaphore, so they run in
+//! the order they came.
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -11,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryFuture, TryFutureExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::Controller;
 use kube::{Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -18,7 +30,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -115,17 +127,76 @@ impl RunMetrics {
 
 /// Records a reconcile's duration when dropped, so a reconcile cut short (the lease
 /// lost mid-flight) is timed too.
-struct Timer {
+struct Timer<'a> {
     started: Instant,
-    histograms: Vec<Histogram>,
+    histograms: &'a [Histogram],
 }
 
-impl Drop for Timer {
+impl Drop for Timer<'_> {
     fn drop(&mut self) {
         let seconds = self.started.elapsed().as_secs_f64();
-        for histogram in &self.histograms {
+        for histogram in self.histograms {
             histogram.observe(seconds);
         }
+    }
+}
+
+/// What every reconcile of one controller passes before it runs: the caches synced, a
+/// permit (first come, first served), the lease; then the timer and the run's counts.
+struct Admission<K, F>
+where
+    K: Resource + 'static,
+    K::DynamicType: Hash + Eq,
+{
+    name: &'static str,
+    synced: watch::Receiver<bool>,
+    leadership: Leadership,
+    permits: Semaphore,
+    store: Store<K>,
+    shutdown: Shutdown,
+    metrics: RunMetrics,
+    durations: Vec<Histogram>,
+    reconcile: F,
+}
+
+impl<K, F> Admission<K, F>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Hash + Eq + Clone + Default,
+{
+    async fn reconcile<Ctx, Fut>(
+        self: Arc<Self>,
+        obj: Arc<K>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Action, Fut::Error>
+    where
+        F: Fn(Arc<K>, Arc<Ctx>) -> Fut,
+        Fut: TryFuture<Ok = Action>,
+    {
+        let _ = self.synced.clone().wait_for(|s| *s).await;
+        let _permit = tokio::select! {
+            permit = self.permits.acquire() => permit,
+            // Those still waiting are dropped on shutdown; those at work finish.
+            () = self.shutdown.clone().requested() => return Ok(Action::await_change()),
+        };
+        if !self.leadership.is_leader() {
+            // Becoming the leader reconciles everything again (`reconcile_all_on`).
+            return Ok(Action::await_change());
+        }
+        // The object as it is now, not as it was when it joined the queue; one gone
+        // meanwhile is not reconciled (kube-runtime skips one gone before it starts).
+        let Some(obj) = self.store.get(&ObjectRef::from_obj(&*obj)) else {
+            return Ok(Action::await_change());
+        };
+        let _timer = Timer {
+            started: Instant::now(),
+            histograms: &self.durations,
+        };
+        // Boxed once admitted: a reconcile still waiting (there can be one per object)
+        // holds a pointer, not the whole of the reconcile's state.
+        let result = Box::pin((self.reconcile)(obj, ctx).into_future()).await;
+        self.metrics.finished(self.name, result.is_ok());
+        result
     }
 }
 
@@ -152,16 +223,12 @@ pub struct Run {
 
 impl Run {
     /// Runs `controller` until shutdown, then lets in-flight reconciles finish.
-    pub async fn drive<K, Ctx, F, Fut>(
-        self,
-        controller: Controller<K>,
-        mut reconcile: F,
-        ctx: Arc<Ctx>,
-    ) where
+    pub async fn drive<K, Ctx, F, Fut>(self, controller: Controller<K>, reconcile: F, ctx: Arc<Ctx>)
+    where
         K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Debug + Unpin + Hash + Eq + Clone,
+        K::DynamicType: Debug + Unpin + Hash + Eq + Clone + Default,
         Ctx: Send + Sync + 'static,
-        F: FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+        F: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
         Fut: TryFuture<Ok = Action> + Send + 'static,
         Fut::Error: ReconcileError,
     {
@@ -186,27 +253,23 @@ impl Run {
         let durations: Vec<Histogram> = std::iter::once(shared_duration)
             .chain(own_duration)
             .collect();
-        let gated = move |obj: Arc<K>, ctx: Arc<Ctx>| {
-            let mut synced = synced.clone();
-            let leadership = leadership.clone();
-            let metrics = run_metrics.clone();
-            let histograms = durations.clone();
-            let work = reconcile(obj, ctx).into_future();
-            async move {
-                let _ = synced.wait_for(|s| *s).await;
-                if !leadership.is_leader() {
-                    // Becoming the leader reconciles everything again (below).
-                    return Ok(Action::await_change());
-                }
-                let _timer = Timer {
-                    started: Instant::now(),
-                    histograms,
-                };
-                let result = work.await;
-                metrics.finished(name, result.is_ok());
-                result
-            }
-        };
+        // Fair admission (see the module's comment): kube-runtime starts every due
+        // reconcile at once, and these permits let `concurrency` of them work.
+        let admission = Arc::new(Admission {
+            name,
+            synced,
+            leadership,
+            permits: Semaphore::new(match concurrency {
+                0 => Semaphore::MAX_PERMITS, // 0: unbounded, as kube-runtime reads it
+                n => usize::from(n),
+            }),
+            store: controller.store(),
+            shutdown: shutdown.clone(),
+            metrics: run_metrics,
+            durations,
+            reconcile,
+        });
+        let gated = move |obj: Arc<K>, ctx: Arc<Ctx>| admission.clone().reconcile(obj, ctx);
         let error_policy = move |obj: Arc<K>, error: &Fut::Error, _ctx: Arc<Ctx>| {
             errors
                 .get_or_create(&ErrorLabels {
@@ -224,7 +287,8 @@ impl Run {
             Action::requeue(RETRY_AFTER_ERROR)
         };
         controller
-            .with_config(ControllerConfig::default().concurrency(concurrency))
+            // Unbounded here: the permits above bound the work (see the module's comment).
+            .with_config(ControllerConfig::default().concurrency(0))
             .reconcile_all_on(gained)
             .graceful_shutdown_on(shutdown.requested())
             .run(gated, error_policy, ctx)
@@ -241,6 +305,135 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never made")]
+    struct NeverFails;
+
+    impl ReconcileError for NeverFails {
+        fn metric_label(&self) -> &'static str {
+            "never"
+        }
+    }
+
+    /// A reconcile waiting for its permit (kube-runtime starts one per object due, so
+    /// at leader election one per pod for the image-pull controller) holds a pointer
+    /// to the reconcile's state, not the state: here 16 KiB of it.
+    #[test]
+    fn a_waiting_reconcile_is_small_whatever_the_reconcile_holds() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::reflector;
+
+        let big = |_: Arc<ConfigMap>, _: Arc<()>| async {
+            let held = [1u8; 16 * 1024];
+            tokio::task::yield_now().await;
+            Ok::<_, NeverFails>(Action::requeue(Duration::from_secs(u64::from(held[0]))))
+        };
+        let (_tx, synced) = watch::channel(true);
+        let (_stop, stopped) = watch::channel(false);
+        let admission = Arc::new(Admission {
+            name: "size",
+            synced,
+            leadership: Leadership::always(),
+            permits: Semaphore::new(1),
+            store: reflector::store::<ConfigMap>().0,
+            shutdown: Shutdown::from_receiver(stopped),
+            metrics: RunMetrics::of(&Metrics::default()),
+            durations: vec![],
+            reconcile: big,
+        });
+        let waiting = admission.reconcile(Arc::new(ConfigMap::default()), Arc::new(()));
+        let size = std::mem::size_of_val(&waiting);
+        assert!(size < 1024, "a waiting reconcile takes {size} bytes");
+    }
+
+    /// A queue that never empties (every reconcile asks for another at once, as pods
+    /// changing on many Services do) with one slot: every object still comes round in
+    /// turn. kube-runtime's own bound served the first two in hash order forever.
+    #[tokio::test]
+    async fn a_queue_that_never_empties_serves_every_object_in_turn() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::ObjectMeta;
+        use kube::runtime::{reflector, watcher};
+        use std::sync::Mutex;
+
+        const OBJECTS: usize = 20;
+        const RUNS: usize = 10 * OBJECTS;
+        let objects: Vec<ConfigMap> = (0..OBJECTS)
+            .map(|i| ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(format!("cm-{i:02}")),
+                    namespace: Some("default".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            })
+            .collect();
+        let (reader, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in &objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object.clone()));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        // The watch stream stays open (kube-runtime stops when it ends).
+        let listed =
+            futures::stream::iter(objects.into_iter().map(Ok)).chain(futures::stream::pending());
+        let controller = Controller::for_stream(listed, reader);
+        let (_synced_tx, synced) = watch::channel(true);
+        let (stop, stopped) = watch::channel(false);
+        let metrics = Metrics::default();
+        let run = Run {
+            name: "fairness",
+            concurrency: 1,
+            synced,
+            errors: ErrorCounter::default(),
+            metrics: RunMetrics::of(&metrics),
+            own_duration: None,
+            leadership: Leadership::always(),
+            shutdown: Shutdown::from_receiver(stopped),
+        };
+        /// The reconciles in the order they ran; shutdown once there are `RUNS`.
+        struct Served {
+            order: Mutex<Vec<String>>,
+            stop: watch::Sender<bool>,
+        }
+        let ctx = Arc::new(Served {
+            order: Mutex::default(),
+            stop,
+        });
+        let reconcile = |object: Arc<ConfigMap>, served: Arc<Served>| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let runs = {
+                let mut order = served.order.lock().unwrap();
+                order.push(object.name_any());
+                order.len()
+            };
+            if runs >= RUNS {
+                let _ = served.stop.send(true);
+            }
+            Ok::<_, NeverFails>(Action::requeue(Duration::ZERO))
+        };
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            run.drive(controller, reconcile, ctx.clone()),
+        )
+        .await
+        .expect("the controller stops on shutdown");
+
+        let order = ctx.order.lock().unwrap();
+        let mut last_run: HashMap<&str, usize> = HashMap::new();
+        for (i, name) in order.iter().enumerate().take(RUNS) {
+            if let Some(before) = last_run.insert(name, i) {
+                assert!(
+                    // One turn, and a little slack for when a requeue lands.
+                    i - before <= OBJECTS + 2,
+                    "{name} ran at {before} and next at {i}: more than one turn of {OBJECTS}"
+                );
+            }
+        }
+        assert_eq!(last_run.len(), OBJECTS, "every object ran: {order:?}");
+    }
 
     #[test]
     fn every_controller_counts_under_the_same_names_registered_once() {
@@ -251,7 +444,7 @@ mod tests {
         let own = Histogram::new(exponential_buckets(0.001, 2.0, 15));
         drop(Timer {
             started: Instant::now(),
-            histograms: vec![
+            histograms: &[
                 second
                     .duration
                     .get_or_create(&ControllerLabels {
