@@ -188,6 +188,7 @@ pub fn start(
         own_duration: Some(daemonset_metrics.reconcile_duration.clone()),
         leadership,
         shutdown: shutdown.clone(),
+        ahead: None,
     };
     let forgetting = forget_deleted(watches, ctx.clone(), shutdown);
     async move {

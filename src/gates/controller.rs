@@ -157,6 +157,9 @@ pub fn start(
         own_duration: None,
         leadership: leadership.clone(),
         shutdown: shutdown.clone(),
+        // Granted looks skip the queue of event reconciles: the scheduler spaced them
+        // within the budget already, and half the slots bound those in flight.
+        ahead: Some(poller.ahead((usize::from(settings.concurrency) / 2).max(1))),
     };
     let orphans = orphans::run(
         ctx.clone(),

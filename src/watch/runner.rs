@@ -30,7 +30,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use serde::de::DeserializeOwned;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore, SemaphorePermit};
 
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -152,6 +152,8 @@ where
     synced: watch::Receiver<bool>,
     leadership: Leadership,
     permits: Semaphore,
+    /// The lane ahead of the queue, and its own permits.
+    ahead: Option<(Ahead, Semaphore)>,
     store: Store<K>,
     shutdown: Shutdown,
     metrics: RunMetrics,
@@ -174,10 +176,9 @@ where
         Fut: TryFuture<Ok = Action>,
     {
         let _ = self.synced.clone().wait_for(|s| *s).await;
-        let _permit = tokio::select! {
-            permit = self.permits.acquire() => permit,
+        let Some(_permit) = self.admit(&obj).await else {
             // Those still waiting are dropped on shutdown; those at work finish.
-            () = self.shutdown.clone().requested() => return Ok(Action::await_change()),
+            return Ok(Action::await_change());
         };
         if !self.leadership.is_leader() {
             // Becoming the leader reconciles everything again (`reconcile_all_on`).
@@ -198,6 +199,50 @@ where
         self.metrics.finished(self.name, result.is_ok());
         result
     }
+
+    /// A permit: from the queue, first come, first served, or, while the object goes
+    /// ahead ([`Ahead`]), from the lane's own permits. `None` on shutdown.
+    async fn admit(&self, obj: &K) -> Option<SemaphorePermit<'_>> {
+        let shutdown = self.shutdown.clone().requested();
+        tokio::pin!(shutdown);
+        // One place in the queue, kept while the object also watches the lane.
+        let queue = self.permits.acquire();
+        tokio::pin!(queue);
+        let Some((ahead, lane)) = &self.ahead else {
+            return tokio::select! {
+                permit = &mut queue => permit.ok(),
+                () = &mut shutdown => None,
+            };
+        };
+        let (namespace, name) = (obj.meta().namespace.as_deref(), obj.meta().name.as_deref());
+        loop {
+            // Listening before asking, so a change between the two is not missed.
+            let changed = ahead.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let goes_ahead = (ahead.goes_ahead)(namespace, name.unwrap_or_default());
+            tokio::select! {
+                permit = &mut queue => return permit.ok(),
+                permit = lane.acquire(), if goes_ahead => return permit.ok(),
+                () = &mut changed, if !goes_ahead => continue,
+                () = &mut shutdown => return None,
+            }
+        }
+    }
+}
+
+/// Objects the controller lets past the queue while a predicate holds: the gates'
+/// looks the scheduler granted, which it already spaced within the cloud's budget and
+/// a cap of their own. Behind the event reconciles of 100 busy Services, a granted look
+/// waited a full turn of the queue, and Services waiting only on their load balancer's
+/// health (no pod event left to reconcile them) waited minutes for their gates.
+pub struct Ahead {
+    /// The lane's own permits (beside the queue's `concurrency`).
+    pub permits: usize,
+    /// Whether the object (namespace, name) goes ahead now.
+    pub goes_ahead: Arc<dyn Fn(Option<&str>, &str) -> bool + Send + Sync>,
+    /// Notified whenever `goes_ahead` may have turned true for an object that waits.
+    pub changed: Arc<Notify>,
 }
 
 /// How one controller is run.
@@ -219,6 +264,8 @@ pub struct Run {
     /// Only the leader reconciles; a standby returns at once and writes nothing.
     pub leadership: Leadership,
     pub shutdown: Shutdown,
+    /// A lane ahead of the queue, if the controller has one.
+    pub ahead: Option<Ahead>,
 }
 
 impl Run {
@@ -241,6 +288,7 @@ impl Run {
             own_duration,
             leadership,
             shutdown,
+            ahead,
         } = self;
         let gained = leadership.gained();
         let run_metrics = metrics.clone();
@@ -262,6 +310,10 @@ impl Run {
             permits: Semaphore::new(match concurrency {
                 0 => Semaphore::MAX_PERMITS, // 0: unbounded, as kube-runtime reads it
                 n => usize::from(n),
+            }),
+            ahead: ahead.map(|ahead| {
+                let lane = Semaphore::new(ahead.permits.max(1));
+                (ahead, lane)
             }),
             store: controller.store(),
             shutdown: shutdown.clone(),
@@ -305,7 +357,8 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
 
     #[derive(Debug, thiserror::Error)]
     #[error("never made")]
@@ -337,6 +390,7 @@ mod tests {
             synced,
             leadership: Leadership::always(),
             permits: Semaphore::new(1),
+            ahead: None,
             store: reflector::store::<ConfigMap>().0,
             shutdown: Shutdown::from_receiver(stopped),
             metrics: RunMetrics::of(&Metrics::default()),
@@ -348,18 +402,28 @@ mod tests {
         assert!(size < 1024, "a waiting reconcile takes {size} bytes");
     }
 
-    /// A queue that never empties (every reconcile asks for another at once, as pods
-    /// changing on many Services do) with one slot: every object still comes round in
-    /// turn. kube-runtime's own bound served the first two in hash order forever.
-    #[tokio::test]
-    async fn a_queue_that_never_empties_serves_every_object_in_turn() {
+    const OBJECTS: usize = 20;
+    const RUNS: usize = 10 * OBJECTS;
+
+    /// What the busy queue's reconciles share.
+    struct Served {
+        /// The reconciles in the order they ran; shutdown once there are `RUNS`.
+        order: Mutex<Vec<String>>,
+        stop: watch::Sender<bool>,
+        /// The run after which the object that made it goes ahead, until it runs again.
+        mark_at: Option<usize>,
+        ahead: Arc<Mutex<HashSet<String>>>,
+        changed: Arc<Notify>,
+    }
+
+    /// `OBJECTS` objects, one slot, and every reconcile asks for another at once (as
+    /// pods changing on many Services do): a queue that never empties. With `mark_at`,
+    /// a lane ahead of it with one permit. The order the reconciles ran in.
+    async fn busy_queue(mark_at: Option<usize>) -> Vec<String> {
         use k8s_openapi::api::core::v1::ConfigMap;
         use kube::api::ObjectMeta;
         use kube::runtime::{reflector, watcher};
-        use std::sync::Mutex;
 
-        const OBJECTS: usize = 20;
-        const RUNS: usize = 10 * OBJECTS;
         let objects: Vec<ConfigMap> = (0..OBJECTS)
             .map(|i| ConfigMap {
                 metadata: ObjectMeta {
@@ -382,33 +446,49 @@ mod tests {
         let controller = Controller::for_stream(listed, reader);
         let (_synced_tx, synced) = watch::channel(true);
         let (stop, stopped) = watch::channel(false);
-        let metrics = Metrics::default();
+        let ahead_set = Arc::new(Mutex::new(HashSet::<String>::new()));
+        let changed = Arc::new(Notify::new());
+        let ahead = mark_at.map(|_| {
+            let set = ahead_set.clone();
+            Ahead {
+                permits: 1,
+                goes_ahead: Arc::new(move |_, name| set.lock().unwrap().contains(name)),
+                changed: changed.clone(),
+            }
+        });
         let run = Run {
             name: "fairness",
             concurrency: 1,
             synced,
             errors: ErrorCounter::default(),
-            metrics: RunMetrics::of(&metrics),
+            metrics: RunMetrics::of(&Metrics::default()),
             own_duration: None,
             leadership: Leadership::always(),
             shutdown: Shutdown::from_receiver(stopped),
+            ahead,
         };
-        /// The reconciles in the order they ran; shutdown once there are `RUNS`.
-        struct Served {
-            order: Mutex<Vec<String>>,
-            stop: watch::Sender<bool>,
-        }
         let ctx = Arc::new(Served {
             order: Mutex::default(),
             stop,
+            mark_at,
+            ahead: ahead_set,
+            changed,
         });
         let reconcile = |object: Arc<ConfigMap>, served: Arc<Served>| async move {
             tokio::time::sleep(Duration::from_millis(1)).await;
+            let name = object.name_any();
             let runs = {
                 let mut order = served.order.lock().unwrap();
-                order.push(object.name_any());
+                order.push(name.clone());
                 order.len()
             };
+            let mut ahead = served.ahead.lock().unwrap();
+            if served.mark_at == Some(runs) {
+                ahead.insert(name);
+                served.changed.notify_waiters();
+            } else {
+                ahead.remove(&name);
+            }
             if runs >= RUNS {
                 let _ = served.stop.send(true);
             }
@@ -420,10 +500,17 @@ mod tests {
         )
         .await
         .expect("the controller stops on shutdown");
+        let mut order = ctx.order.lock().unwrap().clone();
+        order.truncate(RUNS);
+        order
+    }
 
-        let order = ctx.order.lock().unwrap();
+    /// kube-runtime's own bound served the first two objects in hash order forever.
+    #[tokio::test]
+    async fn a_queue_that_never_empties_serves_every_object_in_turn() {
+        let order = busy_queue(None).await;
         let mut last_run: HashMap<&str, usize> = HashMap::new();
-        for (i, name) in order.iter().enumerate().take(RUNS) {
+        for (i, name) in order.iter().enumerate() {
             if let Some(before) = last_run.insert(name, i) {
                 assert!(
                     // One turn, and a little slack for when a requeue lands.
@@ -433,6 +520,23 @@ mod tests {
             }
         }
         assert_eq!(last_run.len(), OBJECTS, "every object ran: {order:?}");
+    }
+
+    /// An object that goes ahead (a look the gates' scheduler granted) runs next, not a
+    /// turn of the queue later.
+    #[tokio::test]
+    async fn an_object_let_ahead_passes_the_queue() {
+        const MARK_AT: usize = 50;
+        let order = busy_queue(Some(MARK_AT)).await;
+        let marked = &order[MARK_AT - 1];
+        let next = order[MARK_AT..]
+            .iter()
+            .position(|name| name == marked)
+            .expect("the marked object ran again");
+        assert!(
+            next <= 1,
+            "{marked} went ahead after run {MARK_AT} and ran {next} runs later: {order:?}"
+        );
     }
 
     #[test]

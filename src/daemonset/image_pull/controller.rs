@@ -226,6 +226,7 @@ pub fn start(
         own_duration: None,
         leadership,
         shutdown,
+        ahead: None,
     };
     run.drive(controller, reconcile, ctx)
 }

@@ -8,12 +8,14 @@ use alibaba_lb::Product;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::budget::CloudPace;
 use super::look::Outcome;
 use super::schedule::{product_index, Grant, QueueState, Schedule};
 use crate::runtime::Shutdown;
+use crate::watch::runner::Ahead;
 
 /// How often the scheduler looks for due Services: a twentieth of a second, small
 /// beside the fast interval, and a scan of even 10,000 entries is cheap at that rate.
@@ -34,6 +36,9 @@ pub struct CallCounts {
 #[derive(Clone)]
 pub struct Poller {
     schedule: Arc<Mutex<Schedule>>,
+    /// Notified after each batch of grants: a reconcile waiting in the runner's queue
+    /// for a Service just granted a look moves to the lane ahead of it.
+    looks_granted: Arc<Notify>,
 }
 
 impl Poller {
@@ -47,6 +52,21 @@ impl Poller {
                 slots,
                 Instant::now(),
             ))),
+            looks_granted: Arc::default(),
+        }
+    }
+
+    /// The runner's lane ahead of its queue: a reconcile of a Service granted a look
+    /// (and not reported back) goes ahead, on `permits` of its own.
+    pub fn ahead(&self, permits: usize) -> Ahead {
+        let poller = self.clone();
+        Ahead {
+            permits,
+            goes_ahead: Arc::new(move |namespace, name| {
+                let service = ObjectRef::new(name).within(namespace.unwrap_or_default());
+                poller.granted(&service)
+            }),
+            changed: self.looks_granted.clone(),
         }
     }
 
@@ -119,6 +139,7 @@ impl Poller {
         ticked: impl Fn(&QueueState, &[Grant]) + Send + Sync + 'static,
     ) -> impl Stream<Item = ObjectRef<Service>> + Send + 'static {
         let schedule = self.schedule.clone();
+        let looks_granted = self.looks_granted.clone();
         let ticks = tokio_stream_interval(TICK);
         let stop = Box::pin(shutdown.requested());
         let seen = [counts(Product::Clb), counts(Product::Nlb)];
@@ -133,6 +154,7 @@ impl Poller {
                 let counts = counts.clone();
                 let exists = exists.clone();
                 let ticked = ticked.clone();
+                let looks_granted = looks_granted.clone();
                 async move {
                     loop {
                         tokio::select! {
@@ -160,6 +182,7 @@ impl Poller {
                         drop(schedule);
                         ticked(&queue, &grants);
                         if !grants.is_empty() {
+                            looks_granted.notify_waiters();
                             let due = grants.into_iter().map(|g| g.service);
                             let state = (ticks, stop, seen, pruned);
                             return Some((futures::stream::iter(due), state));
