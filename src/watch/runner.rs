@@ -231,6 +231,9 @@ where
     }
 }
 
+/// Whether an object (namespace, name) goes ahead now.
+pub type GoesAhead = Arc<dyn Fn(Option<&str>, &str) -> bool + Send + Sync>;
+
 /// Objects the controller lets past the queue while a predicate holds: the gates'
 /// looks the scheduler granted, which it already spaced within the cloud's budget and
 /// a cap of their own. Behind the event reconciles of 100 busy Services, a granted look
@@ -240,7 +243,7 @@ pub struct Ahead {
     /// The lane's own permits (beside the queue's `concurrency`).
     pub permits: usize,
     /// Whether the object (namespace, name) goes ahead now.
-    pub goes_ahead: Arc<dyn Fn(Option<&str>, &str) -> bool + Send + Sync>,
+    pub goes_ahead: GoesAhead,
     /// Notified whenever `goes_ahead` may have turned true for an object that waits.
     pub changed: Arc<Notify>,
 }
