@@ -25,6 +25,9 @@
 //!   (`--gate-concurrency`). Without this, at 1,000 Services the settled looks of the
 //!   load balancers made first took every slot and all of the budget, and the
 //!   Services still without one waited for minutes.
+//!   The runner starts queued reconciles first come, first served; a look once
+//!   granted skips that queue on a lane of its own (`Poller::ahead`), or the budget
+//!   and the slot cap above would bound when it is granted but not when it runs.
 //! - **Budget.** One per product (the controller serves one region, so per product and
 //!   region): `--cloud-rate-limit` calls/s, capped by the quotas of the actions a look
 //!   makes (`alibaba_lb::action_quotas::look_actions`): a look costs 3 calls per
