@@ -131,7 +131,7 @@ impl Params {
                 if quick { reduced } else { full },
             )
         };
-        let rev = |name: &str, default: &str| {
+        let text_or = |name: &str, default: &str| {
             std::env::var(name)
                 .ok()
                 .filter(|v| !v.is_empty())
@@ -147,13 +147,16 @@ impl Params {
                 std::env::var_os("ROLLGATE_BENCH_BASELINE_BIN").filter(|b| !b.is_empty())
             {
                 binaries.push((
-                    format!("today ({})", rev("ROLLGATE_BENCH_BASELINE_REV", "baseline")),
+                    format!(
+                        "today ({})",
+                        text_or("ROLLGATE_BENCH_BASELINE_REV", "baseline")
+                    ),
                     PathBuf::from(bin),
                 ));
             }
         }
         binaries.push((
-            format!("new ({})", rev("ROLLGATE_BENCH_NEW_REV", "this build")),
+            format!("new ({})", text_or("ROLLGATE_BENCH_NEW_REV", "this build")),
             new_bin,
         ));
         for (label, bin) in &binaries {
@@ -191,10 +194,7 @@ impl Params {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
                 .collect(),
-            log: std::env::var("ROLLGATE_BENCH_GATES_FLEET_LOG")
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| "info".into()),
+            log: text_or("ROLLGATE_BENCH_GATES_FLEET_LOG", "info"),
             binaries,
         };
         if p.a >= p.sizes[0] {
