@@ -31,7 +31,7 @@ use super::model::{
 use super::orphans;
 use super::plan::{plan, plan_invalid_annotation};
 use super::pods::service_pods;
-use super::poller::{look_cost, Outcome, Priority};
+use super::poller::{look_cost, Outcome, Priority, ReadRule};
 use super::service::ServiceSnapshot;
 use super::service_writes::{
     add_finalizer, publish_address, publish_server_groups, record_created,
@@ -55,7 +55,10 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, E
     let Some(spec) = prepare(&service, &ctx, product).await? else {
         return Ok(Action::await_change());
     };
-    let look = look(&service, &ctx, product, &spec).await?;
+    let Some(look) = look(&service, &ctx, product, &spec).await? else {
+        // No reading young enough: the look asked for brings the reconcile that plans.
+        return Ok(Action::await_change());
+    };
     let input = look.plan_input(&service, &ctx, product, &spec);
     let mut decided = plan(&input);
     let apply_error = apply(&service, &ctx, product, &look, &input, &mut decided).await?;
@@ -242,22 +245,19 @@ impl Look {
 /// The cloud's state for the Service (read now, or the last reading while the poller
 /// allows it: a look the scheduler granted always reads the cloud, any other
 /// reconcile, a pod event or a drain deadline, re-plans on the last reading until the
-/// Service's next look is due: `Cloud::reading`, `Poller::reuse_bound`), then the pods
-/// and where their CLB backends live (`eni`; a failed lookup holds the gates).
+/// Service's next look is due, and without one asks for that look: `Cloud::reading`,
+/// `Poller::read_rule`), then the pods and where their CLB backends live (`eni`; a
+/// failed lookup holds the gates). `None`: a look was asked for, and its reconcile
+/// plans.
 async fn look(
     service: &ServiceSnapshot,
     ctx: &Context,
     product: Product,
     spec: &LoadBalancerSpec,
-) -> Result<Look, Error> {
+) -> Result<Option<Look>, Error> {
     let key = service.key();
     let started = tokio::time::Instant::now();
-    let granted = ctx.poller.granted(&key);
-    let reuse = if granted {
-        None
-    } else {
-        ctx.poller.reuse_bound(&key)
-    };
+    let rule = ctx.poller.read_rule(&key);
     let mut look = Look {
         cloud: CloudState::NotReady {
             load_balancer_id: None,
@@ -272,8 +272,9 @@ async fn look(
         looked: started,
         calls_outside_grant: 0,
     };
-    match observe_cloud(service, ctx, product, spec, reuse).await {
-        Ok((state, lb, read)) => {
+    match observe_cloud(service, ctx, product, spec, rule).await {
+        Ok(None) => return Ok(None),
+        Ok(Some((state, lb, read))) => {
             match read {
                 Read::Reused(at) => {
                     // The plan sees the cloud as it was then (the flip histogram too).
@@ -281,7 +282,7 @@ async fn look(
                     let observed_at = look.observed_at;
                     look.observed_at = observed_at.checked_sub(at.elapsed()).unwrap_or(observed_at);
                 }
-                Read::Fresh if !granted => {
+                Read::Fresh if rule != ReadRule::Read => {
                     look.calls_outside_grant += look_cost(lb.listeners.len()) as usize
                 }
                 Read::Fresh | Read::None => {}
@@ -317,7 +318,7 @@ async fn look(
             }
         }
     }
-    Ok(look)
+    Ok(Some(look))
 }
 
 /// Sends the plan's backend changes, then the gate conditions, without waiting for
@@ -532,15 +533,17 @@ fn write_calls(decided: &GatePlan) -> usize {
 }
 
 /// The load balancer (ensured, and its id recorded when rollgate created it), its
-/// address published, and its groups read, or the last reading reused when `reuse`
-/// allows one that old and the load balancer was not just (re)ensured.
+/// address published, and its groups read, or the last reading reused when `rule`
+/// allows one that old and the load balancer was not just (re)ensured. `None`: no
+/// reading could be reused and `rule` says to ask for a look instead of reading
+/// (asked).
 async fn observe_cloud(
     service: &ServiceSnapshot,
     ctx: &Context,
     product: Product,
     spec: &LoadBalancerSpec,
-    reuse: Option<Duration>,
-) -> Result<(CloudState, LoadBalancer, Read), Error> {
+    rule: ReadRule,
+) -> Result<Option<(CloudState, LoadBalancer, Read)>, Error> {
     let uid = &service.uid;
     let fresh = !ctx.cloud.knows(uid, spec);
     let lb = ctx.cloud.ensure(uid, product, spec).await?;
@@ -574,34 +577,43 @@ async fn observe_cloud(
     publish_server_groups(service, ctx, &lb.listeners).await;
     let Some(address) = lb.address.clone() else {
         ctx.cloud.forget(uid);
-        return Ok((
+        return Ok(Some((
             CloudState::NotReady {
                 load_balancer_id: Some(lb.id.clone()),
             },
             lb,
             Read::None,
-        ));
+        )));
     };
     publish_address(service, ctx, &address).await;
     // A CLB instance that refuses ENI/ECI backends: nothing to read or register.
     if let Some(instance) = lb.clb_instance.as_ref().filter(|i| !i.takes_pod_backends()) {
-        return Ok((
+        return Ok(Some((
             CloudState::PodBackendsRefused {
                 load_balancer_id: lb.id.clone(),
                 instance: instance.describe(),
             },
             lb,
             Read::None,
-        ));
+        )));
     }
     let now = tokio::time::Instant::now();
-    if let Some(max_age) = reuse.filter(|_| !fresh) {
+    let reuse = match rule {
+        _ if fresh => None,
+        ReadRule::Read => None,
+        ReadRule::ReuseOrRead(max_age) | ReadRule::ReuseOrAsk(max_age) => Some(max_age),
+    };
+    if let Some(max_age) = reuse {
         if let Some(reading) = ctx.cloud.reading(uid, &lb.listeners, max_age, now) {
-            return Ok((
+            return Ok(Some((
                 CloudState::Ready(reading.groups),
                 lb,
                 Read::Reused(reading.at),
-            ));
+            )));
+        }
+        if matches!(rule, ReadRule::ReuseOrAsk(_)) {
+            ctx.poller.look_now(&service.key());
+            return Ok(None);
         }
     }
     let mut groups: Vec<GroupState> = Vec::with_capacity(lb.listeners.len());
@@ -616,7 +628,7 @@ async fn observe_cloud(
         }
     }
     ctx.cloud.remember_reading(uid, &groups, now);
-    Ok((CloudState::Ready(groups), lb, Read::Fresh))
+    Ok(Some((CloudState::Ready(groups), lb, Read::Fresh)))
 }
 
 /// One look at a group. The look read its listener's status too: a stopped listener

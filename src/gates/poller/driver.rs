@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::budget::CloudPace;
 use super::look::Outcome;
-use super::schedule::{product_index, Grant, QueueState, Schedule};
+use super::schedule::{product_index, Grant, QueueState, ReadRule, Schedule};
 use crate::runtime::Shutdown;
 use crate::watch::runner::Ahead;
 
@@ -96,9 +96,17 @@ impl Poller {
             .polled(service, product, listeners, outcome, looked, started);
     }
 
-    /// See [`Schedule::reuse_bound`].
-    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
-        self.schedule.lock().unwrap().reuse_bound(service)
+    /// See [`Schedule::read_rule`].
+    pub fn read_rule(&self, service: &ObjectRef<Service>) -> ReadRule {
+        self.schedule.lock().unwrap().read_rule(service)
+    }
+
+    /// See [`Schedule::look_now`].
+    pub fn look_now(&self, service: &ObjectRef<Service>) {
+        self.schedule
+            .lock()
+            .unwrap()
+            .look_now(service, Instant::now());
     }
 
     /// See [`Schedule::throttled_look`].

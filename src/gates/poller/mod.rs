@@ -66,4 +66,4 @@ mod tests;
 pub use budget::{budgets, CloudPace};
 pub use driver::{CallCounts, Poller};
 pub use look::{look_cost, Outcome, Priority};
-pub use schedule::{Grant, QueueState, Schedule};
+pub use schedule::{Grant, QueueState, ReadRule, Schedule};

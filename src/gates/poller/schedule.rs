@@ -48,6 +48,17 @@ pub struct Grant {
     pub calls: u32,
 }
 
+/// How a reconcile comes by the cloud's state of its Service ([`Schedule::read_rule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadRule {
+    /// A look was granted: read the cloud.
+    Read,
+    /// Reuse a reading this young, else read the cloud.
+    ReuseOrRead(Duration),
+    /// Reuse a reading this young, else ask for a look and leave the plan to it.
+    ReuseOrAsk(Duration),
+}
+
 /// What the queue looks like (for the metrics).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueState {
@@ -161,14 +172,16 @@ impl Schedule {
         );
     }
 
-    /// How old a reading a reconcile of the Service may reuse: none while a look is
-    /// granted (that reconcile reads the cloud), else the Service's interval, so a
-    /// reading is never used past the moment its next look is due.
-    pub fn reuse_bound(&self, service: &ObjectRef<Service>) -> Option<Duration> {
+    /// How a reconcile of the Service comes by the cloud's state: a granted look reads
+    /// the cloud; any other reconcile reuses a reading no older than the Service's
+    /// interval (so never past the moment its next look is due), and, when there is
+    /// none, asks for a look in turn ([`Schedule::look_now`]) if the scheduler knows
+    /// the Service, or reads the cloud if it does not yet (its first reconcile).
+    pub fn read_rule(&self, service: &ObjectRef<Service>) -> ReadRule {
         match self.entries.get(service) {
-            Some(entry) if entry.granted.is_some() => None,
-            Some(entry) => Some(entry.interval),
-            None => Some(self.fast),
+            Some(entry) if entry.granted.is_some() => ReadRule::Read,
+            Some(entry) => ReadRule::ReuseOrAsk(entry.interval),
+            None => ReadRule::ReuseOrRead(self.fast),
         }
     }
 
@@ -217,11 +230,27 @@ impl Schedule {
     /// at the latest, first of its class, so its plan writes them (no write is queued
     /// here: the reconcile makes them).
     pub fn look_again_soon(&mut self, service: &ObjectRef<Service>, now: Instant) {
+        let due = now + self.fast;
+        self.ask(service, due, now);
+    }
+
+    /// A reconcile an event brought found no reading young enough to plan on: the
+    /// Service's look is due now, as a pending one, and waits its turn with the other
+    /// looks. Its reconcile then plans with what the event changed. Without this, such
+    /// reconciles read the cloud at once, outside the queue, and at 100 rollouts the
+    /// Services with pod events took the budget from those without.
+    pub fn look_now(&mut self, service: &ObjectRef<Service>, now: Instant) {
+        self.ask(service, now, now);
+    }
+
+    /// A look asked for at `now`: pending, due by `due`, and kept so until a
+    /// reconcile that started after the ask reports back (see [`Schedule::polled`]).
+    fn ask(&mut self, service: &ObjectRef<Service>, due: Instant, now: Instant) {
         let fast = self.fast;
         if let Some(entry) = self.entries.get_mut(service) {
             entry.priority = Priority::Pending;
             entry.interval = fast;
-            entry.due = entry.due.min(now + fast);
+            entry.due = entry.due.min(due);
             entry.soon = Some(now);
         }
     }

@@ -104,13 +104,47 @@ fn a_pending_service_is_due_fast_and_a_settled_one_slow_after_its_last_look() {
 fn a_reading_is_reused_until_its_look_is_due_and_never_while_a_look_is_granted() {
     let start = Instant::now();
     let mut s = schedule(10.0, start);
-    assert_eq!(s.reuse_bound(&key("new")), Some(500 * MS));
+    assert_eq!(s.read_rule(&key("new")), ReadRule::ReuseOrRead(500 * MS));
     look(&mut s, "p", Priority::Pending, start);
     look(&mut s, "s", Priority::Settled, start);
-    assert_eq!(s.reuse_bound(&key("p")), Some(500 * MS));
-    assert_eq!(s.reuse_bound(&key("s")), Some(Duration::from_secs(10)));
+    assert_eq!(s.read_rule(&key("p")), ReadRule::ReuseOrAsk(500 * MS));
+    assert_eq!(
+        s.read_rule(&key("s")),
+        ReadRule::ReuseOrAsk(Duration::from_secs(10))
+    );
     assert_eq!(s.grant(start + 500 * MS).len(), 1);
-    assert_eq!(s.reuse_bound(&key("p")), None);
+    assert_eq!(s.read_rule(&key("p")), ReadRule::Read);
+}
+
+#[test]
+fn a_look_an_event_asks_for_goes_at_once_but_behind_the_looks_asked_before_it() {
+    let start = Instant::now();
+    let mut s = schedule(3.0, start);
+    look(&mut s, "s", Priority::Settled, start);
+    assert!(s.grant(start + 100 * MS).is_empty(), "settled: due in 10 s");
+    s.look_now(&key("s"), start + 100 * MS);
+    let grants = s.grant(start + 100 * MS);
+    assert_eq!(grants.len(), 1, "the budget is free: at once");
+    assert_eq!(grants[0].priority, Priority::Pending);
+    // With the budget in debt, "b" asks at 1 s and "a" at 2 s: they go in that order
+    // (not the names'), both as soon as the budget allows, long before their 10 s.
+    let then = start + 1_000 * MS;
+    for name in ["a", "b"] {
+        look(&mut s, name, Priority::Settled, then);
+    }
+    s.charge(Product::Clb, 10.0, then);
+    s.look_now(&key("b"), then);
+    let mut order = vec![];
+    for tick in 0..100 {
+        let now = then + tick * 50 * MS;
+        if tick == 20 {
+            s.look_now(&key("a"), now);
+        }
+        order.extend(s.grant(now).into_iter().map(|g| g.service.name));
+    }
+    assert_eq!(order, ["b", "a"]);
+    s.look_now(&key("unknown"), start);
+    assert!(!s.granted(&key("unknown")));
 }
 
 #[test]
