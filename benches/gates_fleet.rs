@@ -1149,6 +1149,56 @@ async fn fleet_phases(
         ));
     }
 
+    // What B's slowest flip went through: its IP's healthy events, its gate's changes,
+    // and the looks at its load balancer from its containers ready to its gate True.
+    let since_start = |t: f64| format!("{:.1}", t - started_epoch);
+    let slowest = seen
+        .pods
+        .iter()
+        .filter(|(_, pod)| b_apps.contains(&pod.app) && pod.first_seen >= b_start)
+        .filter_map(|(name, pod)| {
+            let gate_true = pod.gate_true?;
+            let healthy_at = healthy.get(pod.ip.as_ref()?)?;
+            let last = healthy_at.iter().rev().find(|&&h| h <= gate_true)?;
+            Some((gate_true - last, name, pod, healthy_at))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((flip, name, pod, healthy_at)) = slowest {
+        let from = pod.containers_ready.unwrap_or(pod.first_seen);
+        let until = pod.gate_true.unwrap_or(b_end);
+        let gate: Vec<String> = seen
+            .changes
+            .iter()
+            .filter(|c| &c.pod == name)
+            .map(|c| {
+                format!(
+                    "{} {} {} ({})",
+                    since_start(c.at),
+                    c.status,
+                    c.reason,
+                    c.message
+                )
+            })
+            .collect();
+        let looks: Vec<String> = looks_of(&pod.app)
+            .iter()
+            .filter(|&&t| t >= from && t <= until)
+            .map(|&t| since_start(t))
+            .collect();
+        note(format!(
+            "{}: B's slowest flip, {name} ({}, {}): {flip:.1} s; first seen {}, containers ready {}, gate True {}; healthy events of its IP: {}; its gate: {}; looks at its load balancer meanwhile: {}",
+            f.label,
+            pod.app,
+            pod.ip.as_deref().unwrap_or("-"),
+            since_start(pod.first_seen),
+            pod.containers_ready.map_or("-".into(), since_start),
+            since_start(until),
+            healthy_at.iter().map(|&t| since_start(t)).collect::<Vec<_>>().join(", "),
+            gate.join("; "),
+            looks.join(", ")
+        ));
+    }
+
     // Calls by action against the limits.
     let limit_of: HashMap<String, String> = limits["actions"]
         .as_array()
