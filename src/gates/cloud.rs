@@ -8,8 +8,9 @@
 //! reading the poller's last look made, so acting on it is what the controller does
 //! between two looks anyway; rollgate's own backend changes void it (`void_reading`),
 //! so no plan is made on a reading that predates them; and a reading is never used
-//! past the moment the Service's next look is due (`Poller::reuse_bound`: the fast
-//! interval while a gate is pending), nor by the reconcile of a granted look.
+//! past the moment the Service's next look is due (`Poller::read_rule`: the fast
+//! interval while a gate is pending), nor by the reconcile of a granted look. Without
+//! a reading that young, the reconcile asks for a look instead of reading.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -10,10 +10,12 @@
 //! - **Priority.** Due Services are granted in the order (a) pending gates, (b) drains
 //!   and other backend changes being confirmed, (c) settled; within a class, the one
 //!   due longest first. Writes are never queued: they are made by the reconcile that
-//!   decided them. Every call a product's client makes counts against its budget: the
+//!   decided them. Reads are: a reconcile an event brought that finds no reading young
+//!   enough asks for a look due now (`Schedule::look_now`) instead of reading, so the
+//!   Services with pod events do not take the budget from those without. Every call a product's client makes counts against its budget: the
 //!   scheduler reads the client's call count each tick (`calls_made`), and what a
 //!   granted look paid for at its grant is not paid twice; the rest (load balancers
-//!   ensured, backend writes and NLB job polls, a read a pod event needed, retries) is
+//!   ensured, backend writes and NLB job polls, a Service's first read, retries) is
 //!   charged as debt to the main share, so pending and draining looks yield to them
 //!   and the client's own rate limiter never queues more than the budget; the
 //!   settled reserve is never charged for them.

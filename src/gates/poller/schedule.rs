@@ -199,7 +199,7 @@ impl Schedule {
         self.budget(product).throttle(now);
     }
 
-    /// Calls made outside a granted look (writes, a read a pod event needed).
+    /// Calls made outside a granted look (writes, a Service's first read).
     pub fn charge(&mut self, product: Product, calls: f64, now: Instant) {
         self.budget(product).charge(calls, now);
     }
