@@ -495,6 +495,8 @@ struct Figures {
     b_samples: usize,
     b_s: f64,
     unmatched: usize,
+    /// Flips timed from the pod's first sighting: its IP's old backend stayed healthy.
+    healthy_before_the_pod: usize,
     pending_wait_max: f64,
     settled_wait_max_b: f64,
     settled_wait_max_idle: f64,
@@ -982,7 +984,8 @@ async fn fleet_phases(
     };
 
     let a_apps: HashSet<String> = a_names.iter().cloned().collect();
-    let (a_lat, a_unmatched) = flip_latencies(&seen.pods, &a_apps, a_start, &healthy);
+    let a_flips = flip_latencies(&seen.pods, &a_apps, a_start, &healthy);
+    let a_lat = a_flips.latencies;
     // No flip seen: no figure (NaN, `null` in results.json).
     let flip_percentile = |latencies: &[f64], p| percentile(latencies, p).unwrap_or(f64::NAN);
     f.a_p50 = flip_percentile(&a_lat, 50.0);
@@ -990,12 +993,14 @@ async fn fleet_phases(
     f.a_max = a_lat.last().copied().unwrap_or(f64::NAN);
     f.a_samples = a_lat.len();
     let b_apps: HashSet<String> = b_names.iter().cloned().collect();
-    let (b_lat, b_unmatched) = flip_latencies(&seen.pods, &b_apps, b_start, &healthy);
+    let b_flips = flip_latencies(&seen.pods, &b_apps, b_start, &healthy);
+    let b_lat = b_flips.latencies;
     f.b_p50 = flip_percentile(&b_lat, 50.0);
     f.b_p99 = flip_percentile(&b_lat, 99.0);
     f.b_max = b_lat.last().copied().unwrap_or(f64::NAN);
     f.b_samples = b_lat.len();
-    f.unmatched = a_unmatched + b_unmatched;
+    f.unmatched = a_flips.unmatched + b_flips.unmatched;
+    f.healthy_before_the_pod = a_flips.healthy_before_the_pod + b_flips.healthy_before_the_pod;
 
     // Looks per Service: its load balancer's health reads (an NLB's by listener).
     let listener_lb: HashMap<String, String> = state["nlb"]["listeners"]
@@ -1152,17 +1157,11 @@ async fn fleet_phases(
     // What B's slowest flip went through: its IP's healthy events, its gate's changes,
     // and the looks at its load balancer from its containers ready to its gate True.
     let since_start = |t: f64| format!("{:.1}", t - started_epoch);
-    let slowest = seen
-        .pods
-        .iter()
-        .filter(|(_, pod)| b_apps.contains(&pod.app) && pod.first_seen >= b_start)
-        .filter_map(|(name, pod)| {
-            let gate_true = pod.gate_true?;
-            let healthy_at = healthy.get(pod.ip.as_ref()?)?;
-            let last = healthy_at.iter().rev().find(|&&h| h <= gate_true)?;
-            Some((gate_true - last, name, pod, healthy_at))
-        })
-        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let slowest = b_flips.slowest.as_ref().and_then(|name| {
+        let pod = seen.pods.get(name)?;
+        let healthy_at = healthy.get(pod.ip.as_ref()?)?;
+        Some((f.b_max, name, pod, healthy_at))
+    });
     if let Some((flip, name, pod, healthy_at)) = slowest {
         let from = pod.containers_ready.unwrap_or(pod.first_seen);
         let until = pod.gate_true.unwrap_or(b_end);
@@ -1449,8 +1448,8 @@ fn report(p: &Params, runs: &[Figures]) -> String {
     );
     for r in runs {
         out.push_str(&format!(
-            "\n{}: samples A {} B {} ({} flips without a healthy event to match); containers ready {:.0} s after the first create; throttled calls while settling {}; gate messages with a throttling error while settling {}, in the scenarios {}; gates not True at the end {}\n",
-            r.label, r.a_samples, r.b_samples, r.unmatched, r.containers_ready_s, r.throttled_settle,
+            "\n{}: samples A {} B {} ({} flips without a healthy event to match, {} timed from the pod's first sighting: its IP's old backend had stayed healthy); containers ready {:.0} s after the first create; throttled calls while settling {}; gate messages with a throttling error while settling {}, in the scenarios {}; gates not True at the end {}\n",
+            r.label, r.a_samples, r.b_samples, r.unmatched, r.healthy_before_the_pod, r.containers_ready_s, r.throttled_settle,
             r.gate_throttling_settle.len(), r.gate_throttling_scenarios.len(), r.gates_not_true_at_end
         ));
         for line in &r.incomplete {

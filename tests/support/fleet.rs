@@ -26,19 +26,33 @@ pub struct Call {
     pub throttled: bool,
 }
 
-/// Flip latencies of the pods of `apps` first seen at or after `since`: from the last
-/// `healthy` event of the pod's IP before its gate was seen True (IPs are reused across
-/// rollouts, so the last one before) to that sighting. Also the count of flipped pods
-/// with no healthy event to match.
+/// Flips of the pods of `apps` first seen at or after `since`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Flips {
+    /// Latencies, sorted: from the last `healthy` event of the pod's IP before its gate
+    /// was seen True (IPs are reused across rollouts, so the last one before), or from
+    /// the pod's first sighting if that event came before the pod existed, to that
+    /// sighting.
+    pub latencies: Vec<f64>,
+    /// Flipped pods with no healthy event to match.
+    pub unmatched: usize,
+    /// Flipped pods whose IP was last healthy before they existed: the emulator kept
+    /// the old pod's backend of that IP healthy in the group (it probes nothing), so
+    /// the new pod had no healthy event of its own; timed from its first sighting.
+    pub healthy_before_the_pod: usize,
+    /// The slowest flip's pod.
+    pub slowest: Option<String>,
+}
+
 pub fn flip_latencies(
     pods: &HashMap<String, PodSeen>,
     apps: &HashSet<String>,
     since: f64,
     healthy: &HashMap<String, Vec<f64>>,
-) -> (Vec<f64>, usize) {
-    let mut out = vec![];
-    let mut unmatched = 0;
-    for pod in pods.values() {
+) -> Flips {
+    let mut flips = Flips::default();
+    let mut slowest = f64::NEG_INFINITY;
+    for (name, pod) in pods {
         if !apps.contains(&pod.app) || pod.first_seen < since {
             continue;
         }
@@ -48,13 +62,22 @@ pub fn flip_latencies(
         let last = healthy
             .get(ip)
             .and_then(|ts| ts.iter().rev().find(|&&h| h <= at).copied());
-        match last {
-            Some(h) => out.push(at - h),
-            None => unmatched += 1,
+        let Some(healthy_at) = last else {
+            flips.unmatched += 1;
+            continue;
+        };
+        if healthy_at < pod.first_seen {
+            flips.healthy_before_the_pod += 1;
         }
+        let latency = at - healthy_at.max(pod.first_seen);
+        if latency > slowest {
+            slowest = latency;
+            flips.slowest = Some(name.clone());
+        }
+        flips.latencies.push(latency);
     }
-    out.sort_by(|a, b| a.total_cmp(b));
-    (out, unmatched)
+    flips.latencies.sort_by(|a, b| a.total_cmp(b));
+    flips
 }
 
 /// The longest gap between two looks inside the pending intervals (merged; each from a
@@ -204,17 +227,27 @@ mod tests {
             ("lost".to_string(), pod("a", "10.0.0.4", 10.0, Some(12.0))),
             // Not flipped yet.
             ("pending".to_string(), pod("a", "10.0.0.5", 10.0, None)),
+            // Its IP's old backend stayed healthy: timed from its first sighting.
+            ("kept".to_string(), pod("a", "10.0.0.6", 10.0, Some(12.0))),
         ]);
         let healthy = HashMap::from([
             ("10.0.0.1".to_string(), vec![3.0, 13.0]),
             ("10.0.0.2".to_string(), vec![2.0]),
             ("10.0.0.3".to_string(), vec![11.0]),
             ("10.0.0.5".to_string(), vec![11.0]),
+            ("10.0.0.6".to_string(), vec![4.0]),
         ]);
         let apps = HashSet::from(["a".to_string()]);
-        let (latencies, unmatched) = flip_latencies(&pods, &apps, 5.0, &healthy);
-        assert_eq!(latencies, vec![0.5]);
-        assert_eq!(unmatched, 1);
+        let flips = flip_latencies(&pods, &apps, 5.0, &healthy);
+        assert_eq!(
+            flips,
+            Flips {
+                latencies: vec![0.5, 2.0],
+                unmatched: 1,
+                healthy_before_the_pod: 1,
+                slowest: Some("kept".into()),
+            }
+        );
     }
 
     #[test]
